@@ -1,0 +1,105 @@
+"""The ``accy`` command line: ``accy demo``, ``accy ir attention ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from .errors import AccyError
+
+DEMO_SHAPE = dict(batch=2, queries=16, keys=32, qk=16, value=16)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _threads(text: str) -> tuple[int, int, int]:
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"expected X,Y,Z (three positive integers), got {text!r}")
+    return tuple(_positive_int(p) for p in parts)
+
+
+def _add_shape(parser: argparse.ArgumentParser, defaults: dict) -> None:
+    for flag in ("batch", "queries", "keys", "qk", "value"):
+        parser.add_argument(f"--{flag}", type=_positive_int, default=defaults[flag], help=f"{flag} extent (default {defaults[flag]})")
+    parser.add_argument("--threads", type=_threads, default=None, metavar="X,Y,Z", help="threads per block")
+
+
+def _entry(ns):
+    from .library.attention import ScaledDotProduct, Threads3D, scaled_dot_product_f32
+
+    threads = Threads3D(*ns.threads) if ns.threads else Threads3D()
+    spec = ScaledDotProduct(ns.batch, ns.queries, ns.keys, ns.qk, ns.value, threads=threads)
+    return scaled_dot_product_f32(spec)
+
+
+def _demo(ns) -> int:
+    from .library.attention import reference
+
+    entry = _entry(ns)
+    rng = np.random.default_rng(ns.seed)
+    b, q, k, h, v = ns.batch, ns.queries, ns.keys, ns.qk, ns.value
+    query = rng.standard_normal((b, q, h), dtype=np.float32)
+    key = rng.standard_normal((b, k, h), dtype=np.float32)
+    value = rng.standard_normal((b, k, v), dtype=np.float32)
+    dst = np.zeros((b, q, v), np.float32)
+    start = time.perf_counter()
+    entry.run([dst, query, key, value], backend=ns.backend)
+    elapsed = time.perf_counter() - start
+    error = float(np.abs(dst - reference(query, key, value)).max())
+    ok = error <= 1e-4
+    print(f"accy demo: {entry.target}")
+    print(f"  shape    B={b} Q={q} K={k} H={h} V={v} (query {query.shape}, key {key.shape}, value {value.shape})")
+    print(f"  backend  {ns.backend}")
+    print(f"  max |accy - numpy reference| = {error:.3g}  ({'ok' if ok else 'MISMATCH'}, tolerance 1e-4)")
+    print(f"  time     {elapsed * 1e3:.1f} ms (first run, includes tracing)")
+    return 0 if ok else 1
+
+
+def _ir(ns) -> int:
+    program = _entry(ns).program
+    graph = program.traced_graph if ns.raw else program.graph
+    sys.stdout.write(graph.text())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="accy", description="accy: GPU compute kernels written in Python.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="run the prebuilt attention entry on the CPU and check it against NumPy")
+    _add_shape(demo, DEMO_SHAPE)
+    demo.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+    demo.add_argument("--backend", default="numpy", choices=["numpy"], help="backend to run on")
+    demo.set_defaults(run=_demo)
+
+    ir = sub.add_parser("ir", help="print a kernel's SSA graph")
+    ir.add_argument("kernel", choices=["attention"], help="library kernel")
+    _add_shape(ir, dict(batch=2, queries=2, keys=3, qk=2, value=2))
+    ir.add_argument("--raw", action="store_true", help="print the graph as traced, before optimisation")
+    ir.set_defaults(run=_ir)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        return ns.run(ns)
+    except (AccyError, ValueError) as e:
+        parser.exit(2, f"accy {ns.command}: error: {e}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

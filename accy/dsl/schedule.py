@@ -1,0 +1,89 @@
+"""Launch geometry: how logical threads map onto GPU blocks, and device limits."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import attrs
+
+from ..errors import LaunchError
+from .ir import Axis
+
+_SLOTS = ("x", "y", "z")
+
+
+def _positive(instance, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LaunchError(f"thread_blocks: {attribute.name} must be a positive int, got {value!r}")
+
+
+@attrs.frozen
+class ThreadBlocks:
+    """Block shape of a thread-block schedule: logical axis i maps to GPU dimension i."""
+
+    x: int = attrs.field(default=1, validator=_positive)
+    y: int = attrs.field(default=1, validator=_positive)
+    z: int = attrs.field(default=1, validator=_positive)
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.x, self.y, self.z)
+
+    def launch(self, axes: Sequence[Axis]) -> "Launch":
+        extents = [a.extent for a in axes] + [1] * (3 - len(axes))
+        grid = tuple(-(-e // t) for e, t in zip(extents, self.block))
+        return Launch(grid=grid, block=self.block)
+
+
+def thread_blocks(x: int = 1, y: int = 1, z: int = 1) -> ThreadBlocks:
+    """``schedule.thread_blocks(x=, y=, z=)``: the threads of one block per dimension."""
+    return ThreadBlocks(x, y, z)
+
+
+threadBlocks = thread_blocks
+
+DEFAULT_THREADS = {1: ThreadBlocks(256), 2: ThreadBlocks(16, 16), 3: ThreadBlocks(8, 8, 4)}
+
+
+@attrs.frozen
+class Launch:
+    """A concrete launch: blocks per grid dimension and threads per block dimension."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+    @property
+    def threadgroup(self) -> tuple[int, int, int]:
+        return self.block
+
+    @property
+    def threads_per_block(self) -> int:
+        x, y, z = self.block
+        return x * y * z
+
+
+@attrs.frozen
+class Limits:
+    """What a device accepts. ``Limits.default`` is CUDA's; ``Limits.testing`` a small device."""
+
+    max_threads_per_block: int
+    max_block: tuple[int, int, int]
+    max_grid: tuple[int, int, int]
+
+    def check(self, launch: Launch) -> Launch:
+        if launch.threads_per_block > self.max_threads_per_block:
+            raise LaunchError(
+                f"block {launch.block} has {launch.threads_per_block} threads, over the limit of "
+                f"{self.max_threads_per_block} threads per block"
+            )
+        for slot, got, limit in zip(_SLOTS, launch.block, self.max_block):
+            if got > limit:
+                raise LaunchError(f"block {slot} dimension {got} exceeds the limit of {limit}")
+        for slot, got, limit in zip(_SLOTS, launch.grid, self.max_grid):
+            if got > limit:
+                raise LaunchError(f"grid {slot} dimension {got} exceeds the limit of {limit} blocks")
+        return launch
+
+
+Limits.default = Limits(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535))
+Limits.testing = Limits(256, (256, 256, 64), (65535, 65535, 65535))

@@ -1,0 +1,67 @@
+"""Every error accy raises, in one place.
+
+All derive from :class:`AccyError`, so ``except accy.AccyError`` catches anything
+the library reports on purpose.  Each also derives from the built-in exception a
+Python user would expect (``TypeError`` for a badly typed program, ``IndexError``
+for an out-of-bounds access, ...), so generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+
+class AccyError(Exception):
+    """Base class of every error accy raises on purpose."""
+
+
+class TraceError(AccyError, TypeError):
+    """A kernel body recorded an ill-formed program (caught while tracing).
+
+    ``location`` is the line of the user's kernel source that made the bad call.
+    """
+
+    def __init__(self, message: str, location=None):
+        self.location = location
+        if location is not None:
+            message = f"{message}\n  at {location}"
+        super().__init__(message)
+
+
+class VerificationError(AccyError):
+    """The graph verifier found a broken invariant (a bug in a pass or a backend)."""
+
+
+class ArgumentError(AccyError, ValueError):
+    """Arguments passed to a kernel do not match its parameters."""
+
+
+class LaunchError(AccyError, ValueError):
+    """A launch geometry does not fit the device limits."""
+
+
+class OutOfBoundsError(AccyError, IndexError):
+    """A kernel loaded or stored outside a buffer; nothing was written."""
+
+
+class ExecutionError(AccyError, ArithmeticError):
+    """A kernel failed at run time for another reason (e.g. index division by zero)."""
+
+
+class BackendUnavailableError(AccyError, RuntimeError):
+    """The requested backend cannot run here (missing package, toolkit or device)."""
+
+
+class CompileError(AccyError, RuntimeError):
+    """Lowering or assembling a kernel failed."""
+
+
+__all__ = [
+    "AccyError",
+    "TraceError",
+    "VerificationError",
+    "ArgumentError",
+    "LaunchError",
+    "OutOfBoundsError",
+    "ExecutionError",
+    "BackendUnavailableError",
+    "CompileError",
+]

@@ -1,0 +1,31 @@
+"""Prebuilt kernels with registry metadata."""
+
+from . import attention
+from .attention import (
+    ScaledDotProduct,
+    ScaledDotProductAttention2x2x3x2x2F32,
+    Threads3D,
+    scaled_dot_product_f32,
+    scaledDotProductF32,
+)
+from .entry import (
+    ATTENTION_SCALED_DOT_PRODUCT,
+    Category,
+    Entry,
+    Layer,
+    Operation,
+    Reduction,
+    ReductionOperator,
+    ReductionReuse,
+    ScheduleSnapshot,
+    Shape,
+    Specialization,
+    ThreadBlocks3D,
+)
+
+__all__ = [
+    "attention", "ScaledDotProduct", "ScaledDotProductAttention2x2x3x2x2F32", "Threads3D",
+    "scaled_dot_product_f32", "scaledDotProductF32", "ATTENTION_SCALED_DOT_PRODUCT", "Category",
+    "Entry", "Layer", "Operation", "Reduction", "ReductionOperator", "ReductionReuse",
+    "ScheduleSnapshot", "Shape", "Specialization", "ThreadBlocks3D",
+]

@@ -1,0 +1,309 @@
+"""Scaled dot-product attention: ``softmax(Q K^T / sqrt(h)) V``, one logical
+thread per output element ``(b, q, v)``.
+
+A port of the seed's attention entry, kept in the seed's explicit spelling
+(``inner.constantIndex``, ``foldRange`` with a context, typed loads with
+``.mul(inner, ...)`` and ``.raw()``) so the two read side by side.  The
+algorithm is the seed's three passes over the keys: the row maximum of the
+scaled scores, the softmax denominator, then the weighted sum of values.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from types import SimpleNamespace
+
+import attrs
+
+from ..dsl import schedule
+from ..dsl.builder import axis
+from ..dsl.ir import Axis
+from ..dsl.program import Program, dynamic_buffer
+from ..dsl.types import INDEX_MAX, f32
+from ..errors import TraceError
+from .entry import (
+    ATTENTION_SCALED_DOT_PRODUCT,
+    Category,
+    Entry,
+    Layer,
+    Reduction,
+    ReductionOperator,
+    ReductionReuse,
+    Shape,
+    Specialization,
+    ThreadBlocks3D,
+)
+
+
+def _positive(instance, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+@attrs.frozen
+class Threads3D:
+    """Threads per block along x, y, z."""
+
+    x: int = attrs.field(default=32, validator=_positive)
+    y: int = attrs.field(default=8, validator=_positive)
+    z: int = attrs.field(default=1, validator=_positive)
+
+
+def _extent(instance, attribute, value):
+    _positive(instance, attribute, value)
+    if value > INDEX_MAX:
+        raise ValueError(f"attention extent {attribute.name}={value} overflows the index range")
+
+
+@attrs.frozen
+class ScaledDotProduct:
+    batch: int = attrs.field(validator=_extent)
+    queries: int = attrs.field(validator=_extent)
+    keys: int = attrs.field(validator=_extent)
+    qk: int = attrs.field(validator=_extent)
+    value: int = attrs.field(validator=_extent)
+    threads: Threads3D = Threads3D()
+    batch_axis: str = "b"
+    query_axis: str = "q"
+    key_axis: str = "k"
+    qk_axis: str = "h"
+    value_axis: str = "v"
+
+    def __attrs_post_init__(self):
+        names = (self.batch_axis, self.query_axis, self.key_axis, self.qk_axis, self.value_axis)
+        if len(set(names)) != 5 or not all(isinstance(n, str) and n.isidentifier() for n in names):
+            raise ValueError(f"attention axis names must be 5 distinct identifiers, got {names}")
+        for lhs, rhs in ((self.queries, self.qk), (self.keys, self.qk), (self.keys, self.value),
+                         (self.queries, self.value)):
+            _checked_product(self.batch * lhs, rhs)
+
+    @property
+    def shape_text(self) -> str:
+        return f"{self.batch}x{self.queries}x{self.keys}x{self.qk}x{self.value}"
+
+    @property
+    def threads_text(self) -> str:
+        return f"{self.threads.x}x{self.threads.y}x{self.threads.z}"
+
+
+def _index_upper(extent: int) -> int:
+    if extent > INDEX_MAX:
+        raise TraceError("kernel library attention extent overflows index range")
+    return extent
+
+
+def _checked_product(lhs: int, rhs: int) -> int:
+    product = lhs * rhs
+    if product > INDEX_MAX:
+        raise ValueError("kernel library attention shape product overflow")
+    return product
+
+
+# -- shapes ---------------------------------------------------------------------------
+
+
+def query_shape(spec: ScaledDotProduct) -> Shape:
+    return Shape.of((spec.batch_axis, spec.batch), (spec.query_axis, spec.queries), (spec.qk_axis, spec.qk))
+
+
+def key_shape(spec: ScaledDotProduct) -> Shape:
+    return Shape.of((spec.batch_axis, spec.batch), (spec.key_axis, spec.keys), (spec.qk_axis, spec.qk))
+
+
+def value_shape(spec: ScaledDotProduct) -> Shape:
+    return Shape.of((spec.batch_axis, spec.batch), (spec.key_axis, spec.keys), (spec.value_axis, spec.value))
+
+
+def output_shape(spec: ScaledDotProduct) -> Shape:
+    return Shape.of((spec.batch_axis, spec.batch), (spec.query_axis, spec.queries), (spec.value_axis, spec.value))
+
+
+def query_row_shape(spec: ScaledDotProduct) -> Shape:
+    return Shape.of((spec.batch_axis, spec.batch), (spec.query_axis, spec.queries))
+
+
+def score_shape(spec: ScaledDotProduct) -> Shape:
+    return Shape.of((spec.batch_axis, spec.batch), (spec.query_axis, spec.queries), (spec.key_axis, spec.keys))
+
+
+def _specialization(spec: ScaledDotProduct) -> Specialization:
+    keys = Shape.of((spec.key_axis, spec.keys))
+    threads = (spec.threads.x, spec.threads.y, spec.threads.z)
+    schedule_ = ThreadBlocks3D(
+        (Axis(spec.value_axis, spec.value), Axis(spec.query_axis, spec.queries), Axis(spec.batch_axis, spec.batch)),
+        threads,
+    )
+    return Specialization(
+        dtype=f32,
+        operation=ATTENTION_SCALED_DOT_PRODUCT,
+        equation="bqh,bkh,bkv->bqv",
+        inputs=(query_shape(spec), key_shape(spec), value_shape(spec)),
+        outputs=(output_shape(spec),),
+        reductions=(
+            Reduction("score_dot", ReductionOperator.dot_product, Shape.of((spec.qk_axis, spec.qk))),
+            Reduction("score_max", ReductionOperator.maximum, keys, ("score_dot",)),
+            Reduction("score_exp_sum", ReductionOperator.sum_exp_shifted, keys, ("score_max",)),
+            Reduction("value_weighted_sum", ReductionOperator.weighted_sum, keys, ("score_exp_sum",)),
+        ),
+        reduction_reuse=(
+            ReductionReuse("score_dot", score_shape(spec)),
+            ReductionReuse("score_max", query_row_shape(spec)),
+            ReductionReuse("score_exp_sum", query_row_shape(spec)),
+        ),
+        launch=schedule_.launch(),
+        schedule=schedule_,
+    )
+
+
+# -- index math (row-major b, row, column) ----------------------------------------------
+
+
+def _flat_index(inner, rows: int, columns: int, batch, row, column):
+    batch_stride = inner.constantIndex(_index_upper(_checked_product(rows, columns)))
+    row_stride = inner.constantIndex(_index_upper(columns))
+    batch_offset = inner.mul(batch, batch_stride)
+    row_offset = inner.mul(row, row_stride)
+    batch_row_offset = inner.add(batch_offset, row_offset)
+    return inner.add(batch_row_offset, column)
+
+
+def query_index(inner, spec, batch, query, feature):
+    return _flat_index(inner, spec.queries, spec.qk, batch, query, feature)
+
+
+def key_index(inner, spec, batch, key, feature):
+    return _flat_index(inner, spec.keys, spec.qk, batch, key, feature)
+
+
+def value_index(inner, spec, batch, key, value):
+    return _flat_index(inner, spec.keys, spec.value, batch, key, value)
+
+
+def output_index(inner, spec, batch, query, value):
+    return _flat_index(inner, spec.queries, spec.value, batch, query, value)
+
+
+# -- the three passes -----------------------------------------------------------------
+
+
+def _scaled_score_dot(fold_inner, feature, acc, ctx):
+    q_index = query_index(fold_inner, ctx.spec, ctx.batch, ctx.query, feature)
+    k_index = key_index(fold_inner, ctx.spec, ctx.batch, ctx.key, feature)
+    query_value = ctx.query_buffer.load(fold_inner, q_index)
+    key_value = ctx.key_buffer.load(fold_inner, k_index)
+    product = query_value.mul(fold_inner, key_value)
+    return fold_inner.add(acc, product.raw())
+
+
+def scaled_score(inner, spec, query_buffer, key_buffer, batch, query, key):
+    zero = inner.constantFloat(f32, 0.0)
+    ctx = SimpleNamespace(spec=spec, query_buffer=query_buffer, key_buffer=key_buffer,
+                          batch=batch, query=query, key=key)
+    dot = inner.foldRange(0, _index_upper(spec.qk), 1, zero, ctx, _scaled_score_dot)
+    scale = inner.constantFloat(f32, 1.0 / math.sqrt(float(spec.qk)))
+    return inner.mul(dot, scale)
+
+
+def _score_max_reduce(fold_inner, key, acc, ctx):
+    score = scaled_score(fold_inner, ctx.spec, ctx.query_buffer, ctx.key_buffer, ctx.batch, ctx.query, key)
+    return fold_inner.max(acc, score)
+
+
+def score_max(inner, spec, query_buffer, key_buffer, batch, query):
+    first_key = inner.constantIndex(0)
+    first = scaled_score(inner, spec, query_buffer, key_buffer, batch, query, first_key)
+    ctx = SimpleNamespace(spec=spec, query_buffer=query_buffer, key_buffer=key_buffer, batch=batch, query=query)
+    return inner.foldRange(1, _index_upper(spec.keys), 1, first, ctx, _score_max_reduce)
+
+
+def _score_denominator_reduce(fold_inner, key, acc, ctx):
+    score = scaled_score(fold_inner, ctx.spec, ctx.query_buffer, ctx.key_buffer, ctx.batch, ctx.query, key)
+    shifted = fold_inner.sub(score, ctx.row_max)
+    exp_score = fold_inner.exp(shifted)
+    return fold_inner.add(acc, exp_score)
+
+
+def score_denominator(inner, spec, query_buffer, key_buffer, batch, query, row_max):
+    zero = inner.constantFloat(f32, 0.0)
+    ctx = SimpleNamespace(spec=spec, query_buffer=query_buffer, key_buffer=key_buffer,
+                          batch=batch, query=query, row_max=row_max)
+    return inner.foldRange(0, _index_upper(spec.keys), 1, zero, ctx, _score_denominator_reduce)
+
+
+def _weighted_value_sum_reduce(fold_inner, key, acc, ctx):
+    score = scaled_score(fold_inner, ctx.spec, ctx.query_buffer, ctx.key_buffer, ctx.batch, ctx.query, key)
+    shifted = fold_inner.sub(score, ctx.row_max)
+    exp_score = fold_inner.exp(shifted)
+    weight = fold_inner.div(exp_score, ctx.denominator)
+    v_index = value_index(fold_inner, ctx.spec, ctx.batch, key, ctx.value)
+    value_item = ctx.value_buffer.load(fold_inner, v_index)
+    weighted = fold_inner.mul(weight, value_item.raw())
+    return fold_inner.add(acc, weighted)
+
+
+def weighted_value_sum(inner, spec, query_buffer, key_buffer, value_buffer, batch, query, value):
+    row_max = score_max(inner, spec, query_buffer, key_buffer, batch, query)
+    denominator = score_denominator(inner, spec, query_buffer, key_buffer, batch, query, row_max)
+    zero = inner.constantFloat(f32, 0.0)
+    ctx = SimpleNamespace(spec=spec, query_buffer=query_buffer, key_buffer=key_buffer, value_buffer=value_buffer,
+                          batch=batch, query=query, value=value, row_max=row_max, denominator=denominator)
+    return inner.foldRange(0, _index_upper(spec.keys), 1, zero, ctx, _weighted_value_sum_reduce)
+
+
+def _scaled_dot_product_each(inner, index, ctx):
+    args = ctx.args
+    output_value = weighted_value_sum(inner, ctx.spec, args.param("query"), args.param("key"), args.param("value"),
+                                      index.z.index, index.y.index, index.x.index)
+    out_index = output_index(inner, ctx.spec, index.z.index, index.y.index, index.x.index)
+    args.param("dst").store(inner, output_value, out_index)
+
+
+def _program(spec: ScaledDotProduct) -> Program:
+    def body(k, args):
+        k.forEach3D({
+            "x": axis(spec.value_axis, spec.value),
+            "y": axis(spec.query_axis, spec.queries),
+            "z": axis(spec.batch_axis, spec.batch),
+        }, SimpleNamespace(spec=spec, args=args), _scaled_dot_product_each)
+
+    return Program(
+        name=f"accy_kernel_attention_sdpa{spec.shape_text}_{spec.threads_text}_f32",
+        parameters={
+            "dst": dynamic_buffer(f32),
+            "query": dynamic_buffer(f32),
+            "key": dynamic_buffer(f32),
+            "value": dynamic_buffer(f32),
+        },
+        body=body,
+    ).withSchedule(schedule.threadBlocks(x=spec.threads.x, y=spec.threads.y, z=spec.threads.z))
+
+
+@functools.lru_cache(maxsize=None)
+def scaled_dot_product_f32(spec: ScaledDotProduct) -> Entry:
+    """The naive three-pass attention entry for ``spec`` (memoised: one entry per spec)."""
+    return Entry(
+        program=_program(spec),
+        target=f"accy.kernel.attention.sdpa{spec.shape_text}_{spec.threads_text}_f32",
+        layer=Layer.logical,
+        category=Category.attention,
+        specialization=_specialization(spec),
+    )
+
+
+scaledDotProductF32 = scaled_dot_product_f32
+
+ScaledDotProductAttention2x2x3x2x2F32 = scaled_dot_product_f32(
+    ScaledDotProduct(batch=2, queries=2, keys=3, qk=2, value=2, threads=Threads3D(x=2, y=2, z=1))
+)
+
+
+def reference(query, key, value):
+    """Plain NumPy attention, ``softmax(Q K^T / sqrt(h)) V``, in float64, shaped (b, q, v)."""
+    import numpy as np
+
+    q, k, v = (np.asarray(a, np.float64) for a in (query, key, value))
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return weights @ v

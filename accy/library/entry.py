@@ -1,0 +1,259 @@
+"""Library entries: a program plus the metadata a registry and a scheduler need.
+
+The metadata is plain, immutable data (attrs classes), declared by each kernel
+family and checked against the traced program where the two can disagree
+(:meth:`Entry.schedule_snapshot` is taken from the program, not the metadata).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Sequence
+
+import attrs
+
+from ..dsl.ir import Axis
+from ..dsl.program import Program
+from ..dsl.schedule import Launch, Limits
+from ..dsl.types import DType
+
+
+class Layer(enum.Enum):
+    logical = "logical"  # written over logical axes; the schedule maps them to blocks
+
+
+class Category(enum.Enum):
+    attention = "attention"
+
+
+@attrs.frozen
+class Operation:
+    """What an entry computes, as ``family.kind`` (``attention.scaled_dot_product``)."""
+
+    family: str
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.family}.{self.kind}"
+
+
+ATTENTION_SCALED_DOT_PRODUCT = Operation("attention", "scaled_dot_product")
+
+
+class ReductionOperator(enum.Enum):
+    dot_product = "dot_product"
+    maximum = "maximum"
+    minimum = "minimum"
+    sum = "sum"
+    sum_exp_shifted = "sum_exp_shifted"
+    weighted_sum = "weighted_sum"
+
+    @property
+    def element_ops(self) -> int:
+        """Combine operations per reduced term: a multiply-accumulate counts 2, others 1."""
+        return 2 if self in (ReductionOperator.dot_product, ReductionOperator.weighted_sum) else 1
+
+
+@attrs.frozen
+class Shape:
+    """A named-axis shape, outermost axis first: ``Shape.of(("b", 3), ("q", 2))``."""
+
+    axes: tuple[Axis, ...]
+
+    @classmethod
+    def of(cls, *pairs: tuple[str, int]) -> "Shape":
+        return cls(tuple(Axis(name, extent) for name, extent in pairs))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes)
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        return tuple(a.extent for a in self.axes)
+
+    def element_count(self) -> int:
+        return math.prod(self.extents)
+
+    def __str__(self) -> str:
+        return " ".join(map(str, self.axes))
+
+
+@attrs.frozen
+class Reduction:
+    name: str
+    operator: ReductionOperator
+    extents: Shape  # the reduced axes
+    dependencies: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class ReductionReuse:
+    """A reduction's result is computed once per point of ``scope`` and reused."""
+
+    reduction: str
+    scope: Shape
+
+
+@attrs.frozen
+class ScheduleSnapshot:
+    """A schedule as the traced program realises it under given limits."""
+
+    axes: tuple[Axis, ...]  # logical axes bound to x, y, z
+    threads: tuple[int, int, int]
+    launch: Launch
+
+
+@attrs.frozen
+class ThreadBlocks3D:
+    """Declared schedule: logical axes on x, y, z, tiled by blocks of ``threads``."""
+
+    axes: tuple[Axis, Axis, Axis]
+    threads: tuple[int, int, int]
+
+    def launch(self) -> Launch:
+        grid = tuple(-(-a.extent // t) for a, t in zip(self.axes, self.threads))
+        return Launch(grid=grid, block=self.threads)
+
+    def matches_snapshot(self, snapshot: ScheduleSnapshot) -> bool:
+        return (
+            tuple(self.axes) == tuple(snapshot.axes)
+            and tuple(self.threads) == tuple(snapshot.threads)
+            and self.launch() == snapshot.launch
+        )
+
+
+@attrs.frozen
+class Specialization:
+    dtype: DType
+    operation: Operation
+    equation: str
+    inputs: tuple[Shape, ...]
+    outputs: tuple[Shape, ...]
+    reductions: tuple[Reduction, ...]
+    reduction_reuse: tuple[ReductionReuse, ...]
+    launch: Launch
+    schedule: ThreadBlocks3D
+
+    def operation_is(self, operation) -> bool:
+        return str(operation) == str(self.operation)
+
+    def reduction(self, name: str) -> Reduction | None:
+        return next((r for r in self.reductions if r.name == name), None)
+
+    def reduction_matches(self, i: int, *, name: str, operator, extents: Sequence[int],
+                          dependencies: Sequence[str] = ()) -> bool:
+        if not 0 <= i < len(self.reductions):
+            return False
+        r = self.reductions[i]
+        return (
+            r.name == name
+            and r.operator == ReductionOperator(operator)
+            and r.extents.extents == tuple(extents)
+            and r.dependencies == tuple(dependencies)
+        )
+
+    def reduction_reuse_matches(self, i: int, *, reduction: str, extents: Sequence[int]) -> bool:
+        if not 0 <= i < len(self.reduction_reuse):
+            return False
+        reuse = self.reduction_reuse[i]
+        return reuse.reduction == reduction and reuse.scope.extents == tuple(extents)
+
+    def _axis_extents(self) -> dict[str, int] | None:
+        known: dict[str, int] = {}
+        for shape in self.inputs + self.outputs:
+            for a in shape.axes:
+                if known.setdefault(a.name, a.extent) != a.extent:
+                    return None
+        return known
+
+    def reduction_reuse_scopes_are_valid(self) -> bool:
+        """Each reuse names a reduction; its scope uses known axes at their extents,
+        never the axes it reduces, and covers what its dependencies are reused over."""
+        known = self._axis_extents()
+        if known is None:
+            return False
+        scopes = {reuse.reduction: reuse.scope for reuse in self.reduction_reuse}
+        if len(scopes) != len(self.reduction_reuse):
+            return False
+        for name, scope in scopes.items():
+            r = self.reduction(name)
+            if r is None or len(set(scope.names)) != len(scope.names):
+                return False
+            if any(known.get(a.name) != a.extent for a in scope.axes + r.extents.axes):
+                return False
+            if set(scope.names) & set(r.extents.names):
+                return False
+            available = set(scope.names) | set(r.extents.names)
+            if any(d in scopes and not set(scopes[d].names) <= available for d in r.dependencies):
+                return False
+        return True
+
+    def estimated_element_ops(self) -> int:
+        """Σ over reductions of (ops per term) × (reduced extent) × (points it is computed at).
+
+        A reduction is computed once per point of its reuse scope, or once per
+        output element when it declares none; a multiply-accumulate (dot
+        product, weighted sum) counts 2 ops per term, max/min/sum count 1.
+        For attention: 2·BQK·H + BQ·K + BQ·K + 2·BQV·K (432 for 3x2x4x5x3).
+        """
+        scopes = {reuse.reduction: reuse.scope for reuse in self.reduction_reuse}
+        total = 0
+        for r in self.reductions:
+            points = scopes.get(r.name, self.outputs[0]).element_count()
+            total += r.operator.element_ops * r.extents.element_count() * points
+        return total
+
+
+@attrs.frozen(eq=False)
+class Entry:
+    """A prebuilt kernel: its program, registry identity and specialization metadata."""
+
+    program: Program
+    target: str
+    layer: Layer
+    category: Category
+    specialization: Specialization
+    version: int = 1
+
+    Limits = Limits
+
+    @property
+    def name(self) -> str:
+        """The kernel's entry-point symbol (its program's name)."""
+        return self.program.name
+
+    @property
+    def argument_shapes(self) -> dict[str, Shape]:
+        """Each parameter's named-axis shape: outputs first, then inputs, in parameter order."""
+        shapes = self.specialization.outputs + self.specialization.inputs
+        return {p.name: s for p, s in zip(self.program.parameters, shapes)}
+
+    def launch(self, limits: Limits = Limits.default) -> Launch:
+        return self.program.launch(limits)
+
+    def schedule_snapshot(self, limits: Limits = Limits.default) -> ScheduleSnapshot:
+        graph = self.program.traced_graph
+        return ScheduleSnapshot(graph.axes, self.program.threads.block, self.launch(limits))
+
+    @property
+    def schedule(self) -> ThreadBlocks3D:
+        return self.specialization.schedule
+
+    def run(self, args, backend: str = "numpy", *, limits: Limits | None = None, **options) -> None:
+        """Run on NumPy arrays (by position or name); ``dst`` is written in place."""
+        from ..backends import run
+
+        shapes = self.argument_shapes
+        run(self.program, args, backend=backend, limits=limits,
+            counts={n: s.element_count() for n, s in shapes.items()},
+            shapes={n: str(s) for n, s in shapes.items()}, **options)
+
+    def run_cpu(self, args, limits: Limits = Limits.default) -> None:
+        """Run on the NumPy interpreter, checking the launch against ``limits``."""
+        self.run(args, backend="numpy", limits=limits)
+
+    # the seed's spellings
+    runCpu = run_cpu
+    scheduleSnapshot = schedule_snapshot

@@ -1,0 +1,148 @@
+"""Argument checks and run-time bounds checks: clear errors, and nothing written on failure."""
+
+import numpy as np
+import pytest
+
+from accy import Program, axis, buffer, dynamic_buffer, f32, index
+from accy.errors import ArgumentError, ExecutionError, OutOfBoundsError
+from accy.library.attention import ScaledDotProductAttention2x2x3x2x2F32 as SDPA
+
+from conftest import elementwise
+
+
+def attention_args():
+    return [np.zeros((2, 2, 2), np.float32), np.ones((2, 2, 2), np.float32),
+            np.ones((2, 3, 2), np.float32), np.ones((2, 3, 2), np.float32)]
+
+
+def test_positional_and_named_arguments_agree(backend):
+    by_position = attention_args()
+    by_name = dict(zip(["dst", "query", "key", "value"], attention_args()))
+    SDPA.run(by_position, backend=backend)
+    SDPA.run(by_name, backend=backend)
+    np.testing.assert_array_equal(by_position[0], by_name["dst"])
+    np.testing.assert_allclose(by_position[0], 1.0, rtol=1e-6)
+
+
+def test_flat_or_shaped_arrays(backend):
+    shaped = attention_args()
+    flat = [a.reshape(-1) for a in attention_args()]
+    SDPA.run(shaped, backend=backend)
+    SDPA.run(flat, backend=backend)
+    np.testing.assert_array_equal(shaped[0].reshape(-1), flat[0])
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda a: a[:3], r"expected 4 arguments \(dst, query, key, value\), got 3"),
+        (lambda a: {"dst": a[0], "query": a[1], "key": a[2]}, r"missing 'value'"),
+        (lambda a: {**dict(zip(["dst", "query", "key", "value"], a)), "bias": a[1]}, r"unknown 'bias'"),
+        (lambda a: [a[0], a[1].astype(np.float64), a[2], a[3]], r"argument 'query': expected dtype float32 \(f32\), got float64"),
+        (lambda a: [a[0], a[1], a[2][:, :2], a[3]], r"argument 'key': expected 12 elements \(b=2 k=3 h=2\), got 8"),
+        (lambda a: [a[0], a[1], a[2], np.ones((2, 2, 6), np.float32)[:, :, ::2]], r"argument 'value' is not C-contiguous"),
+        (lambda a: [a[0], a[1].tolist(), a[2], a[3]], r"argument 'query': expected a numpy.ndarray of float32, got list"),
+        (lambda a: np.zeros(4), r"arguments must be a sequence"),
+    ],
+)
+def test_bad_arguments(mutate, message, backend):
+    with pytest.raises(ArgumentError, match=message):
+        SDPA.run(mutate(attention_args()), backend=backend)
+
+
+def test_read_only_output(backend):
+    args = attention_args()
+    args[0].flags.writeable = False
+    with pytest.raises(ArgumentError, match="argument 'dst' is read-only"):
+        SDPA.run(args, backend=backend)
+
+
+def test_output_aliasing_an_input(backend):
+    shared = np.ones(8, np.float32)
+    args = [shared, shared, np.ones(12, np.float32), np.ones(12, np.float32)]
+    with pytest.raises(ArgumentError, match="argument 'dst' shares memory with argument 'query'"):
+        SDPA.run(args, backend=backend)
+
+
+def test_inputs_may_alias_each_other(backend):
+    kv = np.ones(12, np.float32)
+    SDPA.run([np.zeros(8, np.float32), np.ones(8, np.float32), kv, kv], backend=backend)
+
+
+def test_declared_buffer_count_is_checked(backend):
+    def body(k, args):
+        k.for_each_1d(axis("i", 4), lambda inner, idx: args.dst.store(inner, 1.0, idx["i"]))
+
+    program = Program("fixed", {"dst": buffer(f32, 4)}, body)
+    with pytest.raises(ArgumentError, match="argument 'dst': expected 4 elements, got 5"):
+        program.run([np.zeros(5, np.float32)], backend=backend)
+
+
+def scatter_program(n):
+    def body(k, args):
+        def each(inner, idx):
+            i = idx["i"]
+            args.dst[args.where[i]] = args.src[i]
+        k.for_each_1d(axis("i", n), each)
+
+    return Program("scatter", {"dst": dynamic_buffer(f32), "src": dynamic_buffer(f32), "where": dynamic_buffer(index)}, body)
+
+
+def test_out_of_bounds_store_names_buffer_index_and_thread(backend):
+    dst = np.full(4, 7.0, np.float32)
+    where = np.array([0, 1, 9, 2], np.int64)
+    with pytest.raises(OutOfBoundsError, match=r"store to 'dst': index 9 is out of bounds for 4 elements \(thread i=2\)"):
+        scatter_program(4).run([dst, np.arange(4, dtype=np.float32), where], backend=backend)
+    assert (dst == 7.0).all(), "a failed launch must not write any output"
+
+
+def test_out_of_bounds_load_negative_index(backend):
+    def body(k, args):
+        k.for_each_2d(x=axis("a", 2), y=axis("b", 3),
+                      body=lambda inner, idx: args.dst.store(inner, args.x[idx["a"] - 1], idx["a"] + idx["b"] * 2))
+
+    dst = np.zeros(6, np.float32)
+    program = Program("neg", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body)
+    with pytest.raises(OutOfBoundsError, match=r"load from 'x': index -1 is out of bounds for 2 elements \(thread a=0 b=0\)"):
+        program.run([dst, np.ones(2, np.float32)], backend=backend)
+    assert (dst == 0).all()
+
+
+def test_loads_in_inactive_fold_lanes_are_not_checked(backend):
+    """A thread whose loop has ended must not fault on indices it never reaches."""
+    def body(k, args):
+        def each(inner, idx):
+            i = idx["i"]
+            args.dst[i] = inner.fold_range(0, i, 1, 0.0, lambda inner, j, acc: acc + args.x[j])
+        k.for_each_1d(axis("i", 4), each)
+
+    x = np.array([1, 2, 3], np.float32)  # thread 3 reads x[0..2] only
+    dst = np.zeros(4, np.float32)
+    Program("prefix", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body).run([dst, x], backend=backend)
+    assert dst.tolist() == [0, 1, 3, 6]
+
+
+def test_index_division_by_zero_is_reported(backend):
+    a = np.array([4, 5], np.int64)
+    b = np.array([2, 0], np.int64)
+    dst = np.full(2, -9, np.int64)
+    with pytest.raises(ExecutionError, match=r"division by zero in thread i=1"):
+        elementwise("divzero", lambda inner, x, y: x // y, 2, dtypes=(index, index), out=index).run([dst, a, b], backend=backend)
+    assert dst.tolist() == [-9, -9]
+
+
+def test_nan_and_inf_inputs_propagate(backend):
+    args = attention_args()
+    args[1][0, 0, 0] = np.nan
+    args[2][1, 0, 0] = np.inf
+    SDPA.run(args, backend=backend)
+    dst = args[0]
+    assert np.isnan(dst[0, 0]).all()  # a NaN query poisons its row
+    assert np.isfinite(dst[0, 1]).all()
+
+
+def test_unknown_backend():
+    from accy.errors import BackendUnavailableError
+
+    with pytest.raises(BackendUnavailableError, match="unknown backend 'tpu'"):
+        SDPA.run(attention_args(), backend="tpu")

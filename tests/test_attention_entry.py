@@ -1,0 +1,123 @@
+"""The prebuilt attention entry against an independent NumPy reference, and its metadata."""
+
+import numpy as np
+import pytest
+
+from accy.errors import LaunchError
+from accy.library.attention import (
+    ScaledDotProduct,
+    ScaledDotProductAttention2x2x3x2x2F32,
+    Threads3D,
+    scaled_dot_product_f32,
+)
+from accy.library.entry import Category, Layer
+
+
+def numpy_attention(q, k, v):
+    """softmax(Q K^T / sqrt(h)) V, written independently of accy (float64)."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = np.einsum("bqh,bkh->bqk", q, k) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bqk,bkv->bqv", p / p.sum(-1, keepdims=True), v)
+
+
+SHAPES = [(1, 1, 1, 1, 1), (2, 2, 3, 2, 2), (3, 5, 7, 4, 3), (2, 9, 16, 8, 5), (1, 33, 17, 3, 40)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_entry_matches_numpy_reference(shape, backend, rng):
+    b, q, k, h, v = shape
+    entry = scaled_dot_product_f32(ScaledDotProduct(*shape, threads=Threads3D(4, 2, 1)))
+    query = rng.standard_normal((b, q, h), dtype=np.float32)
+    key = rng.standard_normal((b, k, h), dtype=np.float32)
+    value = rng.standard_normal((b, k, v), dtype=np.float32)
+    dst = np.full((b, q, v), np.nan, np.float32)
+    entry.run([dst, query, key, value], backend=backend)
+    np.testing.assert_allclose(dst, numpy_attention(query, key, value), rtol=1e-5, atol=1e-5)
+
+
+def test_large_scores_do_not_overflow(backend):
+    """The max-shift keeps exp finite where a naive softmax would give inf/inf."""
+    entry = scaled_dot_product_f32(ScaledDotProduct(1, 2, 4, 2, 2))
+    query = np.full((1, 2, 2), 60.0, np.float32)
+    key = np.array([[[1, 1], [2, 2], [3, 3], [-4, 4]]], np.float32)
+    value = np.arange(8, dtype=np.float32).reshape(1, 4, 2)
+    dst = np.zeros((1, 2, 2), np.float32)
+    entry.run([dst, query, key, value], backend=backend)
+    np.testing.assert_allclose(dst, numpy_attention(query, key, value), rtol=1e-5)
+
+
+def test_entry_identity():
+    e = ScaledDotProductAttention2x2x3x2x2F32
+    assert e.target == "accy.kernel.attention.sdpa2x2x3x2x2_2x2x1_f32"
+    assert e.name == "accy_kernel_attention_sdpa2x2x3x2x2_2x2x1_f32"
+    assert e.version == 1 and e.layer is Layer.logical and e.category is Category.attention
+    assert [p.name for p in e.program.parameters] == ["dst", "query", "key", "value"]
+
+
+def test_entry_is_memoised_per_spec():
+    spec = ScaledDotProduct(2, 2, 3, 2, 2, threads=Threads3D(2, 2, 1))
+    assert scaled_dot_product_f32(spec) is ScaledDotProductAttention2x2x3x2x2F32
+    assert scaled_dot_product_f32(ScaledDotProduct(2, 2, 3, 2, 3)) is not ScaledDotProductAttention2x2x3x2x2F32
+
+
+def test_custom_axis_names_flow_into_metadata():
+    e = scaled_dot_product_f32(ScaledDotProduct(2, 3, 4, 5, 6, batch_axis="n", value_axis="d"))
+    assert e.specialization.outputs[0].names == ("n", "q", "d")
+    assert [a.name for a in e.program.traced_graph.axes] == ["d", "q", "n"]
+    assert e.specialization.reduction_reuse_scopes_are_valid()
+
+
+def test_reuse_scope_validation_rejects_bad_scopes():
+    import attrs
+
+    from accy.library.entry import ReductionReuse, Shape
+
+    s = scaled_dot_product_f32(ScaledDotProduct(3, 2, 4, 5, 3)).specialization
+    reducing_its_own_axis = attrs.evolve(s, reduction_reuse=(ReductionReuse("score_dot", Shape.of(("b", 3), ("h", 5))),))
+    unknown = attrs.evolve(s, reduction_reuse=(ReductionReuse("nope", Shape.of(("b", 3))),))
+    wrong_extent = attrs.evolve(s, reduction_reuse=(ReductionReuse("score_max", Shape.of(("b", 4), ("q", 2))),))
+    too_narrow = attrs.evolve(s, reduction_reuse=(ReductionReuse("score_dot", Shape.of(("b", 3), ("q", 2), ("k", 4))),
+                                                  ReductionReuse("score_max", Shape.of(("b", 3),))))
+    for bad in (reducing_its_own_axis, unknown, wrong_extent):
+        assert not bad.reduction_reuse_scopes_are_valid()
+    # score_max reused per b only cannot consume score_dot reused per (b, q, k)
+    assert not too_narrow.reduction_reuse_scopes_are_valid()
+
+
+def test_estimated_element_ops_formula():
+    for b, q, k, h, v in [(3, 2, 4, 5, 3), (1, 1, 1, 1, 1), (2, 7, 5, 3, 4)]:
+        s = scaled_dot_product_f32(ScaledDotProduct(b, q, k, h, v)).specialization
+        assert s.estimated_element_ops() == 2 * b * q * k * h + 2 * b * q * k + 2 * b * q * v * k
+
+
+def test_launch_limits_are_enforced():
+    big_block = scaled_dot_product_f32(ScaledDotProduct(1, 64, 2, 2, 64, threads=Threads3D(32, 32, 1)))
+    assert big_block.launch(big_block.Limits.default).block == (32, 32, 1)
+    with pytest.raises(LaunchError, match=r"block \(32, 32, 1\) has 1024 threads, over the limit of 256"):
+        big_block.launch(big_block.Limits.testing)
+    with pytest.raises(LaunchError, match="over the limit of 256"):
+        big_block.run_cpu([np.zeros(64 * 64, np.float32), np.zeros(128, np.float32),
+                           np.zeros(4, np.float32), np.zeros(128, np.float32)], limits=big_block.Limits.testing)
+
+    wide_grid = scaled_dot_product_f32(ScaledDotProduct(70000, 1, 1, 1, 1, threads=Threads3D(1, 1, 1)))
+    with pytest.raises(LaunchError, match="grid z dimension 70000 exceeds the limit of 65535 blocks"):
+        wide_grid.launch(wide_grid.Limits.default)
+
+
+def test_snapshot_comes_from_the_program():
+    e = scaled_dot_product_f32(ScaledDotProduct(3, 2, 4, 5, 3, threads=Threads3D(3, 2, 1)))
+    snapshot = e.schedule_snapshot(e.Limits.testing)
+    assert [(a.name, a.extent) for a in snapshot.axes] == [("v", 3), ("q", 2), ("b", 3)]
+    assert snapshot.threads == (3, 2, 1) and snapshot.launch.grid == (1, 1, 3)
+    other = scaled_dot_product_f32(ScaledDotProduct(3, 2, 4, 5, 3, threads=Threads3D(1, 2, 1)))
+    assert not e.schedule.matches_snapshot(other.schedule_snapshot(e.Limits.testing))
+
+
+@pytest.mark.parametrize("bad", [dict(batch=0), dict(keys=-1), dict(qk=2.5), dict(value=2**63)])
+def test_bad_specs_rejected(bad):
+    fields = dict(batch=1, queries=1, keys=1, qk=1, value=1) | bad
+    with pytest.raises(ValueError):
+        ScaledDotProduct(**fields)
+    with pytest.raises(ValueError, match="distinct"):
+        ScaledDotProduct(1, 1, 1, 1, 1, batch_axis="q")

@@ -1,0 +1,206 @@
+"""Bad programs are rejected while tracing, naming the op, the types and the user's line."""
+
+import numpy as np
+import pytest
+
+from accy import Program, axis, dynamic_buffer, f32, index
+from accy.errors import AccyError, TraceError
+
+
+def trace(body, params=None):
+    params = params or {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}
+    return Program("bad", params, body).traced_graph
+
+
+def in_launch(each, n=4):
+    return lambda k, args: k.for_each_1d(axis("i", n), lambda inner, idx: each(inner, idx["i"], args))
+
+
+def this_line_is(marker):
+    with open(__file__) as f:
+        return next(n for n, line in enumerate(f, start=1) if marker in line)
+
+
+def test_index_plus_f32_names_op_types_and_line():
+    def each(inner, i, args):
+        args.dst[i] = i + args.x[i]  # MARK-index-plus-f32
+
+    with pytest.raises(TraceError) as err:
+        trace(in_launch(each))
+    message = str(err.value)
+    assert "add(index, f32)" in message and "cast" in message
+    assert err.value.location.lineno == this_line_is("MARK-index-plus-f32")
+    assert "test_trace_errors.py" in message and "i + args.x[i]" in message
+
+
+def test_python_float_with_index_value():
+    with pytest.raises(TraceError, match=r"mul\(index, Python float\)"):
+        trace(in_launch(lambda inner, i, args: args.dst.store(inner, 1.0, i * 0.5)))
+
+
+def test_fold_body_returning_wrong_type():
+    def bad_body(inner, j, acc):
+        return j  # index, but acc is f32
+
+    with pytest.raises(TraceError, match=r"body bad_body .* returned index for accumulator 0, expected f32"):
+        trace(in_launch(lambda inner, i, args: args.dst.store(inner, inner.fold_range(0, 3, 1, 0.0, bad_body), i)))
+
+
+def test_fold_body_returning_nothing():
+    with pytest.raises(TraceError, match="did the body forget to return"):
+        trace(in_launch(lambda inner, i, args: inner.fold_range(0, 3, 1, 0.0, lambda inner, j, acc: None)))
+
+
+def test_fold_tuple_arity():
+    with pytest.raises(TraceError, match="returned 1 values, expected 2"):
+        trace(in_launch(lambda inner, i, args: inner.fold_range(0, 3, 1, (0.0, 0.0), lambda inner, j, acc: (acc[0],))))
+
+
+def test_fold_step_must_be_nonzero_int():
+    with pytest.raises(TraceError, match="step must be non-zero"):
+        trace(in_launch(lambda inner, i, args: inner.fold_range(0, 3, 0, 0.0, lambda inner, j, acc: acc)))
+    with pytest.raises(TraceError, match="step must be a non-zero Python int"):
+        trace(in_launch(lambda inner, i, args: inner.fold_range(0, 3, i, 0.0, lambda inner, j, acc: acc)))
+
+
+def test_fold_bounds_must_be_index():
+    with pytest.raises(TraceError, match=r"fold\(f32, index, f32\): start is f32"):
+        trace(in_launch(lambda inner, i, args: inner.fold_range(args.x[i], 3, 1, 0.0, lambda inner, j, acc: acc)))
+
+
+def test_store_of_wrong_dtype():
+    with pytest.raises(TraceError, match=r"store\(index, index\): value is index but buffer 'dst' holds f32"):
+        trace(in_launch(lambda inner, i, args: args.dst.store(inner, i, i)))
+
+
+def test_float_index_into_buffer():
+    with pytest.raises(TraceError, match=r"load\(f32\): index is f32"):
+        trace(in_launch(lambda inner, i, args: args.dst.store(inner, args.x[args.x[i]], i)))
+
+
+def test_extent_overflowing_index_range():
+    with pytest.raises(TraceError, match="outside the index range"):
+        trace(lambda k, args: k.for_each_1d(axis("i", 2**63), lambda inner, idx: None))
+    with pytest.raises(TraceError, match="overflows the index range"):
+        trace(lambda k, args: k.for_each_2d(x=axis("i", 2**40), y=axis("j", 2**40), body=lambda inner, idx: None))
+
+
+def test_constant_outside_index_range():
+    with pytest.raises(TraceError, match="outside the index range"):
+        trace(in_launch(lambda inner, i, args: inner.constant_index(2**63)))
+
+
+def test_value_used_outside_its_region():
+    leaked = []
+
+    def step(inner, j, acc):
+        leaked.append(j)
+        return acc
+
+    def each(inner, i, args):
+        inner.fold_range(0, 3, 1, 0.0, step)
+        args.dst[leaked[0]] = 1.0  # the induction variable escaped its fold
+
+    with pytest.raises(TraceError, match="defined inside another region"):
+        trace(in_launch(each))
+
+
+def test_builder_used_after_its_body_returned():
+    kept = []
+
+    def step(inner, j, acc):
+        kept.append(inner)
+        return acc
+
+    def each(inner, i, args):
+        inner.fold_range(0, 3, 1, 0.0, step)
+        kept[0].constant_index(1)
+
+    with pytest.raises(TraceError, match="already returned"):
+        trace(in_launch(each))
+
+
+def test_python_control_flow_on_traced_value():
+    def each(inner, i, args):
+        if args.x[i] > 0.0:  # Python `if` cannot branch on a run-time value
+            args.dst[i] = 1.0
+
+    with pytest.raises(TraceError, match="Use select"):
+        trace(in_launch(each))
+    with pytest.raises(TraceError, match="fold_range"):
+        trace(in_launch(lambda inner, i, args: range(i)))
+
+
+def test_select_needs_bool_condition():
+    with pytest.raises(TraceError, match="select needs a bool condition"):
+        trace(in_launch(lambda inner, i, args: inner.select(args.x[i], 1.0, 2.0)))
+
+
+def test_exp_of_index():
+    with pytest.raises(TraceError, match=r"exp\(index\): operand is index; needs a float type"):
+        trace(in_launch(lambda inner, i, args: inner.exp(i)))
+
+
+def test_true_division_of_indices():
+    with pytest.raises(TraceError, match="use // for index"):
+        trace(in_launch(lambda inner, i, args: i / 2))
+
+
+def test_store_outside_for_each():
+    def body(k, args):
+        args.dst.store(k, 1.0, 0)
+
+    with pytest.raises(TraceError, match="outside for_each"):
+        trace(body)
+
+
+def test_missing_and_double_launch():
+    with pytest.raises(TraceError, match="never opened a launch"):
+        trace(lambda k, args: None)
+
+    def twice(k, args):
+        k.for_each_1d(axis("i", 2), lambda inner, idx: None)
+        k.for_each_1d(axis("j", 2), lambda inner, idx: None)
+
+    with pytest.raises(TraceError, match="exactly one launch"):
+        trace(twice)
+
+
+def test_nested_launch_rejected():
+    with pytest.raises(TraceError, match="top level"):
+        trace(in_launch(lambda inner, i, args: inner.for_each_1d(axis("j", 2), lambda inner2, idx: None)))
+
+
+def test_unknown_parameter_and_bad_declarations():
+    with pytest.raises(TraceError, match="no parameter named 'y'"):
+        trace(in_launch(lambda inner, i, args: args.y[i]))
+    with pytest.raises(TraceError, match="not an identifier"):
+        Program("p", {"not ok": dynamic_buffer(f32)}, lambda k, a: None)
+    with pytest.raises(TraceError, match="program name must be an identifier"):
+        Program("bad name", {}, lambda k, a: None)
+    with pytest.raises(TypeError, match="unknown dtype"):
+        dynamic_buffer("f128")
+
+
+def test_traced_value_outside_kernel():
+    values = []
+
+    def each(inner, i, args):
+        values.append(args.x[i])
+
+    trace(in_launch(each))
+    with pytest.raises(TraceError, match="outside a kernel body"):
+        values[0] + 1.0
+
+
+def test_body_exception_propagates_with_kernel_name():
+    def each(inner, i, args):
+        raise RuntimeError("user bug")
+
+    with pytest.raises(RuntimeError, match="user bug") as err:
+        trace(in_launch(each))
+    assert any("kernel 'bad'" in note for note in err.value.__notes__)
+
+
+def test_all_errors_derive_from_accy_error():
+    assert issubclass(TraceError, AccyError)
