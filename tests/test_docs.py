@@ -15,7 +15,7 @@ def python_samples():
             yield pytest.param(code, id=f"{path.name}-{n}")
 
 
-@pytest.mark.parametrize("code", python_samples())
+@pytest.mark.parametrize("code", list(python_samples()))
 def test_sample_runs(code):
     env = {}
     exec(compile(code, "<doc sample>", "exec"), env)
