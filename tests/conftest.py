@@ -5,7 +5,7 @@ import accy
 from accy import Program, axis, dynamic_buffer, f32
 
 # Every CPU backend runs every backend-parametrised test (one body, many backends).
-CPU_BACKENDS = ["numpy"]
+CPU_BACKENDS = ["numpy", "llvm"]
 
 
 @pytest.fixture(params=CPU_BACKENDS)

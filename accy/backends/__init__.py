@@ -12,7 +12,7 @@ from ..dsl.schedule import Limits
 from ..errors import BackendUnavailableError
 from .arguments import Binding, bind_arguments
 
-BACKENDS = ("numpy",)
+BACKENDS = ("numpy", "llvm")
 
 
 def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
@@ -23,6 +23,11 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
     binding = bind_arguments(graph, args, counts=counts, shapes=shapes)
     if backend == "numpy":
         from .interpreter import run_graph
+
+        run_graph(graph, binding)
+        return None
+    if backend == "llvm":
+        from .host import run_graph
 
         run_graph(graph, binding)
         return None

@@ -22,8 +22,8 @@ import numpy as np
 
 from ..dsl.ir import Block, Graph, Op
 from ..dsl.types import INDEX_MAX, INDEX_MIN
-from ..errors import ExecutionError, OutOfBoundsError
 from .arguments import Binding
+from .diagnostics import division_by_zero, out_of_bounds, thread_text
 
 
 def _saturating_to_index(x):
@@ -80,11 +80,7 @@ class _Launch:
 
     # -- errors name one logical thread --------------------------------------------
     def thread_of(self, lane: int) -> str:
-        coords, rest = [], lane
-        for axis in self.axes:
-            coords.append(f"{axis.name}={rest % axis.extent}")
-            rest //= axis.extent
-        return " ".join(coords)
+        return thread_text(self.axes, lane)
 
     def _first_bad_lane(self, bad) -> int:
         if self.active is not None:
@@ -113,7 +109,7 @@ class _Launch:
         if op.result.type.is_int:
             lane = self._first_bad_lane(np.asarray(b) == 0)
             if lane >= 0:
-                raise ExecutionError(f"div: index division by zero in thread {self.thread_of(lane)}{_at(op)}")
+                raise division_by_zero(op, self.thread_of(lane))
             b = np.where(np.asarray(b) == 0, 1, b)  # inactive lanes only
             self.env[id(op.result)] = np.floor_divide(a, b)
         else:
@@ -122,7 +118,7 @@ class _Launch:
     def cast(self, op: Op) -> None:
         self.env[id(op.result)] = _cast(self.env[id(op.operands[0])], op.attrs["dtype"])
 
-    def _checked_index(self, op: Op, idx, verb: str):
+    def _checked_index(self, op: Op, idx):
         name = op.attrs["buffer"]
         size = self.buffers[name].size
         idx = np.asarray(idx)
@@ -130,17 +126,14 @@ class _Launch:
         lane = self._first_bad_lane(bad)
         if lane >= 0:
             offending = int(idx if idx.ndim == 0 else idx[lane])
-            raise OutOfBoundsError(
-                f"{verb} '{name}': index {offending} is out of bounds for {size} elements "
-                f"(thread {self.thread_of(lane)}){_at(op)}; nothing was written"
-            )
+            raise out_of_bounds(op, offending, size, self.thread_of(lane))
         if self.active is not None and idx.ndim:
             idx = np.where(self.active, idx, 0)
         return idx
 
     def load(self, op: Op) -> None:
         buffer = self.buffers[op.attrs["buffer"]]
-        idx = self._checked_index(op, self.env[id(op.operands[0])], "load from")
+        idx = self._checked_index(op, self.env[id(op.operands[0])])
         if buffer.size == 0:  # only inactive lanes reach here: give them zeros
             value = np.zeros(np.shape(idx), buffer.dtype)
         else:
@@ -150,7 +143,7 @@ class _Launch:
     def store(self, op: Op) -> None:
         buffer = self.buffers[op.attrs["buffer"]]
         idx, value = (self.env[id(v)] for v in op.operands)
-        idx = self._checked_index(op, idx, "store to")
+        idx = self._checked_index(op, idx)
         idx, value = np.broadcast_arrays(idx, np.asarray(value, buffer.dtype), self.lanes)[:2]
         if self.active is not None:
             idx, value = idx[self.active], value[self.active]
@@ -221,10 +214,6 @@ def _step_without_wrap(i, step: int):
     nxt = i + np.int64(step)
     wrapped = (nxt < i) if step > 0 else (nxt > i)
     return np.where(wrapped, np.int64(INDEX_MAX if step > 0 else INDEX_MIN), nxt)
-
-
-def _at(op: Op) -> str:
-    return f" at {op.location}" if op.location is not None else ""
 
 
 _SPECIAL = {

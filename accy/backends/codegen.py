@@ -1,0 +1,153 @@
+"""From an LLVM module to machine code: PTX text for NVPTX, a JIT-compiled
+function for the host.  Both run LLVM's O3 pipeline first."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import attrs
+import llvmlite.binding as llvm
+
+from ..dsl.ir import Graph, Op
+from ..errors import CompileError
+from . import cache
+from .llvm import NVPTX_TRIPLE, LoweredModule, Target, lower
+from .toolchain import find_libdevice
+
+_lock = threading.RLock()  # LLVM's context is not safe to use from several threads at once
+
+
+@functools.cache
+def _init() -> None:
+    # LLVM >= 20 initialises itself; older llvmlite needs this (and it is idempotent)
+    for name in ("initialize_all_targets", "initialize_all_asmprinters",
+                 "initialize_native_target", "initialize_native_asmprinter"):
+        try:
+            getattr(llvm, name)()
+        except (AttributeError, RuntimeError):
+            pass
+
+
+@functools.cache
+def _nvptx_machine(arch: str) -> llvm.TargetMachine:
+    _init()
+    return llvm.Target.from_triple(NVPTX_TRIPLE).create_target_machine(cpu=arch, opt=3)
+
+
+@functools.cache
+def host_machine() -> llvm.TargetMachine:
+    _init()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True
+    )
+
+
+def _optimise(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
+    options = llvm.create_pipeline_tuning_options(speed_level=3)
+    builder = llvm.create_pass_builder(machine, options)
+    builder.getModulePassManager().run(module, builder)
+
+
+@functools.cache
+def _libdevice_bitcode(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _parse(lowered: LoweredModule, machine: llvm.TargetMachine) -> llvm.ModuleRef:
+    lowered.module.data_layout = str(machine.target_data)
+    if not lowered.module.triple or lowered.module.triple == "unknown-unknown-unknown":
+        lowered.module.triple = machine.triple
+    try:
+        module = llvm.parse_assembly(str(lowered.module))
+        module.verify()
+    except RuntimeError as e:
+        raise CompileError(f"LLVM rejected the lowered module of {lowered.entry_name}: {e}") from None
+    return module
+
+
+def llvm_ir(graph: Graph, target: Target, block=(1, 1, 1)) -> str:
+    """The textual LLVM IR of ``graph`` for ``target``, before optimisation."""
+    return str(lower(graph, target, block).module)
+
+
+def ptx_options(target: Target, block) -> str:
+    return f"{target!r} block={tuple(block)}"
+
+
+def emit_ptx(graph: Graph, target: Target, block=(1, 1, 1), *, use_cache: bool = True) -> str:
+    """PTX for ``graph``, from the disk cache when it holds this exact build."""
+    if not target.is_nvptx:
+        raise CompileError(f"emit_ptx needs an NVPTX target, got {target.kind}")
+    key = cache.cache_key("ptx", graph.text(), ptx_options(target, block))
+    build = lambda: _build_ptx(graph, target, block).encode()  # noqa: E731
+    payload = cache.cached(key, build) if use_cache else build()
+    return payload.decode()
+
+
+def _build_ptx(graph: Graph, target: Target, block) -> str:
+    with _lock:
+        machine = _nvptx_machine(target.arch)
+        lowered = lower(graph, target, block)
+        module = _parse(lowered, machine)
+        if lowered.needs_libdevice:
+            path = find_libdevice()
+            if path is None:
+                raise CompileError(
+                    "exp on NVPTX needs libdevice (__nv_expf), which was not found: pip install nvidia-cuda-nvcc "
+                    "(accy's cuda and test extras do) or set CUDA_HOME; or choose the ex2.approx path with fast_exp=True"
+                )
+            module.link_in(llvm.parse_bitcode(_libdevice_bitcode(path)))
+            module.triple = NVPTX_TRIPLE
+            module.data_layout = str(machine.target_data)
+            for fn in module.functions:  # keep only the kernel visible, so O3 drops the rest
+                if not fn.is_declaration and fn.name != lowered.entry_name:
+                    fn.linkage = "internal"
+        _optimise(module, machine)
+        return machine.emit_assembly(module)
+
+
+@attrs.frozen(eq=False)
+class HostKernel:
+    """A JIT-compiled host launcher: ``call(pointers, counts, status, begin, end)``."""
+
+    graph: Graph
+    ordinals: tuple[Op, ...]
+    engine: object  # the MCJIT engine must outlive the function pointer
+    function: object
+
+    def __call__(self, pointers, counts, status_pointer, begin: int, end: int) -> None:
+        self.function(*pointers, *counts, status_pointer, begin, end)
+
+
+_host_kernels: dict[tuple[str, Target], HostKernel] = {}
+
+
+def host_kernel(graph: Graph, target: Target | None = None) -> HostKernel:
+    """The host launcher of ``graph``, compiled once per process per graph text."""
+    target = target or Target.host()
+    key = (graph.text(), target)
+    with _lock:
+        kernel = _host_kernels.get(key)
+        if kernel is None:
+            kernel = _host_kernels[key] = _jit(graph, target)
+        return kernel
+
+
+def _jit(graph: Graph, target: Target) -> HostKernel:
+    machine = host_machine()
+    lowered = lower(graph, target)
+    module = _parse(lowered, machine)
+    _optimise(module, machine)
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    address = engine.get_function_address(lowered.entry_name)
+    if not address:
+        raise CompileError(f"JIT compilation of {lowered.entry_name} produced no function")
+    n = len(graph.params)
+    signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n + [ctypes.c_int64] * n
+                                         + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]))
+    return HostKernel(graph, lowered.ordinals, engine, signature(address))

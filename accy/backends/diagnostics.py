@@ -1,0 +1,32 @@
+"""Run-time error messages, worded once for every backend."""
+
+from __future__ import annotations
+
+from ..dsl.ir import Axis, Op
+from ..errors import ExecutionError, OutOfBoundsError
+
+
+def thread_text(axes: tuple[Axis, ...], lane: int) -> str:
+    """``b=1 q=0 v=2`` for linear lane ``lane`` (x fastest)."""
+    coords, rest = [], lane
+    for axis in axes:
+        extent = max(axis.extent, 1)
+        coords.append(f"{axis.name}={rest % extent}")
+        rest //= extent
+    return " ".join(coords)
+
+
+def _at(op: Op) -> str:
+    return f" at {op.location}" if op.location is not None else ""
+
+
+def out_of_bounds(op: Op, index: int, size: int, thread: str) -> OutOfBoundsError:
+    verb = "store to" if op.opcode == "store" else "load from"
+    return OutOfBoundsError(
+        f"{verb} '{op.attrs['buffer']}': index {index} is out of bounds for {size} elements "
+        f"(thread {thread}){_at(op)}; nothing was written"
+    )
+
+
+def division_by_zero(op: Op, thread: str) -> ExecutionError:
+    return ExecutionError(f"div: index division by zero in thread {thread}{_at(op)}")
