@@ -74,6 +74,44 @@ def _ir(ns) -> int:
     return 0
 
 
+def _write(text: str, output: str | None) -> int:
+    if output is None or output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(output, "w") as f:
+            f.write(text)
+        print(f"wrote {output} ({len(text)} bytes)", file=sys.stderr)
+    return 0
+
+
+def _ptx(ns) -> int:
+    from .backends.codegen import emit_ptx
+    from .backends.llvm import Target
+
+    entry = _entry(ns)
+    target = Target.nvptx(ns.arch, fast_exp=ns.fast_exp, checks=not ns.no_checks)
+    return _write(emit_ptx(entry.program.graph, target, entry.launch().block), ns.output)
+
+
+def _llvm_ir(ns) -> int:
+    from .backends.codegen import llvm_ir
+    from .backends.llvm import Target
+
+    entry = _entry(ns)
+    checks = not ns.no_checks
+    target = Target.host(checks=checks) if ns.target == "host" else Target.nvptx(ns.arch, fast_exp=ns.fast_exp, checks=checks)
+    return _write(llvm_ir(entry.program.graph, target, entry.launch().block), ns.output)
+
+
+def _add_codegen(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("kernel", choices=["attention"], help="library kernel")
+    _add_shape(parser, dict(batch=2, queries=2, keys=3, qk=2, value=2))
+    parser.add_argument("--arch", default="sm_80", help="compute capability of the PTX (default sm_80)")
+    parser.add_argument("--fast-exp", action="store_true", help="exp via ex2.approx instead of libdevice's __nv_expf")
+    parser.add_argument("--no-checks", action="store_true", help="omit bounds and division checks")
+    parser.add_argument("-o", "--output", help="write to this file instead of standard output")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accy", description="accy: GPU compute kernels written in Python.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -81,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the prebuilt attention entry on the CPU and check it against NumPy")
     _add_shape(demo, DEMO_SHAPE)
     demo.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
-    demo.add_argument("--backend", default="numpy", choices=["numpy"], help="backend to run on")
+    demo.add_argument("--backend", default="numpy", choices=["numpy", "llvm", "cuda"], help="backend to run on")
     demo.set_defaults(run=_demo)
 
     ir = sub.add_parser("ir", help="print a kernel's SSA graph")
@@ -89,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_shape(ir, dict(batch=2, queries=2, keys=3, qk=2, value=2))
     ir.add_argument("--raw", action="store_true", help="print the graph as traced, before optimisation")
     ir.set_defaults(run=_ir)
+
+    ptx = sub.add_parser("ptx", help="print or write the PTX of a kernel")
+    _add_codegen(ptx)
+    ptx.set_defaults(run=_ptx)
+
+    llvm_ir = sub.add_parser("llvm-ir", help="print or write the LLVM IR of a kernel")
+    _add_codegen(llvm_ir)
+    llvm_ir.add_argument("--target", choices=["host", "nvptx"], default="nvptx", help="lowering target")
+    llvm_ir.set_defaults(run=_llvm_ir)
     return parser
 
 

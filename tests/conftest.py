@@ -32,3 +32,47 @@ def elementwise(name, fn, n, *, dtypes=(f32, f32), out=f32):
         k.for_each_1d(axis("i", n), each)
 
     return Program(name, params, body)
+
+
+# -- every PTX the suite emits goes through ptxas ----------------------------------------------
+
+import hashlib  # noqa: E402
+
+from accy.backends import codegen, toolchain  # noqa: E402
+
+ASSEMBLED: dict[str, str] = {}
+
+
+def _assemble_every_ptx(ptx, target):
+    if toolchain.find_ptxas() is None:
+        pytest.skip("no ptxas on this machine: pip install nvidia-cuda-nvcc (the test extra does)")
+    digest = hashlib.sha256(f"{target.arch}\n{ptx}".encode()).hexdigest()
+    if digest not in ASSEMBLED:
+        toolchain.assemble(ptx, target.arch)  # raises CompileError with ptxas's message
+        ASSEMBLED[digest] = target.arch
+
+
+codegen.ptx_listeners.append(_assemble_every_ptx)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory):
+    """Compile fresh into a cache of the session's own, never the user's."""
+    import os
+
+    old = os.environ.get("ACCY_CACHE_DIR")
+    os.environ["ACCY_CACHE_DIR"] = str(tmp_path_factory.mktemp("accy-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ACCY_CACHE_DIR", None)
+    else:
+        os.environ["ACCY_CACHE_DIR"] = old
+
+
+def pytest_terminal_summary(terminalreporter):
+    by_arch: dict[str, int] = {}
+    for arch in ASSEMBLED.values():
+        by_arch[arch] = by_arch.get(arch, 0) + 1
+    detail = ", ".join(f"{arch}: {n}" for arch, n in sorted(by_arch.items())) or "none emitted"
+    ptxas = toolchain.find_ptxas() or "not found"
+    terminalreporter.write_line(f"ptxas ({ptxas}) assembled {len(ASSEMBLED)} distinct PTX modules ({detail})")

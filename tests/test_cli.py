@@ -53,3 +53,34 @@ def test_launch_error_is_reported_not_raised(capsys):
 def test_python_dash_m_entry_point():
     result = subprocess.run([sys.executable, "-m", "accy", "ir", "attention"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("kernel @")
+
+
+def test_ptx_writes_a_file_ptxas_accepts(tmp_path, capsys):
+    from accy.backends.toolchain import assemble, find_ptxas
+
+    out = tmp_path / "out.ptx"
+    assert main(["ptx", "attention", "--batch", "2", "--queries", "3", "--arch", "sm_90", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert ".target sm_90" in text
+    if find_ptxas() is None:
+        pytest.skip("no ptxas: pip install nvidia-cuda-nvcc")
+    assert assemble(text, "sm_90")
+
+
+def test_llvm_ir_for_both_targets(capsys):
+    main(["llvm-ir", "attention", "--target", "host"])
+    host = capsys.readouterr().out
+    main(["llvm-ir", "attention", "--arch", "sm_90"])
+    nvptx = capsys.readouterr().out
+    assert '_host"(' in host and "nvptx64-nvidia-cuda" in nvptx and "ptx_kernel" in nvptx
+
+
+def test_bad_arch_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit):
+        main(["ptx", "attention", "--arch", "sm80"])
+    assert "arch must look like sm_80" in capsys.readouterr().err
+
+
+def test_demo_on_llvm(capsys):
+    assert main(["demo", "--backend", "llvm"]) == 0
+    assert "backend  llvm" in capsys.readouterr().out

@@ -94,3 +94,25 @@ def test_attention_scaled_dot_product_entry_carries_specialization_metadata():
 
     snapshot = entry.schedule_snapshot(entry.Limits.testing)
     assert s.schedule.matches_snapshot(snapshot)
+
+
+def test_attention_scaled_dot_product_entry_creates_registry_ready_artifact():
+    from accy import f32
+    from accy.backends.artifacts import ArtifactFormat, BackendKind, DTypeSet, FixedLaunch, RecordingBackendState
+
+    entry = ScaledDotProductAttention2x2x3x2x2F32
+    state = RecordingBackendState(kind=BackendKind.cuda, format=ArtifactFormat.cuda_ptx)
+
+    call_artifact = entry.create_kernel_call_artifact(state, limits=entry.Limits.testing)
+
+    artifact = call_artifact.registry().find(entry.target, entry.version, ArtifactFormat.cuda_ptx)
+    assert artifact is not None, "expected a kernel-call artifact"
+    assert artifact.entry_name == entry.name
+    assert artifact.argument_count == 4
+    assert artifact.required_dtypes == DTypeSet.of([f32])
+    assert isinstance(artifact.launch, FixedLaunch), "expected a fixed launch"
+    geometry = artifact.launch
+    assert geometry.grid[0] == entry.specialization.launch.grid[0]
+    assert geometry.grid[2] == entry.specialization.launch.grid[2]
+    assert geometry.threadgroup[0] == entry.specialization.launch.threadgroup[0]
+    assert geometry.threadgroup[2] == entry.specialization.launch.threadgroup[2]

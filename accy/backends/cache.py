@@ -60,7 +60,7 @@ def read(key: str) -> bytes | None:
         meta = json.loads(header)
         if meta.get("key") == key and meta.get("sha256") == hashlib.sha256(payload).hexdigest():
             return payload
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError):
         pass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+import weakref
 
 import attrs
 import llvmlite.binding as llvm
@@ -57,10 +58,20 @@ def _libdevice_bitcode(path: str) -> bytes:
         return f.read()
 
 
-def _parse(lowered: LoweredModule, machine: llvm.TargetMachine) -> llvm.ModuleRef:
+def _machine(target: Target) -> llvm.TargetMachine:
+    return _nvptx_machine(target.arch) if target.is_nvptx else host_machine()
+
+
+def _lower(graph: Graph, target: Target, block=(1, 1, 1)) -> LoweredModule:
+    """Lower and stamp the module with the target machine's triple and data layout."""
+    lowered = lower(graph, target, block)
+    machine = _machine(target)
+    lowered.module.triple = machine.triple
     lowered.module.data_layout = str(machine.target_data)
-    if not lowered.module.triple or lowered.module.triple == "unknown-unknown-unknown":
-        lowered.module.triple = machine.triple
+    return lowered
+
+
+def _parse(lowered: LoweredModule, machine: llvm.TargetMachine) -> llvm.ModuleRef:
     try:
         module = llvm.parse_assembly(str(lowered.module))
         module.verify()
@@ -71,7 +82,8 @@ def _parse(lowered: LoweredModule, machine: llvm.TargetMachine) -> llvm.ModuleRe
 
 def llvm_ir(graph: Graph, target: Target, block=(1, 1, 1)) -> str:
     """The textual LLVM IR of ``graph`` for ``target``, before optimisation."""
-    return str(lower(graph, target, block).module)
+    with _lock:
+        return str(_lower(graph, target, block).module)
 
 
 def ptx_options(target: Target, block) -> str:
@@ -84,14 +96,21 @@ def emit_ptx(graph: Graph, target: Target, block=(1, 1, 1), *, use_cache: bool =
         raise CompileError(f"emit_ptx needs an NVPTX target, got {target.kind}")
     key = cache.cache_key("ptx", graph.text(), ptx_options(target, block))
     build = lambda: _build_ptx(graph, target, block).encode()  # noqa: E731
-    payload = cache.cached(key, build) if use_cache else build()
-    return payload.decode()
+    ptx = (cache.cached(key, build) if use_cache else build()).decode()
+    for listener in ptx_listeners:
+        listener(ptx, target)
+    return ptx
+
+
+# Called with (ptx, target) after every emission, cached or not: a test suite uses
+# this to assemble every PTX it produces; a user can use it to dump PTX.
+ptx_listeners: list = []
 
 
 def _build_ptx(graph: Graph, target: Target, block) -> str:
     with _lock:
-        machine = _nvptx_machine(target.arch)
-        lowered = lower(graph, target, block)
+        machine = _machine(target)
+        lowered = _lower(graph, target, block)
         module = _parse(lowered, machine)
         if lowered.needs_libdevice:
             path = find_libdevice()
@@ -114,7 +133,6 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
 class HostKernel:
     """A JIT-compiled host launcher: ``call(pointers, counts, status, begin, end)``."""
 
-    graph: Graph
     ordinals: tuple[Op, ...]
     engine: object  # the MCJIT engine must outlive the function pointer
     function: object
@@ -124,22 +142,28 @@ class HostKernel:
 
 
 _host_kernels: dict[tuple[str, Target], HostKernel] = {}
+# per graph object, so a repeated launch skips printing the graph to find its key
+_host_kernels_by_graph: "weakref.WeakKeyDictionary[Graph, dict]" = weakref.WeakKeyDictionary()
 
 
 def host_kernel(graph: Graph, target: Target | None = None) -> HostKernel:
     """The host launcher of ``graph``, compiled once per process per graph text."""
     target = target or Target.host()
-    key = (graph.text(), target)
     with _lock:
-        kernel = _host_kernels.get(key)
+        per_graph = _host_kernels_by_graph.setdefault(graph, {})
+        kernel = per_graph.get(target)
         if kernel is None:
-            kernel = _host_kernels[key] = _jit(graph, target)
+            key = (graph.text(), target)
+            kernel = _host_kernels.get(key)
+            if kernel is None:
+                kernel = _host_kernels[key] = _jit(graph, target)
+            per_graph[target] = kernel
         return kernel
 
 
 def _jit(graph: Graph, target: Target) -> HostKernel:
     machine = host_machine()
-    lowered = lower(graph, target)
+    lowered = _lower(graph, target)
     module = _parse(lowered, machine)
     _optimise(module, machine)
     engine = llvm.create_mcjit_compiler(module, machine)
@@ -150,4 +174,4 @@ def _jit(graph: Graph, target: Target) -> HostKernel:
     n = len(graph.params)
     signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n + [ctypes.c_int64] * n
                                          + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]))
-    return HostKernel(graph, lowered.ordinals, engine, signature(address))
+    return HostKernel(lowered.ordinals, engine, signature(address))

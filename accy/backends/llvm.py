@@ -414,12 +414,12 @@ class _Lowering:
         with b.if_then(inside):  # threads past the logical extent do nothing
             b.call(body, self._body_args(fn) + indices)
         b.ret_void()
-        kernel_md = self.module.add_metadata([fn, ir.MetaDataString(self.module, "kernel"), ir.Constant(I32, 1)])
-        annotations = self.module.get_or_insert_named_metadata("nvvm.annotations")
-        annotations.add(kernel_md)
-        for dim, threads in zip("xyz", block):
-            annotations.add(self.module.add_metadata(
-                [fn, ir.MetaDataString(self.module, f"maxntid{dim}"), ir.Constant(I32, threads)]))
+        # the calling convention marks the kernel for LLVM >= 20; the annotations keep
+        # older NVVM readers informed and bound the block size the kernel is built for
+        annotations = [("kernel", 1)] + [(f"maxntid{dim}", threads) for dim, threads in zip("xyz", block)]
+        for key, number in annotations:
+            self.module.add_named_metadata(
+                "nvvm.annotations", [fn, ir.MetaDataString(self.module, key), ir.Constant(I32, number)])
         return fn
 
     def lower_host_launcher(self, body: ir.Function) -> ir.Function:

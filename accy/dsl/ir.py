@@ -185,7 +185,7 @@ class Block:
 class Graph:
     """A traced kernel: its name, parameters and body block."""
 
-    __slots__ = ("name", "params", "body")
+    __slots__ = ("name", "params", "body", "__weakref__")
 
     def __init__(self, name: str, params: tuple[Param, ...], body: Block):
         self.name = name

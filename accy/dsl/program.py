@@ -138,6 +138,12 @@ class Program:
         launch = self.threads.launch(self.traced_graph.axes)
         return (limits or Limits.default).check(launch)
 
+    def create_kernel_call_artifact(self, backend_state, limits: Limits | None = None, *, version: int = 1):
+        """Compile with ``backend_state`` into a registry-ready artifact (target = the program's name)."""
+        from ..backends.artifacts import create_kernel_call_artifact
+
+        return create_kernel_call_artifact(self, backend_state, target=self.name, version=version, limits=limits)
+
     def run(self, args, backend: str = "numpy", *, limits: Limits | None = None, **options):
         """Run on ``backend`` with NumPy arrays (by position or by name); outputs are written in place."""
         from ..backends import run

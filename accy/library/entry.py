@@ -254,6 +254,14 @@ class Entry:
         """Run on the NumPy interpreter, checking the launch against ``limits``."""
         self.run(args, backend="numpy", limits=limits)
 
+    def create_kernel_call_artifact(self, backend_state, limits: Limits = Limits.default):
+        """Compile with ``backend_state`` into a registry-ready kernel-call artifact."""
+        from ..backends.artifacts import create_kernel_call_artifact
+
+        return create_kernel_call_artifact(self.program, backend_state, target=self.target,
+                                           version=self.version, limits=limits)
+
     # the seed's spellings
     runCpu = run_cpu
     scheduleSnapshot = schedule_snapshot
+    createKernelCallArtifact = create_kernel_call_artifact
