@@ -4,11 +4,29 @@ import pytest
 import accy
 from accy import Program, axis, dynamic_buffer, f32
 
-# Every CPU backend runs every backend-parametrised test (one body, many backends).
+# Every backend runs every backend-parametrised test (one body, many backends);
+# the GPU one skips, with the reason, where there is no GPU.
 CPU_BACKENDS = ["numpy", "llvm"]
 
 
-@pytest.fixture(params=CPU_BACKENDS)
+def _cuda_unavailable() -> str | None:
+    from accy.backends.cuda import default_state
+    from accy.errors import BackendUnavailableError
+
+    try:
+        default_state()
+    except BackendUnavailableError as e:
+        return str(e)
+    return None
+
+
+CUDA_UNAVAILABLE = _cuda_unavailable()
+BACKENDS = CPU_BACKENDS + ([] if CUDA_UNAVAILABLE else ["cuda"])
+CUDA_PARAM = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    CUDA_UNAVAILABLE is not None, reason=f"no GPU backend here: {CUDA_UNAVAILABLE}")])
+
+
+@pytest.fixture(params=CPU_BACKENDS + [CUDA_PARAM])
 def backend(request):
     return request.param
 

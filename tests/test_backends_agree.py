@@ -10,7 +10,7 @@ from accy.backends.codegen import emit_ptx
 from accy.backends.llvm import Target
 from accy.library.attention import ScaledDotProduct, Threads3D, reference, scaled_dot_product_f32
 
-from conftest import CPU_BACKENDS
+from conftest import BACKENDS
 from kernels import CASES, run_case
 
 CASE_SHAPES = [pytest.param(case, shape, id=f"{case.name}-{'x'.join(map(str, shape))}")
@@ -20,11 +20,11 @@ CASE_SHAPES = [pytest.param(case, shape, id=f"{case.name}-{'x'.join(map(str, sha
 @pytest.mark.parametrize("case, shape", CASE_SHAPES)
 def test_suite_kernel_matches_reference_on_every_backend(case, shape):
     outputs = {}
-    for backend in CPU_BACKENDS:
+    for backend in BACKENDS:
         out, expected = run_case(case, shape, backend)
         np.testing.assert_allclose(out, expected, rtol=case.rtol, atol=case.atol, err_msg=f"{backend} vs NumPy")
         outputs[backend] = out
-    for a, b in itertools.combinations(CPU_BACKENDS, 2):
+    for a, b in itertools.combinations(BACKENDS, 2):
         # the backends evaluate the same ops in the same order: only exp/sqrt may differ by an ulp
         np.testing.assert_allclose(outputs[a], outputs[b], rtol=case.rtol, atol=case.atol, err_msg=f"{a} vs {b}")
 
@@ -40,12 +40,12 @@ def test_attention_entry_agrees_across_backends(shape):
     args = [rng.standard_normal(s, dtype=np.float32) for s in ((b, q, h), (b, k, h), (b, k, v))]
     expected = reference(*args)
     outputs = {}
-    for backend in CPU_BACKENDS:
+    for backend in BACKENDS:
         dst = np.full((b, q, v), np.nan, np.float32)
         entry.run([dst, *args], backend=backend)
         np.testing.assert_allclose(dst, expected, rtol=1e-5, atol=2e-6, err_msg=backend)
         outputs[backend] = dst
-    for x, y in itertools.combinations(CPU_BACKENDS, 2):
+    for x, y in itertools.combinations(BACKENDS, 2):
         np.testing.assert_allclose(outputs[x], outputs[y], rtol=1e-6, atol=1e-6, err_msg=f"{x} vs {y}")
 
 

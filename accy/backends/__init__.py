@@ -1,7 +1,11 @@
 """Backends: each lowers or executes the typed SSA graph.
 
-``run(program, args, backend=...)`` is the one entry point; it checks the
-arguments and the launch geometry, then hands the graph to the backend.
+``run(program, args, backend=...)`` is the one entry point; it checks the launch
+geometry and the arguments, then hands the graph to the backend:
+
+- ``numpy``: the reference interpreter (:mod:`accy.backends.interpreter`);
+- ``llvm``: native code for this CPU through LLVM (:mod:`accy.backends.host`);
+- ``cuda``: PTX on an NVIDIA GPU through PyCUDA (:mod:`accy.backends.cuda`).
 """
 
 from __future__ import annotations
@@ -12,26 +16,29 @@ from ..dsl.schedule import Limits
 from ..errors import BackendUnavailableError
 from .arguments import Binding, bind_arguments
 
-BACKENDS = ("numpy", "llvm")
+BACKENDS = ("numpy", "llvm", "cuda")
 
 
 def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
-        counts: Mapping[str, int] | None = None, shapes: Mapping[str, str] | None = None) -> None:
-    """Run ``program`` on ``backend``; outputs are written in place into the argument arrays."""
-    graph = program.graph
+        counts: Mapping[str, int] | None = None, shapes: Mapping[str, str] | None = None, **options):
+    """Run ``program`` on ``backend``; outputs are written in place into the argument arrays.
+
+    ``options`` go to the backend: ``checks=False`` (llvm) drops bounds checks;
+    ``timing=True`` (cuda) returns the kernel's time in milliseconds.
+    """
+    if backend not in BACKENDS:
+        raise BackendUnavailableError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
     program.launch(limits)  # geometry must fit the device limits, even on the CPU
-    binding = bind_arguments(graph, args, counts=counts, shapes=shapes)
+    if backend == "cuda":
+        from .cuda import run_program
+
+        return run_program(program, args, limits=limits, counts=counts, shapes=shapes, **options)
+    binding = bind_arguments(program.graph, args, counts=counts, shapes=shapes)
     if backend == "numpy":
         from .interpreter import run_graph
-
-        run_graph(graph, binding)
-        return None
-    if backend == "llvm":
+    else:
         from .host import run_graph
-
-        run_graph(graph, binding)
-        return None
-    raise BackendUnavailableError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
+    return run_graph(program.graph, binding, **options)
 
 
 __all__ = ["run", "bind_arguments", "Binding", "BACKENDS"]

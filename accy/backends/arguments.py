@@ -1,12 +1,16 @@
 """Binding user arguments to kernel parameters, with the checks every backend shares.
 
-Arguments come by position (parameter order) or by name.  Every check runs
-before anything executes, so a bad call never writes an output.
+Arguments come by position (parameter order) or by name.  Each argument is first
+described as an :class:`ArrayInfo` (dtype, size, layout, writability and the
+byte range it occupies), by NumPy for host arrays or by ``__cuda_array_interface__``
+for device arrays, and every check runs on that description before anything
+executes, so a bad call never writes an output.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import functools
+from typing import Callable, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -16,12 +20,52 @@ from ..errors import ArgumentError
 
 
 @attrs.frozen
-class Binding:
-    """Checked arguments: each parameter's array and its flat (1-D) view."""
+class ArrayInfo:
+    """What the checks need to know about one argument, host or device."""
 
-    arrays: dict[str, np.ndarray]
-    flat: dict[str, np.ndarray]
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    c_contiguous: bool
+    writeable: bool
+    address: int  # first byte
+    space: str  # "host" or "cuda": memory ranges only alias within one space
+    strides: tuple[int, ...] | None = None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def overlaps(self, other: "ArrayInfo") -> bool:
+        if self.space != other.space or not self.nbytes or not other.nbytes:
+            return False
+        return self.address < other.address + other.nbytes and other.address < self.address + self.nbytes
+
+
+def host_info(name: str, a) -> ArrayInfo:
+    """Describe a NumPy array; anything else is an error naming the argument."""
+    if not isinstance(a, np.ndarray):
+        kind = "a device array" if hasattr(a, "__cuda_array_interface__") else type(a).__name__
+        raise ArgumentError(f"argument '{name}': expected a numpy.ndarray, got {kind}")
+    return ArrayInfo(a.dtype, a.shape, a.flags.c_contiguous, a.flags.writeable,
+                     a.__array_interface__["data"][0], "host", a.strides)
+
+
+@attrs.frozen
+class Binding:
+    """Checked arguments: each parameter's array, its description, and for host
+    arrays its flat (1-D) view."""
+
+    arrays: dict[str, object]
+    infos: dict[str, ArrayInfo]
     outputs: frozenset[str]
+
+    @functools.cached_property
+    def flat(self) -> dict[str, np.ndarray]:
+        return {name: a.reshape(-1) for name, a in self.arrays.items()}
 
 
 def _by_name(params: Sequence[Param], args) -> dict[str, object]:
@@ -53,37 +97,38 @@ def bind_arguments(
     *,
     counts: Mapping[str, int] | None = None,
     shapes: Mapping[str, str] | None = None,
+    describe: Callable[[str, object], ArrayInfo] = host_info,
 ) -> Binding:
     """Check ``args`` against ``graph``'s parameters.
 
     ``counts`` overrides the parameters' declared element counts (a library entry
-    knows its shapes); ``shapes`` describes them in messages (``b=3 q=2 h=5``).
+    knows its shapes); ``shapes`` describes them in messages (``b=3 q=2 h=5``);
+    ``describe`` turns an argument into an :class:`ArrayInfo` (host arrays by default).
     """
     outputs = graph.stored_buffers()
     named = _by_name(graph.params, args)
-    arrays, flat = {}, {}
+    infos = {}
     for p in graph.params:
-        a = named[p.name]
-        if not isinstance(a, np.ndarray):
-            raise ArgumentError(f"argument '{p.name}': expected a numpy.ndarray of {p.dtype.numpy}, got {type(a).__name__}")
-        if a.dtype != p.dtype.numpy:
-            raise ArgumentError(f"argument '{p.name}': expected dtype {p.dtype.numpy} ({p.dtype}), got {a.dtype}")
+        info = infos[p.name] = describe(p.name, named[p.name])
+        if info.dtype != p.dtype.numpy:
+            raise ArgumentError(f"argument '{p.name}': expected dtype {p.dtype.numpy} ({p.dtype}), got {info.dtype}")
         count = (counts or {}).get(p.name, p.count)
-        if count is not None and a.size != count:
+        if count is not None and info.size != count:
             described = f" ({shapes[p.name]})" if shapes and p.name in shapes else ""
-            raise ArgumentError(f"argument '{p.name}': expected {count} elements{described}, got {a.size} (shape {a.shape})")
-        if not a.flags.c_contiguous:
             raise ArgumentError(
-                f"argument '{p.name}' is not C-contiguous (strides {a.strides}); pass np.ascontiguousarray(...)"
+                f"argument '{p.name}': expected {count} elements{described}, got {info.size} (shape {info.shape})"
             )
-        if p.name in outputs and not a.flags.writeable:
+        if not info.c_contiguous:
+            raise ArgumentError(
+                f"argument '{p.name}' is not C-contiguous (strides {info.strides}); pass a contiguous copy "
+                "(np.ascontiguousarray(...))"
+            )
+        if p.name in outputs and not info.writeable:
             raise ArgumentError(f"argument '{p.name}' is read-only, but the kernel stores to it")
-        arrays[p.name] = a
-        flat[p.name] = a.reshape(-1)
     for out in sorted(outputs):
         for p in graph.params:
-            if p.name != out and np.shares_memory(arrays[out], arrays[p.name]):
+            if p.name != out and infos[out].overlaps(infos[p.name]):
                 raise ArgumentError(
                     f"argument '{out}' shares memory with argument '{p.name}'; an output must not alias another argument"
                 )
-    return Binding(arrays, flat, frozenset(outputs))
+    return Binding(named, infos, frozenset(outputs))

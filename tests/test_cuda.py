@@ -1,0 +1,121 @@
+"""The PyCUDA backend. GPU tests are marked `cuda` and skip, with the reason, where
+pycuda or a GPU is missing; the checks that need neither run everywhere."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from accy import Program, axis, dynamic_buffer, f32
+from accy.errors import ArgumentError, BackendUnavailableError, OutOfBoundsError
+from accy.library.attention import ScaledDotProduct, reference, scaled_dot_product_f32
+
+from conftest import CUDA_UNAVAILABLE
+from kernels import CASES, run_case
+
+needs_gpu = [pytest.mark.cuda, pytest.mark.skipif(CUDA_UNAVAILABLE is not None,
+                                                  reason=f"no GPU backend here: {CUDA_UNAVAILABLE}")]
+
+
+def requires_gpu(test):
+    for mark in needs_gpu:
+        test = mark(test)
+    return test
+
+
+def test_importing_accy_never_imports_pycuda():
+    code = ("import accy, numpy as np, sys; from accy.library.attention import ScaledDotProductAttention2x2x3x2x2F32 as e; "
+            "e.run([np.zeros(8, np.float32), np.ones(8, np.float32), np.ones(12, np.float32), np.ones(12, np.float32)]); "
+            "print('pycuda' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.skipif(CUDA_UNAVAILABLE is None, reason="a GPU is present")
+def test_without_gpu_the_error_says_why_and_how_to_fix():
+    entry = scaled_dot_product_f32(ScaledDotProduct(1, 1, 1, 1, 1))
+    with pytest.raises(BackendUnavailableError, match=r"backend 'cuda' (needs pycuda|found no)") as err:
+        entry.run([np.zeros(1, np.float32)] * 4, backend="cuda")
+    assert "pip install" in str(err.value) or "NVIDIA" in str(err.value)
+
+
+CASE_SHAPES = [pytest.param(case, shape, id=f"{case.name}-{'x'.join(map(str, shape))}", marks=needs_gpu)
+               for case in CASES for shape in case.shapes]
+
+
+@pytest.mark.parametrize("case, shape", CASE_SHAPES)
+def test_suite_on_gpu_matches_interpreter_and_reference(case, shape):
+    gpu, expected = run_case(case, shape, "cuda")
+    cpu, _ = run_case(case, shape, "numpy")
+    np.testing.assert_allclose(gpu, expected, rtol=case.rtol, atol=case.atol, err_msg="cuda vs NumPy")
+    np.testing.assert_allclose(gpu, cpu, rtol=case.rtol, atol=case.atol, err_msg="cuda vs interpreter")
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 3, 2, 2), (4, 64, 64, 32, 32)], ids=str)
+@requires_gpu
+def test_attention_on_gpu(shape):
+    b, q, k, h, v = shape
+    entry = scaled_dot_product_f32(ScaledDotProduct(*shape))
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(s, dtype=np.float32) for s in ((b, q, h), (b, k, h), (b, k, v))]
+    gpu, cpu = np.zeros((b, q, v), np.float32), np.zeros((b, q, v), np.float32)
+    entry.run([gpu, *args], backend="cuda")
+    entry.run([cpu, *args], backend="numpy")
+    np.testing.assert_allclose(gpu, reference(*args), rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=2e-6)
+
+
+def _copy_program(n):
+    def body(k, args):
+        k.for_each_1d(axis("i", n), lambda inner, idx: args.dst.store(inner, args.src[idx["i"]] * 2.0, idx["i"] + args.off[0]))
+
+    from accy import index
+
+    return Program("gpu_copy", {"dst": dynamic_buffer(f32), "src": dynamic_buffer(f32), "off": dynamic_buffer(index)}, body)
+
+
+@requires_gpu
+def test_device_arrays_are_used_in_place_and_untouched_on_failure():
+    cupy = pytest.importorskip("cupy", reason="CuPy provides __cuda_array_interface__ arrays for this test")
+    src = cupy.arange(8, dtype=cupy.float32)
+    dst = cupy.full(8, -1.0, dtype=cupy.float32)
+    _copy_program(8).run([dst, src, cupy.zeros(1, dtype=cupy.int64)], backend="cuda")
+    assert cupy.asnumpy(dst).tolist() == [2.0 * i for i in range(8)]
+    dst[:] = -1.0
+    with pytest.raises(OutOfBoundsError, match="store to 'dst'"):
+        _copy_program(8).run([dst, src, cupy.ones(1, dtype=cupy.int64)], backend="cuda")
+    assert (cupy.asnumpy(dst) == -1.0).all()
+    with pytest.raises(ArgumentError, match="argument 'src': expected dtype float32"):
+        _copy_program(8).run([dst, src.astype(cupy.float64), cupy.zeros(1, dtype=cupy.int64)], backend="cuda")
+    with pytest.raises(ArgumentError, match="not C-contiguous"):
+        _copy_program(4).run([dst[::2], src[:4], cupy.zeros(1, dtype=cupy.int64)], backend="cuda")
+    with pytest.raises(ArgumentError, match="shares memory"):
+        _copy_program(8).run([dst, dst, cupy.zeros(1, dtype=cupy.int64)], backend="cuda")
+
+
+@requires_gpu
+def test_gpuarray_arguments_and_timing():
+    import pycuda.gpuarray as gpuarray
+
+    from accy.backends.cuda import default_state
+
+    with default_state():
+        src = gpuarray.to_gpu(np.arange(8, dtype=np.float32))
+        dst = gpuarray.zeros(8, np.float32)
+        off = gpuarray.zeros(1, np.int64)
+    ms = _copy_program(8).run([dst, src, off], backend="cuda", timing=True)
+    assert isinstance(ms, float) and ms >= 0
+    with default_state():
+        assert dst.get().tolist() == [2.0 * i for i in range(8)]
+
+
+@requires_gpu
+def test_modules_are_cached_per_context():
+    from accy.backends.cuda import default_state
+
+    state = default_state()
+    entry = scaled_dot_product_f32(ScaledDotProduct(1, 2, 3, 2, 2))
+    artifact = next(iter(entry.create_kernel_call_artifact(state).registry()))
+    assert artifact.arch == state.arch
+    assert state.load(artifact) is state.load(artifact)
