@@ -1,0 +1,235 @@
+"""Bad input, tried on purpose: one table, each row with the exact error type and the
+words its message must hold, run on every backend; plus concurrency and re-entrancy."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import accy
+from accy import Program, axis, dynamic_buffer, f32, index
+from accy.errors import (
+    AccyError,
+    ArgumentError,
+    BackendUnavailableError,
+    CompileError,
+    ExecutionError,
+    LaunchError,
+    OutOfBoundsError,
+    TraceError,
+)
+from accy.library.attention import ScaledDotProduct, Threads3D, scaled_dot_product_f32
+
+SDPA = scaled_dot_product_f32(ScaledDotProduct(2, 2, 3, 2, 2, threads=Threads3D(2, 2, 1)))
+
+
+def good():
+    return [np.zeros((2, 2, 2), np.float32), np.ones((2, 2, 2), np.float32),
+            np.ones((2, 3, 2), np.float32), np.ones((2, 3, 2), np.float32)]
+
+
+def readonly_dst():
+    args = good()
+    args[0].flags.writeable = False
+    return args
+
+
+def aliased():
+    shared = np.zeros(12, np.float32)
+    return [shared[:8], np.ones(8, np.float32), shared, np.ones(12, np.float32)]
+
+
+def _scatter(where):
+    def body(k, args):
+        k.for_each_1d(axis("i", 4), lambda inner, idx: args.dst.store(inner, 1.0, args.where[idx["i"]]))
+
+    program = Program("scatter", {"dst": dynamic_buffer(f32), "where": dynamic_buffer(index)}, body)
+    return program, [np.zeros(4, np.float32), np.array(where, np.int64)]
+
+
+def _gather(where):
+    def body(k, args):
+        k.for_each_1d(axis("i", 4), lambda inner, idx: args.dst.store(inner, args.src[args.where[idx["i"]]], idx["i"]))
+
+    program = Program("gather", {"dst": dynamic_buffer(f32), "src": dynamic_buffer(f32), "where": dynamic_buffer(index)}, body)
+    return program, [np.zeros(4, np.float32), np.ones(3, np.float32), np.array(where, np.int64)]
+
+
+# (id, callable(backend) that must raise, error type, regex the message must match)
+RUN_TIME = [
+    ("argument-count", lambda be: SDPA.run(good()[:3], backend=be), ArgumentError,
+     r"expected 4 arguments \(dst, query, key, value\), got 3"),
+    ("dtype", lambda be: SDPA.run([good()[0].astype(np.float64), *good()[1:]], backend=be), ArgumentError,
+     r"argument 'dst': expected dtype float32 \(f32\), got float64"),
+    ("element-count", lambda be: SDPA.run([np.zeros(7, np.float32), *good()[1:]], backend=be), ArgumentError,
+     r"argument 'dst': expected 8 elements \(b=2 q=2 v=2\), got 7"),
+    ("non-contiguous", lambda be: SDPA.run([*good()[:3], np.ones((2, 3, 4), np.float32)[:, :, 1:3]], backend=be),
+     ArgumentError, r"argument 'value' is not C-contiguous"),
+    ("fortran-order", lambda be: SDPA.run([*good()[:3], np.asfortranarray(np.ones((2, 3, 2), np.float32))], backend=be),
+     ArgumentError, r"argument 'value' is not C-contiguous"),
+    ("read-only-output", lambda be: SDPA.run(readonly_dst(), backend=be), ArgumentError,
+     r"argument 'dst' is read-only, but the kernel stores to it"),
+    ("aliased-output", lambda be: SDPA.run(aliased(), backend=be), ArgumentError,
+     r"argument 'dst' shares memory with argument 'key'"),
+    ("not-an-array", lambda be: SDPA.run([*good()[:3], [1.0] * 12], backend=be), ArgumentError,
+     r"argument 'value': expected a numpy.ndarray, got list"),
+    ("store-out-of-bounds", lambda be: _scatter([0, 1, 2, 4])[0].run(_scatter([0, 1, 2, 4])[1], backend=be),
+     OutOfBoundsError, r"store to 'dst': index 4 is out of bounds for 4 elements \(thread i=3\)"),
+    ("load-negative-index", lambda be: _gather([0, -2, 1, 2])[0].run(_gather([0, -2, 1, 2])[1], backend=be),
+     OutOfBoundsError, r"load from 'src': index -2 is out of bounds for 3 elements \(thread i=1\)"),
+    ("block-over-limits", lambda be: scaled_dot_product_f32(ScaledDotProduct(1, 1, 1, 1, 1, threads=Threads3D(64, 32, 1)))
+     .run([np.zeros(1, np.float32)] * 4, backend=be), LaunchError, r"2048 threads, over the limit of 1024"),
+    ("grid-over-limits", lambda be: scaled_dot_product_f32(ScaledDotProduct(65536, 1, 1, 1, 1, threads=Threads3D(1, 1, 1)))
+     .launch(), LaunchError, r"grid z dimension 65536 exceeds the limit of 65535 blocks"),
+    ("unknown-backend", lambda be: SDPA.run(good(), backend="tpu"), BackendUnavailableError, r"unknown backend 'tpu'"),
+]
+
+
+@pytest.mark.parametrize("make, error, message", [pytest.param(*row[1:], id=row[0]) for row in RUN_TIME])
+def test_bad_run_time_input(make, error, message, backend):
+    with pytest.raises(error, match=message):
+        make(backend)
+
+
+def test_nothing_is_written_when_a_launch_fails(backend):
+    program, (dst, where) = _scatter([0, 1, 2, 9])
+    dst[:] = 5.0
+    with pytest.raises(OutOfBoundsError):
+        program.run([dst, where], backend=backend)
+    assert (dst == 5.0).all()
+
+
+def test_nan_and_inf_inputs_propagate_and_never_crash(backend):
+    args = good()
+    args[1][0, 0, 0] = np.nan
+    args[2][1, 2, 1] = np.inf
+    args[3][1, 0, 0] = -np.inf
+    SDPA.run(args, backend=backend)
+    assert np.isnan(args[0][0, 0]).all() and np.isfinite(args[0][0, 1]).all()
+    assert not np.isfinite(args[0][1]).all()
+
+
+def test_zero_sized_extents(backend):
+    def body(k, args):
+        k.for_each_2d(x=axis("i", 0), y=axis("j", 5), body=lambda inner, idx: args.dst.store(inner, 1.0, idx["j"]))
+
+    Program("empty2d", {"dst": dynamic_buffer(f32)}, body).run([np.zeros(0, np.float32)], backend=backend)
+
+
+TRACE_TIME = [
+    ("extent-overflows-i64", lambda: axis("i", 2**63), TraceError, r"outside the index range"),
+    ("extents-product-overflows", lambda: Program("big", {}, lambda k, a: k.for_each_3d(
+        x=axis("x", 2**21), y=axis("y", 2**21), z=axis("z", 2**21), body=lambda inner, idx: None)).traced_graph,
+     TraceError, r"overflows the index range"),
+    ("python-if-on-traced-value", lambda: Program("branchy", {"x": dynamic_buffer(f32)}, lambda k, a: k.for_each_1d(
+        axis("i", 2), lambda inner, idx: 1 if a.x[idx["i"]] > 0.0 else 0)).traced_graph,
+     TraceError, r"Use select\(cond, a, b\) .* fold_range"),
+    ("python-loop-over-traced-value", lambda: Program("loopy", {}, lambda k, a: k.for_each_1d(
+        axis("i", 2), lambda inner, idx: [j for j in range(idx["i"])])).traced_graph,
+     TraceError, r"cannot be used as a Python int index"),
+    ("bad-arch", lambda: accy.backends.llvm.Target.nvptx("compute_80"), CompileError, r"arch must look like sm_80"),
+]
+
+
+@pytest.mark.parametrize("make, error, message", [pytest.param(*row[1:], id=row[0]) for row in TRACE_TIME])
+def test_bad_program(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_kernel_body_that_raises_keeps_its_error_and_names_the_kernel():
+    def body(k, args):
+        raise ZeroDivisionError("the user's own bug")
+
+    with pytest.raises(ZeroDivisionError, match="the user's own bug") as err:
+        Program("raiser", {}, body).traced_graph
+    assert "kernel 'raiser'" in " ".join(err.value.__notes__)
+
+
+def test_index_division_by_zero(backend):
+    def body(k, args):
+        k.for_each_1d(axis("i", 3), lambda inner, idx: args.dst.store(inner, 10 // (idx["i"] - 1), idx["i"]))
+
+    with pytest.raises(ExecutionError, match=r"division by zero in thread i=1"):
+        Program("divz", {"dst": dynamic_buffer(index)}, body).run([np.zeros(3, np.int64)], backend=backend)
+
+
+def test_every_error_derives_from_one_base():
+    for error in (ArgumentError, BackendUnavailableError, CompileError, ExecutionError, LaunchError,
+                  OutOfBoundsError, TraceError, accy.errors.VerificationError):
+        assert issubclass(error, AccyError)
+    assert set(accy.errors.__all__) >= {"AccyError", "TraceError", "ArgumentError", "OutOfBoundsError"}
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "llvm"])
+def test_one_entry_from_many_threads(backend_name):
+    """Concurrent first use (trace + compile) and concurrent runs give correct results."""
+    entry = scaled_dot_product_f32(ScaledDotProduct(3, 5, 7, 4, 6, threads=Threads3D(3, 3, 1)))
+    rng = np.random.default_rng(11)
+    jobs = []
+    for _ in range(8):
+        q, k, v = (rng.standard_normal(s, dtype=np.float32) for s in ((3, 5, 4), (3, 7, 4), (3, 7, 6)))
+        jobs.append((q, k, v, np.zeros((3, 5, 6), np.float32)))
+    errors = []
+    barrier = threading.Barrier(len(jobs))
+
+    def work(job):
+        try:
+            barrier.wait()
+            for _ in range(3):
+                entry.run([job[3], *job[:3]], backend=backend_name)
+        except Exception as e:  # collected and re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(job,)) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    from accy.library.attention import reference
+
+    for q, k, v, dst in jobs:
+        np.testing.assert_allclose(dst, reference(q, k, v), rtol=1e-5, atol=1e-6)
+
+
+def test_tracing_is_reentrant():
+    """A kernel body may trace (or run) another kernel while it is being traced."""
+    inner_program = Program("inner", {"dst": dynamic_buffer(f32)},
+                            lambda k, a: k.for_each_1d(axis("i", 2), lambda inner, idx: a.dst.store(inner, 3.0, idx["i"])))
+
+    def outer_body(k, args):
+        def each(inner, idx):
+            inner_dst = np.zeros(2, np.float32)
+            inner_program.run([inner_dst])  # traces and runs while outer is tracing
+            args.dst[idx["i"]] = float(inner_dst.sum())
+
+        k.for_each_1d(axis("i", 3), each)
+
+    dst = np.zeros(3, np.float32)
+    Program("outer", {"dst": dynamic_buffer(f32)}, outer_body).run([dst])
+    assert dst.tolist() == [6.0, 6.0, 6.0]
+
+
+def test_corrupt_cache_entry_rebuilds_with_warning(tmp_path, monkeypatch):
+    from accy.backends.codegen import emit_ptx
+    from accy.backends.llvm import Target
+
+    monkeypatch.setenv("ACCY_CACHE_DIR", str(tmp_path))
+    ptx = emit_ptx(SDPA.program.graph, Target.nvptx(), SDPA.launch().block)
+    for entry_file in tmp_path.rglob("*"):
+        if entry_file.is_file():
+            entry_file.write_bytes(b"\x00\xff broken")
+    with pytest.warns(RuntimeWarning, match="corrupt; rebuilding"):
+        assert emit_ptx(SDPA.program.graph, Target.nvptx(), SDPA.launch().block) == ptx
+
+
+def test_unusable_cache_directory_runs_without_cache(tmp_path, monkeypatch):
+    from accy.backends.codegen import emit_ptx
+    from accy.backends.llvm import Target
+
+    not_a_dir = tmp_path / "cache"
+    not_a_dir.write_text("")
+    monkeypatch.setenv("ACCY_CACHE_DIR", str(not_a_dir))
+    with pytest.warns(RuntimeWarning, match="running without the cache"):
+        assert ".entry" in emit_ptx(SDPA.program.graph, Target.nvptx("sm_90"), SDPA.launch().block)
