@@ -16,7 +16,7 @@ def _cuda_unavailable() -> str | None:
     try:
         default_state()
     except BackendUnavailableError as e:
-        return str(e)
+        return str(e).split(":")[0]  # the reason; the full message says how to fix it
     return None
 
 

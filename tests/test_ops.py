@@ -282,3 +282,32 @@ def test_zero_sized_launch_does_nothing(backend):
 
 def test_bool_type_is_exposed():
     assert boolean.is_bool and not boolean.is_float
+
+
+def test_vectorised_folds_agree_with_loops_under_any_memory_cap(rng):
+    """Chunking a vectorised fold (here down to one iteration per chunk) changes nothing."""
+    from accy.library.attention import ScaledDotProduct, scaled_dot_product_f32
+
+    entry = scaled_dot_product_f32(ScaledDotProduct(2, 5, 9, 4, 3))
+    args = [rng.standard_normal(s, dtype=np.float32) for s in ((2, 5, 4), (2, 9, 4), (2, 9, 3))]
+    roomy, tight = np.zeros((2, 5, 3), np.float32), np.zeros((2, 5, 3), np.float32)
+    entry.run([roomy, *args], backend="numpy")
+    entry.run([tight, *args], backend="numpy", memory_cap=1)
+    np.testing.assert_array_equal(roomy, tight)
+
+
+def test_vectorised_float_sums_round_like_a_sequential_loop():
+    """A summed fold matches the LLVM backend's sequential loop bit for bit."""
+    def body(k, args):
+        k.for_each_1d(axis("i", 2), lambda inner, idx: args.dst.store(
+            inner, inner.fold_range(0, 1000, 1, 0.0, lambda inner, j, acc: acc + args.x[j]), idx["i"]))
+
+    x = (np.random.default_rng(5).standard_normal(1000) * 1e4).astype(np.float32)
+    program = Program("seqsum", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body)
+    interpreted, native = np.zeros(2, np.float32), np.zeros(2, np.float32)
+    program.run([interpreted, x], backend="numpy")
+    program.run([native, x], backend="llvm")
+    expected = np.float32(0)
+    for value in x:
+        expected = np.float32(expected + value)
+    assert interpreted.tolist() == native.tolist() == [expected, expected]

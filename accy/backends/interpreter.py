@@ -1,14 +1,26 @@
 """The NumPy interpreter: the reference semantics of every accy op.
 
-The graph is executed once for all logical threads at the same time: each SSA
-value is a NumPy array with one lane per thread (or a scalar, when it is the
-same for all threads), so a launch costs a number of NumPy calls proportional to
-the ops executed, never to the number of threads.
+The graph runs once for all logical threads at the same time, and each SSA value
+is evaluated only over the axes it depends on.  A launch's axis indices are
+NumPy arrays shaped to broadcast against each other (for a 3-D launch ``x`` has
+shape ``(1, 1, nx)``, ``y`` ``(1, ny, 1)``, ``z`` ``(nz, 1, 1)``), so a value that
+depends on ``b`` and ``q`` but not on ``v`` is computed once per ``(b, q)`` and
+broadcast: NumPy's broadcasting *is* the dependence analysis.  A launch costs a
+number of NumPy calls proportional to the ops executed, never to the thread count.
 
-A fold whose bounds differ between threads runs until its longest thread is
-done, with an *active mask* saying which lanes are still inside the loop; loads
-and stores only touch active lanes, so a thread never reads or writes memory
-its own loop would not have.
+Folds run in one of three ways:
+
+* **vectorised**: when the bounds are the same for every thread, the body stores
+  nothing, and each loop-carried value is combined with ``add``, ``max`` or
+  ``min`` from a term that does not depend on any of them, every iteration is
+  evaluated at once along a new leading axis, in chunks that keep the
+  temporaries under a memory cap, and folded in iteration order
+  (one in-place NumPy call per iteration, so float sums round exactly as a
+  sequential loop does);
+* **uniform**: otherwise, with the same bounds everywhere, a Python loop over
+  the iterations, each evaluated for all threads;
+* **divergent**: bounds that differ between threads run until the longest thread
+  is done, with an *active mask*; loads and stores touch active lanes only.
 
 Outputs are written to scratch copies and copied back only when the whole
 launch succeeded, so a failing launch leaves every argument untouched.
@@ -17,13 +29,17 @@ launch succeeded, so a failing launch leaves every argument untouched.
 from __future__ import annotations
 
 import math
+import weakref
 
+import attrs
 import numpy as np
 
 from ..dsl.ir import Block, Graph, Op
 from ..dsl.types import INDEX_MAX, INDEX_MIN
 from .arguments import Binding
 from .diagnostics import division_by_zero, out_of_bounds, thread_text
+
+DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
 
 
 def _saturating_to_index(x):
@@ -62,6 +78,117 @@ EVAL = {
     "select": np.where,
 }
 
+# combines a vectorised fold can apply to all iterations at once
+_COMBINES = {"add": np.add, "max": np.maximum, "min": np.minimum}
+
+
+# ----------------------------------------------------------------------------- fold plans
+
+
+@attrs.frozen
+class _FoldPlan:
+    """How to run one fold op: ``combines`` is None unless it can be vectorised;
+    then entry j says how accumulator j takes its term (the other operand)."""
+
+    combines: tuple[tuple[np.ufunc, int], ...] | None  # (ufunc, id of the term value)
+    combine_ops: frozenset[int]  # the combining ops themselves: applied after, not in, the body
+    local_terms: frozenset[int]  # the terms the body itself defines (dead once folded)
+    body_ops: int  # ops in the body, nested regions included (sizes chunks)
+    captured: tuple[int, ...]  # ids of the outer values the body reads (bound its shapes)
+
+
+def _uses(block: Block) -> set[int]:
+    """Ids of every value an op in ``block`` (or below) reads."""
+    return {id(v) for op in block.walk() for v in op.operands}
+
+
+def _plan(op: Op, stored: frozenset[str]) -> _FoldPlan:
+    (region,) = op.regions
+    body_ops = sum(1 for _ in region.walk())
+    defined = {id(a) for a in region.args}
+    for inner in region.walk():
+        defined.update(id(r) for r in inner.results)
+        defined.update(id(a) for nested in inner.regions for a in nested.args)
+    captured = tuple(sorted(_uses(region) - defined))
+    if any(inner.opcode == "store" for inner in region.walk()):
+        return _FoldPlan(None, frozenset(), frozenset(), body_ops, captured)
+    accs = {id(a) for a in region.args[1:]}
+    tainted = set(accs)  # values that depend on a loop-carried value
+    for inner in region.ops:
+        reads = {id(v) for v in inner.operands}
+        for nested in inner.regions:
+            reads |= _uses(nested)
+        if reads & tainted:
+            tainted.update(id(r) for r in inner.results)
+    combines, combine_ops = [], set()
+    for acc, y in zip(region.args[1:], region.terminator.operands):
+        owner = y.owner
+        if not isinstance(owner, Op) or owner.opcode not in _COMBINES or owner.block is not region:
+            return _FoldPlan(None, frozenset(), frozenset(), body_ops, captured)
+        a, b = owner.operands
+        term = b if a is acc else a if b is acc else None
+        if term is None or id(term) in tainted:
+            return _FoldPlan(None, frozenset(), frozenset(), body_ops, captured)
+        combines.append((_COMBINES[owner.opcode], id(term)))
+        combine_ops.add(id(owner))
+    local = frozenset(t for _, t in combines if t in defined)  # not from outside the body
+    return _FoldPlan(tuple(combines), frozenset(combine_ops), local, body_ops, captured)
+
+
+def _last_uses(block: Block, keep: frozenset[int] = frozenset()) -> dict[int, tuple[int, ...]]:
+    """For each op of ``block``: the values defined in the block that are dead after it.
+
+    Freeing them at once keeps few large temporaries alive, and NumPy can then
+    reuse their memory instead of faulting in fresh pages for every op.  Values a
+    ``yield`` hands back stay, and so do those in ``keep`` (a vectorised fold's
+    terms): the fold reads them after the body has run.
+    """
+    last: dict[int, int] = {}
+    for n, op in enumerate(block.ops):
+        reads = {id(v) for v in op.operands}
+        for nested in op.regions:
+            reads |= _uses(nested)
+        for v in reads:
+            last[v] = n
+        for r in op.results:
+            last.setdefault(id(r), n)  # never used: dead at once
+    kept = set(keep) | ({id(v) for v in block.terminator.operands} if block.terminator is not None else set())
+    defined = {id(r) for op in block.ops for r in op.results}
+    frees: dict[int, list[int]] = {}
+    for v, n in last.items():
+        if v in defined and v not in kept:
+            frees.setdefault(id(block.ops[n]), []).append(v)
+    return {op_id: tuple(vs) for op_id, vs in frees.items()}
+
+
+@attrs.frozen
+class _Schedule:
+    """What the interpreter precomputes once per graph."""
+
+    plans: dict[int, _FoldPlan]  # per fold op
+    frees: dict[int, tuple[int, ...]]  # per op: values dead after it
+
+
+_schedules: "weakref.WeakKeyDictionary[Graph, _Schedule]" = weakref.WeakKeyDictionary()
+
+
+def schedule_of(graph: Graph) -> _Schedule:
+    schedule = _schedules.get(graph)
+    if schedule is None:
+        stored = graph.stored_buffers()
+        plans = {id(op): _plan(op, stored) for op in graph.body.walk() if op.opcode == "fold"}
+        frees = _last_uses(graph.body)
+        for op in graph.body.walk():
+            plan = plans.get(id(op))
+            terms = frozenset(t for _, t in plan.combines) if plan and plan.combines else frozenset()
+            for region in op.regions:
+                frees.update(_last_uses(region, terms))
+        schedule = _schedules[graph] = _Schedule(plans, frees)
+    return schedule
+
+
+# ----------------------------------------------------------------------------- execution
+
 
 def _scalar(value, dtype):
     return dtype.numpy.type(value)
@@ -70,36 +197,44 @@ def _scalar(value, dtype):
 class _Launch:
     """State of one launch: buffers, the logical grid, and the active-lane mask."""
 
-    def __init__(self, graph: Graph, buffers: dict[str, np.ndarray]):
+    def __init__(self, graph: Graph, buffers: dict[str, np.ndarray], memory_cap: int):
         self.graph = graph
         self.buffers = buffers
         self.env: dict[int, object] = {}
         self.active = None  # None: every lane is active; else a bool array
         self.axes = ()
-        self.lanes = np.zeros(1, np.int64)  # replaced by the launch's lanes in for_each
+        self.grid = ()  # the launch's shape, outermost axis first: (nz, ny, nx)
+        schedule = schedule_of(graph)
+        self.plans, self.frees = schedule.plans, schedule.frees
+        self.memory_cap = memory_cap
+        self.leading = 0  # iteration axes of enclosing vectorised folds, in front of the grid's
 
-    # -- errors name one logical thread --------------------------------------------
-    def thread_of(self, lane: int) -> str:
-        return thread_text(self.axes, lane)
-
-    def _first_bad_lane(self, bad) -> int:
+    # -- errors name one logical thread ------------------------------------------
+    def _first_bad(self, bad, idx):
+        """(lane, offending index) of the first active lane where ``bad``, or None."""
         if self.active is not None:
             bad = bad & self.active
-        if bad.ndim == 0:
-            return 0 if bad else -1
-        lanes = np.flatnonzero(bad)
-        return int(lanes[0]) if lanes.size else -1
+        if not np.any(bad):
+            return None
+        rank = max(np.ndim(bad), np.ndim(idx), len(self.grid))
+        shape = np.broadcast_shapes(np.shape(bad), np.shape(idx), (1,) * (rank - len(self.grid)) + self.grid)
+        position = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
+        lane = int(np.ravel_multi_index(position[rank - len(self.grid):], self.grid)) if self.grid else 0
+        return lane, int(np.broadcast_to(idx, shape)[position])
 
     # -- evaluation ------------------------------------------------------------
-    def run_block(self, block: Block) -> None:
-        env = self.env
+    def run_block(self, block: Block, skip: frozenset[int] = frozenset()) -> None:
+        env, frees = self.env, self.frees
         for op in block.ops:
+            if id(op) in skip:
+                continue  # and so are its frees: the caller still reads its operands
             handler = _SPECIAL.get(op.opcode)
             if handler is not None:
                 handler(self, op)
-                continue
-            args = [env[id(v)] for v in op.operands]
-            env[id(op.results[0])] = EVAL[op.opcode](*args)
+            else:
+                env[id(op.results[0])] = EVAL[op.opcode](*[env[id(v)] for v in op.operands])
+            for v in frees.get(id(op), ()):
+                del env[v]
 
     def const(self, op: Op) -> None:
         self.env[id(op.result)] = _scalar(op.attrs["value"], op.attrs["dtype"])
@@ -107,11 +242,11 @@ class _Launch:
     def div(self, op: Op) -> None:
         a, b = (self.env[id(v)] for v in op.operands)
         if op.result.type.is_int:
-            lane = self._first_bad_lane(np.asarray(b) == 0)
-            if lane >= 0:
-                raise division_by_zero(op, self.thread_of(lane))
-            b = np.where(np.asarray(b) == 0, 1, b)  # inactive lanes only
-            self.env[id(op.result)] = np.floor_divide(a, b)
+            zero = np.asarray(b) == 0
+            bad = self._first_bad(zero, b)
+            if bad is not None:
+                raise division_by_zero(op, thread_text(self.axes, bad[0]))
+            self.env[id(op.result)] = np.floor_divide(a, np.where(zero, 1, b))  # inactive lanes only
         else:
             self.env[id(op.result)] = np.divide(a, b)
 
@@ -119,93 +254,124 @@ class _Launch:
         self.env[id(op.result)] = _cast(self.env[id(op.operands[0])], op.attrs["dtype"])
 
     def _checked_index(self, op: Op, idx):
-        name = op.attrs["buffer"]
-        size = self.buffers[name].size
+        size = self.buffers[op.attrs["buffer"]].size
         idx = np.asarray(idx)
-        bad = (idx < 0) | (idx >= size)
-        lane = self._first_bad_lane(bad)
-        if lane >= 0:
-            offending = int(idx if idx.ndim == 0 else idx[lane])
-            raise out_of_bounds(op, offending, size, self.thread_of(lane))
-        if self.active is not None and idx.ndim:
-            idx = np.where(self.active, idx, 0)
+        outside = (idx < 0) | (idx >= size)
+        bad = self._first_bad(outside, idx)
+        if bad is not None:
+            raise out_of_bounds(op, bad[1], size, thread_text(self.axes, bad[0]))
+        if np.any(outside):  # only lanes that are inactive: point them somewhere harmless
+            idx = np.where(outside, 0, idx)
         return idx
 
     def load(self, op: Op) -> None:
         buffer = self.buffers[op.attrs["buffer"]]
         idx = self._checked_index(op, self.env[id(op.operands[0])])
         if buffer.size == 0:  # only inactive lanes reach here: give them zeros
-            value = np.zeros(np.shape(idx), buffer.dtype)
+            self.env[id(op.result)] = np.zeros(np.shape(idx), buffer.dtype)
         else:
-            value = buffer[idx]
-        self.env[id(op.result)] = value
+            self.env[id(op.result)] = buffer[idx]
 
     def store(self, op: Op) -> None:
         buffer = self.buffers[op.attrs["buffer"]]
         idx, value = (self.env[id(v)] for v in op.operands)
         idx = self._checked_index(op, idx)
-        idx, value = np.broadcast_arrays(idx, np.asarray(value, buffer.dtype), self.lanes)[:2]
+        arrays = [idx, np.asarray(value, buffer.dtype), np.empty(self.grid, bool)]
         if self.active is not None:
-            idx, value = idx[self.active], value[self.active]
-        buffer[idx] = value
+            arrays.append(self.active)
+        idx, value = (a.reshape(-1) for a in np.broadcast_arrays(*arrays)[:2])
+        if self.active is not None:
+            keep = np.broadcast_to(self.active, np.broadcast_shapes(*(np.shape(a) for a in arrays))).reshape(-1)
+            idx, value = idx[keep], value[keep]
+        buffer[idx] = value  # a repeated index keeps the highest lane's value, as on the host
 
     def for_each(self, op: Op) -> None:
         self.axes = op.attrs["axes"]
-        total = math.prod(a.extent for a in self.axes)
-        if total == 0:
+        self.grid = tuple(a.extent for a in reversed(self.axes))
+        if math.prod(self.grid) == 0:
             return
-        lane = np.arange(total, dtype=np.int64)
-        self.lanes = lane
         (block,) = op.regions
-        stride = 1
-        for arg, axis in zip(block.args, self.axes):
-            self.env[id(arg)] = (lane // stride) % axis.extent
-            stride *= axis.extent
+        rank = len(self.axes)
+        for i, (arg, axis) in enumerate(zip(block.args, self.axes)):
+            shape = [1] * rank
+            shape[rank - 1 - i] = axis.extent
+            self.env[id(arg)] = np.arange(axis.extent, dtype=np.int64).reshape(shape)
         self.run_block(block)
 
+    # -- folds -------------------------------------------------------------------
     def fold(self, op: Op) -> None:
         start, stop, *inits = (self.env[id(v)] for v in op.operands)
         step = op.attrs["step"]
-        (block,) = op.regions
-        iv, accs = block.args[0], block.args[1:]
-        yields = block.terminator.operands
-        for a, v in zip(accs, inits):
-            self.env[id(a)] = v
-        if np.ndim(start) == 0 and np.ndim(stop) == 0:
-            self._uniform_fold(int(start), int(stop), step, block, iv, accs, yields)
+        (region,) = op.regions
+        iv, accs = region.args[0], region.args[1:]
+        uniform = np.ndim(start) == 0 and np.ndim(stop) == 0
+        plan = self.plans[id(op)]
+        if uniform and plan.combines is not None:
+            results = self._vectorised_fold(range(int(start), int(stop), step), region, plan, inits)
+        elif uniform:
+            results = self._uniform_fold(range(int(start), int(stop), step), region, inits)
         else:
-            self._divergent_fold(start, stop, step, block, iv, accs, yields)
-        for r, a in zip(op.results, accs):
-            self.env[id(r)] = self.env[id(a)]
+            results = self._divergent_fold(start, stop, step, region, inits)
+        for r, value in zip(op.results, results):
+            self.env[id(r)] = value
 
-    def _uniform_fold(self, start, stop, step, block, iv, accs, yields):
+    def _iterate(self, region: Block, i, accs_values, skip: frozenset[int] = frozenset()):
         env = self.env
-        for i in range(start, stop, step):
-            env[id(iv)] = np.int64(i)
-            self.run_block(block)
-            new = [env[id(y)] for y in yields]
-            for a, v in zip(accs, new):
-                env[id(a)] = v
+        env[id(region.args[0])] = i
+        for a, v in zip(region.args[1:], accs_values):
+            env[id(a)] = v
+        self.run_block(region, skip)
+        return None if skip else [env[id(y)] for y in region.terminator.operands]
 
-    def _divergent_fold(self, start, stop, step, block, iv, accs, yields):
-        env = self.env
+    def _uniform_fold(self, trips: range, region: Block, accs):
+        for i in trips:
+            accs = self._iterate(region, np.int64(i), accs)
+        return accs
+
+    def _vectorised_fold(self, trips: range, region: Block, plan: _FoldPlan, accs):
+        if not trips:
+            return accs
+        rank = self.leading + len(self.grid)  # the iteration axis goes in front of all current ones
+        # every value in the body broadcasts to at most the shape of what it reads from outside
+        bound = np.broadcast_shapes(*(np.shape(self.env[c]) for c in plan.captured), *(np.shape(a) for a in accs))
+        per_iteration = 8 * max(plan.body_ops, 1) * max(math.prod(bound), 1)
+        chunk = max(1, min(len(trips), self.memory_cap // per_iteration))
+        accs = list(accs)
+        self.leading += 1
+        try:
+            for first in range(0, len(trips), chunk):
+                part = trips[first:first + chunk]
+                i = np.arange(part.start, part.stop, part.step, dtype=np.int64).reshape((len(part),) + (1,) * rank)
+                self._iterate(region, i, accs, plan.combine_ops)
+                for j, ((combine, term), acc) in enumerate(zip(plan.combines, accs)):
+                    terms = self.env[term]
+                    shape = np.broadcast_shapes((len(part),) + (1,) * rank, np.shape(terms), np.shape(acc))
+                    total = np.array(np.broadcast_to(acc, shape[1:]))
+                    for t in np.broadcast_to(terms, shape):  # in iteration order: rounds as a loop does
+                        combine(total, t, out=total)
+                    accs[j] = total
+                for t in plan.local_terms:  # dead once folded: free them before the next chunk
+                    del self.env[t]
+        finally:
+            self.leading -= 1
+        return accs
+
+    def _divergent_fold(self, start, stop, step, region: Block, accs):
         outer = self.active
-        i = np.broadcast_to(np.asarray(start, np.int64), self.lanes.shape).copy()
+        i = np.asarray(start, np.int64) + np.zeros(np.shape(stop), np.int64)
         try:
             while True:
                 inside = (i < stop) if step > 0 else (i > stop)
                 active = inside if outer is None else (inside & outer)
-                if not active.any():
+                if not np.any(active):
                     break
                 self.active = active
-                env[id(iv)] = i.copy()
-                self.run_block(block)
-                new = [env[id(y)] for y in yields]
-                for a, v in zip(accs, new):
-                    env[id(a)] = np.where(active, v, env[id(a)])
+                new = self._iterate(region, i, accs)
+                accs = [np.where(active, v, a) for v, a in zip(new, accs)]
                 i = np.where(active, _step_without_wrap(i, step), i)
         finally:
             self.active = outer
+        return accs
 
 
 def _step_without_wrap(i, step: int):
@@ -228,10 +394,10 @@ _SPECIAL = {
 }
 
 
-def run_graph(graph: Graph, binding: Binding) -> None:
+def run_graph(graph: Graph, binding: Binding, *, memory_cap: int = DEFAULT_MEMORY_CAP) -> None:
     """Execute ``graph`` on checked arguments; outputs are written only on success."""
     scratch = {name: (a.copy() if name in binding.outputs else a) for name, a in binding.flat.items()}
-    launch = _Launch(graph, scratch)
+    launch = _Launch(graph, scratch, memory_cap)
     with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the semantics, not warnings
         launch.run_block(graph.body)
     for name in binding.outputs:
