@@ -27,7 +27,7 @@ from ..dsl.types import DType
 from .codegen import emit_ptx
 from .llvm import Target
 
-ABI = "accy-v1: ptr buffer[n], i64 count[n], ptr status[4 x i64]"
+ABI = "accy-v1: ptr buffer[n] (8 readable bytes even if empty), i64 count[n], ptr status[4 x i64]"
 
 
 class BackendKind(enum.Enum):

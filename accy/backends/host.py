@@ -1,11 +1,17 @@
 """The LLVM host backend: the graph compiled to native code for this CPU.
 
-The whole logical grid runs in one native call of the JIT-compiled launcher.
-Outputs are written to scratch copies, checked against the status word, and
-copied back only on success, exactly as in the interpreter.
+The logical grid runs in native calls of the JIT-compiled launcher, each over a
+contiguous range of lanes; big launches are split across one thread per core
+(ctypes releases the GIL for the call).  Outputs are written to scratch copies,
+checked against the status word, and copied back only on success, exactly as
+in the interpreter.
 """
 
 from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
 
 import numpy as np
 
@@ -14,8 +20,26 @@ from .arguments import Binding
 from .codegen import host_kernel
 from .llvm import STATUS_WORDS, Target, status_error, total_lanes
 
+_EMPTY = np.zeros(1, np.int64)
+# below this many (lanes x ops in the graph), a second thread costs more than it saves
+PARALLEL_WORK = 200_000
 
-def run_graph(graph: Graph, binding: Binding, *, checks: bool = True) -> None:
+
+@functools.cache
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="accy-host")
+
+
+def _thread_count(graph: Graph, lanes: int, threads: int | None) -> int:
+    if threads is not None:
+        return max(1, min(int(threads), lanes))
+    work = lanes * sum(1 for _ in graph.body.walk())
+    return 1 if work < PARALLEL_WORK else max(1, min(os.cpu_count() or 1, lanes))
+
+
+def run_graph(graph: Graph, binding: Binding, *, checks: bool = True, threads: int | None = None) -> None:
+    """Run ``graph`` natively; ``threads`` fixes the thread count (default: one per
+    core for big launches, else one)."""
     lanes = total_lanes(graph)
     if lanes == 0:
         return
@@ -23,7 +47,18 @@ def run_graph(graph: Graph, binding: Binding, *, checks: bool = True) -> None:
     scratch = {name: (a.copy() if name in binding.outputs else a) for name, a in binding.flat.items()}
     arrays = [scratch[p.name] for p in graph.params]
     status = np.zeros(STATUS_WORDS, np.int64)
-    kernel([a.ctypes.data for a in arrays], [a.size for a in arrays], status.ctypes.data, 0, lanes)
+    # an empty buffer still points at 8 readable bytes (the ABI's promise to checked loads)
+    pointers = [a.ctypes.data if a.size else _EMPTY.ctypes.data for a in arrays]
+    counts = [a.size for a in arrays]
+    n = _thread_count(graph, lanes, threads)
+    bounds = [lanes * i // n for i in range(n + 1)]
+    if n == 1:
+        kernel(pointers, counts, status.ctypes.data, 0, lanes)
+    else:
+        futures = [_pool().submit(kernel, pointers, counts, status.ctypes.data, lo, hi)
+                   for lo, hi in zip(bounds, bounds[1:])]
+        for f in futures:
+            f.result()
     error = status_error(graph, kernel.ordinals, status, {p.name: a.size for p, a in zip(graph.params, arrays)})
     if error is not None:
         raise error

@@ -9,7 +9,9 @@ always-inlined function of the logical thread indices; two thin wrappers call it
   x, y, z), so the CPU runs the whole grid, or a slice of it, in one native call.
 
 Both have the same parameters: one pointer per buffer, one ``i64`` element count
-per buffer, and a pointer to a 4 x i64 *status* word.  With checks on (the
+per buffer, and a pointer to a 4 x i64 *status* word.  Every buffer pointer must
+point at 8 readable bytes even when its count is 0 (a checked load that fails
+reads element 0 and discards it).  With checks on (the
 default), every load and store is bounds-checked and index division checks for
 zero; the first failure is recorded in the status with a compare-and-swap
 (``kind, op ordinal, index, lane``), the access is skipped, and the host turns
@@ -235,7 +237,9 @@ class _Lowering:
             arg.add_attribute("noalias")
         for param, arg in zip(self.params, fn.args[len(self.params):]):
             arg.name = f"{param.name}_count"
-        fn.args[2 * len(self.params)].name = "status"
+        status = fn.args[2 * len(self.params)]
+        status.name = "status"
+        status.add_attribute("noalias")  # its own allocation: writing it never changes a buffer
 
     # -- the body ------------------------------------------------------------------
     def lower_body(self) -> ir.Function:
@@ -297,7 +301,7 @@ class _Lowering:
         """Where ``ok`` is false, record the first failure of the launch in the status."""
         fail = self.b.append_basic_block(f"check_fail_{self.ordinals[id(op)]}")
         cont = self.b.append_basic_block(f"check_ok_{self.ordinals[id(op)]}")
-        self.b.cbranch(ok, cont, fail)
+        self.b.cbranch(ok, cont, fail).set_weights([1 << 20, 1])  # failures are cold
         self.b.position_at_end(fail)
         word = lambda i: self.b.gep(self.status, [ir.Constant(I64, i)], source_etype=I64, inbounds=True)  # noqa: E731
         result = self.b.cmpxchg(word(0), ir.Constant(I64, 0), ir.Constant(I64, kind), "monotonic", "monotonic")
@@ -319,20 +323,12 @@ class _Lowering:
             return
         ok = self.b.icmp_unsigned("<", idx, self.counts[name])  # unsigned: negatives fail too
         self.check(op, ok, STATUS_LOAD_OOB, idx)
-        # a failed thread skips the access and goes on with a zero
-        in_bounds = self.b.append_basic_block(f"load_{self.ordinals[id(op)]}")
-        join = self.b.append_basic_block(f"loaded_{self.ordinals[id(op)]}")
-        before = self.b.block
-        self.b.cbranch(ok, in_bounds, join)
-        self.b.position_at_end(in_bounds)
-        ptr = self.b.gep(self.buffers[name], [idx], source_etype=ty, inbounds=True)
+        # a failed thread reads element 0 instead (every buffer has one: see the ABI)
+        # and goes on with a zero; no branch, so the loop around stays simple
+        safe = self.b.select(ok, idx, ir.Constant(I64, 0))
+        ptr = self.b.gep(self.buffers[name], [safe], source_etype=ty, inbounds=True)
         loaded = self.b.load(ptr, typ=ty, align=align)
-        self.b.branch(join)
-        self.b.position_at_end(join)
-        phi = self.b.phi(ty)
-        phi.add_incoming(loaded, in_bounds)
-        phi.add_incoming(ir.Constant(ty, 0), before)
-        self.values[id(op.result)] = phi
+        self.values[id(op.result)] = self.b.select(ok, loaded, ir.Constant(ty, 0))
 
     def _op_store(self, op: Op) -> None:
         name, ty = op.attrs["buffer"], llvm_type(op.attrs["dtype"])
