@@ -121,3 +121,68 @@ def test_bad_specs_rejected(bad):
         ScaledDotProduct(**fields)
     with pytest.raises(ValueError, match="distinct"):
         ScaledDotProduct(1, 1, 1, 1, 1, batch_axis="q")
+
+
+# -- the fused entry and the causal flag ----------------------------------------------------------
+
+from accy.library.attention import reference, scaled_dot_product_fused_f32  # noqa: E402
+from accy.library.entry import ReductionOperator  # noqa: E402
+
+VARIANTS = [pytest.param(make, causal, id=f"{make.__name__.split('_')[-2]}{'-causal' if causal else ''}")
+            for make in (scaled_dot_product_f32, scaled_dot_product_fused_f32) for causal in (False, True)]
+
+
+def causal_numpy_attention(q, k, v):
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = np.einsum("bqh,bkh->bqk", q, k) / np.sqrt(q.shape[-1])
+    s[:, np.triu_indices(q.shape[1], 1, k.shape[1])[0], np.triu_indices(q.shape[1], 1, k.shape[1])[1]] = -np.inf
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bqk,bkv->bqv", p / p.sum(-1, keepdims=True), v)
+
+
+@pytest.mark.parametrize("make, causal", VARIANTS)
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (2, 5, 7, 4, 3), (3, 9, 4, 8, 6), (2, 33, 17, 3, 5)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_variants_match_numpy(make, causal, shape, backend, rng):
+    b, q, k, h, v = shape
+    entry = make(ScaledDotProduct(*shape, causal=causal, threads=Threads3D(4, 2, 1)))
+    args = [rng.standard_normal(s, dtype=np.float32) for s in ((b, q, h), (b, k, h), (b, k, v))]
+    dst = np.full((b, q, v), np.nan, np.float32)
+    entry.run([dst, *args], backend=backend)
+    expected = causal_numpy_attention(*args) if causal else numpy_attention(*args)
+    np.testing.assert_allclose(dst, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(reference(*args, causal=causal), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_metadata_is_honest():
+    spec = ScaledDotProduct(3, 2, 4, 5, 3, threads=Threads3D(2, 3, 1))
+    fused = scaled_dot_product_fused_f32(spec)
+    s = fused.specialization
+    assert fused.target == "accy.kernel.attention.sdpa_fused3x2x4x5x3_2x3x1_f32"
+    assert s.fused_reductions == (("score_max", "score_exp_sum", "value_weighted_sum"),)
+    assert s.reduction_matches(0, name="score_dot", operator=ReductionOperator.dot_product, extents=[5])
+    assert s.reduction_matches(3, name="value_weighted_sum", operator=ReductionOperator.online_weighted_sum,
+                               extents=[4], dependencies=["score_exp_sum"])
+    assert s.reduction_reuse_matches(0, reduction="score_dot", extents=[3, 2, 4])  # each score once
+    assert s.reduction_reuse_scopes_are_valid()
+    # 2·BQK·H + BQ·K (max) + 2·BQ·K (online exp-sum) + 3·BQV·K (online weighted sum)
+    assert s.estimated_element_ops() == 2 * 24 * 5 + 24 + 2 * 24 + 3 * 18 * 4
+    # one logical thread per query row: axes q (x) and b (y)
+    assert [a.name for a in fused.program.traced_graph.axes] == ["q", "b"]
+    assert s.schedule.matches_snapshot(fused.schedule_snapshot(fused.Limits.testing))
+    assert s.launch == fused.launch() and s.launch.grid == (1, 1, 1)
+
+
+def test_causal_flag_is_part_of_the_target():
+    plain = scaled_dot_product_f32(ScaledDotProduct(2, 2, 3, 2, 2))
+    causal = scaled_dot_product_f32(ScaledDotProduct(2, 2, 3, 2, 2, causal=True))
+    assert causal.target == plain.target.replace("_f32", "_causal_f32") and causal.specialization.causal
+    assert causal.name != plain.name and not plain.specialization.causal
+
+
+def test_fused_reads_each_score_input_once_per_key():
+    """The fused graph has one dot-product fold per key step, the naive one three."""
+    spec = ScaledDotProduct(1, 2, 3, 4, 2)
+    folds = lambda e: sum(op.opcode == "fold" for op in e.program.graph.body.walk())  # noqa: E731
+    assert folds(scaled_dot_product_fused_f32(spec)) == 2  # keys, and h inside
+    assert folds(scaled_dot_product_f32(spec)) == 7

@@ -8,7 +8,13 @@ import pytest
 
 from accy.backends.codegen import emit_ptx
 from accy.backends.llvm import Target
-from accy.library.attention import ScaledDotProduct, Threads3D, reference, scaled_dot_product_f32
+from accy.library.attention import (
+    ScaledDotProduct,
+    Threads3D,
+    reference,
+    scaled_dot_product_f32,
+    scaled_dot_product_fused_f32,
+)
 
 from conftest import BACKENDS
 from kernels import CASES, run_case
@@ -32,13 +38,18 @@ def test_suite_kernel_matches_reference_on_every_backend(case, shape):
 ATTENTION_SHAPES = [(2, 2, 3, 2, 2), (1, 7, 5, 3, 9), (3, 16, 31, 8, 4), (4, 64, 64, 32, 32)]
 
 
+ENTRIES = [pytest.param(make, causal, id=f"{make.__name__.split('_')[-2]}{'-causal' if causal else ''}")
+           for make in (scaled_dot_product_f32, scaled_dot_product_fused_f32) for causal in (False, True)]
+
+
+@pytest.mark.parametrize("make, causal", ENTRIES)
 @pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_attention_entry_agrees_across_backends(shape):
+def test_attention_entry_agrees_across_backends(shape, make, causal):
     b, q, k, h, v = shape
-    entry = scaled_dot_product_f32(ScaledDotProduct(*shape, threads=Threads3D(8, 4, 1)))
+    entry = make(ScaledDotProduct(*shape, threads=Threads3D(8, 4, 1), causal=causal))
     rng = np.random.default_rng(7)
     args = [rng.standard_normal(s, dtype=np.float32) for s in ((b, q, h), (b, k, h), (b, k, v))]
-    expected = reference(*args)
+    expected = reference(*args, causal=causal)
     outputs = {}
     for backend in BACKENDS:
         dst = np.full((b, q, v), np.nan, np.float32)
@@ -60,8 +71,9 @@ def test_suite_kernel_lowers_to_ptx_that_ptxas_accepts(case, arch, fast_exp):
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("checks", [True, False], ids=["checked", "unchecked"])
-def test_attention_lowers_to_ptx(arch, checks):
-    entry = scaled_dot_product_f32(ScaledDotProduct(3, 16, 31, 8, 4))
+@pytest.mark.parametrize("make, causal", ENTRIES)
+def test_attention_lowers_to_ptx(arch, checks, make, causal):
+    entry = make(ScaledDotProduct(3, 16, 31, 8, 4, causal=causal))
     ptx = emit_ptx(entry.program.graph, Target.nvptx(arch, checks=checks), entry.launch().block)
     assert ".maxntid 32, 8, 1" in ptx
     assert ("atom" in ptx) == checks  # the status word is written with a compare-and-swap

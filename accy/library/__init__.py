@@ -6,6 +6,7 @@ from .attention import (
     ScaledDotProductAttention2x2x3x2x2F32,
     Threads3D,
     scaled_dot_product_f32,
+    scaled_dot_product_fused_f32,
     scaledDotProductF32,
 )
 from .entry import (
@@ -25,7 +26,7 @@ from .entry import (
 
 __all__ = [
     "attention", "ScaledDotProduct", "ScaledDotProductAttention2x2x3x2x2F32", "Threads3D",
-    "scaled_dot_product_f32", "scaledDotProductF32", "ATTENTION_SCALED_DOT_PRODUCT", "Category",
+    "scaled_dot_product_f32", "scaled_dot_product_fused_f32", "scaledDotProductF32", "ATTENTION_SCALED_DOT_PRODUCT", "Category",
     "Entry", "Layer", "Operation", "Reduction", "ReductionOperator", "ReductionReuse",
     "ScheduleSnapshot", "Shape", "Specialization", "ThreadBlocks3D",
 ]

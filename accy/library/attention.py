@@ -69,6 +69,7 @@ class ScaledDotProduct:
     key_axis: str = "k"
     qk_axis: str = "h"
     value_axis: str = "v"
+    causal: bool = False  # query q attends to keys k <= q only (top-left aligned, as torch's is_causal)
 
     def __attrs_post_init__(self):
         names = (self.batch_axis, self.query_axis, self.key_axis, self.qk_axis, self.value_axis)
@@ -85,6 +86,11 @@ class ScaledDotProduct:
     @property
     def threads_text(self) -> str:
         return f"{self.threads.x}x{self.threads.y}x{self.threads.z}"
+
+    def names(self, variant: str = "") -> tuple[str, str]:
+        """(program name, registry target) for this spec: ``sdpa{variant}{shape}_{threads}[_causal]_f32``."""
+        stem = f"sdpa{variant}{self.shape_text}_{self.threads_text}{'_causal' if self.causal else ''}_f32"
+        return f"accy_kernel_attention_{stem}", f"accy.kernel.attention.{stem}"
 
 
 def _index_upper(extent: int) -> int:
@@ -127,13 +133,15 @@ def score_shape(spec: ScaledDotProduct) -> Shape:
     return Shape.of((spec.batch_axis, spec.batch), (spec.query_axis, spec.queries), (spec.key_axis, spec.keys))
 
 
-def _specialization(spec: ScaledDotProduct) -> Specialization:
+def _specialization(spec: ScaledDotProduct, *, fused: bool = False) -> Specialization:
     keys = Shape.of((spec.key_axis, spec.keys))
     threads = (spec.threads.x, spec.threads.y, spec.threads.z)
-    schedule_ = ThreadBlocks3D(
-        (Axis(spec.value_axis, spec.value), Axis(spec.query_axis, spec.queries), Axis(spec.batch_axis, spec.batch)),
-        threads,
-    )
+    batch, query, value = (Axis(spec.batch_axis, spec.batch), Axis(spec.query_axis, spec.queries),
+                           Axis(spec.value_axis, spec.value))
+    # naive: a thread per output (v, q, b); fused: a thread per query row (q, b)
+    schedule_ = ThreadBlocks3D((query, batch) if fused else (value, query, batch), threads)
+    exp_sum = ReductionOperator.online_sum_exp_shifted if fused else ReductionOperator.sum_exp_shifted
+    weighted = ReductionOperator.online_weighted_sum if fused else ReductionOperator.weighted_sum
     return Specialization(
         dtype=f32,
         operation=ATTENTION_SCALED_DOT_PRODUCT,
@@ -143,8 +151,8 @@ def _specialization(spec: ScaledDotProduct) -> Specialization:
         reductions=(
             Reduction("score_dot", ReductionOperator.dot_product, Shape.of((spec.qk_axis, spec.qk))),
             Reduction("score_max", ReductionOperator.maximum, keys, ("score_dot",)),
-            Reduction("score_exp_sum", ReductionOperator.sum_exp_shifted, keys, ("score_max",)),
-            Reduction("value_weighted_sum", ReductionOperator.weighted_sum, keys, ("score_exp_sum",)),
+            Reduction("score_exp_sum", exp_sum, keys, ("score_max",)),
+            Reduction("value_weighted_sum", weighted, keys, ("score_exp_sum",)),
         ),
         reduction_reuse=(
             ReductionReuse("score_dot", score_shape(spec)),
@@ -153,6 +161,8 @@ def _specialization(spec: ScaledDotProduct) -> Specialization:
         ),
         launch=schedule_.launch(),
         schedule=schedule_,
+        fused_reductions=(("score_max", "score_exp_sum", "value_weighted_sum"),) if fused else (),
+        causal=spec.causal,
     )
 
 
@@ -205,9 +215,16 @@ def scaled_score(inner, spec, query_buffer, key_buffer, batch, query, key):
     return inner.mul(dot, scale)
 
 
+def _visible(inner, ctx, key, value, hidden):
+    """Under a causal mask, ``value`` where key <= query, else ``hidden``."""
+    if not ctx.spec.causal:
+        return value
+    return inner.select(inner.le(key, ctx.query), value, hidden)
+
+
 def _score_max_reduce(fold_inner, key, acc, ctx):
     score = scaled_score(fold_inner, ctx.spec, ctx.query_buffer, ctx.key_buffer, ctx.batch, ctx.query, key)
-    return fold_inner.max(acc, score)
+    return fold_inner.max(acc, _visible(fold_inner, ctx, key, score, float("-inf")))
 
 
 def score_max(inner, spec, query_buffer, key_buffer, batch, query):
@@ -220,7 +237,7 @@ def score_max(inner, spec, query_buffer, key_buffer, batch, query):
 def _score_denominator_reduce(fold_inner, key, acc, ctx):
     score = scaled_score(fold_inner, ctx.spec, ctx.query_buffer, ctx.key_buffer, ctx.batch, ctx.query, key)
     shifted = fold_inner.sub(score, ctx.row_max)
-    exp_score = fold_inner.exp(shifted)
+    exp_score = _visible(fold_inner, ctx, key, fold_inner.exp(shifted), 0.0)
     return fold_inner.add(acc, exp_score)
 
 
@@ -235,7 +252,7 @@ def _weighted_value_sum_reduce(fold_inner, key, acc, ctx):
     score = scaled_score(fold_inner, ctx.spec, ctx.query_buffer, ctx.key_buffer, ctx.batch, ctx.query, key)
     shifted = fold_inner.sub(score, ctx.row_max)
     exp_score = fold_inner.exp(shifted)
-    weight = fold_inner.div(exp_score, ctx.denominator)
+    weight = _visible(fold_inner, ctx, key, fold_inner.div(exp_score, ctx.denominator), 0.0)
     v_index = value_index(fold_inner, ctx.spec, ctx.batch, key, ctx.value)
     value_item = ctx.value_buffer.load(fold_inner, v_index)
     weighted = fold_inner.mul(weight, value_item.raw())
@@ -268,7 +285,7 @@ def _program(spec: ScaledDotProduct) -> Program:
         }, SimpleNamespace(spec=spec, args=args), _scaled_dot_product_each)
 
     return Program(
-        name=f"accy_kernel_attention_sdpa{spec.shape_text}_{spec.threads_text}_f32",
+        name=spec.names()[0],
         parameters={
             "dst": dynamic_buffer(f32),
             "query": dynamic_buffer(f32),
@@ -284,7 +301,7 @@ def scaled_dot_product_f32(spec: ScaledDotProduct) -> Entry:
     """The naive three-pass attention entry for ``spec`` (memoised: one entry per spec)."""
     return Entry(
         program=_program(spec),
-        target=f"accy.kernel.attention.sdpa{spec.shape_text}_{spec.threads_text}_f32",
+        target=spec.names()[1],
         layer=Layer.logical,
         category=Category.attention,
         specialization=_specialization(spec),
@@ -298,12 +315,71 @@ ScaledDotProductAttention2x2x3x2x2F32 = scaled_dot_product_f32(
 )
 
 
-def reference(query, key, value):
+def reference(query, key, value, *, causal: bool = False):
     """Plain NumPy attention, ``softmax(Q K^T / sqrt(h)) V``, in float64, shaped (b, q, v)."""
     import numpy as np
 
     q, k, v = (np.asarray(a, np.float64) for a in (query, key, value))
     scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    if causal:
+        scores = np.where(np.arange(k.shape[1])[None, :] <= np.arange(q.shape[1])[:, None], scores, -np.inf)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights /= weights.sum(axis=-1, keepdims=True)
     return weights @ v
+
+
+# -- the fused entry: one pass with an online softmax ---------------------------------------
+
+
+def _fused_program(spec: ScaledDotProduct) -> Program:
+    """One logical thread per query row (b, q): each score is computed once, the
+    running maximum rescales the running sum and the row's accumulators as it
+    grows, and the output row is written once at the end."""
+    heads, keys, values, queries = spec.qk, spec.keys, spec.value, spec.queries
+    scale = 1.0 / math.sqrt(float(heads))
+
+    def body(k, args):
+        def row(inner, index):
+            b, q = index[spec.batch_axis], index[spec.query_axis]
+            query_row = (b * queries + q) * heads
+
+            def step(inner, key, state):
+                running_max, running_sum, *acc = state
+                key_row = (b * keys + key) * heads
+                dot = inner.fold_range(0, heads, 1, 0.0,
+                                       lambda inner, h, d: d + args.query[query_row + h] * args.key[key_row + h])
+                score = dot * scale
+                new_max = inner.max(running_max, score)
+                rescale = inner.exp(running_max - new_max)  # 0 on the first key (max was -inf)
+                weight = inner.exp(score - new_max)
+                value_row = (b * keys + key) * values
+                return (new_max, running_sum * rescale + weight,
+                        *[a * rescale + weight * args.value[value_row + j] for j, a in enumerate(acc)])
+
+            stop = inner.min(q + 1, keys) if spec.causal else keys  # causal: skip masked keys entirely
+            _, total, *acc = inner.fold_range(0, stop, 1, (float("-inf"), 0.0, *[0.0] * values), step)
+            out_row = (b * queries + q) * values
+            for j, a in enumerate(acc):
+                args.dst[out_row + j] = a / total
+
+        k.for_each_2d(x=axis(spec.query_axis, queries), y=axis(spec.batch_axis, spec.batch), body=row)
+
+    return Program(
+        name=spec.names("_fused")[0],
+        parameters={"dst": dynamic_buffer(f32), "query": dynamic_buffer(f32),
+                    "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)},
+        body=body,
+    ).with_schedule(schedule.thread_blocks(x=spec.threads.x, y=spec.threads.y, z=spec.threads.z))
+
+
+@functools.lru_cache(maxsize=None)
+def scaled_dot_product_fused_f32(spec: ScaledDotProduct) -> Entry:
+    """The fused one-pass attention entry for ``spec`` (memoised: one entry per spec)."""
+    name, target = spec.names("_fused")
+    return Entry(
+        program=_fused_program(spec),
+        target=target,
+        layer=Layer.logical,
+        category=Category.attention,
+        specialization=_specialization(spec, fused=True),
+    )

@@ -48,11 +48,27 @@ class ReductionOperator(enum.Enum):
     sum = "sum"
     sum_exp_shifted = "sum_exp_shifted"
     weighted_sum = "weighted_sum"
+    # online softmax (one pass): each term also rescales what was summed so far
+    online_sum_exp_shifted = "online_sum_exp_shifted"
+    online_weighted_sum = "online_weighted_sum"
 
     @property
     def element_ops(self) -> int:
-        """Combine operations per reduced term: a multiply-accumulate counts 2, others 1."""
-        return 2 if self in (ReductionOperator.dot_product, ReductionOperator.weighted_sum) else 1
+        """Combine operations per reduced term: a multiply-accumulate counts 2, others 1,
+        and an online (rescaling) form one more."""
+        return _ELEMENT_OPS[self]
+
+
+_ELEMENT_OPS = {
+    ReductionOperator.dot_product: 2,
+    ReductionOperator.weighted_sum: 2,
+    ReductionOperator.maximum: 1,
+    ReductionOperator.minimum: 1,
+    ReductionOperator.sum: 1,
+    ReductionOperator.sum_exp_shifted: 1,
+    ReductionOperator.online_sum_exp_shifted: 2,
+    ReductionOperator.online_weighted_sum: 3,
+}
 
 
 @attrs.frozen
@@ -107,13 +123,15 @@ class ScheduleSnapshot:
 
 @attrs.frozen
 class ThreadBlocks3D:
-    """Declared schedule: logical axes on x, y, z, tiled by blocks of ``threads``."""
+    """Declared schedule: logical axes on x, y, z (one to three of them), tiled by
+    blocks of ``threads``."""
 
-    axes: tuple[Axis, Axis, Axis]
+    axes: tuple[Axis, ...]
     threads: tuple[int, int, int]
 
     def launch(self) -> Launch:
-        grid = tuple(-(-a.extent // t) for a, t in zip(self.axes, self.threads))
+        extents = [a.extent for a in self.axes] + [1] * (3 - len(self.axes))
+        grid = tuple(-(-e // t) for e, t in zip(extents, self.threads))
         return Launch(grid=grid, block=self.threads)
 
     def matches_snapshot(self, snapshot: ScheduleSnapshot) -> bool:
@@ -135,6 +153,9 @@ class Specialization:
     reduction_reuse: tuple[ReductionReuse, ...]
     launch: Launch
     schedule: ThreadBlocks3D
+    # groups of reductions computed together in one loop (online softmax fuses three)
+    fused_reductions: tuple[tuple[str, ...], ...] = ()
+    causal: bool = False  # key k attends to query q only where k <= q
 
     def operation_is(self, operation) -> bool:
         return str(operation) == str(self.operation)
