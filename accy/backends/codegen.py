@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 import weakref
 
@@ -52,10 +53,34 @@ def _optimise(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
     builder.getModulePassManager().run(module, builder)
 
 
+def _drop_unused(module: llvm.ModuleRef) -> None:
+    """Global dead-code elimination before O3, which would otherwise optimise all of libdevice."""
+    passes = llvm.create_new_module_pass_manager()
+    passes.add_global_dead_code_eliminate_pass()
+    passes.run(module, llvm.create_pass_builder(_nvptx_machine("sm_80"), llvm.create_pipeline_tuning_options()))
+
+
 @functools.cache
-def _libdevice_bitcode(path: str) -> bytes:
+def _libdevice_subset(path: str, wanted: frozenset[str]) -> bytes:
+    """libdevice cut down to ``wanted`` and what they call (once per process, and in
+    the disk cache): linking all of it and letting O3 discard the rest costs a
+    hundred milliseconds a kernel."""
+    stat = os.stat(path)
+    key = cache.cache_key("libdevice", path, str(stat.st_size), str(stat.st_mtime_ns), *sorted(wanted))
+    return cache.cached(key, lambda: _cut_libdevice(path, wanted))
+
+
+def _cut_libdevice(path: str, wanted: frozenset[str]) -> bytes:
     with open(path, "rb") as f:
-        return f.read()
+        module = llvm.parse_bitcode(f.read())
+    for fn in module.functions:
+        if not fn.is_declaration and fn.name not in wanted:
+            fn.linkage = "internal"
+    _drop_unused(module)
+    for fn in module.functions:  # back to linkable, so the kernel's declarations resolve
+        if fn.name in wanted:
+            fn.linkage = "external"
+    return module.as_bitcode()
 
 
 def _machine(target: Target) -> llvm.TargetMachine:
@@ -119,10 +144,11 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
                     "exp on NVPTX needs libdevice (__nv_expf), which was not found: pip install nvidia-cuda-nvcc "
                     "(accy's cuda and test extras do) or set CUDA_HOME; or choose the ex2.approx path with fast_exp=True"
                 )
-            module.link_in(llvm.parse_bitcode(_libdevice_bitcode(path)))
+            wanted = frozenset(fn.name for fn in module.functions if fn.is_declaration and fn.name.startswith("__nv_"))
+            module.link_in(llvm.parse_bitcode(_libdevice_subset(path, wanted)))
             module.triple = NVPTX_TRIPLE
             module.data_layout = str(machine.target_data)
-            for fn in module.functions:  # keep only the kernel visible, so O3 drops the rest
+            for fn in module.functions:  # only the kernel stays visible
                 if not fn.is_declaration and fn.name != lowered.entry_name:
                     fn.linkage = "internal"
         _optimise(module, machine)
