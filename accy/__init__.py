@@ -6,6 +6,7 @@ code and PTX for NVIDIA GPUs) and PyCUDA (launching that PTX on a GPU).
 """
 
 from . import errors, logical
+from .compare import CompareReport, compare
 from .dsl import (
     Graph,
     Launch,
@@ -28,4 +29,5 @@ __version__ = "0.1.0"
 __all__ = [
     "errors", "logical", "Graph", "Launch", "Limits", "Program", "axis", "boolean", "buffer",
     "dynamic_buffer", "dynamicBuffer", "f32", "index", "schedule", "thread_blocks", "AccyError",
+    "compare", "CompareReport",
 ]

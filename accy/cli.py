@@ -34,14 +34,16 @@ def _add_shape(parser: argparse.ArgumentParser, defaults: dict) -> None:
     for flag in ("batch", "queries", "keys", "qk", "value"):
         parser.add_argument(f"--{flag}", type=_positive_int, default=defaults[flag], help=f"{flag} extent (default {defaults[flag]})")
     parser.add_argument("--threads", type=_threads, default=None, metavar="X,Y,Z", help="threads per block")
+    parser.add_argument("--fused", action="store_true", help="the fused one-pass entry (online softmax)")
+    parser.add_argument("--causal", action="store_true", help="mask keys after the query (k <= q)")
 
 
 def _entry(ns):
-    from .library.attention import ScaledDotProduct, Threads3D, scaled_dot_product_f32
+    from .library.attention import ScaledDotProduct, Threads3D, scaled_dot_product_f32, scaled_dot_product_fused_f32
 
     threads = Threads3D(*ns.threads) if ns.threads else Threads3D()
-    spec = ScaledDotProduct(ns.batch, ns.queries, ns.keys, ns.qk, ns.value, threads=threads)
-    return scaled_dot_product_f32(spec)
+    spec = ScaledDotProduct(ns.batch, ns.queries, ns.keys, ns.qk, ns.value, threads=threads, causal=ns.causal)
+    return (scaled_dot_product_fused_f32 if ns.fused else scaled_dot_product_f32)(spec)
 
 
 def _demo(ns) -> int:
@@ -70,8 +72,25 @@ def _demo(ns) -> int:
 def _ir(ns) -> int:
     program = _entry(ns).program
     graph = program.traced_graph if ns.raw else program.graph
-    sys.stdout.write(graph.text())
-    return 0
+    if ns.format == "dot":
+        from .dsl.dot import graph_to_dot
+
+        return _write(graph_to_dot(graph), ns.output)
+    return _write(graph.text(), ns.output)
+
+
+def _compare(ns) -> int:
+    from .compare import compare
+
+    entry = _entry(ns)
+    b, q, k, h, v = ns.batch, ns.queries, ns.keys, ns.qk, ns.value
+    rng = np.random.default_rng(ns.seed)
+    args = [np.zeros((b, q, v), np.float32)] + [rng.standard_normal(s, dtype=np.float32)
+                                                for s in ((b, q, h), (b, k, h), (b, k, v))]
+    report = compare(entry, args, [s.strip() for s in ns.backends.split(",") if s.strip()],
+                     rtol=ns.rtol, atol=ns.atol)
+    print(report.to_json() if ns.json else report)
+    return 0 if report.agree else 1
 
 
 def _write(text: str, output: str | None) -> int:
@@ -126,7 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
     ir.add_argument("kernel", choices=["attention"], help="library kernel")
     _add_shape(ir, dict(batch=2, queries=2, keys=3, qk=2, value=2))
     ir.add_argument("--raw", action="store_true", help="print the graph as traced, before optimisation")
+    ir.add_argument("--format", choices=["text", "dot"], default="text", help="text form, or Graphviz dot")
+    ir.add_argument("-o", "--output", help="write to this file instead of standard output")
     ir.set_defaults(run=_ir)
+
+    cmp = sub.add_parser("compare", help="run a kernel on several backends; exit 1 if they disagree")
+    cmp.add_argument("kernel", choices=["attention"], help="library kernel")
+    _add_shape(cmp, dict(batch=2, queries=4, keys=5, qk=3, value=2))
+    cmp.add_argument("--backends", default="numpy,llvm,cuda", help="comma-separated (default numpy,llvm,cuda)")
+    cmp.add_argument("--rtol", type=float, default=1e-5)
+    cmp.add_argument("--atol", type=float, default=1e-6)
+    cmp.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+    cmp.add_argument("--json", action="store_true", help="print the report as JSON")
+    cmp.set_defaults(run=_compare)
 
     ptx = sub.add_parser("ptx", help="print or write the PTX of a kernel")
     _add_codegen(ptx)

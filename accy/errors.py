@@ -42,6 +42,18 @@ class OutOfBoundsError(AccyError, IndexError):
     """A kernel loaded or stored outside a buffer; nothing was written."""
 
 
+class MemoryCheckError(AccyError, RuntimeError):
+    """The interpreter's memory checks (``check_memory=True``) found a problem."""
+
+
+class RaceError(MemoryCheckError):
+    """Two logical threads wrote the same element in one launch (a race on a GPU)."""
+
+
+class UnwrittenOutputError(MemoryCheckError):
+    """Elements of a write-only output that no thread wrote (they would hold garbage)."""
+
+
 class ExecutionError(AccyError, ArithmeticError):
     """A kernel failed at run time for another reason (e.g. index division by zero)."""
 
@@ -62,6 +74,9 @@ __all__ = [
     "LaunchError",
     "OutOfBoundsError",
     "ExecutionError",
+    "MemoryCheckError",
+    "RaceError",
+    "UnwrittenOutputError",
     "BackendUnavailableError",
     "CompileError",
 ]

@@ -1,5 +1,11 @@
+import os
+
 import numpy as np
 import pytest
+
+# The interpreter's memory checks (poisoned outputs, unwritten elements, races) are
+# on for the whole suite: a kernel that leaves output unwritten fails loudly.
+os.environ.setdefault("ACCY_CHECK_MEMORY", "1")
 
 import accy
 from accy import Program, axis, dynamic_buffer, f32

@@ -29,6 +29,7 @@ launch succeeded, so a failing launch leaves every argument untouched.
 from __future__ import annotations
 
 import math
+import os
 import weakref
 
 import attrs
@@ -37,6 +38,7 @@ import numpy as np
 from ..dsl.ir import Block, Graph, Op
 from ..dsl.types import INDEX_MAX, INDEX_MIN
 from .arguments import Binding
+from ..errors import RaceError, UnwrittenOutputError
 from .diagnostics import division_by_zero, out_of_bounds, thread_text
 
 DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
@@ -208,6 +210,7 @@ class _Launch:
         self.plans, self.frees = schedule.plans, schedule.frees
         self.memory_cap = memory_cap
         self.leading = 0  # iteration axes of enclosing vectorised folds, in front of the grid's
+        self.writers = None  # memory checks: buffer -> lane that wrote each element (-1: none)
 
     # -- errors name one logical thread ------------------------------------------
     def _first_bad(self, bad, idx):
@@ -279,11 +282,39 @@ class _Launch:
         arrays = [idx, np.asarray(value, buffer.dtype), np.empty(self.grid, bool)]
         if self.active is not None:
             arrays.append(self.active)
+        shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
         idx, value = (a.reshape(-1) for a in np.broadcast_arrays(*arrays)[:2])
+        keep = None
         if self.active is not None:
-            keep = np.broadcast_to(self.active, np.broadcast_shapes(*(np.shape(a) for a in arrays))).reshape(-1)
+            keep = np.broadcast_to(self.active, shape).reshape(-1)
             idx, value = idx[keep], value[keep]
+        if self.writers is not None and op.attrs["buffer"] in self.writers:
+            lanes = np.broadcast_to(np.arange(math.prod(self.grid)).reshape(self.grid), shape).reshape(-1)
+            self._record_writes(op, idx, lanes[keep] if self.active is not None else lanes)
         buffer[idx] = value  # a repeated index keeps the highest lane's value, as on the host
+
+    def _record_writes(self, op: Op, idx, lanes) -> None:
+        """Memory checks: which lane wrote each element; two lanes on one element is a race."""
+        name = op.attrs["buffer"]
+        writer = self.writers[name]
+        order = np.lexsort((lanes, idx))
+        idx, lanes = idx[order], lanes[order]
+        same = (idx[1:] == idx[:-1]) & (lanes[1:] != lanes[:-1])  # within this store
+        before = writer[idx]
+        earlier = (before >= 0) & (before != lanes)  # against earlier stores
+        clash = np.flatnonzero(earlier)
+        if same.any() or clash.size:
+            if same.any():
+                k = int(np.flatnonzero(same)[0])
+                element, first, second = int(idx[k]), int(lanes[k]), int(lanes[k + 1])
+            else:
+                k = int(clash[0])
+                element, first, second = int(idx[k]), int(before[k]), int(lanes[k])
+            raise RaceError(
+                f"race on '{name}'[{element}]: written by thread {thread_text(self.axes, first)} and by thread "
+                f"{thread_text(self.axes, second)} in one launch{_at(op)}"
+            )
+        writer[idx] = lanes
 
     def for_each(self, op: Op) -> None:
         self.axes = op.attrs["axes"]
@@ -394,11 +425,57 @@ _SPECIAL = {
 }
 
 
-def run_graph(graph: Graph, binding: Binding, *, memory_cap: int = DEFAULT_MEMORY_CAP) -> None:
-    """Execute ``graph`` on checked arguments; outputs are written only on success."""
+def _at(op: Op) -> str:
+    return f" at {op.location}" if op.location is not None else ""
+
+
+def check_memory_default() -> bool:
+    """``ACCY_CHECK_MEMORY=1`` turns the interpreter's memory checks on (the test suite does)."""
+    return os.environ.get("ACCY_CHECK_MEMORY", "0").lower() not in ("0", "", "false", "no", "off")
+
+
+def _poison(dtype) -> object:
+    return np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def run_graph(graph: Graph, binding: Binding, *, memory_cap: int = DEFAULT_MEMORY_CAP,
+              check_memory: bool | None = None, debug_thread=None, debug_cap: int = 2000):
+    """Execute ``graph`` on checked arguments; outputs are written only on success.
+
+    ``check_memory`` poisons write-only outputs (NaN, or the most negative index)
+    before the launch and raises :class:`~accy.errors.UnwrittenOutputError` for
+    elements no thread wrote and :class:`~accy.errors.RaceError` when two threads
+    write one element.  ``debug_thread={"b": 1, ...}`` also records every op's
+    value for that one logical thread and returns the :class:`ThreadTrace`.
+    """
+    check = check_memory_default() if check_memory is None else check_memory
+    if debug_thread is not None:
+        from .debug import check_thread
+
+        check_thread(graph, debug_thread)
+        before = {name: a.copy() for name, a in binding.flat.items()}  # the replay starts from here
     scratch = {name: (a.copy() if name in binding.outputs else a) for name, a in binding.flat.items()}
     launch = _Launch(graph, scratch, memory_cap)
+    write_only = binding.outputs - graph.loaded_buffers()
+    if check:
+        launch.writers = {name: np.full(scratch[name].size, -1, np.int64) for name in write_only}
+        for name in write_only:
+            scratch[name].fill(_poison(scratch[name].dtype))
     with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the semantics, not warnings
         launch.run_block(graph.body)
+    if check:
+        for name in sorted(write_only):
+            unwritten = np.flatnonzero(launch.writers[name] < 0)
+            if unwritten.size:
+                first = ", ".join(map(str, unwritten[:5])) + (", ..." if unwritten.size > 5 else "")
+                raise UnwrittenOutputError(
+                    f"output '{name}': {unwritten.size} of {scratch[name].size} elements were never written "
+                    f"(indices {first}); nothing was written back"
+                )
     for name in binding.outputs:
         np.copyto(binding.flat[name], scratch[name])
+    if debug_thread is not None:
+        from .debug import trace_thread
+
+        return trace_thread(graph, before, debug_thread, cap=debug_cap)
+    return None

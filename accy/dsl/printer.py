@@ -10,8 +10,9 @@ from .ir import Block, Graph, Op, Value
 
 
 class _Namer:
-    def __init__(self):
+    def __init__(self, lines: dict | None = None):
         self.names: dict[int, str] = {}
+        self.lines = lines  # when given: op id -> the op's (first) line of text
 
     def define(self, value: Value) -> str:
         name = f"%{len(self.names)}"
@@ -30,6 +31,13 @@ def _const_text(op: Op) -> str:
 
 
 def _print_op(op: Op, name: _Namer, indent: str, out: list[str]) -> None:
+    first = len(out)
+    _print_op_lines(op, name, indent, out)
+    if name.lines is not None:
+        name.lines[id(op)] = out[first].strip()
+
+
+def _print_op_lines(op: Op, name: _Namer, indent: str, out: list[str]) -> None:
     ops = ", ".join(name(v) for v in op.operands)
     if op.opcode == "for_each":
         block = op.regions[0]
@@ -74,6 +82,13 @@ def _print_op(op: Op, name: _Namer, indent: str, out: list[str]) -> None:
 def _print_block(block: Block, name: _Namer, indent: str, out: list[str]) -> None:
     for op in block.ops:
         _print_op(op, name, indent, out)
+
+
+def op_lines(graph: Graph) -> dict[int, str]:
+    """Each op's line in the text form (a fold's or launch's header line), by op id."""
+    lines: dict[int, str] = {}
+    _print_block(graph.body, _Namer(lines), "  ", [])
+    return lines
 
 
 def print_graph(graph: Graph) -> str:

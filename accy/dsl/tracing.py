@@ -14,7 +14,8 @@ import threading
 from ..errors import TraceError
 from .ir import SourceLocation
 
-_ACCY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# frames of the tracing machinery itself; a library kernel's own source (accy/library) counts as user code
+_DSL_DIR = os.path.dirname(os.path.abspath(__file__))
 _state = threading.local()
 
 
@@ -37,11 +38,12 @@ def current():
 
 
 def user_location() -> SourceLocation | None:
-    """The innermost stack frame outside the accy package: the user's kernel line."""
+    """The innermost stack frame outside the DSL's machinery: the kernel's own line."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_ACCY_DIR + os.sep):
+        generated = filename.startswith("<") and filename != "<stdin>" and not filename.startswith("<doc")
+        if not generated and not os.path.abspath(filename).startswith(_DSL_DIR + os.sep):
             code = linecache.getline(filename, frame.f_lineno).strip()
             return SourceLocation(filename, frame.f_lineno, frame.f_code.co_name, code)
         frame = frame.f_back

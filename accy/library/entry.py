@@ -262,12 +262,13 @@ class Entry:
     def schedule(self) -> ThreadBlocks3D:
         return self.specialization.schedule
 
-    def run(self, args, backend: str = "numpy", *, limits: Limits | None = None, **options) -> None:
-        """Run on NumPy arrays (by position or name); ``dst`` is written in place."""
+    def run(self, args, backend: str = "numpy", *, limits: Limits | None = None, **options):
+        """Run on NumPy arrays (by position or name); ``dst`` is written in place.
+        Returns what the backend returns (a timing, a thread trace), usually None."""
         from ..backends import run
 
         shapes = self.argument_shapes
-        run(self.program, args, backend=backend, limits=limits,
+        return run(self.program, args, backend=backend, limits=limits,
             counts={n: s.element_count() for n, s in shapes.items()},
             shapes={n: str(s) for n, s in shapes.items()}, **options)
 

@@ -1,0 +1,148 @@
+"""Backend comparison as an API: run one kernel on every backend and say where they differ.
+
+``accy.compare(kernel, args)`` runs a program or library entry on each available
+backend, each on its own copies of the arguments, and returns a
+:class:`CompareReport`: per output and backend pair, the largest absolute and
+relative error, how many elements disagree and the first few of them as named
+logical coordinates (``b=1 q=3 v=0``), plus the backends that were skipped and why.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Mapping, Sequence
+
+import attrs
+import numpy as np
+
+from .backends import BACKENDS
+from .errors import AccyError, ArgumentError, BackendUnavailableError
+
+FIRST = 5  # disagreeing elements listed per output and pair
+
+
+@attrs.frozen
+class PairComparison:
+    output: str
+    backends: tuple[str, str]
+    max_abs: float
+    max_rel: float
+    disagreeing: int
+    elements: int
+    first: tuple[str, ...]  # named coordinates of the first disagreeing elements
+
+    @property
+    def agree(self) -> bool:
+        return self.disagreeing == 0
+
+
+@attrs.frozen
+class CompareReport:
+    kernel: str
+    ran: tuple[str, ...]
+    skipped: dict[str, str]  # backend -> why
+    failed: dict[str, str]  # backend -> the error it raised
+    pairs: tuple[PairComparison, ...]
+    rtol: float
+    atol: float
+
+    @property
+    def agree(self) -> bool:
+        return not self.failed and all(p.agree for p in self.pairs)
+
+    def __bool__(self) -> bool:
+        return self.agree
+
+    def to_dict(self) -> dict:
+        return attrs.asdict(self, recurse=True) | {"agree": self.agree}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        verdict = "agree" if self.agree else "DISAGREE"
+        lines = [f"compare {self.kernel}: backends {', '.join(self.ran) or 'none'} {verdict} "
+                 f"(rtol={self.rtol:g}, atol={self.atol:g})"]
+        header = f"  {'output':10} {'pair':14} {'max abs':>10} {'max rel':>10} {'disagree':>12}  first"
+        lines.append(header)
+        for p in self.pairs:
+            pair = " vs ".join(p.backends)
+            count = f"{p.disagreeing}/{p.elements}"
+            lines.append(f"  {p.output:10} {pair:14} {p.max_abs:10.3g} {p.max_rel:10.3g} {count:>12}  "
+                         + "; ".join(p.first))
+        for backend, why in self.failed.items():
+            lines.append(f"  {backend}: FAILED: {why}")
+        for backend, why in self.skipped.items():
+            lines.append(f"  {backend}: skipped: {why}")
+        return "\n".join(lines)
+
+
+def _program_and_shapes(kernel):
+    """(program, run function, output axis names per parameter or None)."""
+    from .dsl.program import Program
+    from .library.entry import Entry
+
+    if isinstance(kernel, Entry):
+        return kernel.program, kernel.run, {n: s for n, s in kernel.argument_shapes.items()}
+    if isinstance(kernel, Program):
+        return kernel, kernel.run, {}
+    raise ArgumentError(f"compare: expected a Program or a library Entry, got {type(kernel).__name__}")
+
+
+def _named(args, params) -> dict[str, np.ndarray]:
+    if isinstance(args, Mapping):
+        return dict(args)
+    if not isinstance(args, Sequence) or len(args) != len(params):
+        raise ArgumentError(f"compare: expected {len(params)} arguments ({', '.join(p.name for p in params)})")
+    return {p.name: a for p, a in zip(params, args)}
+
+
+def _coordinates(flat_index: int, name: str, shape, axis_names) -> str:
+    if axis_names is not None:
+        coords = np.unravel_index(flat_index, axis_names.extents)
+        return " ".join(f"{a}={int(c)}" for a, c in zip(axis_names.names, coords))
+    if len(shape) > 1:
+        return f"{name}[{', '.join(str(int(c)) for c in np.unravel_index(flat_index, shape))}]"
+    return f"{name}[{flat_index}]"
+
+
+def _compare_arrays(name, a, b, pair, rtol, atol, axis_names) -> PairComparison:
+    x, y = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
+    both_nan = np.isnan(x) & np.isnan(y)
+    same = (x == y) | both_nan
+    with np.errstate(all="ignore"):
+        diff = np.where(same, 0.0, np.abs(x - y))
+        rel = np.where(same, 0.0, diff / np.maximum(np.abs(y), np.finfo(np.float32).tiny))
+    bad = ~same & ~(diff <= atol + rtol * np.abs(y))
+    where = np.flatnonzero(bad)
+    first = tuple(_coordinates(int(i), name, a.shape, axis_names) + f" ({x[i]:.6g} vs {y[i]:.6g})"
+                  for i in where[:FIRST])
+    finite = np.isfinite(diff)
+    return PairComparison(name, pair, float(diff[finite].max(initial=0.0)), float(rel[finite].max(initial=0.0)),
+                          int(where.size), int(x.size), first)
+
+
+def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1e-5, atol: float = 1e-6,
+            **options) -> CompareReport:
+    """Run ``kernel`` on each of ``backends`` (on copies of ``args``) and compare the outputs."""
+    program, run, shapes = _program_and_shapes(kernel)
+    named = _named(args, program.parameters)
+    outputs = sorted(program.graph.stored_buffers())
+    results, skipped, failed = {}, {}, {}
+    for backend in backends:
+        copies = {n: np.array(a, copy=True) for n, a in named.items()}
+        try:
+            run(copies, backend=backend, **options)
+        except BackendUnavailableError as e:
+            skipped[backend] = str(e).split(":")[0]
+            continue
+        except AccyError as e:
+            failed[backend] = f"{type(e).__name__}: {e}"
+            continue
+        results[backend] = copies
+    pairs = tuple(
+        _compare_arrays(out, results[a][out], results[b][out], (a, b), rtol, atol, shapes.get(out))
+        for out in outputs for a, b in itertools.combinations(results, 2)
+    )
+    return CompareReport(program.name, tuple(results), skipped, failed, pairs, rtol, atol)
