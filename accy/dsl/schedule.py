@@ -12,18 +12,19 @@ from .ir import Axis
 _SLOTS = ("x", "y", "z")
 
 
-def _positive(instance, attribute, value):
+def positive_int(instance, attribute, value):
+    """attrs validator: a positive Python int (a LaunchError, which is a ValueError, otherwise)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LaunchError(f"thread_blocks: {attribute.name} must be a positive int, got {value!r}")
+        raise LaunchError(f"{type(instance).__name__}: {attribute.name} must be a positive int, got {value!r}")
 
 
 @attrs.frozen
 class ThreadBlocks:
     """Block shape of a thread-block schedule: logical axis i maps to GPU dimension i."""
 
-    x: int = attrs.field(default=1, validator=_positive)
-    y: int = attrs.field(default=1, validator=_positive)
-    z: int = attrs.field(default=1, validator=_positive)
+    x: int = attrs.field(default=1, validator=positive_int)
+    y: int = attrs.field(default=1, validator=positive_int)
+    z: int = attrs.field(default=1, validator=positive_int)
 
     @property
     def block(self) -> tuple[int, int, int]:

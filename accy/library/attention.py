@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import attrs
 
 from ..dsl import schedule
+from ..dsl.schedule import positive_int
 from ..dsl.builder import axis
 from ..dsl.ir import Axis
 from ..dsl.program import Program, dynamic_buffer
@@ -36,22 +37,17 @@ from .entry import (
 )
 
 
-def _positive(instance, attribute, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
-
-
 @attrs.frozen
 class Threads3D:
     """Threads per block along x, y, z."""
 
-    x: int = attrs.field(default=32, validator=_positive)
-    y: int = attrs.field(default=8, validator=_positive)
-    z: int = attrs.field(default=1, validator=_positive)
+    x: int = attrs.field(default=32, validator=positive_int)
+    y: int = attrs.field(default=8, validator=positive_int)
+    z: int = attrs.field(default=1, validator=positive_int)
 
 
 def _extent(instance, attribute, value):
-    _positive(instance, attribute, value)
+    positive_int(instance, attribute, value)
     if value > INDEX_MAX:
         raise ValueError(f"attention extent {attribute.name}={value} overflows the index range")
 
