@@ -10,6 +10,7 @@ executes, so a bad call never writes an output.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Mapping, Sequence
 
 import attrs
@@ -33,7 +34,7 @@ class ArrayInfo:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

@@ -33,7 +33,7 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 def _thread_count(graph: Graph, lanes: int, threads: int | None) -> int:
     if threads is not None:
         return max(1, min(int(threads), lanes))
-    work = lanes * sum(1 for _ in graph.body.walk())
+    work = lanes * graph.op_count
     return 1 if work < PARALLEL_WORK else max(1, min(os.cpu_count() or 1, lanes))
 
 

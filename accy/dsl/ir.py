@@ -185,12 +185,22 @@ class Block:
 class Graph:
     """A traced kernel: its name, parameters and body block."""
 
-    __slots__ = ("name", "params", "body", "__weakref__")
+    __slots__ = ("name", "params", "body", "_facts", "__weakref__")
 
     def __init__(self, name: str, params: tuple[Param, ...], body: Block):
         self.name = name
         self.params = params
         self.body = body
+        self._facts: dict = {}  # derived facts, computed once (graphs are not changed after building)
+
+    def _fact(self, key: str, compute):
+        if key not in self._facts:
+            self._facts[key] = compute()
+        return self._facts[key]
+
+    @property
+    def op_count(self) -> int:
+        return self._fact("op_count", lambda: sum(1 for _ in self.body.walk()))
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -211,10 +221,12 @@ class Graph:
         return op.attrs["axes"] if op is not None else ()
 
     def stored_buffers(self) -> frozenset[str]:
-        return frozenset(op.attrs["buffer"] for op in self.body.walk() if op.opcode == "store")
+        return self._fact("stored", lambda: frozenset(
+            op.attrs["buffer"] for op in self.body.walk() if op.opcode == "store"))
 
     def loaded_buffers(self) -> frozenset[str]:
-        return frozenset(op.attrs["buffer"] for op in self.body.walk() if op.opcode == "load")
+        return self._fact("loaded", lambda: frozenset(
+            op.attrs["buffer"] for op in self.body.walk() if op.opcode == "load"))
 
     def text(self) -> str:
         from .printer import print_graph
