@@ -124,8 +124,11 @@ def _compare_arrays(name, a, b, pair, rtol, atol, axis_names) -> PairComparison:
 
 
 def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1e-5, atol: float = 1e-6,
-            **options) -> CompareReport:
-    """Run ``kernel`` on each of ``backends`` (on copies of ``args``) and compare the outputs."""
+            options: Mapping[str, dict] | None = None) -> CompareReport:
+    """Run ``kernel`` on each of ``backends`` (on copies of ``args``) and compare the outputs.
+
+    ``options`` gives per-backend run options, e.g. ``{"llvm": {"checks": False}}``.
+    """
     program, run, shapes = _program_and_shapes(kernel)
     named = _named(args, program.parameters)
     outputs = sorted(program.graph.stored_buffers())
@@ -133,7 +136,7 @@ def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1
     for backend in backends:
         copies = {n: np.array(a, copy=True) for n, a in named.items()}
         try:
-            run(copies, backend=backend, **options)
+            run(copies, backend=backend, **(options or {}).get(backend, {}))
         except BackendUnavailableError as e:
             skipped[backend] = str(e).split(":")[0]
             continue

@@ -95,17 +95,17 @@ kernel @dot(%dst: buffer<f32, ?>, %x: buffer<f32, ?>, %y: buffer<f32, ?>) {
   %1 = const 0 : index
   %2 = const 4 : index
   for_each (%3 = i<3>) {
-    %4 = fold %1 to %2 step 1 init(%0) -> (f32) {
-    ^(%5: index, %6: f32):
-      %7 = mul %3, %2 : index
-      %8 = add %7, %5 : index
+    %4 = mul %3, %2 : index
+    %5 = fold %1 to %2 step 1 init(%0) -> (f32) {
+    ^(%6: index, %7: f32):
+      %8 = add %4, %6 : index
       %9 = load %x[%8] : f32
-      %10 = load %y[%5] : f32
+      %10 = load %y[%6] : f32
       %11 = mul %9, %10 : f32
-      %12 = add %6, %11 : f32
+      %12 = add %7, %11 : f32
       yield %12
     }
-    store %dst[%3] = %4 : f32
+    store %dst[%3] = %5 : f32
   }
 }
 """
@@ -234,13 +234,14 @@ def test_passes_do_not_mutate_the_traced_graph():
 def test_verifier_catches_broken_graphs():
     graph = optimize(Program("dot", PARAMS, pythonic_style).traced_graph)
     launch = graph.launch_op
-    store = launch.regions[0].ops[-1]
-    fold = launch.regions[0].ops[0]
+    ops = launch.regions[0].ops
+    store = next(op for op in ops if op.opcode == "store")
+    fold = next(op for op in ops if op.opcode == "fold")
     # a use before definition: move the store to the front of the block
-    launch.regions[0].ops.insert(0, launch.regions[0].ops.pop())
+    ops.insert(0, ops.pop(ops.index(store)))
     with pytest.raises(VerificationError, match="not defined before it"):
         verify(graph)
-    launch.regions[0].ops.append(launch.regions[0].ops.pop(0))
+    ops.append(ops.pop(0))
     verify(graph)
     # a type rule broken after tracing
     store.attrs["dtype"] = index
@@ -258,3 +259,29 @@ def test_op_table_covers_every_recorded_opcode():
     from accy.dsl.ops import OPS
 
     assert set(OPS) == set(EVAL) | set(_SPECIAL)
+
+
+def test_loop_invariant_arithmetic_is_hoisted_but_loads_and_index_division_are_not():
+    from accy.dsl.passes import hoist_loop_invariants
+
+    def body(k, args):
+        def each(inner, idx):
+            i = idx["i"]
+
+            def step(inner, j, acc):
+                row = i * 4  # invariant: hoisted to the launch
+                risky = args.x[i + 100]  # invariant, but would fail if hoisted out of an empty loop
+                quotient = i // (i - i)  # invariant division by zero, same
+                return acc + args.x[row + j] + risky + inner.cast(quotient, f32)
+
+            args.dst[i] = inner.fold_range(0, 0, 1, 0.0, step)  # never runs
+        k.for_each_1d(axis("i", 3), each)
+
+    program = Program("licm", PARAMS, body)
+    graph = hoist_loop_invariants(program.traced_graph)
+    fold = next(op for op in graph.body.walk() if op.opcode == "fold")
+    inside = [op.opcode for op in fold.regions[0].walk()]
+    assert "mul" not in inside and inside.count("load") == 2 and "div" in inside
+    dst = np.zeros(3, np.float32)
+    program.run([dst, np.zeros(12, np.float32), np.zeros(1, np.float32)])  # no error: nothing ran
+    assert dst.tolist() == [0.0, 0.0, 0.0]

@@ -214,3 +214,12 @@ def test_memory_checks_are_on_in_this_suite():
     from accy.backends.interpreter import check_memory_default
 
     assert check_memory_default()
+
+
+def test_compare_takes_per_backend_options_and_rejects_unknown_ones():
+    entry = scaled_dot_product_f32(ScaledDotProduct(1, 2, 3, 2, 2))
+    report = accy.compare(entry, attention_args((1, 2, 3, 2, 2)), backends=("numpy", "llvm"),
+                          options={"llvm": {"checks": False, "threads": 2}})
+    assert report.agree and report.ran == ("numpy", "llvm")
+    with pytest.raises(ArgumentError, match=r"backend 'numpy' takes no option 'checks'"):
+        entry.run(attention_args((1, 2, 3, 2, 2)), backend="numpy", checks=False)

@@ -13,10 +13,16 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..dsl.schedule import Limits
-from ..errors import BackendUnavailableError
+from ..errors import ArgumentError, BackendUnavailableError
 from .arguments import Binding, bind_arguments
 
 BACKENDS = ("numpy", "llvm", "cuda")
+# what each backend's run takes besides the arguments
+OPTIONS = {
+    "numpy": frozenset({"memory_cap", "check_memory", "debug_thread", "debug_cap"}),
+    "llvm": frozenset({"checks", "threads"}),
+    "cuda": frozenset({"device", "timing"}),
+}
 
 
 def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
@@ -28,6 +34,10 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
     """
     if backend not in BACKENDS:
         raise BackendUnavailableError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
+    unknown = sorted(set(options) - OPTIONS[backend])
+    if unknown:
+        raise ArgumentError(f"backend {backend!r} takes no option {', '.join(map(repr, unknown))}; "
+                            f"its options are {', '.join(sorted(OPTIONS[backend])) or 'none'}")
     program.launch(limits)  # geometry must fit the device limits, even on the CPU
     if backend == "cuda":
         from .cuda import run_program

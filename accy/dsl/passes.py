@@ -214,6 +214,31 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     return _Rebuilder(_CSE(graph)).graph(graph)
 
 
+# ----------------------------------------------------------------------------- LICM
+
+# ops that can never fail, so running one where the loop would not have is harmless:
+# not loads (an index the loop never reaches may be out of bounds), not index division
+_HOISTABLE = {"const", "add", "sub", "mul", "max", "min", "neg", "exp", "sqrt", "lt", "le", "gt", "ge", "eq", "ne",
+              "and", "or", "not", "select", "cast"}
+
+
+def _hoist(rb: _Rebuilder, op: Op, operands: list[Value]):
+    hoistable = op.opcode in _HOISTABLE or (op.opcode == "div" and op.results[0].type.is_float)
+    if not hoistable or op.regions:
+        return None
+    depth = {id(b): n for n, b in enumerate(rb.scopes)}
+    target = max((depth.get(id(v.block), len(rb.scopes) - 1) for v in operands), default=0)
+    if target == len(rb.scopes) - 1:
+        return None
+    return rb.emit(op.opcode, operands, op.attrs, op.location, block=rb.scopes[target]).results
+
+
+def hoist_loop_invariants(graph: Graph) -> Graph:
+    """Move pure ops that cannot fail out of the loops and launch whose values they
+    do not depend on, to the outermost block where all their operands exist."""
+    return _Rebuilder(_hoist).graph(graph)
+
+
 # ----------------------------------------------------------------------------- DCE
 
 
@@ -248,6 +273,7 @@ def eliminate_dead_code(graph: Graph) -> Graph:
 def optimize(graph: Graph) -> Graph:
     """The standard pipeline, verified before and after."""
     verify(graph)
-    for run_pass in (fold_constants, eliminate_common_subexpressions, eliminate_dead_code):
+    for run_pass in (fold_constants, eliminate_common_subexpressions, hoist_loop_invariants,
+                     eliminate_common_subexpressions, eliminate_dead_code):
         graph = run_pass(graph)
     return verify(graph)
