@@ -146,3 +146,33 @@ def test_unknown_backend():
 
     with pytest.raises(BackendUnavailableError, match="unknown backend 'tpu'"):
         SDPA.run(attention_args(), backend="tpu")
+
+
+@pytest.mark.parametrize("start, stop, step, bad", [(0, 5, 1, 4), (4, -1, -1, 4), (-1, 3, 1, -1), (0, 9, 4, 4)])
+def test_loop_range_checks_still_catch_the_one_bad_iteration(start, stop, step, bad, backend):
+    """The LLVM backend checks a loop's whole index range once before it; where that
+    fails, the per-iteration check must still find the exact bad index."""
+    def body(k, args):
+        def each(inner, idx):
+            i = idx["i"]
+            args.dst[i] = inner.fold_range(start, stop, step, 0.0, lambda inner, j, acc: acc + args.x[j + i * 0])
+        k.for_each_1d(axis("i", 2), each)
+
+    program = Program("ranged", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body)
+    dst = np.zeros(2, np.float32)
+    with pytest.raises(OutOfBoundsError, match=rf"load from 'x': index {bad} is out of bounds for 4 elements"):
+        program.run([dst, np.ones(4, np.float32)], backend=backend)
+    assert (dst == 0).all()
+
+
+def test_loop_range_checks_pass_in_bounds_loops(backend):
+    def body(k, args):
+        def each(inner, idx):
+            i = idx["i"]
+            args.dst[i] = inner.fold_range(i, i + 3, 1, 0.0, lambda inner, j, acc: acc + args.x[j])
+        k.for_each_1d(axis("i", 4), each)
+
+    dst = np.zeros(4, np.float32)
+    x = np.arange(6, dtype=np.float32)
+    Program("window", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body).run([dst, x], backend=backend)
+    assert dst.tolist() == [3.0, 6.0, 9.0, 12.0]

@@ -213,6 +213,7 @@ class _Lowering:
         self.values: dict[int, ir.Value] = {}
         self.ordinals = {id(op): n for n, op in enumerate(graph.body.walk())}
         self.needs_libdevice = False
+        self.proven: dict[int, ir.Value] = {}  # load op id -> "all its loop's indices are in bounds"
         self.params = graph.params
         self.axes = graph.axes
         self.b: ir.IRBuilder | None = None
@@ -322,6 +323,9 @@ class _Lowering:
             self.values[id(op.result)] = self.b.load(ptr, typ=ty, align=align)
             return
         ok = self.b.icmp_unsigned("<", idx, self.counts[name])  # unsigned: negatives fail too
+        proven = self.proven.get(id(op))
+        if proven is not None:  # the whole loop's range was checked before it: LLVM unswitches on this
+            ok = self.b.or_(proven, ok)
         self.check(op, ok, STATUS_LOAD_OOB, idx)
         # a failed thread reads element 0 instead (every buffer has one: see the ABI)
         # and goes on with a zero; no branch, so the loop around stays simple
@@ -345,6 +349,49 @@ class _Lowering:
             self.b.store(value, ptr, align=align)
 
     # -- loops ------------------------------------------------------------------------
+    def _affine(self, v: Value, iv: Value, inside: set[int]):
+        """``v`` as ``coef * iv + sum(sign * outer value)``, or None."""
+        if v is iv:
+            return 1, []
+        if id(v) not in inside:
+            return 0, [(1, v)]
+        op = v.owner
+        if op.opcode in ("add", "sub"):
+            parts = [self._affine(x, iv, inside) for x in op.operands]
+            if None in parts:
+                return None
+            (ca, ta), (cb, tb) = parts
+            if op.opcode == "add":
+                return ca + cb, ta + tb
+            return ca - cb, ta + [(-sign, t) for sign, t in tb]
+        return None
+
+    def _prove_loads(self, region: Block, start: ir.Value, trips: ir.Value, step: int) -> None:
+        """For each load of the loop body whose index is ``base +- i``, check the first
+        and last index of the whole loop once, before it: where both are in bounds
+        (and the index cannot wrap between them) every iteration's check is true."""
+        b = self.b
+        iv = region.args[0]
+        inside = {id(a) for a in region.args} | {id(r) for o in region.walk() for r in o.results}
+        last = b.add(start, b.mul(b.sub(trips, ir.Constant(I64, 1)), ir.Constant(I64, step)))
+        for op in region.ops:
+            if op.opcode != "load":
+                continue
+            form = self._affine(op.operands[0], iv, inside)
+            if form is None or form[0] not in (-1, 0, 1):
+                continue
+            coef, terms = form
+            base = ir.Constant(I64, 0)
+            for sign, t in terms:
+                base = b.add(base, self.value(t)) if sign == 1 else b.sub(base, self.value(t))
+            at = lambda i: b.add(base, b.mul(i, ir.Constant(I64, coef)))  # noqa: E731
+            first, final = at(start), at(last)
+            count = self.counts[op.attrs["buffer"]]
+            span = b.sub(final, first) if coef >= 0 else b.sub(first, final)
+            fits = b.and_(b.and_(b.icmp_unsigned("<", first, count), b.icmp_unsigned("<", final, count)),
+                          b.icmp_unsigned("<", span, count))
+            self.proven[id(op)] = b.or_(b.icmp_signed("==", trips, ir.Constant(I64, 0)), fits)
+
     def _trip_count(self, start: ir.Value, stop: ir.Value, step: int) -> ir.Value:
         """Iterations of ``for (i = start; step > 0 ? i < stop : i > stop; i += step)``,
         computed without overflow (the difference is taken as unsigned)."""
@@ -362,6 +409,8 @@ class _Lowering:
         (region,) = op.regions
         trips = self._trip_count(start, stop, step)
         tag = self.ordinals[id(op)]
+        if self.target.checks:
+            self._prove_loads(region, start, trips, step)
         preheader = b.block
         header = b.append_basic_block(f"fold_{tag}_header")
         body = b.append_basic_block(f"fold_{tag}_body")
