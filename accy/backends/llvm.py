@@ -350,24 +350,30 @@ class _Lowering:
 
     # -- loops ------------------------------------------------------------------------
     def _affine(self, v: Value, iv: Value, inside: set[int]):
-        """``v`` as ``coef * iv + sum(sign * outer value)``, or None."""
+        """``v`` as ``coef * iv + sum(multiplier * outer value)``, or None."""
         if v is iv:
             return 1, []
         if id(v) not in inside:
             return 0, [(1, v)]
         op = v.owner
-        if op.opcode in ("add", "sub"):
-            parts = [self._affine(x, iv, inside) for x in op.operands]
-            if None in parts:
-                return None
-            (ca, ta), (cb, tb) = parts
-            if op.opcode == "add":
-                return ca + cb, ta + tb
-            return ca - cb, ta + [(-sign, t) for sign, t in tb]
+        if op.opcode not in ("add", "sub", "mul"):
+            return None
+        parts = [self._affine(x, iv, inside) for x in op.operands]
+        if None in parts:
+            return None
+        (ca, ta), (cb, tb) = parts
+        if op.opcode == "add":
+            return ca + cb, ta + tb
+        if op.opcode == "sub":
+            return ca - cb, ta + [(-m, t) for m, t in tb]
+        for (c, terms), (_, other) in ((parts[0], parts[1]), (parts[1], parts[0])):
+            constant = _constant_term(other)
+            if constant is not None:  # scaled by a constant: stays affine
+                return c * constant, [(m * constant, t) for m, t in terms]
         return None
 
     def _prove_loads(self, region: Block, start: ir.Value, trips: ir.Value, step: int) -> None:
-        """For each load of the loop body whose index is ``base +- i``, check the first
+        """For each load of the loop body whose index is ``base + c * i``, check the first
         and last index of the whole loop once, before it: where both are in bounds
         (and the index cannot wrap between them) every iteration's check is true."""
         b = self.b
@@ -378,18 +384,20 @@ class _Lowering:
             if op.opcode != "load":
                 continue
             form = self._affine(op.operands[0], iv, inside)
-            if form is None or form[0] not in (-1, 0, 1):
+            if form is None or abs(form[0]) * abs(step) >= 2**31:
                 continue
             coef, terms = form
             base = ir.Constant(I64, 0)
-            for sign, t in terms:
-                base = b.add(base, self.value(t)) if sign == 1 else b.sub(base, self.value(t))
+            for m, t in terms:
+                base = b.add(base, b.mul(self.value(t), ir.Constant(I64, m)))
             at = lambda i: b.add(base, b.mul(i, ir.Constant(I64, coef)))  # noqa: E731
             first, final = at(start), at(last)
             count = self.counts[op.attrs["buffer"]]
             span = b.sub(final, first) if coef >= 0 else b.sub(first, final)
+            # few enough trips that coef * (last - start) cannot wrap (|coef * step| < 2**31)
+            short = b.icmp_unsigned("<", trips, ir.Constant(I64, 2**31))
             fits = b.and_(b.and_(b.icmp_unsigned("<", first, count), b.icmp_unsigned("<", final, count)),
-                          b.icmp_unsigned("<", span, count))
+                          b.and_(b.icmp_unsigned("<", span, count), short))
             self.proven[id(op)] = b.or_(b.icmp_signed("==", trips, ir.Constant(I64, 0)), fits)
 
     def _trip_count(self, start: ir.Value, stop: ir.Value, step: int) -> ir.Value:
@@ -531,6 +539,15 @@ def lower(graph: Graph, target: Target, block: tuple[int, int, int] = (1, 1, 1))
 
 def total_lanes(graph: Graph) -> int:
     return math.prod(a.extent for a in graph.axes)
+
+
+def _constant_term(form) -> int | None:
+    """The constant an affine form stands for, if it is exactly one index constant."""
+    if len(form) == 1 and form[0][0] == 1:
+        owner = form[0][1].owner
+        if isinstance(owner, Op) and owner.opcode == "const" and owner.result.type.is_int:
+            return owner.attrs["value"]
+    return None
 
 
 def status_error(graph: Graph, ordinals: tuple[Op, ...], status, counts: dict[str, int]) -> Exception | None:
