@@ -58,13 +58,30 @@ def _cast(x, dtype):
     return np.asarray(x).astype(dtype.numpy)
 
 
+def _ieee_extremum(pick, zero_sign):
+    """IEEE 754-2019 maximum/minimum, as LLVM's llvm.maximum/llvm.minimum: NaN
+    propagates and -0.0 < +0.0 (NumPy's maximum returns its second operand on ties,
+    so max(+0.0, -0.0) would be -0.0 and max would not even be commutative)."""
+    def extremum(a, b):
+        result = pick(a, b)
+        if np.asarray(result).dtype.kind != "f":
+            return result
+        ties = (np.asarray(a) == 0) & (np.asarray(b) == 0)
+        if not np.any(ties):
+            return result
+        chosen = zero_sign(np.signbit(a), np.signbit(b))  # True: the result is -0.0
+        return np.where(ties, np.where(chosen, -0.0, 0.0).astype(np.asarray(result).dtype), result)
+
+    return extremum
+
+
 # One entry per op: NumPy arrays in, NumPy array out (float32 stays float32).
 EVAL = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
-    "max": np.maximum,  # NaN propagates
-    "min": np.minimum,
+    "max": _ieee_extremum(np.maximum, np.logical_and),  # -0 only if both are -0
+    "min": _ieee_extremum(np.minimum, np.logical_or),  # -0 if either is -0
     "neg": np.negative,
     "exp": np.exp,
     "sqrt": np.sqrt,
@@ -81,7 +98,7 @@ EVAL = {
 }
 
 # combines a vectorised fold can apply to all iterations at once
-_COMBINES = {"add": np.add, "max": np.maximum, "min": np.minimum}
+_COMBINES = {"add": np.add, "max": EVAL["max"], "min": EVAL["min"]}
 
 
 # ----------------------------------------------------------------------------- fold plans
@@ -92,7 +109,7 @@ class _FoldPlan:
     """How to run one fold op: ``combines`` is None unless it can be vectorised;
     then entry j says how accumulator j takes its term (the other operand)."""
 
-    combines: tuple[tuple[np.ufunc, int], ...] | None  # (ufunc, id of the term value)
+    combines: tuple[tuple[object, int], ...] | None  # (combine function, id of the term value)
     combine_ops: frozenset[int]  # the combining ops themselves: applied after, not in, the body
     local_terms: frozenset[int]  # the terms the body itself defines (dead once folded)
     body_ops: int  # ops in the body, nested regions included (sizes chunks)
@@ -379,7 +396,10 @@ class _Launch:
                     shape = np.broadcast_shapes((len(part),) + (1,) * rank, np.shape(terms), np.shape(acc))
                     total = np.array(np.broadcast_to(acc, shape[1:]))
                     for t in np.broadcast_to(terms, shape):  # in iteration order: rounds as a loop does
-                        combine(total, t, out=total)
+                        if type(combine) is np.ufunc:
+                            combine(total, t, out=total)
+                        else:
+                            total = combine(total, t)
                     accs[j] = total
                 for t in plan.local_terms:  # dead once folded: free them before the next chunk
                     del self.env[t]

@@ -356,8 +356,8 @@ class _Lowering:
         if id(v) not in inside:
             return 0, [(1, v)]
         op = v.owner
-        if op.opcode not in ("add", "sub", "mul"):
-            return None
+        if not isinstance(op, Op) or op.opcode not in ("add", "sub", "mul"):
+            return None  # a region argument (an accumulator) or another op: not affine in i
         parts = [self._affine(x, iv, inside) for x in op.operands]
         if None in parts:
             return None
@@ -366,8 +366,8 @@ class _Lowering:
             return ca + cb, ta + tb
         if op.opcode == "sub":
             return ca - cb, ta + [(-m, t) for m, t in tb]
-        for (c, terms), (_, other) in ((parts[0], parts[1]), (parts[1], parts[0])):
-            constant = _constant_term(other)
+        for (c, terms), (other_coef, other) in ((parts[0], parts[1]), (parts[1], parts[0])):
+            constant = _constant_term(other) if other_coef == 0 else None
             if constant is not None:  # scaled by a constant: stays affine
                 return c * constant, [(m * constant, t) for m, t in terms]
         return None

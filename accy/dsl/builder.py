@@ -122,6 +122,7 @@ class Builder:
         self.parent = parent
         self._open = True
         self._launched = False  # top level: has for_each been called?
+        self.is_launch_body = False  # the builder of a for_each region
 
     # -- context management: the Pythonic spelling records into the innermost builder
     def __enter__(self) -> "Builder":
@@ -135,6 +136,11 @@ class Builder:
     @property
     def is_kernel_scope(self) -> bool:
         return self.parent is None
+
+    @property
+    def in_launch(self) -> bool:
+        """Inside a for_each body (directly or in a fold within it)?"""
+        return any(b.is_launch_body for b in self._scopes())
 
     def _scopes(self):
         """This builder and the builders of the enclosing regions, innermost first."""
@@ -295,7 +301,7 @@ class Builder:
     def store(self, buffer: BufferHandle, value, idx) -> None:
         """Write ``value`` at ``idx`` (argument order as in the seed: value, then index)."""
         buffer = self._buffer("store", buffer)
-        if self.is_kernel_scope:
+        if not self.in_launch:
             raise self._error(
                 f"store to '{buffer.name}' outside for_each: every GPU thread would write it; "
                 "store inside a for_each body"
@@ -307,6 +313,7 @@ class Builder:
     # -- regions -------------------------------------------------------------------
     def _run_body(self, block: Block, body: Callable, args: tuple, what: str):
         inner = Builder(block, parent=self)
+        inner.is_launch_body = what == "for_each"
         try:
             with inner:
                 return inner, body(inner, *args)

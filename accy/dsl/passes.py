@@ -25,6 +25,10 @@ def verify(graph: Graph) -> Graph:
     if len(launches) != 1:
         raise VerificationError(f"kernel '{graph.name}' must hold exactly one for_each, found {len(launches)}")
     _verify_block(graph.body, set(), params, top_level=True)
+    for op in graph.body.ops:  # stores belong to the launch, at any depth below it
+        if op.opcode != "for_each" and any(inner.opcode == "store" for inner in [op, *(
+                o for region in op.regions for o in region.walk())]):
+            _fail(op, "store outside for_each")
     return graph
 
 
@@ -49,8 +53,6 @@ def _verify_block(block: Block, visible: set[int], params, top_level: bool) -> N
             param = params.get(op.attrs["buffer"])
             if param is None or param.dtype != op.attrs["dtype"]:
                 _fail(op, f"buffer '{op.attrs['buffer']}' is not a parameter of that dtype")
-        if op.opcode == "store" and top_level:
-            _fail(op, "store outside for_each")
         if op.opcode == "for_each":
             if not top_level:
                 _fail(op, "for_each nested inside another region")
