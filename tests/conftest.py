@@ -32,6 +32,12 @@ CUDA_PARAM = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
     CUDA_UNAVAILABLE is not None, reason=f"no GPU backend here: {CUDA_UNAVAILABLE}")])
 
 
+def pytest_addoption(parser):
+    from fuzz_programs import add_fuzz_option
+
+    add_fuzz_option(parser)  # --fuzz-long: many more fuzzer examples
+
+
 @pytest.fixture(params=CPU_BACKENDS + [CUDA_PARAM])
 def backend(request):
     return request.param
