@@ -31,8 +31,9 @@ if ! "$py" -c "import pycuda.driver" 2>/dev/null; then
     echo "no pycuda in .wheels/: run scripts/gather_wheels.sh where PyPI is reachable, and carry .wheels"; exit 2
   fi
   export CUDA_ROOT="${CUDA_ROOT:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}"
-  "$py" -m pip install -q --no-index --find-links .wheels --no-build-isolation --target "$site" pycuda \
-    || { echo "pycuda build failed"; exit 2; }
+  # --no-deps: with --target pip would otherwise want every dependency (numpy too) from .wheels
+  "$py" -m pip install -q --no-index --no-deps --no-build-isolation --find-links .wheels --target "$site" \
+    pycuda pytools platformdirs mako siphash24 || { echo "pycuda build failed"; exit 2; }
   export PYTHONPATH="$PYTHONPATH:$site"
 fi
 "$py" -c "import pycuda.driver as d; d.init(); print('pycuda', __import__('pycuda').VERSION_TEXT, 'devices', d.Device.count())"
