@@ -44,7 +44,7 @@ def _driver():
         import pycuda.driver as drv
     except ImportError as e:
         raise BackendUnavailableError(
-            f"backend 'cuda' needs pycuda, which is not installed ({e}): pip install 'accy[cuda]' "
+            f"backend 'cuda' needs pycuda, which could not be imported ({e}): pip install 'accy[cuda]' "
             "on a machine with an NVIDIA driver and the CUDA toolkit (pycuda builds against it)"
         ) from None
     try:
