@@ -337,9 +337,13 @@ class _Scope:
                     i = b.sub(i, b.mul(b.div(i, b.constant_index(n)), b.constant_index(n)))
                 return b.load(self.handles[name], i)
             case LoadAffine(name, terms, offset):
+                # spelled several ways: v * c, c * v, and i - v * |c| for a negative c
                 i = None
                 for coef, var in terms:
                     v = self.expr(var)
+                    if i is not None and coef < 0:
+                        i = b.sub(i, v if coef == -1 else b.mul(v, b.constant_index(-coef)))
+                        continue
                     if coef != 1:
                         v = b.mul(v, b.constant_index(coef)) if coef > 0 else b.mul(b.constant_index(coef), v)
                     i = v if i is None else b.add(i, v)
@@ -580,10 +584,10 @@ class _Gen:
     def raw_index(self, env, size, depth):
         """An index that is often, not always, in bounds (unchecked programs)."""
         draw = self.draw
-        kinds = ["affine"]
+        kinds = ["affine", "affine"]
         loop_vars = [k for k, v in enumerate(env["index"]) if v.interval is not None and v.loop]
         if loop_vars and not AVOID_KNOWN_BUGS:
-            kinds.append("quadratic")  # bug 2 in test_fuzz_regressions.py
+            kinds += ["quadratic", "quadratic"]  # bug 2 in test_fuzz_regressions.py
         if env["fold_depth"] == 0 or not AVOID_KNOWN_BUGS:
             kinds.append("expr")  # may be an accumulator: bug 1 in test_fuzz_regressions.py
         kind = draw(st.sampled_from(kinds))
@@ -599,7 +603,16 @@ class _Gen:
             k = draw(st.sampled_from(loop_vars))
             v = Var("index", k)
             c = draw(st.integers(-2, 4))
-            return Bin("add", Bin("mul", v, Bin("add", v, Const("index", c))), Const("index", draw(st.integers(-2, 4))))
+            # an offset that puts the values in bounds, give or take 2 at either end
+            a, b = env["index"][k].interval
+            values = [i * (i + c) for i in range(a, max(a, b) + 1)]  # a > b: the body never runs
+            lo, hi = min(values), max(values)
+            offset = draw(st.integers(-lo - 2, max(size - 1 - hi + 2, -lo - 2)))
+            c = Const("index", c)
+            square = Bin("mul", v, Bin("add", v, c)) if draw(st.booleans()) else Bin("mul", Bin("add", c, v), v)
+            return Bin("add", square, Const("index", offset))
+        if "expr" not in kinds:  # the affine form did not fit; an index from no accumulator
+            return Const("index", draw(st.integers(-1, size)))
         e, _ = self.expr(env, "index", min(depth, 2), allow_taint=False)
         return e
 
