@@ -7,7 +7,6 @@ import pytest
 # on for the whole suite: a kernel that leaves output unwritten fails loudly.
 os.environ.setdefault("ACCY_CHECK_MEMORY", "1")
 
-import accy
 from accy import Program, axis, dynamic_buffer, f32
 
 # Every backend runs every backend-parametrised test (one body, many backends);

@@ -51,7 +51,6 @@ import ctypes
 import ctypes.util
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, note, settings
 
 from accy.backends import bind_arguments

@@ -12,7 +12,6 @@ from accy.dsl import (
     optimize,
     verify,
 )
-from accy.dsl.ir import Op
 from accy.errors import VerificationError
 
 PARAMS = {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32), "y": dynamic_buffer(f32)}

@@ -1,9 +1,8 @@
 """Bad programs are rejected while tracing, naming the op, the types and the user's line."""
 
-import numpy as np
 import pytest
 
-from accy import Program, axis, dynamic_buffer, f32, index
+from accy import Program, axis, dynamic_buffer, f32
 from accy.errors import AccyError, TraceError
 
 

@@ -121,7 +121,7 @@ def _uses(block: Block) -> set[int]:
     return {id(v) for op in block.walk() for v in op.operands}
 
 
-def _plan(op: Op, stored: frozenset[str]) -> _FoldPlan:
+def _plan(op: Op) -> _FoldPlan:
     (region,) = op.regions
     body_ops = sum(1 for _ in region.walk())
     defined = {id(a) for a in region.args}
@@ -194,8 +194,7 @@ _schedules: "weakref.WeakKeyDictionary[Graph, _Schedule]" = weakref.WeakKeyDicti
 def schedule_of(graph: Graph) -> _Schedule:
     schedule = _schedules.get(graph)
     if schedule is None:
-        stored = graph.stored_buffers()
-        plans = {id(op): _plan(op, stored) for op in graph.body.walk() if op.opcode == "fold"}
+        plans = {id(op): _plan(op) for op in graph.body.walk() if op.opcode == "fold"}
         frees = _last_uses(graph.body)
         for op in graph.body.walk():
             plan = plans.get(id(op))
@@ -351,7 +350,6 @@ class _Launch:
         start, stop, *inits = (self.env[id(v)] for v in op.operands)
         step = op.attrs["step"]
         (region,) = op.regions
-        iv, accs = region.args[0], region.args[1:]
         uniform = np.ndim(start) == 0 and np.ndim(stop) == 0
         plan = self.plans[id(op)]
         if uniform and plan.combines is not None:

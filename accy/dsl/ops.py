@@ -154,6 +154,3 @@ OPS: dict[str, OpDef] = {
     )
 }
 
-BINARY_OPS = ("add", "sub", "mul", "div", "max", "min")
-UNARY_OPS = ("neg", "exp", "sqrt")
-COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
