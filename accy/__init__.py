@@ -5,29 +5,44 @@ the NumPy interpreter (reference semantics, always available), LLVM (native CPU
 code and PTX for NVIDIA GPUs) and PyCUDA (launching that PTX on a GPU).
 """
 
-from . import errors, logical
+from . import errors, logical, math
 from .compare import CompareReport, compare
 from .dsl import (
     Graph,
     Launch,
     Limits,
-    Program,
+    ThreadBlocks,
     axis,
+    bf16,
     boolean,
     buffer,
     dynamic_buffer,
     dynamicBuffer,
+    f16,
     f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
     index,
+    parse,
+    scalar,
     schedule,
     thread_blocks,
+    u8,
+    u16,
+    u32,
+    u64,
 )
 from .errors import AccyError
+from .program import Program, kernel
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-    "errors", "logical", "Graph", "Launch", "Limits", "Program", "axis", "boolean", "buffer",
-    "dynamic_buffer", "dynamicBuffer", "f32", "index", "schedule", "thread_blocks", "AccyError",
+    "errors", "logical", "math", "Graph", "Launch", "Limits", "Program", "ThreadBlocks", "axis", "buffer",
+    "dynamic_buffer", "dynamicBuffer", "kernel", "parse", "scalar", "schedule", "thread_blocks", "AccyError",
     "compare", "CompareReport",
+    "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "boolean", "index",
 ]

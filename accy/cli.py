@@ -1,8 +1,15 @@
-"""The ``accy`` command line: ``accy demo``, ``accy ir attention ...``."""
+"""The ``accy`` command line: ``accy demo``, ``accy ir|ptx|llvm-ir|compare KERNEL``.
+
+``KERNEL`` is ``attention`` (the library entry, shaped by the flags) or
+``FILE.py:NAME``, a :class:`~accy.Program` or library entry defined in a module of
+yours.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
 import time
 
@@ -30,26 +37,77 @@ def _threads(text: str) -> tuple[int, int, int]:
     return tuple(_positive_int(p) for p in parts)
 
 
+def _kernel_name(text: str) -> str:
+    if text != "attention" and (":" not in text or not text.rsplit(":", 1)[0].endswith(".py")):
+        raise argparse.ArgumentTypeError(f"kernel must be 'attention' or FILE.py:NAME, got {text!r}")
+    return text
+
+
+def _scalar_assignment(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def _add_shape(parser: argparse.ArgumentParser, defaults: dict) -> None:
     for flag in ("batch", "queries", "keys", "qk", "value"):
-        parser.add_argument(f"--{flag}", type=_positive_int, default=defaults[flag], help=f"{flag} extent (default {defaults[flag]})")
-    parser.add_argument("--threads", type=_threads, default=None, metavar="X,Y,Z", help="threads per block")
-    parser.add_argument("--fused", action="store_true", help="the fused one-pass entry (online softmax)")
-    parser.add_argument("--causal", action="store_true", help="mask keys after the query (k <= q)")
+        parser.add_argument(f"--{flag}", type=_positive_int, default=defaults[flag],
+                            help=f"attention: {flag} extent (default {defaults[flag]})")
+    parser.add_argument("--threads", type=_threads, default=None, metavar="X,Y,Z", help="attention: threads per block")
+    parser.add_argument("--fused", action="store_true", help="attention: the fused one-pass entry (online softmax)")
+    parser.add_argument("--causal", action="store_true", help="attention: mask keys after the query (k <= q)")
 
 
-def _entry(ns):
-    from .library.attention import ScaledDotProduct, Threads3D, scaled_dot_product_f32, scaled_dot_product_fused_f32
+def _add_kernel(parser: argparse.ArgumentParser, defaults: dict) -> None:
+    parser.add_argument("kernel", type=_kernel_name, metavar="KERNEL",
+                        help="'attention', or FILE.py:NAME for a Program or library entry in your module")
+    _add_shape(parser, defaults)
 
-    threads = Threads3D(*ns.threads) if ns.threads else Threads3D()
-    spec = ScaledDotProduct(ns.batch, ns.queries, ns.keys, ns.qk, ns.value, threads=threads, causal=ns.causal)
+
+def _attention(ns):
+    from .library.attention import ScaledDotProduct, ThreadBlocks, scaled_dot_product_f32, scaled_dot_product_fused_f32
+
+    threads = {"threads": ThreadBlocks(*ns.threads)} if ns.threads else {}
+    spec = ScaledDotProduct(ns.batch, ns.queries, ns.keys, ns.qk, ns.value, causal=ns.causal, **threads)
     return (scaled_dot_product_fused_f32 if ns.fused else scaled_dot_product_f32)(spec)
+
+
+def load_kernel(spec: str):
+    """The Program or library entry ``NAME`` of ``FILE.py`` (``FILE.py:NAME``)."""
+    from .library.entry import Entry
+    from .program import Program
+
+    path, _, name = spec.rpartition(":")
+    if not os.path.isfile(path):
+        raise AccyError(f"{spec}: no file {path!r}")
+    module_name = f"accy_user_{os.path.splitext(os.path.basename(path))[0]}"
+    loader = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[module_name] = module
+    loader.loader.exec_module(module)
+    kernel = getattr(module, name, None)
+    if kernel is None:
+        found = sorted(k for k, v in vars(module).items() if isinstance(v, (Program, Entry)))
+        raise AccyError(f"{spec}: {path} has no {name!r}; its kernels are {', '.join(found) or 'none'}")
+    if not isinstance(kernel, (Program, Entry)):
+        raise AccyError(f"{spec}: {name} is a {type(kernel).__name__}, not a Program or library entry")
+    return kernel
+
+
+def _kernel(ns):
+    return _attention(ns) if ns.kernel == "attention" else load_kernel(ns.kernel)
+
+
+def _program(ns):
+    kernel = _kernel(ns)
+    return getattr(kernel, "program", kernel)
 
 
 def _demo(ns) -> int:
     from .library.attention import reference
 
-    entry = _entry(ns)
+    entry = _attention(ns)
     rng = np.random.default_rng(ns.seed)
     b, q, k, h, v = ns.batch, ns.queries, ns.keys, ns.qk, ns.value
     query = rng.standard_normal((b, q, h), dtype=np.float32)
@@ -70,7 +128,7 @@ def _demo(ns) -> int:
 
 
 def _ir(ns) -> int:
-    program = _entry(ns).program
+    program = _program(ns)
     graph = program.traced_graph if ns.raw else program.graph
     if ns.format == "dot":
         from .dsl.dot import graph_to_dot
@@ -79,15 +137,50 @@ def _ir(ns) -> int:
     return _write(graph.text(), ns.output)
 
 
+def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0) -> list:
+    """Random arguments for ``kernel``: a library entry's shapes, or ``size`` elements per
+    buffer of unknown length; integer buffers hold values in [0, size) (safe as indices);
+    scalars from ``scalars`` (NAME -> text), else the size for an index, 1 for a number."""
+    from .library.entry import Entry
+
+    rng = np.random.default_rng(seed)
+    program = getattr(kernel, "program", kernel)
+    shapes = kernel.argument_shapes if isinstance(kernel, Entry) else {}
+    args = []
+    for p in program.graph.params:
+        if p.is_scalar:
+            text = scalars.get(p.name)
+            if text is None:
+                value = size if p.dtype.is_index else True if p.dtype.is_bool else 1
+            else:
+                value = text == "True" if p.dtype.is_bool else float(text) if p.dtype.is_float else int(text)
+            args.append(value)
+            continue
+        count = shapes[p.name].element_count() if p.name in shapes else p.count if p.count is not None else size
+        if p.dtype.is_float:
+            args.append(rng.standard_normal(count).astype(p.dtype.numpy))
+        elif p.dtype.is_bool:
+            args.append(rng.integers(0, 2, count).astype(bool))
+        else:
+            args.append(rng.integers(0, max(min(size, p.dtype.max), 1), count).astype(p.dtype.numpy))
+    unknown = sorted(set(scalars) - {p.name for p in program.graph.scalars})
+    if unknown:
+        raise AccyError(f"--scalar {', '.join(unknown)}: no such scalar parameter")
+    return args
+
+
 def _compare(ns) -> int:
     from .compare import compare
 
-    entry = _entry(ns)
-    b, q, k, h, v = ns.batch, ns.queries, ns.keys, ns.qk, ns.value
-    rng = np.random.default_rng(ns.seed)
-    args = [np.zeros((b, q, v), np.float32)] + [rng.standard_normal(s, dtype=np.float32)
-                                                for s in ((b, q, h), (b, k, h), (b, k, v))]
-    report = compare(entry, args, [s.strip() for s in ns.backends.split(",") if s.strip()],
+    kernel = _kernel(ns)
+    if ns.kernel == "attention":
+        b, q, k, h, v = ns.batch, ns.queries, ns.keys, ns.qk, ns.value
+        rng = np.random.default_rng(ns.seed)
+        args = [np.zeros((b, q, v), np.float32)] + [rng.standard_normal(s, dtype=np.float32)
+                                                    for s in ((b, q, h), (b, k, h), (b, k, v))]
+    else:
+        args = example_arguments(kernel, ns.size, dict(ns.scalar), ns.seed)
+    report = compare(kernel, args, [s.strip() for s in ns.backends.split(",") if s.strip()],
                      rtol=ns.rtol, atol=ns.atol)
     print(report.to_json() if ns.json else report)
     return 0 if report.agree else 1
@@ -104,29 +197,21 @@ def _write(text: str, output: str | None) -> int:
 
 
 def _ptx(ns) -> int:
-    from .backends.codegen import emit_ptx
-    from .backends.llvm import Target
-
-    entry = _entry(ns)
-    target = Target.nvptx(ns.arch, fast_exp=ns.fast_exp, checks=not ns.no_checks)
-    return _write(emit_ptx(entry.program.graph, target, entry.launch().block), ns.output)
+    program = _program(ns)
+    return _write(program.ptx(ns.arch, fast_math=ns.fast_math, checks=not ns.no_checks), ns.output)
 
 
 def _llvm_ir(ns) -> int:
-    from .backends.codegen import llvm_ir
-    from .backends.llvm import Target
-
-    entry = _entry(ns)
-    checks = not ns.no_checks
-    target = Target.host(checks=checks) if ns.target == "host" else Target.nvptx(ns.arch, fast_exp=ns.fast_exp, checks=checks)
-    return _write(llvm_ir(entry.program.graph, target, entry.launch().block), ns.output)
+    program = _program(ns)
+    return _write(program.llvm_ir(ns.target, arch=ns.arch, fast_math=ns.fast_math, checks=not ns.no_checks),
+                  ns.output)
 
 
 def _add_codegen(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("kernel", choices=["attention"], help="library kernel")
-    _add_shape(parser, dict(batch=2, queries=2, keys=3, qk=2, value=2))
+    _add_kernel(parser, dict(batch=2, queries=2, keys=3, qk=2, value=2))
     parser.add_argument("--arch", default="sm_80", help="compute capability of the PTX (default sm_80)")
-    parser.add_argument("--fast-exp", action="store_true", help="exp via ex2.approx instead of libdevice's __nv_expf")
+    parser.add_argument("--fast-math", action="store_true",
+                        help="f32 math with NVPTX's approximate instructions instead of libdevice")
     parser.add_argument("--no-checks", action="store_true", help="omit bounds and division checks")
     parser.add_argument("-o", "--output", help="write to this file instead of standard output")
 
@@ -142,17 +227,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     ir = sub.add_parser("ir", help="print a kernel's SSA graph")
-    ir.add_argument("kernel", choices=["attention"], help="library kernel")
-    _add_shape(ir, dict(batch=2, queries=2, keys=3, qk=2, value=2))
+    _add_kernel(ir, dict(batch=2, queries=2, keys=3, qk=2, value=2))
     ir.add_argument("--raw", action="store_true", help="print the graph as traced, before optimisation")
     ir.add_argument("--format", choices=["text", "dot"], default="text", help="text form, or Graphviz dot")
     ir.add_argument("-o", "--output", help="write to this file instead of standard output")
     ir.set_defaults(run=_ir)
 
     cmp = sub.add_parser("compare", help="run a kernel on several backends; exit 1 if they disagree")
-    cmp.add_argument("kernel", choices=["attention"], help="library kernel")
-    _add_shape(cmp, dict(batch=2, queries=4, keys=5, qk=3, value=2))
+    _add_kernel(cmp, dict(batch=2, queries=4, keys=5, qk=3, value=2))
     cmp.add_argument("--backends", default="numpy,llvm,cuda", help="comma-separated (default numpy,llvm,cuda)")
+    cmp.add_argument("--size", type=_positive_int, default=64,
+                     help="FILE.py:NAME: elements of each buffer of unknown length (default 64)")
+    cmp.add_argument("--scalar", type=_scalar_assignment, action="append", default=[], metavar="NAME=VALUE",
+                     help="FILE.py:NAME: a scalar argument (default: the size for index, else 1)")
     cmp.add_argument("--rtol", type=float, default=1e-5)
     cmp.add_argument("--atol", type=float, default=1e-6)
     cmp.add_argument("--seed", type=int, default=0, help="random seed of the inputs")

@@ -80,8 +80,8 @@ class CompareReport:
 
 def _program_and_shapes(kernel):
     """(program, run function, output axis names per parameter or None)."""
-    from .dsl.program import Program
     from .library.entry import Entry
+    from .program import Program
 
     if isinstance(kernel, Entry):
         return kernel.program, kernel.run, {n: s for n, s in kernel.argument_shapes.items()}

@@ -26,6 +26,10 @@ class TraceError(AccyError, TypeError):
         super().__init__(message)
 
 
+class UnknownOpError(TraceError, AttributeError):
+    """A kernel body asked for an op that does not exist (``inner.lgo(x)``)."""
+
+
 class VerificationError(AccyError):
     """The graph verifier found a broken invariant (a bug in a pass or a backend)."""
 
@@ -69,6 +73,7 @@ class CompileError(AccyError, RuntimeError):
 __all__ = [
     "AccyError",
     "TraceError",
+    "UnknownOpError",
     "VerificationError",
     "ArgumentError",
     "LaunchError",

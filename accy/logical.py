@@ -2,6 +2,6 @@
 
 from .dsl import schedule
 from .dsl.builder import axis
-from .dsl.program import Program
+from .program import Program
 
 __all__ = ["axis", "Program", "schedule"]

@@ -98,6 +98,32 @@ def isolated_cache(tmp_path_factory):
         os.environ["ACCY_CACHE_DIR"] = old
 
 
+# -- every graph the suite builds must read back from its text form ------------------------------
+
+from accy.dsl import parse, passes  # noqa: E402
+
+ROUND_TRIPPED: set[str] = set()
+_parsing = []
+
+
+def _text_form_parses_back(graph):
+    if _parsing:
+        return  # the parsed graph is verified too
+    text = graph.text()
+    if text in ROUND_TRIPPED:
+        return
+    _parsing.append(True)
+    try:
+        again = parse(text).text()
+    finally:
+        _parsing.pop()
+    assert again == text, f"the text form does not parse back:\n{text}\n---\n{again}"
+    ROUND_TRIPPED.add(text)
+
+
+passes.verified_listeners.append(_text_form_parses_back)
+
+
 def pytest_terminal_summary(terminalreporter):
     by_arch: dict[str, int] = {}
     for arch in ASSEMBLED.values():
@@ -105,3 +131,4 @@ def pytest_terminal_summary(terminalreporter):
     detail = ", ".join(f"{arch}: {n}" for arch, n in sorted(by_arch.items())) or "none emitted"
     ptxas = toolchain.find_ptxas() or "not found"
     terminalreporter.write_line(f"ptxas ({ptxas}) assembled {len(ASSEMBLED)} distinct PTX modules ({detail})")
+    terminalreporter.write_line(f"{len(ROUND_TRIPPED)} distinct graphs read back from their text form")

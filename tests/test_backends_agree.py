@@ -61,11 +61,11 @@ def test_attention_entry_agrees_across_backends(shape, make, causal):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("fast_exp", [False, True], ids=["libdevice", "fast-exp"])
+@pytest.mark.parametrize("fast_math", [False, True], ids=["libdevice", "fast-math"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_suite_kernel_lowers_to_ptx_that_ptxas_accepts(case, arch, fast_exp):
+def test_suite_kernel_lowers_to_ptx_that_ptxas_accepts(case, arch, fast_math):
     program = case.program(case.shapes[-1])
-    ptx = emit_ptx(program.graph, Target.nvptx(arch, fast_exp=fast_exp), program.launch().block)
+    ptx = emit_ptx(program.graph, Target.nvptx(arch, fast_math=fast_math), program.launch().block)
     assert f".target {arch}" in ptx and f".entry {program.name}(" in ptx  # ptxas ran in the listener
 
 

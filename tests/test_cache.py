@@ -38,7 +38,7 @@ def test_miss_then_hit(cache_dir, monkeypatch):
 def test_key_names_target_options_and_graph(cache_dir):
     emit("sm_80")
     emit("sm_90")
-    emit("sm_80", fast_exp=True)
+    emit("sm_80", fast_math=True)
     emit("sm_80", checks=False)
     assert len(entries(cache_dir)) == 4
     other = scaled_dot_product_f32(ScaledDotProduct(1, 2, 3, 2, 3))

@@ -30,7 +30,7 @@ def test_ir_raw_differs_from_optimised(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["ir", "attention", "--batch", "0"], "expected a positive integer"),
-    (["ir", "matmul"], "invalid choice"),
+    (["ir", "matmul"], "kernel must be 'attention' or FILE.py:NAME"),
     (["demo", "--threads", "2,2"], "expected X,Y,Z"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),

@@ -122,7 +122,7 @@ def _run_traced(program, args):
     """The interpreter on the unoptimised graph."""
     args = [a.copy() for a in args]
     try:
-        interpreter.run_graph(program.traced_graph, bind_arguments(program.traced_graph, args))
+        interpreter.run_graph(program.traced_graph, bind_arguments(program.traced_graph, args), program.launch())
     except AccyError as e:
         return None, e
     return args, None
@@ -132,7 +132,7 @@ def _options(backend):
     """The options ``run`` takes for ``backend`` (none known if accy has no table)."""
     from accy import backends
 
-    return getattr(backends, "OPTIONS", {}).get(backend, frozenset())
+    return backends.get_backend(backend).options
 
 
 def check_program(desc, *, rtol=RTOL, atol=ATOL, checked=True):
@@ -190,7 +190,7 @@ def check_program(desc, *, rtol=RTOL, atol=ATOL, checked=True):
 
 
 def test_numpy_and_llvm_agree(request, monkeypatch):
-    assert "exp" in interpreter.EVAL and "exp" not in interpreter._SPECIAL, \
+    assert "exp" in interpreter.EVAL and "exp" not in interpreter.STRUCTURAL, \
         "the interpreter's exp moved: update libm_exp's patch"
     monkeypatch.setitem(interpreter.EVAL, "exp", libm_exp)
 

@@ -141,7 +141,7 @@ def test_bug3_cse_of_commutative_max_keeps_the_interpreters_results():
     args = [np.zeros(2, np.float32), np.zeros(2, np.float32), *ZEROS]
     optimised = _run(program, args, "numpy")
     traced = [a.copy() for a in args]
-    interpreter.run_graph(program.traced_graph, bind_arguments(program.traced_graph, traced))
+    interpreter.run_graph(program.traced_graph, bind_arguments(program.traced_graph, traced), program.launch())
     for got, want in zip(optimised[:2], traced[:2]):
         np.testing.assert_array_equal(got, want)
 

@@ -98,7 +98,8 @@ def test_attention_scaled_dot_product_entry_carries_specialization_metadata():
 
 def test_attention_scaled_dot_product_entry_creates_registry_ready_artifact():
     from accy import f32
-    from accy.backends.artifacts import ArtifactFormat, BackendKind, DTypeSet, FixedLaunch, RecordingBackendState
+    from accy import Launch
+    from accy.backends.artifacts import ArtifactFormat, BackendKind, DTypeSet, RecordingBackendState
 
     entry = ScaledDotProductAttention2x2x3x2x2F32
     state = RecordingBackendState(kind=BackendKind.cuda, format=ArtifactFormat.cuda_ptx)
@@ -110,7 +111,7 @@ def test_attention_scaled_dot_product_entry_creates_registry_ready_artifact():
     assert artifact.entry_name == entry.name
     assert artifact.argument_count == 4
     assert artifact.required_dtypes == DTypeSet.of([f32])
-    assert isinstance(artifact.launch, FixedLaunch), "expected a fixed launch"
+    assert artifact.fixed and isinstance(artifact.launch, Launch), "expected a fixed launch"
     geometry = artifact.launch
     assert geometry.grid[0] == entry.specialization.launch.grid[0]
     assert geometry.grid[2] == entry.specialization.launch.grid[2]

@@ -85,13 +85,32 @@ def test_assert_backends_agree_helper():
         assert_backends_agree(neighbour_reader(), [np.zeros(6, np.float32), np.ones(6, np.float32)])
 
 
-def test_compare_cli_exit_status(capsys):
+NEIGHBOUR_MODULE = """
+from accy import Program, axis, dynamic_buffer, f32, scalar, index
+
+def body(k, a):
+    def each(inner, idx):
+        i = idx["i"]
+        a.dst[i] = a.x[i]
+        a.dst[i] = a.dst[i] + a.dst[inner.max(i - 1, 0)]
+
+    k.for_each_1d(axis("i", a.n), each)
+
+neighbour = Program("neighbour", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32), "n": scalar(index)}, body)
+"""
+
+
+def test_compare_cli_exit_status(capsys, tmp_path):
     assert main(["compare", "attention", "--backends", "numpy,llvm"]) == 0
     assert "agree" in capsys.readouterr().out
     assert main(["compare", "attention", "--backends", "numpy,llvm", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["agree"] is True
-    # an absurd tolerance of -1 makes every element disagree: exit status 1
-    assert main(["compare", "attention", "--backends", "numpy,llvm", "--atol", "-1", "--rtol", "0"]) == 1
+    # a kernel of the user's own, from a file: the planted neighbour bug disagrees, exit status 1
+    module = tmp_path / "kernels.py"
+    module.write_text(NEIGHBOUR_MODULE)
+    assert main(["compare", f"{module}:neighbour", "--backends", "numpy,llvm", "--size", "6",
+                 "--scalar", "n=6"]) == 1
+    assert "DISAGREE" in capsys.readouterr().out
 
 
 # -- debugging one logical thread ----------------------------------------------------------------

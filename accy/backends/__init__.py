@@ -1,7 +1,9 @@
-"""Backends: each lowers or executes the typed SSA graph.
+"""Backends: each runs or lowers the typed SSA graph.
 
-``run(program, args, backend=...)`` is the one entry point; it checks the launch
-geometry and the arguments, then hands the graph to the backend:
+``run(program, args, backend=...)`` is the one entry point, the same for every
+backend: it binds and checks the arguments, computes the launch (extents known
+only at run time are evaluated here, and the geometry is checked against the
+limits), then hands graph, binding and launch to the backend:
 
 - ``numpy``: the reference interpreter (:mod:`accy.backends.interpreter`);
 - ``llvm``: native code for this CPU through LLVM (:mod:`accy.backends.host`);
@@ -10,19 +12,40 @@ geometry and the arguments, then hands the graph to the backend:
 
 from __future__ import annotations
 
+import importlib
 from typing import Mapping
 
-from ..dsl.schedule import Limits
-from ..errors import ArgumentError, BackendUnavailableError
+from ..dsl.schedule import Launch, Limits, ThreadBlocks
+from ..errors import ArgumentError, BackendUnavailableError, LaunchError
 from .arguments import Binding, bind_arguments
+from .contract import Backend
+from .interpreter import evaluate_extents
 
-BACKENDS = ("numpy", "llvm", "cuda")
-# what each backend's run takes besides the arguments
-OPTIONS = {
-    "numpy": frozenset({"memory_cap", "check_memory", "debug_thread", "debug_cap"}),
-    "llvm": frozenset({"checks", "threads"}),
-    "cuda": frozenset({"device", "timing"}),
-}
+# backend name -> the module defining it as BACKEND (imported on first use: cuda needs pycuda)
+_MODULES = {"numpy": "interpreter", "llvm": "host", "cuda": "cuda"}
+BACKENDS = tuple(_MODULES)
+
+
+def get_backend(name: str) -> Backend:
+    if name not in _MODULES:
+        raise BackendUnavailableError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
+    return importlib.import_module(f"{__name__}.{_MODULES[name]}").BACKEND
+
+
+def resolve_launch(graph, threads: ThreadBlocks, binding: Binding | None, limits: Limits | None) -> Launch:
+    """The launch of ``graph`` with blocks of ``threads``: extents computed at run time come
+    from the binding's sizes and scalars.  Checked against ``limits`` (CUDA's by default)."""
+    extents = graph.static_extents
+    if extents is None:
+        if binding is None:
+            raise LaunchError(f"kernel '{graph.name}': its launch extents are computed from run-time values; "
+                              "pass the arguments (program.launch(args=...)) to size the launch")
+        extents = evaluate_extents(graph, binding.sizes, binding.scalars)
+        for axis_name, extent in zip(graph.launch_op.attrs["axes"], extents):
+            if extent < 0:
+                raise LaunchError(f"kernel '{graph.name}': axis '{axis_name}' has extent {extent} at run time; "
+                                  "extents must be >= 0")
+    return (limits or Limits.default).check(threads.launch(extents))
 
 
 def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
@@ -32,23 +55,18 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
     ``options`` go to the backend: ``checks=False`` (llvm) drops bounds checks;
     ``timing=True`` (cuda) returns the kernel's time in milliseconds.
     """
-    if backend not in BACKENDS:
-        raise BackendUnavailableError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
-    unknown = sorted(set(options) - OPTIONS[backend])
+    impl = get_backend(backend)
+    unknown = sorted(set(options) - impl.options)
     if unknown:
         raise ArgumentError(f"backend {backend!r} takes no option {', '.join(map(repr, unknown))}; "
-                            f"its options are {', '.join(sorted(OPTIONS[backend])) or 'none'}")
-    program.launch(limits)  # geometry must fit the device limits, even on the CPU
-    if backend == "cuda":
-        from .cuda import run_program
-
-        return run_program(program, args, limits=limits, counts=counts, shapes=shapes, **options)
-    binding = bind_arguments(program.graph, args, counts=counts, shapes=shapes)
-    if backend == "numpy":
-        from .interpreter import run_graph
-    else:
-        from .host import run_graph
-    return run_graph(program.graph, binding, **options)
+                            f"its options are {', '.join(sorted(impl.options)) or 'none'}")
+    impl.check_available(options)
+    graph = program.graph
+    if graph.static_extents is not None:
+        program.launch(limits)  # geometry must fit the device limits before the arguments are looked at
+    binding = bind_arguments(graph, args, counts=counts, shapes=shapes, describe=impl.describe)
+    launch = resolve_launch(graph, program.threads, binding, limits)
+    return impl.execute(graph, binding, launch, **options)
 
 
-__all__ = ["run", "bind_arguments", "Binding", "BACKENDS"]
+__all__ = ["run", "bind_arguments", "Binding", "BACKENDS", "get_backend", "resolve_launch", "Backend"]

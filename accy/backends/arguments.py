@@ -1,22 +1,29 @@
 """Binding user arguments to kernel parameters, with the checks every backend shares.
 
-Arguments come by position (parameter order) or by name.  Each argument is first
-described as an :class:`ArrayInfo` (dtype, size, layout, writability and the
-byte range it occupies), by NumPy for host arrays or by ``__cuda_array_interface__``
-for device arrays, and every check runs on that description before anything
-executes, so a bad call never writes an output.
+Arguments come by position (parameter order) or by name.  A buffer argument is
+first described as an :class:`ArrayInfo` (dtype, size, layout, writability and
+the byte range it occupies), by NumPy for host arrays or by
+``__cuda_array_interface__`` for device arrays; a scalar argument is checked
+against its type's range.  Every check runs before anything executes, so a bad
+call never writes an output.
+
+On the CPU any C-contiguous array-like is taken without a copy: NumPy arrays,
+objects with ``__array_interface__`` or the buffer protocol, and ``__dlpack__``
+producers (a PyTorch CPU tensor).  Outputs are written into them in place.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import numbers
 from typing import Callable, Mapping, Sequence
 
 import attrs
 import numpy as np
 
 from ..dsl.ir import Graph, Param
+from ..dsl.types import DType, from_numpy
 from ..errors import ArgumentError
 
 
@@ -46,27 +53,93 @@ class ArrayInfo:
         return self.address < other.address + other.nbytes and other.address < self.address + self.nbytes
 
 
+def as_host_array(name: str, a) -> np.ndarray:
+    """A NumPy view of a host array-like (no copy), or an error naming the argument."""
+    if isinstance(a, np.ndarray):
+        return a
+    if hasattr(a, "__cuda_array_interface__") and not hasattr(a, "__array_interface__"):
+        raise ArgumentError(f"argument '{name}': a device array cannot run on a CPU backend; "
+                            "pass a NumPy array (or run with backend='cuda')")
+    try:
+        if hasattr(a, "__array_interface__") or hasattr(a, "__array__"):
+            view = np.asarray(a)
+        elif hasattr(a, "__dlpack__"):
+            view = np.from_dlpack(a)
+        else:
+            view = np.asarray(memoryview(a))  # the buffer protocol
+    except (TypeError, ValueError, BufferError, RuntimeError):
+        raise ArgumentError(f"argument '{name}': expected an array (a NumPy array, or an object with "
+                            f"__array_interface__, the buffer protocol or __dlpack__), got {type(a).__name__}") from None
+    if view.dtype == object:
+        raise ArgumentError(f"argument '{name}': expected an array of numbers, got {type(a).__name__}")
+    return view
+
+
 def host_info(name: str, a) -> ArrayInfo:
-    """Describe a NumPy array; anything else is an error naming the argument."""
-    if not isinstance(a, np.ndarray):
-        kind = "a device array" if hasattr(a, "__cuda_array_interface__") else type(a).__name__
-        raise ArgumentError(f"argument '{name}': expected a numpy.ndarray, got {kind}")
+    """Describe a host array-like; anything else is an error naming the argument."""
+    a = as_host_array(name, a)
     return ArrayInfo(a.dtype, a.shape, a.flags.c_contiguous, a.flags.writeable,
                      a.__array_interface__["data"][0], "host", a.strides)
 
 
+def scalar_value(name: str, dtype: DType, value):
+    """``value`` as a NumPy scalar of ``dtype``, or an error naming the parameter."""
+    if isinstance(value, np.ndarray):
+        if value.ndim != 0:
+            raise ArgumentError(f"argument '{name}': expected a scalar ({dtype}), got an array of shape {value.shape}")
+        value = value[()]
+    if isinstance(value, np.generic) and value.dtype.kind in "fV" and not dtype.is_float:
+        kind = f"a {value.dtype} scalar"
+    else:
+        kind = type(value).__name__
+    if dtype.is_bool:
+        if not isinstance(value, (bool, np.bool_)):
+            raise ArgumentError(f"argument '{name}': expected True or False ({dtype}), got {kind} {value!r}")
+        return np.bool_(value)
+    if isinstance(value, (bool, np.bool_)):
+        raise ArgumentError(f"argument '{name}': expected a number ({dtype}), got bool {value!r}")
+    if dtype.is_int:
+        if not isinstance(value, numbers.Integral):
+            raise ArgumentError(f"argument '{name}': expected an integer ({dtype}), got {kind} {value!r}")
+        value = int(value)
+        if not dtype.min <= value <= dtype.max:
+            raise ArgumentError(f"argument '{name}': {value} does not fit {dtype} ({dtype.min}..{dtype.max})")
+        return dtype.numpy.type(value)
+    if not isinstance(value, numbers.Real) and not (isinstance(value, np.generic) and value.dtype.kind in "fV"):
+        raise ArgumentError(f"argument '{name}': expected a number ({dtype}), got {kind} {value!r}")
+    with np.errstate(all="ignore"):
+        rounded = np.asarray(value).astype(dtype.numpy)[()]
+    if np.isinf(rounded) and np.isfinite(float(value)):
+        raise ArgumentError(f"argument '{name}': {float(value)!r} overflows {dtype} (largest {dtype.max:g})")
+    return rounded
+
+
 @attrs.frozen
 class Binding:
-    """Checked arguments: each parameter's array, its description, and for host
-    arrays its flat (1-D) view."""
+    """Checked arguments: each buffer's array and description, each scalar's value, and
+    for host arrays their flat (1-D) views."""
 
-    arrays: dict[str, object]
+    arrays: dict[str, object]  # buffers: NumPy arrays on the host, the caller's objects on a device
     infos: dict[str, ArrayInfo]
     outputs: frozenset[str]
+    scalars: dict[str, object] = attrs.field(factory=dict)  # NumPy scalars of the parameters' types
 
     @functools.cached_property
     def flat(self) -> dict[str, np.ndarray]:
         return {name: a.reshape(-1) for name, a in self.arrays.items()}
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {name: info.size for name, info in self.infos.items()}
+
+    def scratch(self) -> dict[str, np.ndarray]:
+        """Flat host buffers to run on: copies of the outputs, the inputs themselves."""
+        return {name: (a.copy() if name in self.outputs else a) for name, a in self.flat.items()}
+
+    def commit(self, scratch: dict[str, np.ndarray]) -> None:
+        """The launch succeeded: copy the outputs back into the caller's arrays."""
+        for name in self.outputs:
+            np.copyto(self.flat[name], scratch[name])
 
 
 def _by_name(params: Sequence[Param], args) -> dict[str, object]:
@@ -92,6 +165,11 @@ def _by_name(params: Sequence[Param], args) -> dict[str, object]:
     return dict(zip(names, args))
 
 
+def _dtype_text(dtype: np.dtype) -> str:
+    accy_type = from_numpy(dtype)
+    return f"{dtype} ({accy_type})" if accy_type is not None else str(dtype)
+
+
 def bind_arguments(
     graph: Graph,
     args,
@@ -108,11 +186,19 @@ def bind_arguments(
     """
     outputs = graph.stored_buffers()
     named = _by_name(graph.params, args)
-    infos = {}
+    infos, arrays, scalars = {}, {}, {}
     for p in graph.params:
-        info = infos[p.name] = describe(p.name, named[p.name])
+        if p.is_scalar:
+            scalars[p.name] = scalar_value(p.name, p.dtype, named[p.name])
+            continue
+        value = named[p.name]
+        if np.isscalar(value) or isinstance(value, (int, float)):
+            raise ArgumentError(f"argument '{p.name}': expected an array of {p.dtype}, got the scalar {value!r}")
+        info = infos[p.name] = describe(p.name, value)
+        arrays[p.name] = as_host_array(p.name, value) if info.space == "host" else value
         if info.dtype != p.dtype.numpy:
-            raise ArgumentError(f"argument '{p.name}': expected dtype {p.dtype.numpy} ({p.dtype}), got {info.dtype}")
+            raise ArgumentError(f"argument '{p.name}': expected dtype {p.dtype.numpy} ({p.dtype}), "
+                                f"got {_dtype_text(info.dtype)}")
         count = (counts or {}).get(p.name, p.count)
         if count is not None and info.size != count:
             described = f" ({shapes[p.name]})" if shapes and p.name in shapes else ""
@@ -127,9 +213,9 @@ def bind_arguments(
         if p.name in outputs and not info.writeable:
             raise ArgumentError(f"argument '{p.name}' is read-only, but the kernel stores to it")
     for out in sorted(outputs):
-        for p in graph.params:
+        for p in graph.buffers:
             if p.name != out and infos[out].overlaps(infos[p.name]):
                 raise ArgumentError(
                     f"argument '{out}' shares memory with argument '{p.name}'; an output must not alias another argument"
                 )
-    return Binding(named, infos, frozenset(outputs))
+    return Binding(arrays, infos, frozenset(outputs), scalars)

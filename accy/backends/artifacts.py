@@ -7,11 +7,11 @@ building artifacts on machines without a GPU.  The PyCUDA backend implements
 the same interface for real.
 
 A :class:`KernelArtifact` is what a runtime needs to call a kernel: its entry
-point, arguments, dtypes, fixed launch geometry and compiled payload.  Its
-``abi`` says how the payload's parameters are laid out: one pointer per buffer
-(in parameter order), then one ``i64`` element count per buffer, then a pointer
-to the 4 x i64 status word (zeroed before the launch; non-zero after it means
-the launch failed, see :func:`accy.backends.llvm.status_error`).
+point, parameters, dtypes, launch geometry and compiled payload.  Its ``launch``
+is fixed when every extent is known when the kernel is built; a kernel whose
+extents come from run-time values has ``launch=None`` and its ``block``: the
+grid is computed at each call.  ``abi`` says how the payload takes its
+arguments (see :mod:`accy.backends.abi`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from typing import Iterator, Protocol
 import attrs
 
 from ..dsl.ir import Graph
-from ..dsl.schedule import Launch, Limits
+from ..dsl.schedule import Launch
 from ..dsl.types import DType
+from .abi import ABI
 from .codegen import emit_ptx
 from .llvm import Target
-
-ABI = "accy-v1: ptr buffer[n] (8 readable bytes even if empty), i64 count[n], ptr status[4 x i64]"
 
 
 class BackendKind(enum.Enum):
@@ -55,18 +54,6 @@ class DTypeSet:
         return len(self.dtypes)
 
 
-@attrs.frozen
-class FixedLaunch:
-    """Launch geometry fixed when the artifact was built."""
-
-    grid: tuple[int, int, int]
-    threadgroup: tuple[int, int, int]
-
-    @property
-    def block(self) -> tuple[int, int, int]:
-        return self.threadgroup
-
-
 @attrs.frozen(eq=False)
 class KernelArtifact:
     target: str
@@ -76,11 +63,16 @@ class KernelArtifact:
     argument_count: int
     parameter_names: tuple[str, ...]
     required_dtypes: DTypeSet
-    launch: FixedLaunch
+    launch: Launch | None  # None: computed at each call from the run-time extents
+    block: tuple[int, int, int]
     payload: str
     arch: str
     abi: str = ABI
     graph: Graph | None = attrs.field(default=None, repr=False)
+
+    @property
+    def fixed(self) -> bool:
+        return self.launch is not None
 
 
 class Registry:
@@ -108,13 +100,13 @@ class BackendState(Protocol):
     kind: BackendKind
     format: ArtifactFormat
 
-    def compile(self, graph: Graph, launch: Launch) -> tuple[str, str]:
-        """Compile ``graph`` for ``launch``; returns (payload, arch)."""
+    def compile(self, graph: Graph, block: tuple[int, int, int]) -> tuple[str, str]:
+        """Compile ``graph`` for blocks of ``block`` threads; returns (payload, arch)."""
 
     def load(self, artifact: KernelArtifact):
         """Make ``artifact`` callable; returns a handle for :meth:`launch`."""
 
-    def launch(self, handle, binding) -> None:
+    def launch(self, handle, binding, launch: Launch) -> None:
         """Run a loaded artifact on bound arguments."""
 
 
@@ -125,13 +117,13 @@ class RecordingBackendState:
     kind: BackendKind = BackendKind.cuda
     format: ArtifactFormat = ArtifactFormat.cuda_ptx
     arch: str = "sm_80"
-    fast_exp: bool = False
+    fast_math: bool = False
     compiled: list = attrs.field(factory=list)
     loaded: list = attrs.field(factory=list)
     launched: list = attrs.field(factory=list)
 
-    def compile(self, graph: Graph, launch: Launch) -> tuple[str, str]:
-        ptx = emit_ptx(graph, Target.nvptx(self.arch, fast_exp=self.fast_exp), launch.block)
+    def compile(self, graph: Graph, block: tuple[int, int, int]) -> tuple[str, str]:
+        ptx = emit_ptx(graph, Target.nvptx(self.arch, fast_math=self.fast_math), block)
         self.compiled.append((graph.name, self.arch))
         return ptx, self.arch
 
@@ -139,9 +131,10 @@ class RecordingBackendState:
         self.loaded.append(artifact.entry_name)
         return artifact
 
-    def launch(self, handle: KernelArtifact, binding) -> None:
-        sizes = tuple(binding.flat[name].size for name in handle.parameter_names)
-        self.launched.append((handle.entry_name, handle.launch, sizes))
+    def launch(self, handle: KernelArtifact, binding, launch: Launch | None = None) -> None:
+        """Record a launch (by default with the artifact's fixed geometry)."""
+        sizes = tuple(binding.infos[name].size for name in handle.parameter_names if name in binding.infos)
+        self.launched.append((handle.entry_name, launch or handle.launch, sizes))
 
 
 @attrs.frozen(eq=False)
@@ -155,13 +148,11 @@ class KernelCallArtifact:
         return Registry(self.artifacts)
 
 
-def create_kernel_call_artifact(program, state: BackendState, *, target: str, version: int = 1,
-                                limits: Limits | None = None) -> KernelCallArtifact:
-    """Compile ``program`` with ``state`` into a registry-ready artifact."""
-    launch = program.launch(limits)
-    graph = program.graph
-    payload, arch = state.compile(graph, launch)
-    artifact = KernelArtifact(
+def build_artifact(graph: Graph, launch: Launch | None, block: tuple[int, int, int], state: BackendState, *,
+                   target: str, version: int = 1) -> KernelArtifact:
+    """Compile ``graph`` with ``state`` into an artifact (``launch`` None: sized per call)."""
+    payload, arch = state.compile(graph, block)
+    return KernelArtifact(
         target=target,
         version=version,
         format=state.format,
@@ -169,9 +160,9 @@ def create_kernel_call_artifact(program, state: BackendState, *, target: str, ve
         argument_count=len(graph.params),
         parameter_names=tuple(p.name for p in graph.params),
         required_dtypes=DTypeSet.of(p.dtype for p in graph.params),
-        launch=FixedLaunch(launch.grid, launch.block),
+        launch=launch,
+        block=tuple(block),
         payload=payload,
         arch=arch,
         graph=graph,
     )
-    return KernelCallArtifact((artifact,), state)

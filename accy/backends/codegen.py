@@ -4,6 +4,7 @@ function for the host.  Both run LLVM's O3 pipeline first."""
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import functools
 import os
 import threading
@@ -15,6 +16,7 @@ import llvmlite.binding as llvm
 from ..dsl.ir import Graph, Op
 from ..errors import CompileError
 from . import cache
+from .abi import host_signature
 from .llvm import NVPTX_TRIPLE, LoweredModule, Target, lower
 from .toolchain import find_libdevice
 
@@ -41,6 +43,10 @@ def _nvptx_machine(arch: str) -> llvm.TargetMachine:
 @functools.cache
 def host_machine() -> llvm.TargetMachine:
     _init()
+    # math functions (expf, erff, ...) come from the C library the process has loaded
+    libm = ctypes.util.find_library("m")
+    if libm:
+        llvm.load_library_permanently(libm)
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True
@@ -134,6 +140,7 @@ ptx_listeners: list = []
 
 def _build_ptx(graph: Graph, target: Target, block) -> str:
     with _lock:
+        compilations["ptx"] += 1
         machine = _machine(target)
         lowered = _lower(graph, target, block)
         module = _parse(lowered, machine)
@@ -141,8 +148,9 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
             path = find_libdevice()
             if path is None:
                 raise CompileError(
-                    "exp on NVPTX needs libdevice (__nv_expf), which was not found: pip install nvidia-cuda-nvcc "
-                    "(accy's cuda and test extras do) or set CUDA_HOME; or choose the ex2.approx path with fast_exp=True"
+                    "math functions on NVPTX need libdevice (__nv_expf, ...), which was not found: pip install "
+                    "nvidia-cuda-nvcc (accy's cuda and test extras do) or set CUDA_HOME; or choose the approximate "
+                    "instructions with fast_math=True"
                 )
             wanted = frozenset(fn.name for fn in module.functions if fn.is_declaration and fn.name.startswith("__nv_"))
             module.link_in(llvm.parse_bitcode(_libdevice_subset(path, wanted)))
@@ -157,19 +165,20 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
 
 @attrs.frozen(eq=False)
 class HostKernel:
-    """A JIT-compiled host launcher: ``call(pointers, counts, status, begin, end)``."""
+    """A JIT-compiled host launcher: ``call(pointers, counts, scalars, status, begin, end)``."""
 
     ordinals: tuple[Op, ...]
     engine: object  # the MCJIT engine must outlive the function pointer
     function: object
 
-    def __call__(self, pointers, counts, status_pointer, begin: int, end: int) -> None:
-        self.function(*pointers, *counts, status_pointer, begin, end)
+    def __call__(self, pointers, counts, scalars, status_pointer, begin: int, end: int) -> None:
+        self.function(*pointers, *counts, *scalars, status_pointer, begin, end)
 
 
 _host_kernels: dict[tuple[str, Target], HostKernel] = {}
 # per graph object, so a repeated launch skips printing the graph to find its key
 _host_kernels_by_graph: "weakref.WeakKeyDictionary[Graph, dict]" = weakref.WeakKeyDictionary()
+compilations = {"host": 0, "ptx": 0}  # how many modules this process compiled (tests count them)
 
 
 def host_kernel(graph: Graph, target: Target | None = None) -> HostKernel:
@@ -197,7 +206,5 @@ def _jit(graph: Graph, target: Target) -> HostKernel:
     address = engine.get_function_address(lowered.entry_name)
     if not address:
         raise CompileError(f"JIT compilation of {lowered.entry_name} produced no function")
-    n = len(graph.params)
-    signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n + [ctypes.c_int64] * n
-                                         + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]))
-    return HostKernel(lowered.ordinals, engine, signature(address))
+    compilations["host"] += 1
+    return HostKernel(lowered.ordinals, engine, host_signature(graph)(address))

@@ -30,10 +30,12 @@ import numpy as np
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from ..errors import ArgumentError, BackendUnavailableError
-from .arguments import ArrayInfo, Binding, bind_arguments, host_info
-from .artifacts import ArtifactFormat, BackendKind, KernelArtifact, create_kernel_call_artifact
+from .abi import STATUS_WORDS, scalar_bits, scalar_words, status_error
+from .arguments import ArrayInfo, Binding, host_info
+from .artifacts import ArtifactFormat, BackendKind, KernelArtifact, build_artifact
 from .codegen import emit_ptx
-from .llvm import STATUS_WORDS, Target, status_error, total_lanes
+from .contract import Backend
+from .llvm import Target
 
 _state_lock = threading.Lock()
 _states: dict[int, "CudaBackendState"] = {}
@@ -99,7 +101,7 @@ class CudaBackendState:
     device: int = 0
     kind: BackendKind = BackendKind.cuda
     format: ArtifactFormat = ArtifactFormat.cuda_ptx
-    fast_exp: bool = False
+    fast_math: bool = False
     _drv: object = None
     _context: object = None
     _modules: dict = attrs.field(factory=dict)
@@ -125,9 +127,9 @@ class CudaBackendState:
     def __exit__(self, *exc):
         self._drv.Context.pop()
 
-    def compile(self, graph: Graph, launch: Launch) -> tuple[str, str]:
+    def compile(self, graph: Graph, block: tuple[int, int, int]) -> tuple[str, str]:
         arch = self.arch
-        return emit_ptx(graph, Target.nvptx(arch, fast_exp=self.fast_exp), launch.block), arch
+        return emit_ptx(graph, Target.nvptx(arch, fast_math=self.fast_math), block), arch
 
     def load(self, artifact: KernelArtifact) -> LoadedKernel:
         key = hashlib.sha256(artifact.payload.encode()).hexdigest()
@@ -136,22 +138,27 @@ class CudaBackendState:
             if loaded is None:
                 module = self._drv.module_from_buffer(artifact.payload.encode() + b"\0")  # the driver wants C text
                 function = module.get_function(artifact.entry_name)
-                n = artifact.argument_count
-                function.prepare("P" * n + "q" * n + "P")
+                graph = artifact.graph
+                n = len(graph.buffers)
+                scalars = "".join(_SCALAR_FORMATS[scalar_bits(p.dtype)] for p in graph.scalars)
+                function.prepare("P" * n + "q" * n + scalars + "P")
                 loaded = self._modules[key] = LoadedKernel(artifact, (module, function))
             return loaded
 
-    def launch(self, handle: LoadedKernel, binding: Binding, *, timing: bool = False) -> float | None:
+    def launch(self, handle: LoadedKernel, binding: Binding, launch: Launch, *, timing: bool = False) -> float | None:
         """Run on checked arguments; returns the kernel's time in ms with ``timing``."""
         with self._lock, self:
-            return _Launch(self._drv, handle, binding).run(timing)
+            return _Launch(self._drv, handle, binding, launch).run(timing)
+
+
+_SCALAR_FORMATS = {8: "B", 16: "H", 32: "I", 64: "Q"}
 
 
 class _Launch:
     """Device buffers for one launch: staged, run, checked, copied back, freed."""
 
-    def __init__(self, drv, handle: LoadedKernel, binding: Binding):
-        self.drv, self.handle, self.binding = drv, handle, binding
+    def __init__(self, drv, handle: LoadedKernel, binding: Binding, launch: Launch):
+        self.drv, self.handle, self.binding, self.launch = drv, handle, binding, launch
         self.allocations = []
 
     def _alloc(self, nbytes: int):
@@ -179,23 +186,24 @@ class _Launch:
         artifact = self.handle.artifact
         graph = artifact.graph
         _, function = self.handle.function
+        buffers = [p.name for p in graph.buffers]
         try:
-            pointers = {name: self._stage(name) for name in artifact.parameter_names}
+            pointers = {name: self._stage(name) for name in buffers}
             status = self._alloc(STATUS_WORDS * 8)
             self.drv.memset_d8(status, 0, STATUS_WORDS * 8)
-            counts = [np.int64(self.binding.infos[n].size) for n in artifact.parameter_names]
-            args = [pointers[n] for n in artifact.parameter_names] + counts + [int(status)]
+            counts = [np.int64(self.binding.infos[n].size) for n in buffers]
+            args = ([pointers[n] for n in buffers] + counts + scalar_words(graph, self.binding.scalars)
+                    + [int(status)])
             start, end = (self.drv.Event(), self.drv.Event()) if timing else (None, None)
             if start is not None:
                 start.record()
-            function.prepared_call(artifact.launch.grid, artifact.launch.threadgroup, *args)
+            function.prepared_call(self.launch.grid, self.launch.block, *args)
             if end is not None:
                 end.record()
             self.drv.Context.synchronize()
             words = np.zeros(STATUS_WORDS, np.int64)
             self.drv.memcpy_dtoh(words, status)
-            sizes = {n: self.binding.infos[n].size for n in artifact.parameter_names}
-            error = status_error(graph, tuple(graph.body.walk()), words, sizes)
+            error = status_error(graph, tuple(graph.body.walk()), words, self.binding.sizes, self.launch.extents)
             if error is not None:
                 raise error
             for name in sorted(self.binding.outputs):
@@ -224,18 +232,18 @@ def default_state(device: int = 0) -> CudaBackendState:
         return state
 
 
-def run_program(program, args, *, limits=None, counts=None, shapes=None, device: int = 0,
-                timing: bool = False) -> float | None:
-    """Run ``program`` on the GPU; returns the kernel time in ms when ``timing``."""
+def execute(graph: Graph, binding: Binding, launch: Launch, *, device: int = 0,
+            timing: bool = False) -> float | None:
+    """Run ``graph`` on the GPU; returns the kernel time in ms when ``timing``."""
     state = default_state(device)
-    graph = program.graph
-    binding = bind_arguments(graph, args, counts=counts, shapes=shapes, describe=device_info)
-    if total_lanes(graph) == 0:
+    if launch.lanes == 0:
         return 0.0 if timing else None
-    launch = program.launch(limits)
     per_graph = state.artifacts.setdefault(graph, {})
-    artifact = per_graph.get(launch)
-    if artifact is None:  # compile once per graph and geometry, not per launch
-        (artifact,) = create_kernel_call_artifact(program, state, target=program.name, limits=limits).artifacts
-        per_graph[launch] = artifact
-    return state.launch(state.load(artifact), binding, timing=timing)
+    artifact = per_graph.get(launch.block)
+    if artifact is None:  # compile once per graph and block shape, not per launch
+        artifact = per_graph[launch.block] = build_artifact(graph, None, launch.block, state, target=graph.name)
+    return state.launch(state.load(artifact), binding, launch, timing=timing)
+
+
+BACKEND = Backend("cuda", frozenset({"device", "timing"}), execute, device_info,
+                  lambda options: default_state(options.get("device", 0)))

@@ -3,18 +3,33 @@
 ``run(args, backend="numpy", debug_thread={"b": 1, "q": 0, "v": 2})`` replays the
 graph for that one thread on copies of the arguments (so the real, vectorised
 launch of every thread is not slowed down), with plain loops so each fold
-iteration shows, and records each op's text form, its value and the line of the
-user's source that recorded it.  Past ``cap`` entries it only counts.
+iteration shows.  A :class:`Recorder` listens to the interpreter and keeps each
+op's text form, its value and the line of the user's source that recorded it;
+past ``cap`` entries it only counts.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import attrs
 import numpy as np
 
-from ..dsl.ir import Block, Graph, Op
-from ..dsl.printer import op_lines
+from ..dsl.ir import Axis, Graph, Op, op_lines
 from ..errors import ArgumentError
+
+
+class Observer(Protocol):
+    """What the interpreter reports to an observer."""
+
+    def op(self, op: Op, value) -> None:
+        """``op`` ran; ``value`` is its first result, or None."""
+
+    def enter(self, fold: Op, i: int) -> None:
+        """An iteration of ``fold`` starts (plain loops only)."""
+
+    def leave(self) -> None:
+        """That iteration ended."""
 
 
 @attrs.frozen
@@ -49,12 +64,12 @@ class ThreadTrace:
         return [e.value for e in self.entries if fragment in e.op]
 
 
-def check_thread(graph: Graph, thread) -> None:
+def check_thread(axes: tuple[Axis, ...], thread) -> None:
     """``thread`` must name every logical axis with an index inside it."""
-    names = [a.name for a in graph.axes]
+    names = [a.name for a in axes]
     if not isinstance(thread, dict) or sorted(thread) != sorted(names):
         raise ArgumentError(f"debug_thread: give every logical axis by name ({', '.join(names)}), got {thread!r}")
-    for a in graph.axes:
+    for a in axes:
         value = thread[a.name]
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < a.extent:
             raise ArgumentError(f"debug_thread: {a.name}={value!r} is outside the axis (0 <= {a.name} < {a.extent})")
@@ -65,61 +80,31 @@ def _plain(value):
     return value.item() if value.size == 1 else value.tolist()
 
 
-def trace_thread(graph: Graph, buffers: dict[str, np.ndarray], thread: dict, *, cap: int = 2000) -> ThreadTrace:
-    """Replay ``graph`` for one thread on ``buffers`` (flat copies, changed by its stores)."""
-    from .interpreter import _FoldPlan, _Launch
+class Recorder:
+    """An interpreter observer that keeps what one thread computed."""
 
-    check_thread(graph, thread)
+    def __init__(self, graph: Graph, thread: dict, *, cap: int = 2000):
+        self.thread = dict(thread)
+        self.lines = op_lines(graph)
+        self.cap = cap
+        self.entries: list[TraceEntry] = []
+        self.omitted = 0
+        self.loops: list[tuple[str, int]] = []
 
-    lines = op_lines(graph)
-    entries: list[TraceEntry] = []
-    omitted = 0
-    loops: list[tuple[str, int]] = []
+    def op(self, op: Op, value) -> None:
+        if op.opcode in ("for_each", "yield"):
+            return
+        if len(self.entries) < self.cap:
+            self.entries.append(TraceEntry(self.lines.get(op, op.opcode), None if value is None else _plain(value),
+                                           str(op.location) if op.location else "", tuple(self.loops)))
+        else:
+            self.omitted += 1
 
-    class _Recorder(_Launch):
-        def run_block(self, block: Block, skip=frozenset()) -> None:
-            nonlocal omitted
-            for op in block.ops:
-                if op.opcode == "yield":
-                    continue
-                if op.opcode == "for_each":
-                    self.for_each(op)
-                    continue
-                if op.opcode == "fold":
-                    self.fold(op)
-                else:
-                    super().run_block(_single(op))
-                value = _plain(self.env[id(op.results[0])]) if op.results else None
-                if len(entries) < cap:
-                    entries.append(TraceEntry(lines.get(id(op), op.opcode), value,
-                                              str(op.location) if op.location else "", tuple(loops)))
-                else:
-                    omitted += 1
+    def enter(self, fold: Op, i: int) -> None:
+        self.loops.append((self.lines.get(fold, "fold").split(" = ")[0], i))
 
-        def for_each(self, op: Op) -> None:
-            self.axes = op.attrs["axes"]
-            (block,) = op.regions
-            for arg, a in zip(block.args, self.axes):
-                self.env[id(arg)] = np.int64(thread[a.name])
-            self.run_block(block)
+    def leave(self) -> None:
+        self.loops.pop()
 
-        def _iterate(self, region: Block, i, accs_values, skip=frozenset()):
-            loops.append((lines.get(id(region.parent), "fold").split(" = ")[0], int(i)))
-            try:
-                return super()._iterate(region, i, accs_values)
-            finally:
-                loops.pop()
-
-    recorder = _Recorder(graph, buffers, memory_cap=1 << 30)
-    recorder.plans = {k: _FoldPlan(None, frozenset(), frozenset(), p.body_ops, p.captured)
-                      for k, p in recorder.plans.items()}  # plain loops: every iteration shows
-    recorder.frees = {}
-    with np.errstate(all="ignore"):
-        recorder.run_block(graph.body)
-    return ThreadTrace(dict(thread), tuple(entries), omitted)
-
-
-def _single(op: Op) -> Block:
-    block = Block()
-    block.ops.append(op)
-    return block
+    def trace(self) -> ThreadTrace:
+        return ThreadTrace(self.thread, tuple(self.entries), self.omitted)

@@ -29,4 +29,5 @@ def out_of_bounds(op: Op, index: int, size: int, thread: str) -> OutOfBoundsErro
 
 
 def division_by_zero(op: Op, thread: str) -> ExecutionError:
-    return ExecutionError(f"div: index division by zero in thread {thread}{_at(op)}")
+    what = "remainder" if op.opcode == "mod" else "division"
+    return ExecutionError(f"{op.opcode}: {op.operands[0].type} {what} by zero in thread {thread}{_at(op)}")

@@ -16,9 +16,12 @@ import os
 import numpy as np
 
 from ..dsl.ir import Graph
+from ..dsl.schedule import Launch
+from .abi import STATUS_WORDS, scalar_words, status_error
 from .arguments import Binding
 from .codegen import host_kernel
-from .llvm import STATUS_WORDS, Target, status_error, total_lanes
+from .contract import Backend
+from .llvm import Target
 
 _EMPTY = np.zeros(1, np.int64)
 # below this many (lanes x ops in the graph), a second thread costs more than it saves
@@ -37,30 +40,34 @@ def _thread_count(graph: Graph, lanes: int, threads: int | None) -> int:
     return 1 if work < PARALLEL_WORK else max(1, min(os.cpu_count() or 1, lanes))
 
 
-def run_graph(graph: Graph, binding: Binding, *, checks: bool = True, threads: int | None = None) -> None:
+def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = True,
+              threads: int | None = None) -> None:
     """Run ``graph`` natively; ``threads`` fixes the thread count (default: one per
     core for big launches, else one)."""
-    lanes = total_lanes(graph)
+    lanes = launch.lanes
     if lanes == 0:
         return
     kernel = host_kernel(graph, Target.host(checks=checks))
-    scratch = {name: (a.copy() if name in binding.outputs else a) for name, a in binding.flat.items()}
-    arrays = [scratch[p.name] for p in graph.params]
+    scratch = binding.scratch()
+    arrays = [scratch[p.name] for p in graph.buffers]
     status = np.zeros(STATUS_WORDS, np.int64)
     # an empty buffer still points at 8 readable bytes (the ABI's promise to checked loads)
     pointers = [a.ctypes.data if a.size else _EMPTY.ctypes.data for a in arrays]
     counts = [a.size for a in arrays]
+    scalars = scalar_words(graph, binding.scalars)
     n = _thread_count(graph, lanes, threads)
     bounds = [lanes * i // n for i in range(n + 1)]
     if n == 1:
-        kernel(pointers, counts, status.ctypes.data, 0, lanes)
+        kernel(pointers, counts, scalars, status.ctypes.data, 0, lanes)
     else:
-        futures = [_pool().submit(kernel, pointers, counts, status.ctypes.data, lo, hi)
+        futures = [_pool().submit(kernel, pointers, counts, scalars, status.ctypes.data, lo, hi)
                    for lo, hi in zip(bounds, bounds[1:])]
         for f in futures:
             f.result()
-    error = status_error(graph, kernel.ordinals, status, {p.name: a.size for p, a in zip(graph.params, arrays)})
+    error = status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
     if error is not None:
         raise error
-    for name in binding.outputs:
-        np.copyto(binding.flat[name], scratch[name])
+    binding.commit(scratch)
+
+
+BACKEND = Backend("llvm", frozenset({"checks", "threads"}), run_graph)

@@ -11,19 +11,19 @@ number of NumPy calls proportional to the ops executed, never to the thread coun
 Folds run in one of three ways:
 
 * **vectorised**: when the bounds are the same for every thread, the body stores
-  nothing, and each loop-carried value is combined with ``add``, ``max`` or
-  ``min`` from a term that does not depend on any of them, every iteration is
-  evaluated at once along a new leading axis, in chunks that keep the
-  temporaries under a memory cap, and folded in iteration order
-  (one in-place NumPy call per iteration, so float sums round exactly as a
-  sequential loop does);
+  nothing, and each loop-carried value is combined with a reduction op (``add``,
+  ``mul``, ``max``, ``min``, ``and``, ``or``, ``xor``) from a term that does not
+  depend on any of them, every iteration is evaluated at once along a new
+  leading axis, in chunks that keep the temporaries under a memory cap, and
+  folded in iteration order (one in-place NumPy call per iteration, so float
+  sums round exactly as a sequential loop does);
 * **uniform**: otherwise, with the same bounds everywhere, a Python loop over
   the iterations, each evaluated for all threads;
 * **divergent**: bounds that differ between threads run until the longest thread
   is done, with an *active mask*; loads and stores touch active lanes only.
 
-Outputs are written to scratch copies and copied back only when the whole
-launch succeeded, so a failing launch leaves every argument untouched.
+``if_`` regions run the same way: a condition that is the same for every thread
+runs one branch; otherwise each branch runs under the mask of its threads.
 """
 
 from __future__ import annotations
@@ -35,70 +35,58 @@ import weakref
 import attrs
 import numpy as np
 
-from ..dsl.ir import Block, Graph, Op
+from ..dsl.ir import Axis, Block, Graph, Op, Value
+from ..dsl.ops import OPS, REDUCTIONS
+from ..dsl.schedule import Launch
 from ..dsl.types import INDEX_MAX, INDEX_MIN
-from .arguments import Binding
 from ..errors import RaceError, UnwrittenOutputError
+from . import numerics
+from .arguments import Binding, host_info
+from .contract import Backend
+from .debug import Observer, Recorder, check_thread
 from .diagnostics import division_by_zero, out_of_bounds, thread_text
 
 DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
 
-
-def _saturating_to_index(x):
-    x = np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0)
-    # float64(INDEX_MAX) rounds up to 2**63: clip below it, then fix the top end
-    high = x >= 2.0**63
-    out = np.clip(x, -(2.0**63), np.nextafter(2.0**63, 0)).astype(np.int64)
-    return np.where(high, np.int64(INDEX_MAX), out)
-
-
-def _cast(x, dtype):
-    if dtype.is_int and np.asarray(x).dtype.kind == "f":
-        return _saturating_to_index(np.trunc(x))
-    return np.asarray(x).astype(dtype.numpy)
-
-
-def _ieee_extremum(pick, zero_sign):
-    """IEEE 754-2019 maximum/minimum, as LLVM's llvm.maximum/llvm.minimum: NaN
-    propagates and -0.0 < +0.0 (NumPy's maximum returns its second operand on ties,
-    so max(+0.0, -0.0) would be -0.0 and max would not even be commutative)."""
-    def extremum(a, b):
-        result = pick(a, b)
-        if np.asarray(result).dtype.kind != "f":
-            return result
-        ties = (np.asarray(a) == 0) & (np.asarray(b) == 0)
-        if not np.any(ties):
-            return result
-        chosen = zero_sign(np.signbit(a), np.signbit(b))  # True: the result is -0.0
-        return np.where(ties, np.where(chosen, -0.0, 0.0).astype(np.asarray(result).dtype), result)
-
-    return extremum
-
-
-# One entry per op: NumPy arrays in, NumPy array out (float32 stays float32).
+# One entry per pointwise op: NumPy arrays (or scalars) in, the result out.
 EVAL = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "max": _ieee_extremum(np.maximum, np.logical_and),  # -0 only if both are -0
-    "min": _ieee_extremum(np.minimum, np.logical_or),  # -0 if either is -0
+    "add": numerics.rounded(np.add),
+    "sub": numerics.rounded(np.subtract),
+    "mul": numerics.rounded(np.multiply),
+    "div": numerics.rounded(np.true_divide),  # floats; integers: see Interpreter.div
+    "mod": numerics.rounded(numerics.python_mod),
+    "pow": numerics.math_function(np.power),
+    "max": numerics.maximum,
+    "min": numerics.minimum,
     "neg": np.negative,
-    "exp": np.exp,
-    "sqrt": np.sqrt,
+    "abs": np.abs,
+    "fma": numerics.fma,
+    "copysign": numerics.rounded(np.copysign),
+    **{name: numerics.math_function(fn) for name, fn in numerics.MATH64.items()},
+    "floor": numerics.rounded(np.floor),
+    "ceil": numerics.rounded(np.ceil),
+    "round": numerics.rounded(np.rint),
+    "trunc": numerics.rounded(np.trunc),
+    "isnan": np.isnan,
+    "isinf": np.isinf,
     "lt": np.less,
     "le": np.less_equal,
     "gt": np.greater,
     "ge": np.greater_equal,
     "eq": np.equal,
     "ne": np.not_equal,
-    "and": np.logical_and,
-    "or": np.logical_or,
-    "not": np.logical_not,
+    "and": np.bitwise_and,  # logical on bool
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+    "not": np.invert,
+    "shl": numerics.shift_left,
+    "shr": numerics.shift_right,
     "select": np.where,
 }
 
-# combines a vectorised fold can apply to all iterations at once
-_COMBINES = {"add": np.add, "max": EVAL["max"], "min": EVAL["min"]}
+# ops the interpreter runs with its own state (Interpreter methods of the same name)
+STRUCTURAL = frozenset({"const", "size", "cast", "load", "store", "fold", "if", "for_each", "yield"})
+CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
 
 
 # ----------------------------------------------------------------------------- fold plans
@@ -109,52 +97,56 @@ class _FoldPlan:
     """How to run one fold op: ``combines`` is None unless it can be vectorised;
     then entry j says how accumulator j takes its term (the other operand)."""
 
-    combines: tuple[tuple[object, int], ...] | None  # (combine function, id of the term value)
-    combine_ops: frozenset[int]  # the combining ops themselves: applied after, not in, the body
-    local_terms: frozenset[int]  # the terms the body itself defines (dead once folded)
+    combines: tuple[tuple[object, Value], ...] | None  # (combine function, the term value)
+    combine_ops: frozenset[Op]  # the combining ops themselves: applied after, not in, the body
+    local_terms: frozenset[Value]  # the terms the body itself defines (dead once folded)
     body_ops: int  # ops in the body, nested regions included (sizes chunks)
-    captured: tuple[int, ...]  # ids of the outer values the body reads (bound its shapes)
+    captured: tuple[Value, ...]  # the outer values the body reads (bound its shapes)
 
 
-def _uses(block: Block) -> set[int]:
-    """Ids of every value an op in ``block`` (or below) reads."""
-    return {id(v) for op in block.walk() for v in op.operands}
+def _uses(block: Block) -> set[Value]:
+    """Every value an op in ``block`` (or below) reads."""
+    return {v for op in block.walk() for v in op.operands}
+
+
+_COMBINES = {name: EVAL[name] for name in REDUCTIONS.values()}
 
 
 def _plan(op: Op) -> _FoldPlan:
     (region,) = op.regions
     body_ops = sum(1 for _ in region.walk())
-    defined = {id(a) for a in region.args}
+    defined = set(region.args)
     for inner in region.walk():
-        defined.update(id(r) for r in inner.results)
-        defined.update(id(a) for nested in inner.regions for a in nested.args)
-    captured = tuple(sorted(_uses(region) - defined))
+        defined.update(inner.results)
+        defined.update(a for nested in inner.regions for a in nested.args)
+    captured = tuple(sorted(_uses(region) - defined, key=id))
+    plain = _FoldPlan(None, frozenset(), frozenset(), body_ops, captured)
     if any(inner.opcode == "store" for inner in region.walk()):
-        return _FoldPlan(None, frozenset(), frozenset(), body_ops, captured)
-    accs = {id(a) for a in region.args[1:]}
+        return plain
+    accs = set(region.args[1:])
     tainted = set(accs)  # values that depend on a loop-carried value
     for inner in region.ops:
-        reads = {id(v) for v in inner.operands}
+        reads = set(inner.operands)
         for nested in inner.regions:
             reads |= _uses(nested)
         if reads & tainted:
-            tainted.update(id(r) for r in inner.results)
+            tainted.update(inner.results)
     combines, combine_ops = [], set()
     for acc, y in zip(region.args[1:], region.terminator.operands):
-        owner = y.owner
-        if not isinstance(owner, Op) or owner.opcode not in _COMBINES or owner.block is not region:
-            return _FoldPlan(None, frozenset(), frozenset(), body_ops, captured)
+        owner = y.op
+        if owner is None or owner.opcode not in _COMBINES or owner.block is not region:
+            return plain
         a, b = owner.operands
         term = b if a is acc else a if b is acc else None
-        if term is None or id(term) in tainted:
-            return _FoldPlan(None, frozenset(), frozenset(), body_ops, captured)
-        combines.append((_COMBINES[owner.opcode], id(term)))
-        combine_ops.add(id(owner))
+        if term is None or term in tainted:
+            return plain
+        combines.append((_COMBINES[owner.opcode], term))
+        combine_ops.add(owner)
     local = frozenset(t for _, t in combines if t in defined)  # not from outside the body
     return _FoldPlan(tuple(combines), frozenset(combine_ops), local, body_ops, captured)
 
 
-def _last_uses(block: Block, keep: frozenset[int] = frozenset()) -> dict[int, tuple[int, ...]]:
+def _last_uses(block: Block, keep: frozenset[Value] = frozenset()) -> dict[Op, tuple[Value, ...]]:
     """For each op of ``block``: the values defined in the block that are dead after it.
 
     Freeing them at once keeps few large temporaries alive, and NumPy can then
@@ -162,30 +154,30 @@ def _last_uses(block: Block, keep: frozenset[int] = frozenset()) -> dict[int, tu
     ``yield`` hands back stay, and so do those in ``keep`` (a vectorised fold's
     terms): the fold reads them after the body has run.
     """
-    last: dict[int, int] = {}
+    last: dict[Value, int] = {}
     for n, op in enumerate(block.ops):
-        reads = {id(v) for v in op.operands}
+        reads = set(op.operands)
         for nested in op.regions:
             reads |= _uses(nested)
         for v in reads:
             last[v] = n
         for r in op.results:
-            last.setdefault(id(r), n)  # never used: dead at once
-    kept = set(keep) | ({id(v) for v in block.terminator.operands} if block.terminator is not None else set())
-    defined = {id(r) for op in block.ops for r in op.results}
-    frees: dict[int, list[int]] = {}
+            last.setdefault(r, n)  # never used: dead at once
+    kept = set(keep) | (set(block.terminator.operands) if block.terminator is not None else set())
+    defined = {r for op in block.ops for r in op.results}
+    frees: dict[Op, list[Value]] = {}
     for v, n in last.items():
         if v in defined and v not in kept:
-            frees.setdefault(id(block.ops[n]), []).append(v)
-    return {op_id: tuple(vs) for op_id, vs in frees.items()}
+            frees.setdefault(block.ops[n], []).append(v)
+    return {op: tuple(vs) for op, vs in frees.items()}
 
 
 @attrs.frozen
 class _Schedule:
     """What the interpreter precomputes once per graph."""
 
-    plans: dict[int, _FoldPlan]  # per fold op
-    frees: dict[int, tuple[int, ...]]  # per op: values dead after it
+    plans: dict[Op, _FoldPlan]  # per fold op
+    frees: dict[Op, tuple[Value, ...]]  # per op: values dead after it
 
 
 _schedules: "weakref.WeakKeyDictionary[Graph, _Schedule]" = weakref.WeakKeyDictionary()
@@ -194,10 +186,10 @@ _schedules: "weakref.WeakKeyDictionary[Graph, _Schedule]" = weakref.WeakKeyDicti
 def schedule_of(graph: Graph) -> _Schedule:
     schedule = _schedules.get(graph)
     if schedule is None:
-        plans = {id(op): _plan(op) for op in graph.body.walk() if op.opcode == "fold"}
+        plans = {op: _plan(op) for op in graph.body.walk() if op.opcode == "fold"}
         frees = _last_uses(graph.body)
         for op in graph.body.walk():
-            plan = plans.get(id(op))
+            plan = plans.get(op)
             terms = frozenset(t for _, t in plan.combines) if plan and plan.combines else frozenset()
             for region in op.regions:
                 frees.update(_last_uses(region, terms))
@@ -208,27 +200,44 @@ def schedule_of(graph: Graph) -> _Schedule:
 # ----------------------------------------------------------------------------- execution
 
 
-def _scalar(value, dtype):
-    return dtype.numpy.type(value)
+class Interpreter:
+    """One launch of a graph over NumPy buffers.
 
+    ``thread={"i": 3}`` runs that one logical thread instead of the whole grid;
+    ``plain=True`` runs every fold as a loop; ``observer`` hears of every op.
+    """
 
-class _Launch:
-    """State of one launch: buffers, the logical grid, and the active-lane mask."""
-
-    def __init__(self, graph: Graph, buffers: dict[str, np.ndarray], memory_cap: int):
+    def __init__(self, graph: Graph, buffers: dict[str, np.ndarray], scalars: dict[str, object],
+                 extents: tuple[int, ...], *, memory_cap: int = DEFAULT_MEMORY_CAP, thread: dict | None = None,
+                 plain: bool = False, observer: Observer | None = None):
         self.graph = graph
         self.buffers = buffers
-        self.env: dict[int, object] = {}
+        self.env: dict[Value, object] = {}
+        for p, v in zip(graph.scalars, graph.body.args):
+            self.env[v] = scalars[p.name]
         self.active = None  # None: every lane is active; else a bool array
-        self.axes = ()
-        self.grid = ()  # the launch's shape, outermost axis first: (nz, ny, nx)
+        self.axes = tuple(Axis(name, e) for name, e in zip(graph.launch_op.attrs["axes"], extents))
+        self.thread = thread
+        # the launch's shape, outermost axis first: (nz, ny, nx); one thread: no axes at all
+        self.grid = () if thread is not None else tuple(reversed(extents))
         schedule = schedule_of(graph)
-        self.plans, self.frees = schedule.plans, schedule.frees
+        self.plans = {} if plain else schedule.plans
+        self.frees = {} if observer is not None else schedule.frees
         self.memory_cap = memory_cap
+        self.observer = observer
         self.leading = 0  # iteration axes of enclosing vectorised folds, in front of the grid's
         self.writers = None  # memory checks: buffer -> lane that wrote each element (-1: none)
 
+    def run(self) -> None:
+        with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the semantics, not warnings
+            self.run_block(self.graph.body)
+
     # -- errors name one logical thread ------------------------------------------
+    def _thread(self, lane: int) -> str:
+        if self.thread is not None:
+            return " ".join(f"{a.name}={self.thread[a.name]}" for a in self.axes)
+        return thread_text(self.axes, lane)
+
     def _first_bad(self, bad, idx):
         """(lane, offending index) of the first active lane where ``bad``, or None."""
         if self.active is not None:
@@ -239,38 +248,53 @@ class _Launch:
         shape = np.broadcast_shapes(np.shape(bad), np.shape(idx), (1,) * (rank - len(self.grid)) + self.grid)
         position = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
         lane = int(np.ravel_multi_index(position[rank - len(self.grid):], self.grid)) if self.grid else 0
-        return lane, int(np.broadcast_to(idx, shape)[position])
+        return lane, np.broadcast_to(idx, shape)[position].item()
 
     # -- evaluation ------------------------------------------------------------
-    def run_block(self, block: Block, skip: frozenset[int] = frozenset()) -> None:
-        env, frees = self.env, self.frees
+    def run_block(self, block: Block, skip: frozenset[Op] = frozenset()) -> None:
+        env, frees, observer = self.env, self.frees, self.observer
         for op in block.ops:
-            if id(op) in skip:
+            if op in skip:
                 continue  # and so are its frees: the caller still reads its operands
-            handler = _SPECIAL.get(op.opcode)
-            if handler is not None:
-                handler(self, op)
+            name = op.opcode
+            if name in STRUCTURAL or name in CHECKED:
+                getattr(self, "op_" + name)(op)
             else:
-                env[id(op.results[0])] = EVAL[op.opcode](*[env[id(v)] for v in op.operands])
-            for v in frees.get(id(op), ()):
+                env[op.results[0]] = EVAL[name](*[env[v] for v in op.operands])
+            if observer is not None and name != "yield":
+                observer.op(op, env[op.results[0]] if op.results else None)
+            for v in frees.get(op, ()):
                 del env[v]
 
-    def const(self, op: Op) -> None:
-        self.env[id(op.result)] = _scalar(op.attrs["value"], op.attrs["dtype"])
+    def op_yield(self, op: Op) -> None:
+        pass
 
-    def div(self, op: Op) -> None:
-        a, b = (self.env[id(v)] for v in op.operands)
-        if op.result.type.is_int:
-            zero = np.asarray(b) == 0
-            bad = self._first_bad(zero, b)
-            if bad is not None:
-                raise division_by_zero(op, thread_text(self.axes, bad[0]))
-            self.env[id(op.result)] = np.floor_divide(a, np.where(zero, 1, b))  # inactive lanes only
-        else:
-            self.env[id(op.result)] = np.divide(a, b)
+    def op_const(self, op: Op) -> None:
+        self.env[op.result] = op.attrs["dtype"].numpy.type(op.attrs["value"])
 
-    def cast(self, op: Op) -> None:
-        self.env[id(op.result)] = _cast(self.env[id(op.operands[0])], op.attrs["dtype"])
+    def op_size(self, op: Op) -> None:
+        self.env[op.result] = np.int64(self.buffers[op.attrs["buffer"]].size)
+
+    def op_cast(self, op: Op) -> None:
+        (value,) = op.operands
+        self.env[op.result] = numerics.cast(self.env[value], value.type, op.result.type)
+
+    def _integer_division(self, op: Op, integer_op, float_op) -> None:
+        a, b = (self.env[v] for v in op.operands)
+        if not op.result.type.is_int:
+            self.env[op.result] = float_op(a, b)
+            return
+        zero = np.asarray(b) == 0
+        bad = self._first_bad(zero, b)
+        if bad is not None:
+            raise division_by_zero(op, self._thread(bad[0]))
+        self.env[op.result] = integer_op(a, np.where(zero, 1, b).astype(np.asarray(b).dtype))  # inactive lanes
+
+    def op_div(self, op: Op) -> None:
+        self._integer_division(op, np.floor_divide, EVAL["div"])
+
+    def op_mod(self, op: Op) -> None:
+        self._integer_division(op, np.remainder, EVAL["mod"])
 
     def _checked_index(self, op: Op, idx):
         size = self.buffers[op.attrs["buffer"]].size
@@ -278,22 +302,22 @@ class _Launch:
         outside = (idx < 0) | (idx >= size)
         bad = self._first_bad(outside, idx)
         if bad is not None:
-            raise out_of_bounds(op, bad[1], size, thread_text(self.axes, bad[0]))
+            raise out_of_bounds(op, bad[1], size, self._thread(bad[0]))
         if np.any(outside):  # only lanes that are inactive: point them somewhere harmless
             idx = np.where(outside, 0, idx)
         return idx
 
-    def load(self, op: Op) -> None:
+    def op_load(self, op: Op) -> None:
         buffer = self.buffers[op.attrs["buffer"]]
-        idx = self._checked_index(op, self.env[id(op.operands[0])])
+        idx = self._checked_index(op, self.env[op.operands[0]])
         if buffer.size == 0:  # only inactive lanes reach here: give them zeros
-            self.env[id(op.result)] = np.zeros(np.shape(idx), buffer.dtype)
+            self.env[op.result] = np.zeros(np.shape(idx), buffer.dtype)
         else:
-            self.env[id(op.result)] = buffer[idx]
+            self.env[op.result] = buffer[idx]
 
-    def store(self, op: Op) -> None:
+    def op_store(self, op: Op) -> None:
         buffer = self.buffers[op.attrs["buffer"]]
-        idx, value = (self.env[id(v)] for v in op.operands)
+        idx, value = (self.env[v] for v in op.operands)
         idx = self._checked_index(op, idx)
         arrays = [idx, np.asarray(value, buffer.dtype), np.empty(self.grid, bool)]
         if self.active is not None:
@@ -327,47 +351,87 @@ class _Launch:
                 k = int(clash[0])
                 element, first, second = int(idx[k]), int(before[k]), int(lanes[k])
             raise RaceError(
-                f"race on '{name}'[{element}]: written by thread {thread_text(self.axes, first)} and by thread "
-                f"{thread_text(self.axes, second)} in one launch{_at(op)}"
+                f"race on '{name}'[{element}]: written by thread {self._thread(first)} and by thread "
+                f"{self._thread(second)} in one launch{_at(op)}"
             )
         writer[idx] = lanes
 
-    def for_each(self, op: Op) -> None:
-        self.axes = op.attrs["axes"]
-        self.grid = tuple(a.extent for a in reversed(self.axes))
-        if math.prod(self.grid) == 0:
-            return
+    def op_for_each(self, op: Op) -> None:
         (block,) = op.regions
-        rank = len(self.axes)
-        for i, (arg, axis) in enumerate(zip(block.args, self.axes)):
-            shape = [1] * rank
-            shape[rank - 1 - i] = axis.extent
-            self.env[id(arg)] = np.arange(axis.extent, dtype=np.int64).reshape(shape)
+        if self.thread is not None:
+            for arg, a in zip(block.args, self.axes):
+                self.env[arg] = np.int64(self.thread[a.name])
+        else:
+            if math.prod(self.grid) == 0:
+                return
+            rank = len(self.axes)
+            for i, (arg, a) in enumerate(zip(block.args, self.axes)):
+                shape = [1] * rank
+                shape[rank - 1 - i] = a.extent
+                self.env[arg] = np.arange(a.extent, dtype=np.int64).reshape(shape)
         self.run_block(block)
 
+    # -- branches ------------------------------------------------------------------
+    def _region_values(self, region: Block):
+        self.run_block(region)
+        return [self.env[v] for v in region.terminator.operands]
+
+    def op_if(self, op: Op) -> None:
+        cond = self.env[op.operands[0]]
+        then, otherwise = op.regions[0], (op.regions[1] if len(op.regions) > 1 else None)
+        if np.ndim(cond) == 0:  # the same for every thread: one branch runs
+            region = then if cond else otherwise
+            values = self._region_values(region) if region is not None else []
+        else:
+            outer = self.active
+            taken = cond if outer is None else (cond & outer)
+            skipped = ~cond if outer is None else (~cond & outer)
+            try:
+                branches = []
+                for region, mask in ((then, taken), (otherwise, skipped)):
+                    if region is not None and np.any(mask):
+                        self.active = mask
+                        branches.append(self._region_values(region))
+                    else:
+                        branches.append(None)
+            finally:
+                self.active = outer
+            if branches[0] is None or branches[1] is None:
+                values = branches[0] or branches[1] or []
+            else:
+                values = [np.where(cond, a, b) for a, b in zip(*branches)]
+        for r, value in zip(op.results, values):
+            self.env[r] = value
+
     # -- folds -------------------------------------------------------------------
-    def fold(self, op: Op) -> None:
-        start, stop, *inits = (self.env[id(v)] for v in op.operands)
+    def op_fold(self, op: Op) -> None:
+        start, stop, *inits = (self.env[v] for v in op.operands)
         step = op.attrs["step"]
         (region,) = op.regions
         uniform = np.ndim(start) == 0 and np.ndim(stop) == 0
-        plan = self.plans[id(op)]
-        if uniform and plan.combines is not None:
+        plan = self.plans.get(op)
+        if uniform and plan is not None and plan.combines is not None:
             results = self._vectorised_fold(range(int(start), int(stop), step), region, plan, inits)
         elif uniform:
             results = self._uniform_fold(range(int(start), int(stop), step), region, inits)
         else:
             results = self._divergent_fold(start, stop, step, region, inits)
         for r, value in zip(op.results, results):
-            self.env[id(r)] = value
+            self.env[r] = value
 
-    def _iterate(self, region: Block, i, accs_values, skip: frozenset[int] = frozenset()):
+    def _iterate(self, region: Block, i, accs_values, skip: frozenset[Op] = frozenset()):
         env = self.env
-        env[id(region.args[0])] = i
+        env[region.args[0]] = i
         for a, v in zip(region.args[1:], accs_values):
-            env[id(a)] = v
-        self.run_block(region, skip)
-        return None if skip else [env[id(y)] for y in region.terminator.operands]
+            env[a] = v
+        if self.observer is not None and np.ndim(i) == 0:
+            self.observer.enter(region.parent, int(i))
+        try:
+            self.run_block(region, skip)
+        finally:
+            if self.observer is not None and np.ndim(i) == 0:
+                self.observer.leave()
+        return None if skip else [env[y] for y in region.terminator.operands]
 
     def _uniform_fold(self, trips: range, region: Block, accs):
         for i in trips:
@@ -394,10 +458,7 @@ class _Launch:
                     shape = np.broadcast_shapes((len(part),) + (1,) * rank, np.shape(terms), np.shape(acc))
                     total = np.array(np.broadcast_to(acc, shape[1:]))
                     for t in np.broadcast_to(terms, shape):  # in iteration order: rounds as a loop does
-                        if type(combine) is np.ufunc:
-                            combine(total, t, out=total)
-                        else:
-                            total = combine(total, t)
+                        total = np.asarray(combine(total, t)).astype(total.dtype, copy=False)
                     accs[j] = total
                 for t in plan.local_terms:  # dead once folded: free them before the next chunk
                     del self.env[t]
@@ -431,20 +492,50 @@ def _step_without_wrap(i, step: int):
     return np.where(wrapped, np.int64(INDEX_MAX if step > 0 else INDEX_MIN), nxt)
 
 
-_SPECIAL = {
-    "const": _Launch.const,
-    "div": _Launch.div,
-    "cast": _Launch.cast,
-    "load": _Launch.load,
-    "store": _Launch.store,
-    "fold": _Launch.fold,
-    "for_each": _Launch.for_each,
-    "yield": lambda launch, op: None,
-}
-
-
 def _at(op: Op) -> str:
     return f" at {op.location}" if op.location is not None else ""
+
+
+# ----------------------------------------------------------------------------- launch extents
+
+
+def evaluate_extents(graph: Graph, sizes: dict[str, int], scalars: dict[str, object]) -> tuple[int, ...]:
+    """The launch's extents for these buffer sizes and scalar values: the kernel's top-level
+    ops that compute them run once, here (they use only constants, scalars and sizes)."""
+    launch = graph.launch_op
+    env: dict[Value, object] = dict(zip(graph.body.args, (scalars[p.name] for p in graph.scalars)))
+    needed = _defining_ops(launch.operands)
+    with np.errstate(all="ignore"):
+        for op in graph.body.ops:
+            if op not in needed:
+                continue
+            if op.opcode == "const":
+                env[op.result] = op.attrs["dtype"].numpy.type(op.attrs["value"])
+            elif op.opcode == "size":
+                env[op.result] = np.int64(sizes[op.attrs["buffer"]])
+            elif op.opcode == "cast":
+                env[op.result] = numerics.cast(env[op.operands[0]], op.operands[0].type, op.result.type)
+            elif op.opcode in ("div", "mod") and op.result.type.is_int:
+                a, b = (env[v] for v in op.operands)
+                if b == 0:
+                    raise division_by_zero(op, "(computing the launch extents)")
+                env[op.result] = (np.floor_divide if op.opcode == "div" else np.remainder)(a, b)
+            else:
+                env[op.result] = EVAL[op.opcode](*[env[v] for v in op.operands])
+    return tuple(int(env[v]) for v in launch.operands)
+
+
+def _defining_ops(values) -> set[Op]:
+    ops, todo = set(), list(values)
+    while todo:
+        op = todo.pop().op
+        if op is not None and op not in ops:
+            ops.add(op)
+            todo.extend(op.operands)
+    return ops
+
+
+# ----------------------------------------------------------------------------- the backend
 
 
 def check_memory_default() -> bool:
@@ -453,14 +544,18 @@ def check_memory_default() -> bool:
 
 
 def _poison(dtype) -> object:
-    return np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+    if dtype.kind in "fV":
+        return np.array(np.nan, np.float32).astype(dtype)
+    if dtype.kind == "b":
+        return True
+    return np.iinfo(dtype).min
 
 
-def run_graph(graph: Graph, binding: Binding, *, memory_cap: int = DEFAULT_MEMORY_CAP,
+def run_graph(graph: Graph, binding: Binding, launch: Launch, *, memory_cap: int = DEFAULT_MEMORY_CAP,
               check_memory: bool | None = None, debug_thread=None, debug_cap: int = 2000):
     """Execute ``graph`` on checked arguments; outputs are written only on success.
 
-    ``check_memory`` poisons write-only outputs (NaN, or the most negative index)
+    ``check_memory`` poisons write-only outputs (NaN, or the most negative integer)
     before the launch and raises :class:`~accy.errors.UnwrittenOutputError` for
     elements no thread wrote and :class:`~accy.errors.RaceError` when two threads
     write one element.  ``debug_thread={"b": 1, ...}`` also records every op's
@@ -468,32 +563,39 @@ def run_graph(graph: Graph, binding: Binding, *, memory_cap: int = DEFAULT_MEMOR
     """
     check = check_memory_default() if check_memory is None else check_memory
     if debug_thread is not None:
-        from .debug import check_thread
-
-        check_thread(graph, debug_thread)
+        axes = tuple(Axis(a, e) for a, e in zip(graph.launch_op.attrs["axes"], launch.extents))
+        check_thread(axes, debug_thread)
         before = {name: a.copy() for name, a in binding.flat.items()}  # the replay starts from here
-    scratch = {name: (a.copy() if name in binding.outputs else a) for name, a in binding.flat.items()}
-    launch = _Launch(graph, scratch, memory_cap)
+    scratch = binding.scratch()
+    interpreter = Interpreter(graph, scratch, binding.scalars, launch.extents, memory_cap=memory_cap)
     write_only = binding.outputs - graph.loaded_buffers()
     if check:
-        launch.writers = {name: np.full(scratch[name].size, -1, np.int64) for name in write_only}
+        interpreter.writers = {name: np.full(scratch[name].size, -1, np.int64) for name in write_only}
         for name in write_only:
             scratch[name].fill(_poison(scratch[name].dtype))
-    with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the semantics, not warnings
-        launch.run_block(graph.body)
+    interpreter.run()
     if check:
         for name in sorted(write_only):
-            unwritten = np.flatnonzero(launch.writers[name] < 0)
+            unwritten = np.flatnonzero(interpreter.writers[name] < 0)
             if unwritten.size:
                 first = ", ".join(map(str, unwritten[:5])) + (", ..." if unwritten.size > 5 else "")
                 raise UnwrittenOutputError(
                     f"output '{name}': {unwritten.size} of {scratch[name].size} elements were never written "
                     f"(indices {first}); nothing was written back"
                 )
-    for name in binding.outputs:
-        np.copyto(binding.flat[name], scratch[name])
-    if debug_thread is not None:
-        from .debug import trace_thread
+    binding.commit(scratch)
+    if debug_thread is None:
+        return None
+    # replay the one thread on copies, with plain loops, so each fold iteration shows
+    recorder = Recorder(graph, debug_thread, cap=debug_cap)
+    Interpreter(graph, before, binding.scalars, launch.extents, thread=debug_thread, plain=True,
+                observer=recorder).run()
+    return recorder.trace()
 
-        return trace_thread(graph, before, debug_thread, cap=debug_cap)
-    return None
+
+BACKEND = Backend("numpy", frozenset({"memory_cap", "check_memory", "debug_thread", "debug_cap"}),
+                  run_graph, host_info)
+
+# every op of the table has exactly one implementation here (checked by the test suite)
+IMPLEMENTED = frozenset(EVAL) | STRUCTURAL | CHECKED
+assert IMPLEMENTED >= set(OPS), sorted(set(OPS) - IMPLEMENTED)

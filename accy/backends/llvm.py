@@ -1,55 +1,83 @@
 """Lowering the typed SSA graph to LLVM IR with ``llvmlite.ir``.
 
-One lowering serves two targets.  The kernel body becomes an internal,
-always-inlined function of the logical thread indices; two thin wrappers call it:
+One lowering serves two targets.  The kernel's top-level ops (constants, sizes,
+scalars and what the launch extents are computed from) are lowered once at the
+entry of a thin wrapper, then the launch region runs once per logical thread:
 
 * NVPTX (``nvptx64-nvidia-cuda``): a ``ptx_kernel`` computing each logical index
-  from ``ctaid * ntid + tid`` and returning early past the logical extent;
+  from ``ctaid * ntid + tid`` and doing nothing past the logical extent;
 * host: a function looping over a range of logical threads (an odometer over
   x, y, z), so the CPU runs the whole grid, or a slice of it, in one native call.
 
-Both have the same parameters: one pointer per buffer, one ``i64`` element count
-per buffer, and a pointer to a 4 x i64 *status* word.  Every buffer pointer must
-point at 8 readable bytes even when its count is 0 (a checked load that fails
-reads element 0 and discards it).  With checks on (the
-default), every load and store is bounds-checked and index division checks for
-zero; the first failure is recorded in the status with a compare-and-swap
-(``kind, op ordinal, index, lane``), the access is skipped, and the host turns
-the status into the same error the interpreter raises.
+Both take the parameters of :mod:`accy.backends.abi`.  Every op is lowered from
+its operands' :class:`~accy.dsl.types.DType`: the LLVM type, the intrinsic suffix
+and the libdevice name come from the type's entry.  With checks on (the
+default), every load and store is bounds-checked and integer division checks for
+zero; the first failure is recorded in the status word and the access skipped.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 
 import attrs
 from llvmlite import ir
+from llvmlite.ir import types as _ir_types
 
 from ..dsl.ir import Block, Graph, Op, Value
+from ..dsl.ops import OPS
+from ..dsl.types import DType, f32, f64
 from ..errors import CompileError
-from .diagnostics import division_by_zero, out_of_bounds, thread_text
+from .abi import STATUS_DIV_ZERO, STATUS_LOAD_OOB, STATUS_STORE_OOB, scalar_bits
 
-I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 VOID = ir.VoidType()
-
-# status kinds (status[0]); 0 means the launch succeeded
-STATUS_OK, STATUS_LOAD_OOB, STATUS_STORE_OOB, STATUS_DIV_ZERO = 0, 1, 2, 3
-STATUS_WORDS = 4
-
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+
+
+class BFloatType(_ir_types._BaseFloatType):
+    """LLVM's ``bfloat`` (llvmlite has no class for it); constants print as ``0xR....``."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self):
+        return "bfloat"
+
+    def format_constant(self, value):
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 if value == value else 0x7FC0
+        return f"0xR{rounded & 0xFFFF:04X}"
+
+
+BFloatType._create_instance()
+
+_LLVM_TYPES = {"float": ir.FloatType(), "half": ir.HalfType(), "bfloat": BFloatType(), "double": ir.DoubleType(),
+               "i1": I1, "i8": I8, "i16": ir.IntType(16), "i32": I32, "i64": I64}
+
+
+def llvm_type(dtype: DType) -> ir.Type:
+    return _LLVM_TYPES[dtype.llvm]
+
+
+def memory_type(dtype: DType) -> ir.Type:
+    """How an element sits in memory: a bool takes a byte."""
+    return I8 if dtype.is_bool else llvm_type(dtype)
 
 
 @attrs.frozen
 class Target:
     """What to lower for: ``Target.host()`` or ``Target.nvptx("sm_90")``.
 
-    ``fast_exp`` selects ``ex2.approx``-based exp on NVPTX instead of libdevice's
-    ``__nv_expf``; ``checks`` turns bounds and division checks on (default).
+    ``fast_math`` selects NVPTX's approximate instructions (``ex2.approx``,
+    ``lg2.approx``, ``sin/cos.approx``, ``tanh.approx``, ``rsqrt.approx``) for f32
+    math instead of libdevice; ``checks`` turns bounds and division checks on.
     """
 
     kind: str  # "host" or "nvptx"
     arch: str = ""
-    fast_exp: bool = False
+    fast_math: bool = False
     checks: bool = True
 
     @classmethod
@@ -57,10 +85,10 @@ class Target:
         return cls("host", checks=checks)
 
     @classmethod
-    def nvptx(cls, arch: str = "sm_80", *, fast_exp: bool = False, checks: bool = True) -> "Target":
-        if not (arch.startswith("sm_") and arch[3:].rstrip("a").isdigit()):
+    def nvptx(cls, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> "Target":
+        if not (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].rstrip("a").isdigit()):
             raise CompileError(f"arch must look like sm_80 or sm_90, got {arch!r}")
-        return cls("nvptx", arch, fast_exp, checks)
+        return cls("nvptx", arch, fast_math, checks)
 
     @property
     def is_nvptx(self) -> bool:
@@ -71,76 +99,138 @@ class Target:
         return ir.PointerType(addrspace=1) if self.is_nvptx else ir.PointerType()
 
 
-_LLVM_TYPES = {"index": I64, "f32": F32, "bool": I1}
-
-
-def llvm_type(dtype) -> ir.Type:
-    return _LLVM_TYPES[dtype.name]
-
-
 def host_entry_name(graph: Graph) -> str:
     return f"{graph.name}_host"
 
 
-# -- one table entry per op -------------------------------------------------------------
-# Each takes (lowering, op, operands) and returns the op's LLVM value.
+# ----------------------------------------------------------------------------- the op table
+# Each entry takes (lowering, op, operands) and returns the op's LLVM value.
 
 
-def _arith(int_method: str, float_method: str):
+def _by_kind(int_method: str, float_method: str, unsigned_method: str | None = None):
     def lower(lw, op, args):
-        method = float_method if op.result.type.is_float else int_method
+        t = op.operands[0].type
+        method = float_method if t.is_float else (unsigned_method or int_method) if t.is_unsigned else int_method
         return getattr(lw.b, method)(*args)
 
     return lower
 
 
-def _intrinsic(int_name: str | None, float_name: str):
+def _extremum(name: str):
     def lower(lw, op, args):
-        is_float = op.result.type.is_float
-        name, ty = (float_name, F32) if is_float else (int_name, I64)
-        return lw.b.call(lw.intrinsic(f"llvm.{name}.{'f32' if is_float else 'i64'}", ty, [ty] * len(args)), args)
+        t = op.operands[0].type
+        if t.is_float:
+            return lw.in_f32(t, lambda *xs: lw.call(f"llvm.{name}imum", xs), args)
+        prefix = "u" if t.is_unsigned else "s"
+        return lw.call(f"llvm.{prefix}{name}", args)
 
     return lower
 
 
 _ICMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-# ordered comparisons are false with a NaN operand; `ne` is the unordered one (true)
-_FCMP_ORDERED = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}
 
 
-def _compare(op_name: str):
+def _compare(name: str):
     def lower(lw, op, args):
-        operand_type = op.operands[0].type
-        if operand_type.is_float:
-            if op_name == "ne":
+        t = op.operands[0].type
+        if t.is_float:
+            if name == "ne":  # the unordered one: true with a NaN
                 return lw.b.fcmp_unordered("!=", *args)
-            return lw.b.fcmp_ordered(_FCMP_ORDERED[op_name], *args)
-        if operand_type.is_bool:
-            return lw.b.icmp_unsigned(_ICMP[op_name], *args)
-        return lw.b.icmp_signed(_ICMP[op_name], *args)
+            return lw.b.fcmp_ordered(_ICMP[name], *args)
+        if t.is_unsigned or t.is_bool:
+            return lw.b.icmp_unsigned(_ICMP[name], *args)
+        return lw.b.icmp_signed(_ICMP[name], *args)
 
     return lower
 
 
 def _neg(lw, op, args):
     (a,) = args
-    return lw.b.fneg(a) if op.result.type.is_float else lw.b.sub(ir.Constant(I64, 0), a)
+    return lw.b.fneg(a) if op.result.type.is_float else lw.b.neg(a)
 
 
-def _exp(lw, op, args):
+def _abs(lw, op, args):
+    t = op.result.type
+    if t.is_float:
+        return lw.in_f32(t, lambda x: lw.call("llvm.fabs", [x]), args)
+    if t.is_unsigned:
+        return args[0]
+    return lw.call("llvm.abs", [args[0], ir.Constant(I1, 0)])  # wraps: abs(min) == min
+
+
+def _intrinsic(name: str):
+    """An exact float intrinsic (floor, copysign, ...): f16 and bf16 go through f32."""
+    return lambda lw, op, args: lw.in_f32(op.result.type, lambda *xs: lw.call(f"llvm.{name}", xs), args)
+
+
+def _isnan(lw, op, args):
     (a,) = args
-    if not lw.target.is_nvptx:
-        return lw.b.call(lw.intrinsic("llvm.exp.f32", F32, [F32]), [a])
-    if lw.target.fast_exp:
-        # exp(x) = 2^(x log2 e), with the hardware's approximate base-2 exponential
-        scaled = lw.b.fmul(a, ir.Constant(F32, math.log2(math.e)))
-        return lw.b.call(lw.intrinsic("llvm.nvvm.ex2.approx.ftz.f", F32, [F32]), [scaled])
-    lw.needs_libdevice = True
-    return lw.b.call(lw.declare("__nv_expf", F32, [F32]), [a])
+    return lw.b.fcmp_unordered("uno", a, a)
 
 
-def _sqrt(lw, op, args):
-    return lw.b.call(lw.intrinsic("llvm.sqrt.f32", F32, [F32]), args)
+def _isinf(lw, op, args):
+    (a,) = args
+    t = op.operands[0].type
+    magnitude = lw.in_f32(t, lambda x: lw.call("llvm.fabs", [x]), [a])
+    return lw.b.fcmp_ordered("==", magnitude, ir.Constant(llvm_type(t), math.inf))
+
+
+def _shift(left: bool):
+    def lower(lw, op, args):
+        a, n = args
+        t = op.result.type
+        ty = llvm_type(t)
+        inside = lw.b.icmp_unsigned("<", n, ir.Constant(ty, t.bits))  # a negative count is huge unsigned
+        safe = lw.b.select(inside, n, ir.Constant(ty, 0))
+        if left:
+            return lw.b.select(inside, lw.b.shl(a, safe), ir.Constant(ty, 0))
+        if t.is_unsigned:
+            return lw.b.select(inside, lw.b.lshr(a, safe), ir.Constant(ty, 0))
+        return lw.b.select(inside, lw.b.ashr(a, safe), lw.b.ashr(a, ir.Constant(ty, t.bits - 1)))
+
+    return lower
+
+
+def _fma(lw, op, args):
+    t = op.result.type
+    if t.bits == 16:
+        return lw.narrow_fma(t, args)
+    return lw.call("llvm.fma", args)
+
+
+def _mod(lw, op, args):
+    t = op.result.type
+    if t.is_int:
+        return lw.integer_division(op, args, remainder=True)
+
+    def mod(a, b):
+        bld = lw.b
+        ty = a.type
+        r = bld.frem(a, b)
+        zero = ir.Constant(ty, 0.0)
+        # Python's %: a non-zero remainder takes the divisor's sign; a zero one too
+        differs = bld.and_(bld.fcmp_ordered("!=", r, zero),
+                           bld.icmp_unsigned("!=", lw.sign(r), lw.sign(b)))
+        adjusted = bld.select(differs, bld.fadd(r, b), r)
+        return bld.select(bld.fcmp_ordered("==", r, zero), lw.call("llvm.copysign", [zero, b]), adjusted)
+
+    return lw.in_f32(t, mod, args)
+
+
+def _div(lw, op, args):
+    if op.result.type.is_float:
+        a, b = args
+        if lw.target.fast_math and lw.target.is_nvptx and op.result.type == f32:
+            return lw.call("llvm.nvvm.div.approx.f", args, ty=llvm_type(f32))
+        return lw.b.fdiv(a, b)
+    return lw.integer_division(op, args, remainder=False)
+
+
+def _math(name: str):
+    def lower(lw, op, args):
+        return lw.math(name, op.result.type, args)
+
+    return lower
 
 
 def _select(lw, op, args):
@@ -148,59 +238,53 @@ def _select(lw, op, args):
 
 
 def _cast(lw, op, args):
-    (a,) = args
-    src, dst = op.operands[0].type, op.result.type
-    if src == dst:
-        return a
-    if src.is_bool:
-        return lw.b.uitofp(a, F32) if dst.is_float else lw.b.zext(a, I64)
-    if src.is_int and dst.is_float:
-        return lw.b.sitofp(a, F32)
-    if src.is_float and dst.is_int:
-        # truncate toward zero, saturating, NaN -> 0: exactly the interpreter's rule
-        return lw.b.call(lw.intrinsic("llvm.fptosi.sat.i64.f32", I64, [F32]), [a])
-    raise CompileError(f"cast from {src} to {dst} has no lowering")
-
-
-def _div(lw, op, args):
-    a, b = args
-    if op.result.type.is_float:
-        return lw.b.fdiv(a, b)
-    bld = lw.b
-    zero, one, minus_one = (ir.Constant(I64, v) for v in (0, 1, -1))
-    is_zero = bld.icmp_signed("==", b, zero)
-    if lw.target.checks:
-        lw.check(op, bld.not_(is_zero), STATUS_DIV_ZERO, a)
-    # sdiv traps on x / 0 and INDEX_MIN / -1: divide by 1 there and fix up after
-    is_minus_one = bld.icmp_signed("==", b, minus_one)
-    safe = bld.select(bld.or_(is_zero, is_minus_one), one, b)
-    quotient, remainder = bld.sdiv(a, safe), bld.srem(a, safe)
-    # floor division: round toward -inf when the remainder's sign differs from b's
-    adjust = bld.and_(bld.icmp_signed("!=", remainder, zero),
-                      bld.icmp_signed("<", bld.xor(remainder, safe), zero))
-    floor = bld.sub(quotient, bld.zext(adjust, I64))
-    wrapped_neg = bld.sub(zero, a)
-    return bld.select(is_zero, zero, bld.select(is_minus_one, wrapped_neg, floor))
+    return lw.convert(args[0], op.operands[0].type, op.result.type)
 
 
 LOWER = {
-    "add": _arith("add", "fadd"),
-    "sub": _arith("sub", "fsub"),
-    "mul": _arith("mul", "fmul"),
+    "add": _by_kind("add", "fadd"),
+    "sub": _by_kind("sub", "fsub"),
+    "mul": _by_kind("mul", "fmul"),
     "div": _div,
-    "max": _intrinsic("smax", "maximum"),  # llvm.maximum propagates NaN
-    "min": _intrinsic("smin", "minimum"),
+    "mod": _mod,
+    "max": _extremum("max"),  # llvm.maximum: NaN propagates, -0 < +0
+    "min": _extremum("min"),
     "neg": _neg,
-    "exp": _exp,
-    "sqrt": _sqrt,
+    "abs": _abs,
+    "fma": _fma,
+    "copysign": _intrinsic("copysign"),
+    "floor": _intrinsic("floor"),
+    "ceil": _intrinsic("ceil"),
+    "round": _intrinsic("roundeven"),
+    "trunc": _intrinsic("trunc"),
+    "isnan": _isnan,
+    "isinf": _isinf,
     **{name: _compare(name) for name in _ICMP},
     "and": lambda lw, op, args: lw.b.and_(*args),
     "or": lambda lw, op, args: lw.b.or_(*args),
+    "xor": lambda lw, op, args: lw.b.xor(*args),
     "not": lambda lw, op, args: lw.b.not_(*args),
+    "shl": _shift(left=True),
+    "shr": _shift(left=False),
     "select": _select,
     "cast": _cast,
+    **{name: _math(name) for name in ("exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "erf",
+                                      "tanh", "sigmoid", "sin", "cos", "pow")},
 }
-# const, load, store, fold, for_each and yield need the lowering's state: see _Lowering
+# const, size, load, store, fold, if, for_each and yield need the lowering's state: _Lowering.op_*
+STRUCTURAL = frozenset({"const", "size", "load", "store", "fold", "if", "for_each", "yield"})
+IMPLEMENTED = frozenset(LOWER) | STRUCTURAL
+assert IMPLEMENTED >= set(OPS), sorted(set(OPS) - IMPLEMENTED)
+
+# math functions: the C library name (host: with an f for f32), libdevice's (__nv_<name>[f]),
+# and the NVPTX approximate instruction fast_math uses for f32, if any
+_LIBM = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log1p": "log1p",
+         "erf": "erf", "tanh": "tanh", "sin": "sin", "cos": "cos", "pow": "pow"}
+_APPROX = {"exp2": "llvm.nvvm.ex2.approx.ftz.f", "log2": "llvm.nvvm.lg2.approx.ftz.f",
+           "sin": "llvm.nvvm.sin.approx.ftz.f", "cos": "llvm.nvvm.cos.approx.ftz.f",
+           "rsqrt": "llvm.nvvm.rsqrt.approx.ftz.f", "sqrt": "llvm.nvvm.sqrt.approx.ftz.f",
+           "tanh": "llvm.nvvm.tanh.approx.f32"}
+LOG2E, LN2 = math.log2(math.e), math.log(2.0)
 
 
 class _Lowering:
@@ -210,13 +294,14 @@ class _Lowering:
         self.graph = graph
         self.target = target
         self.module = ir.Module(name=graph.name)
-        self.values: dict[int, ir.Value] = {}
-        self.ordinals = {id(op): n for n, op in enumerate(graph.body.walk())}
+        self.values: dict[Value, ir.Value] = {}
+        self.ordinals = {op: n for n, op in enumerate(graph.body.walk())}
         self.needs_libdevice = False
-        self.proven: dict[int, ir.Value] = {}  # load op id -> "all its loop's indices are in bounds"
-        self.params = graph.params
-        self.axes = graph.axes
+        self.proven: dict[Op, ir.Value] = {}  # load -> "all its loop's indices are in bounds"
+        self.buffers = graph.buffers
         self.b: ir.IRBuilder | None = None
+        self.thread: list[ir.Value] | None = None  # the logical indices, inside the launch
+        self.extents: list[ir.Value] = []
 
     # -- declarations ------------------------------------------------------------
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -225,47 +310,62 @@ class _Lowering:
             return existing
         return ir.Function(self.module, ir.FunctionType(ret, args), name)
 
-    intrinsic = declare
+    def call(self, name: str, args, *, ty: ir.Type | None = None, suffix: bool = True) -> ir.Value:
+        """Call intrinsic or function ``name`` (an intrinsic named ``llvm.x`` gets the type
+        suffix of its first operand); returns a value of the first operand's type or ``ty``."""
+        args = list(args)
+        ret = ty or args[0].type
+        if name.startswith("llvm.") and not name.startswith("llvm.nvvm.") and suffix:
+            name = f"{name}.{_suffix(args[0].type)}"
+        return self.b.call(self.declare(name, ret, [a.type for a in args]), args)
 
     def _signature(self) -> list[ir.Type]:
-        n = len(self.params)
-        return [self.target.pointer] * n + [I64] * n + [self.target.pointer]
+        n = len(self.buffers)
+        scalars = [ir.IntType(scalar_bits(p.dtype)) for p in self.graph.scalars]
+        return [self.target.pointer] * n + [I64] * n + scalars + [self.target.pointer]
 
-    def _mark_buffers(self, fn: ir.Function) -> None:
-        for param, arg in zip(self.params, fn.args):
-            arg.name = param.name
+    def _bind_params(self, fn: ir.Function) -> None:
+        """Name the wrapper's parameters and map the kernel's buffers, counts, scalars and status."""
+        n = len(self.buffers)
+        self.pointers, self.counts = {}, {}
+        for i, p in enumerate(self.buffers):
+            arg = fn.args[i]
+            arg.name = p.name
             # outputs alias nothing (checked at binding); inputs that alias are only read
             arg.add_attribute("noalias")
-        for param, arg in zip(self.params, fn.args[len(self.params):]):
-            arg.name = f"{param.name}_count"
-        status = fn.args[2 * len(self.params)]
-        status.name = "status"
-        status.add_attribute("noalias")  # its own allocation: writing it never changes a buffer
+            self.pointers[p.name] = arg
+            fn.args[n + i].name = f"{p.name}_count"
+            self.counts[p.name] = fn.args[n + i]
+        scalars = self.graph.scalars
+        for j, (p, value) in enumerate(zip(scalars, self.graph.body.args)):
+            arg = fn.args[2 * n + j]
+            arg.name = p.name
+            self.values[value] = self._unpack_scalar(arg, p.dtype)
+        self.status = fn.args[2 * n + len(scalars)]
+        self.status.name = "status"
+        self.status.add_attribute("noalias")  # its own allocation: writing it never changes a buffer
 
-    # -- the body ------------------------------------------------------------------
-    def lower_body(self) -> ir.Function:
-        index_types = [I64] * len(self.axes)
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + index_types), f"{self.graph.name}_body")
-        fn.linkage = "internal"
-        fn.attributes.add("alwaysinline")
-        self._mark_buffers(fn)
-        n = len(self.params)
-        self.buffers = {p.name: fn.args[i] for i, p in enumerate(self.params)}
-        self.counts = {p.name: fn.args[n + i] for i, p in enumerate(self.params)}
-        self.status = fn.args[2 * n]
-        self.thread = fn.args[2 * n + 1:]
-        for a, axis in zip(self.thread, self.axes):
-            a.name = axis.name
-        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
-        launch = self.graph.launch_op
-        for op in self.graph.body.ops:  # top-level ops (constants) and the launch
-            if op is not launch:
+    def _unpack_scalar(self, bits: ir.Value, dtype: DType) -> ir.Value:
+        if dtype.is_bool:
+            return self.b.trunc(bits, I1)
+        if dtype.is_float:
+            return self.b.bitcast(bits, llvm_type(dtype))
+        return bits
+
+    # -- blocks and ops -------------------------------------------------------------
+    def lower_top_level(self) -> None:
+        """The kernel-scope ops before and around the launch (constants, sizes, extents)."""
+        for op in self.graph.body.ops:
+            if op is not self.graph.launch_op:
                 self.lower_op(op)
-        for arg, value in zip(launch.regions[0].args, self.thread):
-            self.values[id(arg)] = value
-        self.lower_block(launch.regions[0])
-        self.b.ret_void()
-        return fn
+        self.extents = [self.value(v) for v in self.graph.launch_op.operands]
+
+    def lower_launch_body(self, indices: list[ir.Value]) -> None:
+        region = self.graph.launch_op.regions[0]
+        self.thread = indices
+        for arg, value in zip(region.args, indices):
+            self.values[arg] = value
+        self.lower_block(region)
 
     def lower_block(self, block: Block) -> None:
         for op in block.ops:
@@ -273,90 +373,301 @@ class _Lowering:
                 self.lower_op(op)
 
     def value(self, v: Value) -> ir.Value:
-        return self.values[id(v)]
+        return self.values[v]
 
     def lower_op(self, op: Op) -> None:
-        special = getattr(self, f"_op_{op.opcode}", None)
-        if special is not None:
-            special(op)
+        if op.opcode in STRUCTURAL:
+            getattr(self, f"op_{op.opcode}")(op)
             return
-        rule = LOWER.get(op.opcode)
-        if rule is None:
-            raise CompileError(f"op {op.opcode} has no LLVM lowering")
-        self.values[id(op.result)] = rule(self, op, [self.value(v) for v in op.operands])
+        self.values[op.result] = LOWER[op.opcode](self, op, [self.value(v) for v in op.operands])
 
-    def _op_const(self, op: Op) -> None:
+    def op_const(self, op: Op) -> None:
+        t = op.result.type
         value = op.attrs["value"]
-        self.values[id(op.result)] = ir.Constant(llvm_type(op.result.type), int(value) if not op.result.type.is_float else value)
+        self.values[op.result] = ir.Constant(llvm_type(t), float(value) if t.is_float else int(value))
+
+    def op_size(self, op: Op) -> None:
+        self.values[op.result] = self.counts[op.attrs["buffer"]]
+
+    # -- numerics helpers --------------------------------------------------------------
+    def sign(self, x: ir.Value) -> ir.Value:
+        """The sign bit of a float, as an i1."""
+        bits = self.b.bitcast(x, ir.IntType(_float_bits(x.type)))
+        return self.b.icmp_signed("<", bits, ir.Constant(bits.type, 0))
+
+    def in_f32(self, t: DType, fn, args):
+        """``fn`` on ``args``, through f32 for f16 and bf16 (exact for the ops that use it)."""
+        if t.bits != 16 or not t.is_float:
+            return fn(*args)
+        wide = [self.b.fpext(a, llvm_type(f32)) for a in args]
+        result = fn(*wide)
+        return self.b.fptrunc(result, llvm_type(t)) if result.type == llvm_type(f32) else result
+
+    def round_to_odd_f32(self, x: ir.Value) -> ir.Value:
+        """A double rounded to odd at f32 precision, so that rounding it on to f16 or bf16
+        rounds once (f32 has more than two bits beyond either)."""
+        b = self.b
+        r = b.fptrunc(x, llvm_type(f32))
+        exact = b.fcmp_unordered("ueq", b.fpext(r, x.type), x)  # NaN: leave it
+        bits = b.bitcast(r, I32)
+        even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(I32, 1)), ir.Constant(I32, 0))
+        # step toward x: down in magnitude if |r| > |x|
+        beyond = b.fcmp_ordered(">", self.call("llvm.fabs", [b.fpext(r, x.type)]), self.call("llvm.fabs", [x]))
+        step = b.select(beyond, ir.Constant(I32, -1), ir.Constant(I32, 1))
+        fixed = b.add(bits, b.select(b.and_(b.not_(exact), even), step, ir.Constant(I32, 0)))
+        return b.bitcast(fixed, llvm_type(f32))
+
+    def narrow_fma(self, t: DType, args) -> ir.Value:
+        """fma rounded once to f16 or bf16: the product is exact in double, the sum is rounded
+        to odd (its error from a two-sum), then to f32 and on to the type."""
+        b = self.b
+        d = llvm_type(f64)
+        x, y, z = (b.fpext(a, d) for a in args)
+        p = b.fmul(x, y)
+        s = b.fadd(p, z)
+        bb = b.fsub(s, p)
+        error = b.fadd(b.fsub(p, b.fsub(s, bb)), b.fsub(z, bb))
+        bits = b.bitcast(s, I64)
+        inexact = b.fcmp_ordered("!=", error, ir.Constant(d, 0.0))
+        even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(I64, 1)), ir.Constant(I64, 0))
+        outward = b.icmp_unsigned("==", b.fcmp_ordered(">", error, ir.Constant(d, 0.0)),
+                                  b.fcmp_ordered(">", s, ir.Constant(d, 0.0)))
+        step = b.select(outward, ir.Constant(I64, 1), ir.Constant(I64, -1))
+        odd = b.bitcast(b.add(bits, b.select(b.and_(inexact, even), step, ir.Constant(I64, 0))), d)
+        return b.fptrunc(self.round_to_odd_f32(odd), llvm_type(t))
+
+    def convert(self, a: ir.Value, src: DType, dst: DType) -> ir.Value:
+        """``cast`` (docs/ir.md): every case rounds once, as the interpreter does."""
+        b = self.b
+        to = llvm_type(dst)
+        if src == dst or (src.llvm == dst.llvm and src.is_int and dst.is_int):
+            return a
+        if dst.is_bool:
+            if src.is_float:
+                return b.fcmp_unordered("!=", a, ir.Constant(a.type, 0.0))  # NaN is true
+            return b.icmp_unsigned("!=", a, ir.Constant(a.type, 0))
+        if src.is_bool:
+            return b.uitofp(a, to) if dst.is_float else b.zext(a, to)
+        if src.is_int and dst.is_int:
+            if dst.bits < src.bits:
+                return b.trunc(a, to)
+            return b.zext(a, to) if src.is_unsigned else b.sext(a, to)
+        if src.is_int:  # to a float
+            to_float = b.uitofp if src.is_unsigned else b.sitofp
+            if dst.bits != 16:
+                return to_float(a, to)
+            wide = to_float(a, llvm_type(f32))  # exact below 2**24; f16 overflows long before that
+            if dst.numpy_name == "bfloat16" and src.bits > 24:
+                wide = self._int_round_to_odd_f32(a, wide, src)
+            return b.fptrunc(wide, to)
+        if dst.is_int:  # from a float: truncate, saturate, NaN -> 0
+            if src.bits == 16:
+                a, src = b.fpext(a, llvm_type(f32)), f32
+            name = "llvm.fptoui.sat" if dst.is_unsigned else "llvm.fptosi.sat"
+            return self.b.call(self.declare(f"{name}.{dst.suffix}.{src.suffix}", to, [a.type]), [a])
+        # float to float
+        if dst.bits > src.bits:
+            return b.fpext(a, to)
+        if src.bits == 16:  # f16 <-> bf16: exact into f32, rounded once out
+            return b.fptrunc(b.fpext(a, llvm_type(f32)), to)
+        if src == f64 and dst.bits == 16:
+            return b.fptrunc(self.round_to_odd_f32(a), to)
+        return b.fptrunc(a, to)
+
+    def _int_round_to_odd_f32(self, a: ir.Value, r: ir.Value, src: DType) -> ir.Value:
+        """``r`` (``a`` rounded to nearest f32) rounded to odd instead."""
+        b = self.b
+        ty = a.type
+        name = "llvm.fptoui.sat" if src.is_unsigned else "llvm.fptosi.sat"
+        back = b.call(self.declare(f"{name}.{src.suffix}.f32", ty, [r.type]), [r])
+        limit = float(2 ** (src.bits if src.is_unsigned else src.bits - 1))
+        compare = b.icmp_unsigned if src.is_unsigned else b.icmp_signed
+        above = b.or_(b.fcmp_ordered(">=", r, ir.Constant(r.type, limit)), compare(">", back, a))
+        below = compare("<", back, a)
+        bits = b.bitcast(r, I32)
+        positive = b.fcmp_ordered(">", r, ir.Constant(r.type, 0.0))
+        toward_zero = b.select(positive, above, below)
+        step = b.select(toward_zero, ir.Constant(I32, -1), ir.Constant(I32, 1))
+        even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(I32, 1)), ir.Constant(I32, 0))
+        fix = b.and_(b.or_(above, below), even)
+        return b.bitcast(b.add(bits, b.select(fix, step, ir.Constant(I32, 0))), r.type)
+
+    def math(self, name: str, t: DType, args) -> ir.Value:
+        """A math function of a float type; f16 and bf16 compute in f32 and round once."""
+        if t.bits == 16:
+            return self.in_f32(t, lambda *xs: self.math(name, f32, xs), args)
+        b = self.b
+        ty = llvm_type(t)
+        if name == "sqrt" and not (self.target.fast_math and self.target.is_nvptx and t == f32):
+            return self.call("llvm.sqrt", args)
+        if name == "sigmoid":
+            return self._sigmoid(t, args[0])
+        if self.target.is_nvptx and self.target.fast_math and t == f32:
+            approx = self._approx(name, args)
+            if approx is not None:
+                return approx
+        if name == "rsqrt":
+            if not self.target.is_nvptx and t == f32:  # correctly rounded: exact in double, rounded once
+                wide = b.fpext(args[0], llvm_type(f64))
+                return b.fptrunc(b.fdiv(ir.Constant(wide.type, 1.0), self.call("llvm.sqrt", [wide])), ty)
+            return b.fdiv(ir.Constant(ty, 1.0), self.call("llvm.sqrt", args))
+        if self.target.is_nvptx:
+            self.needs_libdevice = True
+            return self.call(f"__nv_{_LIBM[name]}{t.libdevice_suffix}", args)
+        return self.call(f"{_LIBM[name]}{'f' if t == f32 else ''}", args)
+
+    def _approx(self, name: str, args) -> ir.Value | None:
+        b = self.b
+        (x, *rest) = args
+        scale = lambda v, c: b.fmul(v, ir.Constant(v.type, c))  # noqa: E731
+        if name == "exp":
+            return self.call(_APPROX["exp2"], [scale(x, LOG2E)])
+        if name == "log":
+            return scale(self.call(_APPROX["log2"], [x]), LN2)
+        if name in _APPROX:
+            return self.call(_APPROX[name], [x])
+        return None
+
+    def _sigmoid(self, t: DType, x: ir.Value) -> ir.Value:
+        """1 / (1 + e**-x), as e**x / (1 + e**x) for negative x so tiny results stay accurate.
+        On the host an f32 sigmoid computes in double and rounds once."""
+        b = self.b
+        wide = t == f32 and not self.target.is_nvptx
+        work = f64 if wide else t
+        v = b.fpext(x, llvm_type(f64)) if wide else x
+        e = self.math("exp", work, [b.fneg(self.call("llvm.fabs", [v]))])
+        one = ir.Constant(v.type, 1.0)
+        positive = b.fdiv(one, b.fadd(one, e))
+        negative = b.fdiv(e, b.fadd(one, e))
+        result = b.select(b.fcmp_ordered(">=", v, ir.Constant(v.type, 0.0)), positive, negative)
+        return b.fptrunc(result, llvm_type(t)) if wide else result
+
+    def integer_division(self, op: Op, args, *, remainder: bool) -> ir.Value:
+        """Floor division and Python's remainder for integers, checked for a zero divisor;
+        ``min // -1`` wraps to ``min`` and ``min % -1`` is 0."""
+        a, b_ = args
+        bld = self.b
+        t = op.result.type
+        ty = a.type
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        is_zero = bld.icmp_unsigned("==", b_, zero)
+        if self.target.checks:
+            self.check(op, bld.not_(is_zero), STATUS_DIV_ZERO, bld.sext(a, I64) if ty != I64 else a)
+        if t.is_unsigned:
+            safe = bld.select(is_zero, one, b_)
+            result = bld.urem(a, safe) if remainder else bld.udiv(a, safe)
+            return bld.select(is_zero, zero, result)
+        minus_one = ir.Constant(ty, -1)
+        # sdiv traps on x / 0 and min / -1: divide by 1 there and fix up after
+        is_minus_one = bld.icmp_signed("==", b_, minus_one)
+        safe = bld.select(bld.or_(is_zero, is_minus_one), one, b_)
+        quotient, rest = bld.sdiv(a, safe), bld.srem(a, safe)
+        # floor: round toward -inf when the remainder's sign differs from the divisor's
+        adjust = bld.and_(bld.icmp_signed("!=", rest, zero), bld.icmp_signed("<", bld.xor(rest, safe), zero))
+        if remainder:
+            result = bld.select(adjust, bld.add(rest, safe), rest)
+            return bld.select(bld.or_(is_zero, is_minus_one), zero, result)
+        floor = bld.sub(quotient, bld.zext(adjust, ty))
+        return bld.select(is_zero, zero, bld.select(is_minus_one, bld.neg(a), floor))
 
     # -- run-time checks -------------------------------------------------------------
     def lane(self) -> ir.Value:
-        """This thread's linear lane number (x fastest), for error reports."""
-        lane, stride = ir.Constant(I64, 0), 1
-        for value, axis in zip(self.thread, self.axes):
-            lane = self.b.add(lane, self.b.mul(value, ir.Constant(I64, stride)))
-            stride *= max(axis.extent, 1)
+        """This thread's linear lane number (x fastest), for error reports; 0 at top level."""
+        lane = ir.Constant(I64, 0)
+        if self.thread is None:
+            return lane
+        stride = ir.Constant(I64, 1)
+        for value, extent in zip(self.thread, self.extents):
+            lane = self.b.add(lane, self.b.mul(value, stride))
+            stride = self.b.mul(stride, extent)
         return lane
 
     def check(self, op: Op, ok: ir.Value, kind: int, detail: ir.Value) -> None:
         """Where ``ok`` is false, record the first failure of the launch in the status."""
-        fail = self.b.append_basic_block(f"check_fail_{self.ordinals[id(op)]}")
-        cont = self.b.append_basic_block(f"check_ok_{self.ordinals[id(op)]}")
+        tag = self.ordinals[op]
+        fail = self.b.append_basic_block(f"check_fail_{tag}")
+        cont = self.b.append_basic_block(f"check_ok_{tag}")
         self.b.cbranch(ok, cont, fail).set_weights([1 << 20, 1])  # failures are cold
         self.b.position_at_end(fail)
         word = lambda i: self.b.gep(self.status, [ir.Constant(I64, i)], source_etype=I64, inbounds=True)  # noqa: E731
         result = self.b.cmpxchg(word(0), ir.Constant(I64, 0), ir.Constant(I64, kind), "monotonic", "monotonic")
         won = self.b.extract_value(result, 1)
         with self.b.if_then(won):
-            self.b.store(ir.Constant(I64, self.ordinals[id(op)]), word(1))
+            self.b.store(ir.Constant(I64, tag), word(1))
             self.b.store(detail, word(2))
             self.b.store(self.lane(), word(3))
         self.b.branch(cont)
         self.b.position_at_end(cont)
 
-    def _op_load(self, op: Op) -> None:
-        name, ty = op.attrs["buffer"], llvm_type(op.attrs["dtype"])
-        idx = self.value(op.operands[0])
-        align = 4 if ty is F32 else 8
-        if not self.target.checks:
-            ptr = self.b.gep(self.buffers[name], [idx], source_etype=ty, inbounds=True)
-            self.values[id(op.result)] = self.b.load(ptr, typ=ty, align=align)
-            return
-        ok = self.b.icmp_unsigned("<", idx, self.counts[name])  # unsigned: negatives fail too
-        proven = self.proven.get(id(op))
-        if proven is not None:  # the whole loop's range was checked before it: LLVM unswitches on this
-            ok = self.b.or_(proven, ok)
-        self.check(op, ok, STATUS_LOAD_OOB, idx)
-        # a failed thread reads element 0 instead (every buffer has one: see the ABI)
-        # and goes on with a zero; no branch, so the loop around stays simple
-        safe = self.b.select(ok, idx, ir.Constant(I64, 0))
-        ptr = self.b.gep(self.buffers[name], [safe], source_etype=ty, inbounds=True)
-        loaded = self.b.load(ptr, typ=ty, align=align)
-        self.values[id(op.result)] = self.b.select(ok, loaded, ir.Constant(ty, 0))
+    def _element(self, name: str, idx: ir.Value, dtype: DType) -> ir.Value:
+        return self.b.gep(self.pointers[name], [idx], source_etype=memory_type(dtype), inbounds=True)
 
-    def _op_store(self, op: Op) -> None:
-        name, ty = op.attrs["buffer"], llvm_type(op.attrs["dtype"])
-        idx, value = (self.value(v) for v in op.operands)
-        align = 4 if ty is F32 else 8
+    def op_load(self, op: Op) -> None:
+        name, dtype = op.attrs["buffer"], op.attrs["dtype"]
+        ty = memory_type(dtype)
+        idx = self.value(op.operands[0])
         if not self.target.checks:
-            ptr = self.b.gep(self.buffers[name], [idx], source_etype=ty, inbounds=True)
-            self.b.store(value, ptr, align=align)
+            loaded = self.b.load(self._element(name, idx, dtype), typ=ty, align=dtype.itemsize)
+        else:
+            ok = self.b.icmp_unsigned("<", idx, self.counts[name])  # unsigned: negatives fail too
+            proven = self.proven.get(op)
+            if proven is not None:  # the whole loop's range was checked before it: LLVM unswitches on this
+                ok = self.b.or_(proven, ok)
+            self.check(op, ok, STATUS_LOAD_OOB, idx)
+            # a failed thread reads element 0 instead (every buffer has one: see the ABI)
+            # and goes on with a zero; no branch, so the loop around stays simple
+            safe = self.b.select(ok, idx, ir.Constant(I64, 0))
+            loaded = self.b.load(self._element(name, safe, dtype), typ=ty, align=dtype.itemsize)
+            loaded = self.b.select(ok, loaded, ir.Constant(ty, 0))
+        self.values[op.result] = self.b.trunc(loaded, I1) if dtype.is_bool else loaded
+
+    def op_store(self, op: Op) -> None:
+        name, dtype = op.attrs["buffer"], op.attrs["dtype"]
+        idx, value = (self.value(v) for v in op.operands)
+        if dtype.is_bool:
+            value = self.b.zext(value, I8)
+        if not self.target.checks:
+            self.b.store(value, self._element(name, idx, dtype), align=dtype.itemsize)
             return
         ok = self.b.icmp_unsigned("<", idx, self.counts[name])
         self.check(op, ok, STATUS_STORE_OOB, idx)
         with self.b.if_then(ok):
-            ptr = self.b.gep(self.buffers[name], [idx], source_etype=ty, inbounds=True)
-            self.b.store(value, ptr, align=align)
+            self.b.store(value, self._element(name, idx, dtype), align=dtype.itemsize)
+
+    # -- branches ---------------------------------------------------------------------
+    def op_if(self, op: Op) -> None:
+        b = self.b
+        tag = self.ordinals[op]
+        cond = self.value(op.operands[0])
+        then = b.append_basic_block(f"if_{tag}_then")
+        otherwise = b.append_basic_block(f"if_{tag}_else")
+        join = b.append_basic_block(f"if_{tag}_end")
+        b.cbranch(cond, then, otherwise)
+        incoming = []
+        for block, region in ((then, op.regions[0]), (otherwise, op.regions[1] if len(op.regions) > 1 else None)):
+            b.position_at_end(block)
+            values = []
+            if region is not None:
+                self.lower_block(region)
+                values = [self.value(v) for v in region.terminator.operands]
+            incoming.append((values, b.block))
+            b.branch(join)
+        b.position_at_end(join)
+        for k, result in enumerate(op.results):
+            phi = b.phi(llvm_type(result.type))
+            for values, block in incoming:
+                phi.add_incoming(values[k], block)
+            self.values[result] = phi
 
     # -- loops ------------------------------------------------------------------------
-    def _affine(self, v: Value, iv: Value, inside: set[int]):
+    def _affine(self, v: Value, iv: Value, inside: set[Value]):
         """``v`` as ``coef * iv + sum(multiplier * outer value)``, or None."""
         if v is iv:
             return 1, []
-        if id(v) not in inside:
+        if v not in inside:
             return 0, [(1, v)]
-        op = v.owner
-        if not isinstance(op, Op) or op.opcode not in ("add", "sub", "mul"):
+        op = v.op
+        if op is None or op.opcode not in ("add", "sub", "mul") or not op.result.type.is_index:
             return None  # a region argument (an accumulator) or another op: not affine in i
         parts = [self._affine(x, iv, inside) for x in op.operands]
         if None in parts:
@@ -378,7 +689,7 @@ class _Lowering:
         (and the index cannot wrap between them) every iteration's check is true."""
         b = self.b
         iv = region.args[0]
-        inside = {id(a) for a in region.args} | {id(r) for o in region.walk() for r in o.results}
+        inside = set(region.args) | {r for o in region.walk() for r in o.results}
         last = b.add(start, b.mul(b.sub(trips, ir.Constant(I64, 1)), ir.Constant(I64, step)))
         for op in region.ops:
             if op.opcode != "load":
@@ -398,7 +709,7 @@ class _Lowering:
             short = b.icmp_unsigned("<", trips, ir.Constant(I64, 2**31))
             fits = b.and_(b.and_(b.icmp_unsigned("<", first, count), b.icmp_unsigned("<", final, count)),
                           b.and_(b.icmp_unsigned("<", span, count), short))
-            self.proven[id(op)] = b.or_(b.icmp_signed("==", trips, ir.Constant(I64, 0)), fits)
+            self.proven[op] = b.or_(b.icmp_signed("==", trips, ir.Constant(I64, 0)), fits)
 
     def _trip_count(self, start: ir.Value, stop: ir.Value, step: int) -> ir.Value:
         """Iterations of ``for (i = start; step > 0 ? i < stop : i > stop; i += step)``,
@@ -410,13 +721,13 @@ class _Lowering:
         count = b.add(b.udiv(b.sub(span, ir.Constant(I64, 1)), ir.Constant(I64, abs(step))), ir.Constant(I64, 1))
         return b.select(nonempty, count, ir.Constant(I64, 0))
 
-    def _op_fold(self, op: Op) -> None:
+    def op_fold(self, op: Op) -> None:
         b = self.b
         start, stop, *inits = (self.value(v) for v in op.operands)
         step = op.attrs["step"]
         (region,) = op.regions
         trips = self._trip_count(start, stop, step)
-        tag = self.ordinals[id(op)]
+        tag = self.ordinals[op]
         if self.target.checks:
             self._prove_loads(region, start, trips, step)
         preheader = b.block
@@ -434,9 +745,9 @@ class _Lowering:
             phi.add_incoming(init, preheader)
         b.cbranch(b.icmp_unsigned("<", counter, trips), body, exit_)
         b.position_at_end(body)
-        self.values[id(region.args[0])] = iv
+        self.values[region.args[0]] = iv
         for arg, phi in zip(region.args[1:], accs):
-            self.values[id(arg)] = phi
+            self.values[arg] = phi
         self.lower_block(region)
         latch = b.block
         counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), latch)
@@ -446,26 +757,24 @@ class _Lowering:
         b.branch(header)
         b.position_at_end(exit_)
         for result, phi in zip(op.results, accs):
-            self.values[id(result)] = phi
+            self.values[result] = phi
 
     # -- entry points -------------------------------------------------------------------
-    def _body_args(self, fn: ir.Function) -> list[ir.Value]:
-        return list(fn.args[: 2 * len(self.params) + 1])
-
-    def lower_nvptx_kernel(self, body: ir.Function, block: tuple[int, int, int]) -> ir.Function:
+    def lower_nvptx_kernel(self, block: tuple[int, int, int]) -> ir.Function:
         fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
         fn.calling_convention = "ptx_kernel"
-        self._mark_buffers(fn)
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._bind_params(fn)
+        self.lower_top_level()
         inside = ir.Constant(I1, 1)
         indices = []
-        for dim, axis in zip("xyz", self.axes):
-            sreg = lambda reg: b.zext(b.call(self.declare(f"llvm.nvvm.read.ptx.sreg.{reg}.{dim}", I32, []), []), I64)  # noqa: E731
+        for dim, extent in zip("xyz", self.extents):
+            sreg = lambda reg: b.zext(self.call(f"llvm.nvvm.read.ptx.sreg.{reg}.{dim}", [], ty=I32), I64)  # noqa: E731
             idx = b.add(b.mul(sreg("ctaid"), sreg("ntid")), sreg("tid"))
-            inside = b.and_(inside, b.icmp_unsigned("<", idx, ir.Constant(I64, axis.extent)))
+            inside = b.and_(inside, b.icmp_unsigned("<", idx, extent))
             indices.append(idx)
         with b.if_then(inside):  # threads past the logical extent do nothing
-            b.call(body, self._body_args(fn) + indices)
+            self.lower_launch_body(indices)
         b.ret_void()
         # the calling convention marks the kernel for LLVM >= 20; the annotations keep
         # older NVVM readers informed and bound the block size the kernel is built for
@@ -475,14 +784,16 @@ class _Lowering:
                 "nvvm.annotations", [fn, ir.MetaDataString(self.module, key), ir.Constant(I32, number)])
         return fn
 
-    def lower_host_launcher(self, body: ir.Function) -> ir.Function:
-        """``void name_host(buffers..., counts..., status, lane_begin, lane_end)``."""
+    def lower_host_launcher(self) -> ir.Function:
+        """``void name_host(<the ABI's parameters>, lane_begin, lane_end)``."""
         fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]), host_entry_name(self.graph))
-        self._mark_buffers(fn)
+        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._bind_params(fn)
         begin, end = fn.args[-2:]
         begin.name, end.name = "lane_begin", "lane_end"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        extents = [ir.Constant(I64, max(a.extent, 1)) for a in self.axes]
+        self.lower_top_level()
+        names = self.graph.launch_op.attrs["axes"]
+        extents = [b.select(b.icmp_signed(">", e, ir.Constant(I64, 1)), e, ir.Constant(I64, 1)) for e in self.extents]
         # decode the first lane once, then step an odometer (x fastest)
         start, rest = [], begin
         for extent in extents:
@@ -495,24 +806,34 @@ class _Lowering:
         b.branch(loop)
         b.position_at_end(loop)
         lane = b.phi(I64, name="lane")
-        coords = [b.phi(I64, name=a.name) for a in self.axes]
+        coords = [b.phi(I64, name=name) for name in names]
         lane.add_incoming(begin, entry)
         for phi, value in zip(coords, start):
             phi.add_incoming(value, entry)
         b.cbranch(b.icmp_signed("<", lane, end), work, done)
         b.position_at_end(work)
-        b.call(body, self._body_args(fn) + coords)
+        self.lower_launch_body(list(coords))
         carry = ir.Constant(I1, 1)
         for phi, extent in zip(coords, extents):
             bumped = b.add(phi, b.zext(carry, I64))
             wraps = b.icmp_signed("==", bumped, extent)
-            phi.add_incoming(b.select(wraps, ir.Constant(I64, 0), bumped), work)
+            phi.add_incoming(b.select(wraps, ir.Constant(I64, 0), bumped), b.block)
             carry = b.and_(carry, wraps)
-        lane.add_incoming(b.add(lane, ir.Constant(I64, 1)), work)
+        lane.add_incoming(b.add(lane, ir.Constant(I64, 1)), b.block)
         b.branch(loop)
         b.position_at_end(done)
         b.ret_void()
         return fn
+
+
+def _suffix(ty: ir.Type) -> str:
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    return {"float": "f32", "half": "f16", "bfloat": "bf16", "double": "f64"}[str(ty)]
+
+
+def _float_bits(ty: ir.Type) -> int:
+    return {"float": 32, "half": 16, "bfloat": 16, "double": 64}[str(ty)]
 
 
 @attrs.frozen
@@ -528,35 +849,18 @@ class LoweredModule:
 def lower(graph: Graph, target: Target, block: tuple[int, int, int] = (1, 1, 1)) -> LoweredModule:
     """Lower ``graph`` for ``target``; ``block`` is the launch's block shape (NVPTX hints)."""
     lw = _Lowering(graph, target)
-    body = lw.lower_body()
     if target.is_nvptx:
         lw.module.triple = NVPTX_TRIPLE
-        entry = lw.lower_nvptx_kernel(body, block).name
+        entry = lw.lower_nvptx_kernel(block).name
     else:
-        entry = lw.lower_host_launcher(body).name
+        entry = lw.lower_host_launcher().name
     return LoweredModule(lw.module, entry, lw.needs_libdevice, tuple(graph.body.walk()))
-
-
-def total_lanes(graph: Graph) -> int:
-    return math.prod(a.extent for a in graph.axes)
 
 
 def _constant_term(form) -> int | None:
     """The constant an affine form stands for, if it is exactly one index constant."""
     if len(form) == 1 and form[0][0] == 1:
-        owner = form[0][1].owner
-        if isinstance(owner, Op) and owner.opcode == "const" and owner.result.type.is_int:
-            return owner.attrs["value"]
+        op = form[0][1].op
+        if op is not None and op.opcode == "const" and op.result.type.is_int:
+            return op.attrs["value"]
     return None
-
-
-def status_error(graph: Graph, ordinals: tuple[Op, ...], status, counts: dict[str, int]) -> Exception | None:
-    """The error a non-zero status word stands for, worded as the interpreter words it."""
-    kind, ordinal, detail, lane = (int(w) for w in status[:STATUS_WORDS])
-    if kind == STATUS_OK:
-        return None
-    op = ordinals[ordinal]
-    thread = thread_text(graph.axes, lane)
-    if kind == STATUS_DIV_ZERO:
-        return division_by_zero(op, thread)
-    return out_of_bounds(op, detail, counts[op.attrs["buffer"]], thread)

@@ -1,23 +1,44 @@
-"""The accy DSL: types, the tracing builder, programs and the graph they record."""
+"""The accy DSL: types, the op table, the tracing builder and the graph it records."""
 
 from . import schedule
-from .builder import AxisIndex, Builder, BufferHandle, LaunchIndex, axis
-from .ir import Axis, Block, Graph, Op, Param, SourceLocation, Value
+from .builder import AxisIndex, Builder, BufferHandle, LaunchIndex, RuntimeAxis, Traced, axis
+from .ir import Axis, Block, Graph, Op, Param, ParamKind, SourceLocation, Value
+from .ops import OPS, OpDef
+from .parse import parse
 from .passes import (
     eliminate_common_subexpressions,
     eliminate_dead_code,
     fold_constants,
+    hoist_loop_invariants,
     optimize,
     verify,
 )
-from .program import BufferSpec, KernelArgs, Program, buffer, dynamic_buffer, dynamicBuffer
 from .schedule import Launch, Limits, ThreadBlocks, thread_blocks
-from .types import DType, boolean, f32, index
+from .trace import BufferSpec, KernelArgs, ScalarSpec, buffer, dynamic_buffer, dynamicBuffer, scalar, trace
+from .types import (
+    DTYPES,
+    DType,
+    bf16,
+    boolean,
+    f16,
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    index,
+    u8,
+    u16,
+    u32,
+    u64,
+)
 
 __all__ = [
-    "schedule", "AxisIndex", "Builder", "BufferHandle", "LaunchIndex", "axis", "Axis", "Block",
-    "Graph", "Op", "Param", "SourceLocation", "Value", "eliminate_common_subexpressions",
-    "eliminate_dead_code", "fold_constants", "optimize", "verify", "BufferSpec", "KernelArgs",
-    "Program", "buffer", "dynamic_buffer", "dynamicBuffer", "Launch", "Limits", "ThreadBlocks",
-    "thread_blocks", "DType", "boolean", "f32", "index",
+    "schedule", "AxisIndex", "Builder", "BufferHandle", "LaunchIndex", "RuntimeAxis", "Traced", "axis", "Axis",
+    "Block", "Graph", "Op", "Param", "ParamKind", "SourceLocation", "Value", "OPS", "OpDef", "parse",
+    "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "hoist_loop_invariants",
+    "optimize", "verify", "Launch", "Limits", "ThreadBlocks", "thread_blocks", "BufferSpec", "KernelArgs",
+    "ScalarSpec", "buffer", "dynamic_buffer", "dynamicBuffer", "scalar", "trace", "DTYPES", "DType", "bf16",
+    "boolean", "f16", "f32", "f64", "i8", "i16", "i32", "i64", "index", "u8", "u16", "u32", "u64",
 ]

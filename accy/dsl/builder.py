@@ -2,31 +2,206 @@
 
 A kernel body receives a :class:`Builder` (the seed calls it ``k`` at the top
 level and ``inner`` inside loops).  Each method checks its operands against the
-op's type rule (:mod:`accy.dsl.ops`) and appends an :class:`~accy.dsl.ir.Op`
-to the builder's block.  Errors are raised here, at trace time, with the line of
-the user's source that made the call.
+op's type rule (:mod:`accy.dsl.ops`) and appends an :class:`~accy.dsl.ir.Op` to
+the builder's block.  What the body holds are :class:`Traced` values: thin
+handles on IR values whose operators and methods record into the builder that
+is active.  Errors are raised here, at trace time, with the line of the user's
+source that made the call.
+
+The per-op methods of :class:`Builder` and :class:`Traced` are generated from
+the op table; only ops with attributes or regions are written by hand.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
+import numbers
 from typing import Any, Callable, Sequence
 
 import attrs
+import numpy as np
 
-from ..errors import TraceError
-from . import tracing
+from ..errors import TraceError, UnknownOpError
+from . import context
 from .ir import Axis, Block, Op, Param, Value
-from .ops import OPS, OpTypeError
-from .types import INDEX_MAX, INDEX_MIN, DType, as_dtype, boolean, f32, index
+from .ops import OPS, OpTypeError, infer
+from .types import INDEX_MAX, DType, as_dtype, boolean, f32, index
 
 _NO_CTX = object()
 
 
 def _describe(x) -> str:
-    if isinstance(x, Value):
+    if isinstance(x, Traced):
         return str(x.type)
     return f"Python {type(x).__name__}"
+
+
+def _error(message: str) -> TraceError:
+    return TraceError(message, context.user_location())
+
+
+# ----------------------------------------------------------------------------- traced values
+
+
+class Traced:
+    """A value of the kernel being traced.
+
+    Arithmetic, comparisons, ``abs``, ``round``, ``math.floor``, ``x ** y`` and
+    NumPy ufuncs on it record ops into the active builder; ``x.log()`` and the
+    seed's ``x.mul(inner, y)`` do too.  Its value exists only when the kernel
+    runs, so Python control flow on it (``if x:``, ``int(x)``) is an error.
+    """
+
+    __slots__ = ("value",)
+    __array_ufunc__ = None  # replaced below: NumPy ufuncs and scalars defer to accy ops
+
+    def __init__(self, value: Value):
+        self.value = value
+
+    @property
+    def type(self) -> DType:
+        return self.value.type
+
+    @property
+    def dtype(self) -> DType:
+        return self.value.type
+
+    def raw(self) -> "Traced":
+        """The untyped SSA value (the seed's typed loads wrap one; here they are the same)."""
+        return self
+
+    def __repr__(self) -> str:
+        return f"<traced {self.type}>"
+
+    __hash__ = object.__hash__  # values are identities; == records an op (as in JAX)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise _unknown(name, "a traced value")
+
+    # Python control flow cannot see traced values
+    def _no_python_value(self, what, hint=""):
+        raise _error(
+            f"a traced {self.type} value cannot be used as a Python {what}: its value is only "
+            "known when the kernel runs. Use select(cond, a, b) or if_(cond, then, otherwise) for a "
+            f"choice and fold_range(...) for a loop{hint}"
+        )
+
+    def __bool__(self):
+        self._no_python_value("bool (if/while/and/or/not)",
+                              "; Python's max()/min() compare with if: use inner.max(a, b)")
+
+    def __index__(self): self._no_python_value("int index")
+    def __int__(self): self._no_python_value("int", "; cast(value, i32) converts inside the kernel")
+    def __float__(self): self._no_python_value("float", "; for math on traced values use x.exp() or accy.math.exp(x)")
+    def __complex__(self): self._no_python_value("complex")
+    def __iter__(self): self._no_python_value("iterable")
+    def __len__(self): self._no_python_value("sequence (len)")
+    def __getitem__(self, item): self._no_python_value("sequence ([])", "; index buffers, not values")
+    def __matmul__(self, other): raise _error("@ is not an accy op; write a dot product with fold_range")
+    __rmatmul__ = __matmul__
+
+    def __pos__(self): return self
+
+    def __round__(self, ndigits=None):
+        if ndigits is not None:
+            raise _error(f"round(x, {ndigits!r}): only round(x) (to an integer value) is an accy op")
+        return context.current().round(self)
+
+    def __divmod__(self, other):
+        inner = context.current()
+        return inner.floor_div(self, other), inner.mod(self, other)
+
+    def __rdivmod__(self, other):
+        inner = context.current()
+        return inner.floor_div(other, self), inner.mod(other, self)
+
+    def cast(self, *args) -> "Traced":
+        builder, args = _builder_and_args(args)
+        return builder.cast(self, *args)
+
+
+def _builder_and_args(args):
+    """``value.op(builder, other)`` (the seed) or ``value.op(other)`` (the active builder)."""
+    if args and isinstance(args[0], Builder):
+        return args[0], args[1:]
+    return context.current(), args
+
+
+def _value_method(method: str):
+    def call(self, *args):
+        builder, args = _builder_and_args(args)
+        return getattr(builder, method)(self, *args)
+
+    call.__name__ = method
+    call.__doc__ = f"Record ``{method}`` with this value as the first operand."
+    return call
+
+
+def _operator(method: str, reflected: bool):
+    if reflected:
+        return lambda self, other: getattr(context.current(), method)(other, self)
+    return lambda self, other: getattr(context.current(), method)(self, other)
+
+
+_BINARY_OPERATORS = {
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "true_div", "floordiv": "floor_div",
+    "mod": "mod", "pow": "pow", "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
+    "lshift": "shl", "rshift": "shr",
+}
+_COMPARISONS = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne"}
+_UNARY_OPERATORS = {"neg": "neg", "abs": "abs", "invert": "bitwise_not", "floor": "floor", "ceil": "ceil",
+                    "trunc": "trunc"}
+
+for _name, _method in _BINARY_OPERATORS.items():
+    setattr(Traced, f"__{_name}__", _operator(_method, False))
+    setattr(Traced, f"__r{_name}__", _operator(_method, True))
+for _name, _method in _COMPARISONS.items():
+    setattr(Traced, f"__{_name}__", _operator(_method, False))
+for _name, _method in _UNARY_OPERATORS.items():
+    setattr(Traced, f"__{_name}__", lambda self, _m=_method: getattr(context.current(), _m)(self))
+for _opdef in OPS.values():
+    for _method in _opdef.methods:
+        setattr(Traced, _method, _value_method(_method))
+
+# NumPy ufuncs on traced values (np.exp(x), np.float32(2) * x) become accy ops
+_UFUNCS = {
+    "add": "add", "subtract": "sub", "multiply": "mul", "true_divide": "true_div", "divide": "true_div",
+    "floor_divide": "floor_div", "remainder": "mod", "power": "pow", "negative": "neg", "positive": None,
+    "absolute": "abs", "fabs": "abs", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log",
+    "log2": "log2", "log1p": "log1p", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin", "cos": "cos",
+    "floor": "floor", "ceil": "ceil", "rint": "round", "trunc": "trunc", "isnan": "isnan", "isinf": "isinf",
+    "maximum": "max", "minimum": "min", "copysign": "copysign", "less": "lt", "less_equal": "le",
+    "greater": "gt", "greater_equal": "ge", "equal": "eq", "not_equal": "ne", "logical_and": "logical_and",
+    "logical_or": "logical_or", "logical_xor": "logical_xor", "logical_not": "logical_not",
+    "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+    "invert": "bitwise_not", "left_shift": "shl", "right_shift": "shr",
+}
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    name = getattr(ufunc, "__name__", str(ufunc))
+    if method != "__call__" or kwargs or name not in _UFUNCS:
+        raise _error(f"numpy.{name}{'' if method == '__call__' else '.' + method} is not an accy op on traced "
+                     "values; use the builder's methods (inner.exp(x)) or accy.math")
+    target = _UFUNCS[name]
+    return inputs[0] if target is None else getattr(context.current(), target)(*inputs)
+
+
+Traced.__array_ufunc__ = _array_ufunc
+
+
+def _unknown(name: str, where: str) -> UnknownOpError:
+    names = sorted(set(_METHOD_NAMES) | set(Builder.__dict__) | set(Traced.__dict__))
+    names = [n for n in names if not n.startswith("_")]
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else "; see docs/ir.md for every op"
+    return UnknownOpError(f"no op named '{name}' on {where}{hint}", context.user_location())
+
+
+# ----------------------------------------------------------------------------- launch indices
 
 
 @attrs.frozen
@@ -34,8 +209,8 @@ class AxisIndex:
     """The index of the current logical thread along one named axis."""
 
     name: str
-    extent: int
-    index: Value = attrs.field(eq=False)
+    extent: int | None
+    index: Traced = attrs.field(eq=False)
 
 
 class LaunchIndex:
@@ -59,12 +234,12 @@ class LaunchIndex:
     y = property(lambda self: self._slot(1, "y"))
     z = property(lambda self: self._slot(2, "z"))
 
-    def __getitem__(self, name: str) -> Value:
+    def __getitem__(self, name: str) -> Traced:
         for axis in self.axes:
             if axis.name == name:
                 return axis.index
         names = ", ".join(a.name for a in self.axes)
-        raise KeyError(f"no logical axis named {name!r}; this launch has {names}")
+        raise _error(f"no logical axis named {name!r}; this launch has {names}")
 
     def __iter__(self):
         return iter(a.index for a in self.axes)
@@ -73,22 +248,38 @@ class LaunchIndex:
         return len(self.axes)
 
 
-def axis(name: str, extent: int) -> Axis:
-    """A named logical axis of ``extent`` threads (``logical.axis`` in the seed)."""
+@attrs.frozen
+class RuntimeAxis:
+    """A named axis whose extent is an ``index`` value computed when the kernel runs."""
+
+    name: str
+    extent: Traced = attrs.field(eq=False)
+
+
+def axis(name: str, extent) -> Axis | RuntimeAxis:
+    """A named logical axis (``logical.axis`` in the seed): ``extent`` is a Python int, or an
+    ``index`` value known at run time (a ``scalar(index)`` parameter, ``buffer.size``, or an
+    expression of them computed at the kernel's top level)."""
     if not isinstance(name, str) or not name.isidentifier():
-        raise TraceError(f"axis name must be an identifier string, got {name!r}", tracing.user_location())
-    if isinstance(extent, bool) or not isinstance(extent, int):
-        raise TraceError(f"axis '{name}': extent must be a Python int, got {extent!r}", tracing.user_location())
+        raise _error(f"axis name must be an identifier string, got {name!r}")
+    if isinstance(extent, Traced):
+        if not extent.type.is_index:
+            raise _error(f"axis '{name}': extent is {extent.type}; launch extents are index "
+                         f"(declare the parameter scalar(index), or cast(value, index))")
+        return RuntimeAxis(name, extent)
+    if isinstance(extent, (bool, np.bool_)) or not isinstance(extent, numbers.Integral):
+        raise _error(f"axis '{name}': extent must be a Python int or a traced index value, got {extent!r}")
+    extent = int(extent)
     if extent < 0 or extent > INDEX_MAX:
-        raise TraceError(
-            f"axis '{name}': extent {extent} is outside the index range [0, {INDEX_MAX}]",
-            tracing.user_location(),
-        )
+        raise _error(f"axis '{name}': extent {extent} is outside the index range [0, {INDEX_MAX}]")
     return Axis(name, extent)
 
 
+# ----------------------------------------------------------------------------- parameters
+
+
 class BufferHandle:
-    """A kernel parameter as the body sees it: load with ``x[i]`` or ``x.load(inner, i)``."""
+    """A buffer parameter as the body sees it: ``x[i]``, ``x[i] = v``, ``x.size``."""
 
     __slots__ = ("param",)
 
@@ -98,20 +289,41 @@ class BufferHandle:
     name = property(lambda self: self.param.name)
     dtype = property(lambda self: self.param.dtype)
 
-    def load(self, builder: "Builder", idx) -> Value:
+    @property
+    def size(self) -> Traced:
+        """The buffer's element count, an ``index`` value (known when the kernel runs)."""
+        return context.current().size(self)
+
+    def load(self, builder: "Builder", idx) -> Traced:
         return builder.load(self, idx)
 
     def store(self, builder: "Builder", value, idx) -> None:
         builder.store(self, value, idx)
 
-    def __getitem__(self, idx) -> Value:
-        return tracing.current().load(self, idx)
+    def __getitem__(self, idx) -> Traced:
+        return context.current().load(self, idx)
 
     def __setitem__(self, idx, value) -> None:
-        tracing.current().store(self, value, idx)
+        context.current().store(self, value, idx)
+
+    def __len__(self):
+        raise _error(f"len({self.name}): Python's len() must return an int, but a buffer's length is only "
+                     f"known when the kernel runs; use {self.name}.size (an index value)")
+
+    def __iter__(self):
+        raise _error(f"iterating over buffer '{self.name}' is not possible while tracing; "
+                     "loop with fold_range or launch a thread per element")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise _unknown(name, f"buffer '{self.param.name}'")
 
     def __repr__(self) -> str:
         return f"<buffer {self.name}: {self.dtype}>"
+
+
+# ----------------------------------------------------------------------------- the builder
 
 
 class Builder:
@@ -121,17 +333,22 @@ class Builder:
         self.block = block
         self.parent = parent
         self._open = True
-        self._launched = False  # top level: has for_each been called?
-        self.is_launch_body = False  # the builder of a for_each region
+        self._launched = False  # top level: has the launch been opened?
+        self.is_launch_body = False  # the builder of a launch region
 
     # -- context management: the Pythonic spelling records into the innermost builder
     def __enter__(self) -> "Builder":
-        tracing.stack().append(self)
+        context.stack().append(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        popped = tracing.stack().pop()
+        popped = context.stack().pop()
         assert popped is self
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise _unknown(name, "the builder")
 
     @property
     def is_kernel_scope(self) -> bool:
@@ -139,7 +356,7 @@ class Builder:
 
     @property
     def in_launch(self) -> bool:
-        """Inside a for_each body (directly or in a fold within it)?"""
+        """Inside a launch body (directly or in a region within it)?"""
         return any(b.is_launch_body for b in self._scopes())
 
     def _scopes(self):
@@ -150,175 +367,209 @@ class Builder:
             builder = builder.parent
 
     # -- recording ---------------------------------------------------------------
-    def _error(self, message: str) -> TraceError:
-        return TraceError(message, tracing.user_location())
+    _error = staticmethod(_error)
 
-    def _check_visible(self, opcode: str, value: Value) -> None:
+    def _check_visible(self, opcode: str, value) -> Value:
+        if isinstance(value, Traced):
+            value = value.value
         if not isinstance(value, Value):
-            raise self._error(f"{opcode}: operand {value!r} is not a traced value")
+            raise _error(f"{opcode}: operand {value!r} is not a traced value")
         if not any(value.block is b.block for b in self._scopes()):
-            raise self._error(
+            raise _error(
                 f"{opcode}: operand {value.type} value was defined inside another region "
-                "(a fold_range or for_each body) and is not visible here; return it from "
+                "(a fold_range, if_ or launch body) and is not visible here; return it from "
                 "that body instead of keeping it in a variable"
             )
+        return value
 
-    def _record(self, opcode: str, operands: Sequence[Value], attrs=None, regions=()) -> Op:
+    def _record(self, opcode: str, operands: Sequence, attrs=None, regions=()) -> Op:
         if not self._open:
-            raise self._error(
-                f"{opcode}: this builder belongs to a fold_range/for_each body that has already "
-                "returned; record ops with the builder passed to the current body"
+            raise _error(
+                f"{opcode}: this builder belongs to a body that has already returned; "
+                "record ops with the builder passed to the current body"
             )
-        for v in operands:
-            self._check_visible(opcode, v)
+        operands = [self._check_visible(opcode, v) for v in operands]
         attrs = attrs or {}
         try:
-            result_types = OPS[opcode].infer(tuple(v.type for v in operands), attrs)
+            result_types = infer(opcode, (v.type for v in operands), attrs)
         except OpTypeError as e:
             types = ", ".join(str(v.type) for v in operands)
-            raise self._error(f"{opcode}({types}): {e}") from None
-        op = Op(opcode, operands, attrs, result_types, regions, tracing.user_location(), self.block)
+            raise _error(f"{opcode}({types}): {e}") from None
+        op = Op(opcode, operands, attrs, result_types, regions, context.user_location(), self.block)
         self.block.ops.append(op)
         return op
 
-    # -- constants ---------------------------------------------------------------
-    def constant(self, value, dtype) -> Value:
-        dtype = as_dtype(dtype)
-        if dtype.is_int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise self._error(f"constant_index: expected a Python int, got {value!r}")
-            if not INDEX_MIN <= value <= INDEX_MAX:
-                raise self._error(f"constant_index: {value} is outside the index range [{INDEX_MIN}, {INDEX_MAX}]")
-            value = int(value)
-        elif dtype.is_float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise self._error(f"constant_float: expected a Python number, got {value!r}")
-            value = float(value)
-        else:
-            if not isinstance(value, bool):
-                raise self._error(f"constant_bool: expected True or False, got {value!r}")
-        return self._record("const", (), {"value": value, "dtype": dtype}).result
+    def _traced(self, op: Op) -> Traced:
+        return Traced(op.result)
 
-    def constant_index(self, value: int) -> Value:
+    # -- constants ---------------------------------------------------------------
+    def constant(self, value, dtype) -> Traced:
+        """A constant of ``dtype``: a Python (or NumPy) number, rounded to a float type
+        or checked against an integer type's range."""
+        dtype = as_dtype(dtype)
+        what = f"constant of type {dtype}"
+        if dtype.is_bool:
+            if not isinstance(value, (bool, np.bool_)):
+                raise _error(f"{what}: expected True or False, got {value!r}")
+            value = bool(value)
+        elif dtype.is_int:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+                raise _error(f"{what}: expected a Python int, got {value!r}")
+            value = int(value)
+            if not dtype.min <= value <= dtype.max:
+                raise _error(f"constant {value} is outside the {dtype} range [{dtype.min}, {dtype.max}]")
+        else:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+                raise _error(f"{what}: expected a Python number, got {value!r}")
+            with np.errstate(all="ignore"):
+                value = float(np.asarray(float(value)).astype(dtype.numpy))  # rounded to the type
+        return self._traced(self._record("const", (), {"value": value, "dtype": dtype}))
+
+    def constant_index(self, value: int) -> Traced:
         return self.constant(value, index)
 
-    def constant_float(self, dtype_or_value, value=None) -> Value:
+    def constant_float(self, dtype_or_value, value=None) -> Traced:
         """``constant_float(f32, 0.5)`` as in the seed, or ``constant_float(0.5)``."""
         if value is None:
             dtype_or_value, value = f32, dtype_or_value
         dtype = as_dtype(dtype_or_value)
         if not dtype.is_float:
-            raise self._error(f"constant_float: {dtype} is not a float type")
+            raise _error(f"constant_float: {dtype} is not a float type")
         return self.constant(value, dtype)
 
-    def constant_bool(self, value: bool) -> Value:
+    def constant_bool(self, value: bool) -> Traced:
         return self.constant(value, boolean)
 
     def _lift(self, x, like: DType | None, opcode: str) -> Value:
-        """A Python number becomes a constant of the other operand's type."""
-        if isinstance(x, Value):
-            return x
-        if isinstance(x, bool):
-            return self.constant(x, boolean)
-        if isinstance(x, int):
-            return self.constant(x, like if like is not None and not like.is_bool else index)
-        if isinstance(x, float):
+        """A Python or NumPy number becomes a constant of the other operand's type."""
+        if isinstance(x, Traced):
+            return x.value
+        if isinstance(x, (bool, np.bool_)):
+            return self.constant(bool(x), boolean).value
+        if isinstance(x, numbers.Integral):
+            target = like if like is not None and not like.is_bool else index
+            return self.constant(int(x), target).value
+        if isinstance(x, numbers.Real):
             if like is not None and not like.is_float:
-                raise self._error(
-                    f"{opcode}({like}, Python float): a float cannot combine with {like}; "
-                    f"cast the {like} value with cast(value, f32) first"
+                raise _error(
+                    f"{opcode}({like}, Python float): the constant {float(x)!r} cannot combine with a {like} "
+                    f"value; make that value a float first: cast(value, f32)"
                 )
-            return self.constant(x, like if like is not None else f32)
-        raise self._error(f"{opcode}: operand {x!r} is neither a traced value nor a Python number")
+            return self.constant(float(x), like if like is not None else f32).value
+        raise _error(f"{opcode}: operand {x!r} is neither a traced value nor a number")
 
     def _operands(self, opcode: str, *xs) -> list[Value]:
-        like = next((x.type for x in xs if isinstance(x, Value)), None)
+        like = next((x.type for x in xs if isinstance(x, Traced)), None)
         return [self._lift(x, like, opcode) for x in xs]
 
-    def _op(self, opcode: str, *xs) -> Value:
-        return self._record(opcode, self._operands(opcode, *xs)).result
+    def _op(self, opcode: str, *xs) -> Traced:
+        return self._traced(self._record(opcode, self._operands(opcode, *xs)))
 
-    # -- arithmetic, comparisons, logic --------------------------------------------
-    def add(self, a, b) -> Value: return self._op("add", a, b)
-    def sub(self, a, b) -> Value: return self._op("sub", a, b)
-    def mul(self, a, b) -> Value: return self._op("mul", a, b)
-
-    def div(self, a, b) -> Value:
-        """Division: IEEE for floats, floor division (Python's ``//``) for index."""
-        return self._op("div", a, b)
-
-    def true_div(self, a, b) -> Value:
+    # -- ops with rules of their own ------------------------------------------------
+    def true_div(self, a, b) -> Traced:
+        """``a / b``: floats only (integers divide with ``//``)."""
         a, b = self._operands("div", a, b)
         if a.type.is_int and b.type.is_int:
-            raise self._error("index / index: use // for index (floor) division, or cast to f32 first")
-        return self._op("div", a, b)
+            raise _error(f"{a.type} / {b.type}: use // for {a.type} (floor) division, or cast to a float first")
+        return self._traced(self._record("div", (a, b)))
 
-    def floor_div(self, a, b) -> Value:
+    def floor_div(self, a, b) -> Traced:
+        """``a // b``: integers only (floor division, as Python's)."""
         a, b = self._operands("div", a, b)
         if a.type.is_float or b.type.is_float:
-            raise self._error(f"{a.type} // {b.type}: // is index division; use / for floats")
-        return self._op("div", a, b)
+            raise _error(f"{a.type} // {b.type}: // is integer division; use / for floats "
+                         "(and floor(a / b) for a rounded quotient)")
+        return self._traced(self._record("div", (a, b)))
 
-    def max(self, a, b) -> Value: return self._op("max", a, b)
-    def min(self, a, b) -> Value: return self._op("min", a, b)
-    def neg(self, a) -> Value: return self._op("neg", a)
-    def exp(self, a) -> Value: return self._op("exp", a)
-    def sqrt(self, a) -> Value: return self._op("sqrt", a)
-    def lt(self, a, b) -> Value: return self._op("lt", a, b)
-    def le(self, a, b) -> Value: return self._op("le", a, b)
-    def gt(self, a, b) -> Value: return self._op("gt", a, b)
-    def ge(self, a, b) -> Value: return self._op("ge", a, b)
-    def eq(self, a, b) -> Value: return self._op("eq", a, b)
-    def ne(self, a, b) -> Value: return self._op("ne", a, b)
-    def logical_and(self, a, b) -> Value: return self._op("and", a, b)
-    def logical_or(self, a, b) -> Value: return self._op("or", a, b)
-    def logical_not(self, a) -> Value: return self._op("not", a)
+    def pow(self, a, b) -> Traced:
+        """``a ** b``: C's pow for floats; an integer to a constant power ``>= 0`` multiplies out."""
+        if isinstance(a, Traced) and a.type.is_int:
+            if isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Integral) or int(b) < 0:
+                raise _error(f"{a.type} ** {_describe(b) if isinstance(b, Traced) else repr(b)}: an integer power "
+                             "needs a constant exponent >= 0 (a Python int); cast to a float for pow")
+            return self._int_power(a, int(b))
+        return self._op("pow", a, b)
 
-    def select(self, cond, if_true, if_false) -> Value:
+    def _int_power(self, base: Traced, exponent: int) -> Traced:
+        result, square = None, base
+        while exponent:
+            if exponent & 1:
+                result = square if result is None else self.mul(result, square)
+            exponent >>= 1
+            if exponent:
+                square = self.mul(square, square)
+        return result if result is not None else self.constant(1, base.type)
+
+    def select(self, cond, if_true, if_false) -> Traced:
         """``if_true`` where ``cond`` holds, else ``if_false`` (both are evaluated)."""
         cond = self._lift(cond, boolean, "select")
         a, b = self._operands("select", if_true, if_false)
-        return self._record("select", (cond, a, b)).result
+        return self._traced(self._record("select", (cond, a, b)))
 
-    def cast(self, value, dtype) -> Value:
-        """Convert: index→f32 rounds to nearest; f32→index truncates toward zero,
-        saturating at the index range, with NaN giving 0; bool→number gives 0 or 1."""
+    where = select
+
+    def cast(self, value, dtype) -> Traced:
+        """Convert to ``dtype`` (see docs/ir.md): float to float and int to float round to
+        nearest even; float to int truncates toward zero, saturating, NaN giving 0; int to
+        int wraps; to bool is ``!= 0``."""
         value = self._lift(value, None, "cast")
-        return self._record("cast", (value,), {"dtype": as_dtype(dtype)}).result
+        try:
+            dtype = as_dtype(dtype)
+        except TypeError as e:
+            raise _error(f"cast: {e}") from None
+        return self._traced(self._record("cast", (value,), {"dtype": dtype}))
 
     # -- memory --------------------------------------------------------------------
     def _buffer(self, opcode: str, buffer) -> BufferHandle:
         if not isinstance(buffer, BufferHandle):
-            raise self._error(f"{opcode}: expected a kernel buffer parameter, got {buffer!r}")
+            raise _error(f"{opcode}: expected a kernel buffer parameter, got {buffer!r}")
         return buffer
 
-    def load(self, buffer: BufferHandle, idx) -> Value:
+    def size(self, buffer: BufferHandle) -> Traced:
+        """The element count of ``buffer`` (an ``index``), e.g. for a launch extent."""
+        buffer = self._buffer("size", buffer)
+        return self._traced(self._record("size", (), {"buffer": buffer.name}))
+
+    def _index(self, opcode: str, idx) -> Value:
+        if isinstance(idx, tuple):
+            raise _error(f"{opcode}: buffers are 1-D; compute a flat index (row * columns + column)")
+        return self._lift(idx, index, opcode)
+
+    def load(self, buffer: BufferHandle, idx) -> Traced:
         buffer = self._buffer("load", buffer)
-        idx = self._lift(idx, index, "load")
         attrs_ = {"buffer": buffer.name, "dtype": buffer.dtype}
-        return self._record("load", (idx,), attrs_).result
+        return self._traced(self._record("load", (self._index("load", idx),), attrs_))
 
     def store(self, buffer: BufferHandle, value, idx) -> None:
         """Write ``value`` at ``idx`` (argument order as in the seed: value, then index)."""
         buffer = self._buffer("store", buffer)
         if not self.in_launch:
-            raise self._error(
+            raise _error(
                 f"store to '{buffer.name}' outside for_each: every GPU thread would write it; "
                 "store inside a for_each body"
             )
-        idx = self._lift(idx, index, "store")
+        idx = self._index("store", idx)
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_, numbers.Integral)) \
+                and not buffer.dtype.is_float:
+            raise _error(f"store to '{buffer.name}': {float(value)!r} is a float but the buffer holds "
+                         f"{buffer.dtype}; convert it: cast(value, {buffer.dtype})")
         value = self._lift(value, buffer.dtype, "store")
         self._record("store", (idx, value), {"buffer": buffer.name, "dtype": buffer.dtype})
 
     # -- regions -------------------------------------------------------------------
-    def _run_body(self, block: Block, body: Callable, args: tuple, what: str):
+    def _run_body(self, block: Block, body: Callable, args: tuple, *, launch: bool = False):
         inner = Builder(block, parent=self)
-        inner.is_launch_body = what == "for_each"
+        inner.is_launch_body = launch
         try:
             with inner:
                 return inner, body(inner, *args)
         finally:
             inner._open = False
+
+    def _yield(self, inner: "Builder", values) -> None:
+        inner._open = True
+        inner._record("yield", values)
+        inner._open = False
 
     def fold_range(self, start, stop, step, init, ctx: Any = _NO_CTX, body: Callable | None = None):
         """Loop ``i`` from ``start`` while ``i < stop`` (``i > stop`` for a negative
@@ -330,66 +581,146 @@ class Builder:
         if body is None:
             body, ctx = ctx, _NO_CTX
         if not callable(body):
-            raise self._error(f"fold_range: body must be a function (inner, i, acc[, ctx]), got {body!r}")
+            raise _error(f"fold_range: body must be a function (inner, i, acc[, ctx]), got {body!r}")
         step = self._static_step(step)
         # init first, then bounds: the order the seed's spelling records them in
         multiple = isinstance(init, (tuple, list))
-        inits = [self._lift(v, None, "fold_range") for v in (init if multiple else (init,))]
+        raw_inits = list(init) if multiple else [init]
+        inits = [self._lift(v, None, "fold_range") for v in raw_inits]
         bounds = [self._lift(b, index, "fold_range") for b in (start, stop)]
         if not inits:
-            raise self._error("fold_range: init must hold at least one value")
+            raise _error("fold_range: init must hold at least one value")
         for v in bounds + inits:
             self._check_visible("fold_range", v)
         block = Block([index] + [v.type for v in inits])
-        iv, accs = block.args[0], block.args[1:]
-        args = (iv, tuple(accs) if multiple else accs[0])
+        accs = [Traced(a) for a in block.args[1:]]
+        args = (Traced(block.args[0]), tuple(accs) if multiple else accs[0])
         if ctx is not _NO_CTX:
             args += (ctx,)
-        inner, result = self._run_body(block, body, args, "fold_range")
-        results = self._check_fold_result(body, result, inits, multiple)
-        inner._open = True
-        inner._record("yield", results)
-        inner._open = False
+        inner, result = self._run_body(block, body, args)
+        results = self._check_fold_result(body, result, inits, raw_inits, multiple)
+        self._yield(inner, results)
         op = self._record("fold", (*bounds, *inits), {"step": step}, regions=(block,))
-        return tuple(op.results) if multiple else op.results[0]
+        results = tuple(Traced(r) for r in op.results)
+        return results if multiple else results[0]
+
+    foldRange = fold_range
 
     def _static_step(self, step) -> int:
-        if isinstance(step, Value) and step.owner is not step.block and step.owner.opcode == "const":
-            step = step.owner.attrs["value"]
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise self._error(f"fold_range: step must be a non-zero Python int, got {step!r}")
+        if isinstance(step, Traced) and step.value.op is not None and step.value.op.opcode == "const":
+            step = step.value.op.attrs["value"]
+        if isinstance(step, (bool, np.bool_)) or not isinstance(step, numbers.Integral):
+            raise _error(f"fold_range: step must be a non-zero Python int, got {step!r}")
+        step = int(step)
         if step == 0:
-            raise self._error("fold_range: step must be non-zero")
-        if not INDEX_MIN <= step <= INDEX_MAX:
-            raise self._error(f"fold_range: step {step} is outside the index range")
+            raise _error("fold_range: step must be non-zero")
+        if not -INDEX_MAX - 1 <= step <= INDEX_MAX:
+            raise _error(f"fold_range: step {step} is outside the index range")
         return step
 
-    def _check_fold_result(self, body, result, inits, multiple) -> list[Value]:
+    def _check_fold_result(self, body, result, inits, raw_inits, multiple) -> list[Value]:
         code = getattr(body, "__code__", None)
         where = f" (body {body.__name__} at line {code.co_firstlineno})" if code else ""
-        results = list(result) if multiple and isinstance(result, (tuple, list)) else [result]
         if multiple and not isinstance(result, (tuple, list)):
-            raise self._error(f"fold_range{where}: body returned {_describe(result)}, expected a tuple of {len(inits)}")
+            raise _error(f"fold_range{where}: body returned {_describe(result)}, expected a tuple of {len(inits)}")
+        results = list(result) if multiple else [result]
         if len(results) != len(inits):
-            raise self._error(f"fold_range{where}: body returned {len(results)} values, expected {len(inits)}")
+            raise _error(f"fold_range{where}: body returned {len(results)} values, expected {len(inits)}")
         checked = []
-        for i, (r, init) in enumerate(zip(results, inits)):
-            if not isinstance(r, Value) and isinstance(r, (int, float)) and not isinstance(r, bool):
-                r = self._lift(r, init.type, "fold_range")
-            if not isinstance(r, Value) or r.type != init.type:
+        for i, (r, init, raw) in enumerate(zip(results, inits, raw_inits)):
+            if not isinstance(r, Traced) and isinstance(r, numbers.Real) and not isinstance(r, (bool, np.bool_)):
+                r = Traced(self._lift(r, init.type, "fold_range"))
+            if not isinstance(r, Traced) or r.type != init.type:
                 got = _describe(r) if r is not None else "None (did the body forget to return?)"
-                raise self._error(
+                hint = ""
+                if isinstance(raw, numbers.Integral) and not isinstance(raw, (bool, np.bool_)) \
+                        and isinstance(r, Traced) and r.type.is_float:
+                    hint = (f": init={raw!r} is a Python int, so the accumulator is index; "
+                            f"write init={float(raw)!r} for a float accumulator")
+                raise _error(
                     f"fold_range{where}: body returned {got} for accumulator {i}, "
-                    f"expected {init.type} (the type of init)"
+                    f"expected {init.type} (the type of init){hint}"
                 )
-            checked.append(r)
+            checked.append(r.value)
         return checked
 
-    def _for_each(self, axes: Sequence[Axis], ctx, body) -> None:
+    def if_(self, cond, then: Callable, otherwise: Callable | None = None):
+        """Run ``then(inner)`` where ``cond`` holds, else ``otherwise(inner)``.
+
+        Branches may load, store, loop and nest.  With ``otherwise``, both return
+        values of equal types (one value or a tuple), which ``if_`` returns;
+        without it, ``then`` returns nothing.
+        """
+        cond = self._lift(cond, boolean, "if_")
+        cond = self._check_visible("if_", cond)
+        if not cond.type.is_bool:
+            raise _error(f"if_: condition is {cond.type}; if_ needs a bool condition (use a comparison)")
+        for name, fn in (("then", then), ("otherwise", otherwise)):
+            if fn is not None and not callable(fn):
+                raise _error(f"if_: {name} must be a function (inner) -> values, got {fn!r}")
+        launch = self.in_launch
+        then_block = Block()
+        then_inner, then_result = self._run_body(then_block, then, (), launch=launch)
+        regions, results = [then_block], []
+        if otherwise is None:
+            if then_result is not None:
+                raise _error("if_: then returned a value but there is no otherwise; give otherwise=... "
+                             "returning values of the same types")
+            self._yield(then_inner, ())
+        else:
+            else_block = Block()
+            else_inner, else_result = self._run_body(else_block, otherwise, (), launch=launch)
+            results = self._branch_results(then_inner, then_result, else_inner, else_result)
+            regions.append(else_block)
+        types = tuple(v.type for v in results[0]) if results else ()
+        op = self._record("if", (cond,), {"results": types}, regions=regions)
+        out = tuple(Traced(r) for r in op.results)
+        if not out:
+            return None
+        return out if isinstance(then_result, (tuple, list)) else out[0]
+
+    def _branch_results(self, then_inner, then_result, else_inner, else_result):
+        def values(result):
+            if result is None:
+                return []
+            return list(result) if isinstance(result, (tuple, list)) else [result]
+
+        then_values, else_values = values(then_result), values(else_result)
+        if len(then_values) != len(else_values) or isinstance(then_result, (tuple, list)) != isinstance(
+                else_result, (tuple, list)):
+            raise _error(f"if_: then returned {len(then_values)} value(s) and otherwise {len(else_values)}; "
+                         "both branches must return the same number of values")
+        like = [v.type if isinstance(v, Traced) else w.type if isinstance(w, Traced) else None
+                for v, w in zip(then_values, else_values)]
+        lifted = []
+        for inner, vals in ((then_inner, then_values), (else_inner, else_values)):
+            inner._open = True
+            try:
+                lifted.append([inner._check_visible("if_", inner._lift(v, t, "if_")) for v, t in zip(vals, like)])
+            finally:
+                inner._open = False
+        for i, (a, b) in enumerate(zip(*lifted)):
+            if a.type != b.type:
+                raise _error(f"if_: value {i} is {a.type} in then and {b.type} in otherwise; they must match")
+        self._yield(then_inner, lifted[0])
+        self._yield(else_inner, lifted[1])
+        return lifted
+
+    # -- the launch ------------------------------------------------------------------
+    def _extent(self, axis_) -> Value:
+        if isinstance(axis_, Axis):
+            return self.constant_index(axis_.extent).value
+        value = self._check_visible("for_each", axis_.extent)
+        if value.block is not self.block:
+            raise _error(f"axis '{axis_.name}': its extent must be computed at the kernel's top level")
+        _check_extent_source(axis_.name, value)
+        return value
+
+    def _for_each(self, axes: Sequence, ctx, body) -> None:
         if not self.is_kernel_scope:
-            raise self._error("for_each: launches can only be opened at the kernel's top level")
+            raise _error("for_each: launches can only be opened at the kernel's top level")
         if self._launched:
-            raise self._error("for_each: a kernel opens exactly one launch; this one already has one")
+            raise _error("for_each: a kernel opens exactly one launch; this one already has one")
         if body is None:
             # decorator form: @k.for_each_1d(axis("i", n))
             def decorate(fn):
@@ -398,22 +729,25 @@ class Builder:
 
             return decorate
         if not callable(body):
-            raise self._error(f"for_each: body must be a function (inner, index[, ctx]), got {body!r}")
+            raise _error(f"for_each: body must be a function (inner, index[, ctx]), got {body!r}")
         names = [a.name for a in axes]
         if len(set(names)) != len(names):
-            raise self._error(f"for_each: axis names must differ, got {names}")
-        total = math.prod(a.extent for a in axes)
-        if total > INDEX_MAX:
-            raise self._error(f"for_each: {' * '.join(map(str, axes))} = {total} threads overflows the index range")
+            raise _error(f"for_each: axis names must differ, got {names}")
+        static = [a.extent for a in axes if isinstance(a, Axis)]
+        if len(static) == len(axes) and math.prod(static) > INDEX_MAX:
+            raise _error(f"for_each: {' * '.join(map(str, axes))} = {math.prod(static)} threads "
+                         "overflows the index range")
+        extents = [self._extent(a) for a in axes]
         self._launched = True
         block = Block([index] * len(axes))
-        launch = LaunchIndex([AxisIndex(a.name, a.extent, v) for a, v in zip(axes, block.args)])
+        launch = LaunchIndex([AxisIndex(a.name, a.extent if isinstance(a, Axis) else None, Traced(v))
+                              for a, v in zip(axes, block.args)])
         args = (launch,) if ctx is _NO_CTX else (launch, ctx)
-        inner, result = self._run_body(block, body, args, "for_each")
-        self._record("for_each", (), {"axes": tuple(axes)}, regions=(block,))
+        self._run_body(block, body, args, launch=True)
+        self._record("for_each", extents, {"axes": tuple(names)}, regions=(block,))
         return None
 
-    def for_each_1d(self, x: Axis, ctx: Any = _NO_CTX, body=None):
+    def for_each_1d(self, x, ctx: Any = _NO_CTX, body=None):
         """Run ``body(inner, index[, ctx])`` once per logical thread of one axis."""
         if body is None and callable(ctx):
             body, ctx = ctx, _NO_CTX
@@ -434,21 +768,63 @@ class Builder:
     # the seed's camelCase spellings, so seed kernels port line by line
     constantIndex = constant_index
     constantFloat = constant_float
-    foldRange = fold_range
     forEach1D = for_each_1d
     forEach2D = for_each_2d
     forEach3D = for_each_3d
 
 
-def _as_axis(a) -> Axis:
-    if isinstance(a, Axis):
+def _pointwise_method(opcode: str, method: str, arity: int):
+    def call(self, *xs):
+        if len(xs) != arity:
+            raise _error(f"{method} takes {arity} operand{'s' if arity != 1 else ''}, got {len(xs)}")
+        return self._op(opcode, *xs)
+
+    call.__name__ = method
+    call.__doc__ = OPS[opcode].doc or f"Record ``{opcode}``."
+    return call
+
+
+_METHOD_NAMES: dict[str, str] = {}  # method name -> op name, for every generated method
+for _opdef in OPS.values():
+    for _method in _opdef.methods:
+        _METHOD_NAMES[_method] = _opdef.name
+        if _opdef.pointwise and _method not in Builder.__dict__:
+            setattr(Builder, _method, _pointwise_method(_opdef.name, _method, _opdef.arity))
+
+
+_EXTENT_SOURCES = {"const", "size"}
+
+
+def _check_extent_source(name: str, value: Value) -> None:
+    """A launch extent is computed from constants, scalar parameters and buffer sizes only,
+    so the launch can be sized before the kernel runs."""
+    seen, todo = set(), [value]
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        op = v.op
+        if op is None:
+            continue  # a scalar parameter
+        if op.opcode == "load":
+            raise _error(f"axis '{name}': its extent depends on a load from '{op.attrs['buffer']}'; extents are "
+                         "computed from constants, scalar parameters and buffer sizes")
+        if op.opcode not in _EXTENT_SOURCES and not OPS[op.opcode].pointwise and op.opcode != "cast":
+            raise _error(f"axis '{name}': its extent depends on a {op.opcode}; extents are computed from "
+                         "constants, scalar parameters and buffer sizes")
+        todo.extend(op.operands)
+
+
+def _as_axis(a):
+    if isinstance(a, (Axis, RuntimeAxis)):
         return a
     if isinstance(a, tuple) and len(a) == 2:
         return axis(*a)
-    raise TraceError(f"expected an axis(name, extent), got {a!r}", tracing.user_location())
+    raise _error(f"expected an axis(name, extent), got {a!r}")
 
 
-def _axes(axes, slots, **kw) -> list[Axis]:
+def _axes(axes, slots, **kw) -> list:
     if axes is None:
         axes = {k: v for k, v in kw.items() if v is not None}
     elif not isinstance(axes, dict):
@@ -456,8 +832,5 @@ def _axes(axes, slots, **kw) -> list[Axis]:
     missing = [s for s in slots if s not in axes]
     extra = [s for s in axes if s not in slots]
     if missing or extra:
-        raise TraceError(
-            f"for_each_{len(slots)}d needs axes {', '.join(slots)}; missing {missing}, unexpected {extra}",
-            tracing.user_location(),
-        )
+        raise _error(f"for_each_{len(slots)}d needs axes {', '.join(slots)}; missing {missing}, unexpected {extra}")
     return [_as_axis(axes[s]) for s in slots]

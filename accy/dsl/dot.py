@@ -3,8 +3,7 @@ value uses are edges, and each region (a fold's body, the launch) is a cluster."
 
 from __future__ import annotations
 
-from .ir import Block, Graph
-from .printer import op_lines
+from .ir import Block, Graph, Value, op_lines
 
 
 def _quote(text: str) -> str:
@@ -12,8 +11,8 @@ def _quote(text: str) -> str:
 
 
 def graph_to_dot(graph: Graph) -> str:
-    lines = {k: line.removesuffix(" {") for k, line in op_lines(graph).items()}
-    producer: dict[int, str] = {}  # value id -> node name
+    lines = {op: line.removesuffix(" {") for op, line in op_lines(graph).items()}
+    producer: dict[Value, str] = {}  # value -> node name
     out = [f"digraph {_quote(graph.name)} {{", "  node [shape=box, fontname=monospace, fontsize=10];"]
     for p in graph.params:
         out.append(f"  {_quote('param_' + p.name)} [label={_quote(str(p))}, shape=cylinder];")
@@ -21,24 +20,24 @@ def graph_to_dot(graph: Graph) -> str:
 
     def block(b: Block, indent: str) -> None:
         for arg in b.args:
-            producer[id(arg)] = name = f"arg{next(counter)}"
+            producer[arg] = name = f"arg{next(counter)}"
             out.append(f"{indent}{name} [label={_quote(f'{arg.type} (region argument)')}, shape=ellipse];")
         for op in b.ops:
             node = f"op{next(counter)}"
             for r in op.results:
-                producer[id(r)] = node
+                producer[r] = node
             if op.regions:
                 out.append(f"{indent}subgraph cluster_{node} {{")
-                out.append(f"{indent}  label={_quote(lines.get(id(op), op.opcode))};")
+                out.append(f"{indent}  label={_quote(lines.get(op, op.opcode))};")
                 out.append(f"{indent}  {node} [label={_quote(op.opcode)}, shape=octagon];")
                 for region in op.regions:
                     block(region, indent + "  ")
                 out.append(f"{indent}}}")
             else:
-                out.append(f"{indent}{node} [label={_quote(lines.get(id(op), op.opcode))}];")
+                out.append(f"{indent}{node} [label={_quote(lines.get(op, op.opcode))}];")
             for v in op.operands:
-                if id(v) in producer:
-                    out.append(f"{indent}{producer[id(v)]} -> {node};")
+                if v in producer:
+                    out.append(f"{indent}{producer[v]} -> {node};")
             buffer = op.attrs.get("buffer")
             if buffer is not None:  # memory edges, dashed: param -> load, store -> param
                 param = _quote(f"param_{buffer}")

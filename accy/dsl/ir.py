@@ -1,14 +1,20 @@
-"""The typed SSA graph: values, ops, blocks and the kernel graph.
+"""The typed SSA graph: values, ops, blocks, the kernel graph, and its text form.
 
 Vocabulary (after xDSL/MLIR): an :class:`Op` has operands (values), results
 (values), constant attributes and nested regions; each region is one
 :class:`Block` whose arguments are the values the region receives (a loop's
-induction variable and loop-carried accumulators, a launch's thread indices).
-A region ends with a ``yield`` op naming what it hands back.
+induction variable and loop-carried accumulators, a launch's thread indices,
+the kernel's scalar parameters).  A loop or branch region ends with a
+``yield`` op naming what it hands back.
+
+This module knows nothing of tracing or of the op table: it is plain data,
+printed by :func:`print_graph` (``Graph.text()``) in a form that
+:func:`accy.dsl.parse` reads back.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 from typing import Iterator
 
@@ -27,36 +33,54 @@ class SourceLocation:
     code: str = ""
 
     def __str__(self) -> str:
-        where = f"{os.path.basename(self.filename)}:{self.lineno} in {self.function}"
+        name = self.filename if self.filename.startswith("<") else os.path.basename(self.filename)
+        where = f"{name}:{self.lineno} in {self.function}"
         return f"{where}: {self.code}" if self.code else where
 
 
 @attrs.frozen
 class Axis:
-    """A named logical axis of a launch, ``extent`` threads long."""
+    """A named logical axis, ``extent`` long (None when it is known only at run time)."""
 
     name: str
-    extent: int
+    extent: int | None
 
     def __str__(self) -> str:
-        return f"{self.name}={self.extent}"
+        return f"{self.name}={'?' if self.extent is None else self.extent}"
+
+
+class ParamKind(enum.Enum):
+    buffer = "buffer"
+    scalar = "scalar"
 
 
 @attrs.frozen
 class Param:
-    """A kernel parameter: a buffer of ``dtype``, optionally of a fixed element count."""
+    """A kernel parameter: a buffer of ``dtype`` (optionally of a fixed element count)
+    or a scalar of ``dtype`` passed by value."""
 
     name: str
     dtype: DType
     count: int | None = None
+    kind: ParamKind = ParamKind.buffer
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.kind is ParamKind.scalar
 
     def __str__(self) -> str:
+        if self.is_scalar:
+            return f"%{self.name}: scalar<{self.dtype}>"
         size = "?" if self.count is None else str(self.count)
         return f"%{self.name}: buffer<{self.dtype}, {size}>"
 
 
 class Value:
-    """One SSA value: the result of an op or an argument of a block."""
+    """One SSA value: the result of an op or an argument of a block.
+
+    Values are identities: they hash and compare by object, so analyses key
+    their maps by the value itself.
+    """
 
     __slots__ = ("type", "owner", "block", "__weakref__")
 
@@ -65,76 +89,13 @@ class Value:
         self.owner = owner  # the defining Op, or the Block for a block argument
         self.block = block  # the block the value is visible in (and nested blocks)
 
+    @property
+    def op(self) -> "Op | None":
+        """The op defining this value; None for a block argument."""
+        return self.owner if isinstance(self.owner, Op) else None
+
     def __repr__(self) -> str:
         return f"<Value {self.type} of {getattr(self.owner, 'opcode', 'block arg')}>"
-
-    # -- the seed's explicit spelling: value.mul(inner, other), value.raw() ------
-    def raw(self) -> "Value":
-        """The untyped SSA value (the seed's typed loads wrap one; here they are the same)."""
-        return self
-
-    def _via(self, opcode, args):
-        """``value.op(builder, other)`` or ``value.op(other)`` (current builder)."""
-        from .builder import Builder
-
-        if args and isinstance(args[0], Builder):
-            builder, args = args[0], args[1:]
-        else:
-            builder = tracing.current()
-        return getattr(builder, opcode)(self, *args)
-
-    def add(self, *args): return self._via("add", args)
-    def sub(self, *args): return self._via("sub", args)
-    def mul(self, *args): return self._via("mul", args)
-    def div(self, *args): return self._via("div", args)
-    def max(self, *args): return self._via("max", args)
-    def min(self, *args): return self._via("min", args)
-    def neg(self, *args): return self._via("neg", args)
-    def exp(self, *args): return self._via("exp", args)
-    def sqrt(self, *args): return self._via("sqrt", args)
-    def cast(self, *args): return self._via("cast", args)
-
-    # -- the Pythonic spelling: operators record into the current builder -------
-    def __add__(self, other): return tracing.current().add(self, other)
-    def __radd__(self, other): return tracing.current().add(other, self)
-    def __sub__(self, other): return tracing.current().sub(self, other)
-    def __rsub__(self, other): return tracing.current().sub(other, self)
-    def __mul__(self, other): return tracing.current().mul(self, other)
-    def __rmul__(self, other): return tracing.current().mul(other, self)
-    def __truediv__(self, other): return tracing.current().true_div(self, other)
-    def __rtruediv__(self, other): return tracing.current().true_div(other, self)
-    def __floordiv__(self, other): return tracing.current().floor_div(self, other)
-    def __rfloordiv__(self, other): return tracing.current().floor_div(other, self)
-    def __neg__(self): return tracing.current().neg(self)
-    def __lt__(self, other): return tracing.current().lt(self, other)
-    def __le__(self, other): return tracing.current().le(self, other)
-    def __gt__(self, other): return tracing.current().gt(self, other)
-    def __ge__(self, other): return tracing.current().ge(self, other)
-    def __and__(self, other): return tracing.current().logical_and(self, other)
-    def __rand__(self, other): return tracing.current().logical_and(other, self)
-    def __or__(self, other): return tracing.current().logical_or(self, other)
-    def __ror__(self, other): return tracing.current().logical_or(other, self)
-    def __invert__(self): return tracing.current().logical_not(self)
-    def __eq__(self, other): return tracing.current().eq(self, other)  # noqa: E704
-    def __ne__(self, other): return tracing.current().ne(self, other)  # noqa: E704
-    __hash__ = object.__hash__  # values are identities; == records an op (as in JAX)
-
-    # -- Python control flow cannot see traced values ---------------------------
-    def _no_python_value(self, what):
-        from ..errors import TraceError
-
-        raise TraceError(
-            f"a traced {self.type} value cannot be used as a Python {what}: its value is only "
-            "known when the kernel runs. Use select(cond, a, b) for a choice between values "
-            "and fold_range(...) for a loop",
-            tracing.user_location(),
-        )
-
-    def __bool__(self): self._no_python_value("bool (if/while/and/or/not)")
-    def __index__(self): self._no_python_value("int index")
-    def __int__(self): self._no_python_value("int")
-    def __float__(self): self._no_python_value("float")
-    def __iter__(self): self._no_python_value("iterable")
 
 
 class Op:
@@ -155,6 +116,12 @@ class Op:
     def result(self) -> Value:
         (value,) = self.results
         return value
+
+    def walk(self) -> Iterator["Op"]:
+        """This op and every op in its regions, in program order."""
+        yield self
+        for region in self.regions:
+            yield from region.walk()
 
     def __repr__(self) -> str:
         return f"<Op {self.opcode}>"
@@ -177,19 +144,23 @@ class Block:
     def walk(self) -> Iterator[Op]:
         """Every op in this block and its nested regions, in program order."""
         for op in self.ops:
-            yield op
-            for region in op.regions:
-                yield from region.walk()
+            yield from op.walk()
+
+
+LAUNCH_OPS = ("for_each",)
 
 
 class Graph:
-    """A traced kernel: its name, parameters and body block."""
+    """A traced kernel: its name, parameters and body block.
+
+    The body's arguments are the scalar parameters, in parameter order.
+    """
 
     __slots__ = ("name", "params", "body", "_facts", "__weakref__")
 
     def __init__(self, name: str, params: tuple[Param, ...], body: Block):
         self.name = name
-        self.params = params
+        self.params = tuple(params)
         self.body = body
         self._facts: dict = {}  # derived facts, computed once (graphs are not changed after building)
 
@@ -209,16 +180,40 @@ class Graph:
         raise KeyError(name)
 
     @property
+    def buffers(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if not p.is_scalar)
+
+    @property
+    def scalars(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.is_scalar)
+
+    def scalar_value(self, name: str) -> Value:
+        """The body argument that stands for scalar parameter ``name``."""
+        for p, v in zip(self.scalars, self.body.args):
+            if p.name == name:
+                return v
+        raise KeyError(name)
+
+    @property
     def launch_op(self) -> Op | None:
         for op in self.body.ops:
-            if op.opcode == "for_each":
+            if op.opcode in LAUNCH_OPS:
                 return op
         return None
 
     @property
     def axes(self) -> tuple[Axis, ...]:
+        """The launch's logical axes, x first; an extent is None where it is computed at run time."""
         op = self.launch_op
-        return op.attrs["axes"] if op is not None else ()
+        if op is None:
+            return ()
+        return tuple(Axis(name, constant_of(v)) for name, v in zip(op.attrs["axes"], op.operands))
+
+    @property
+    def static_extents(self) -> tuple[int, ...] | None:
+        """The launch's extents when every one is a constant, else None."""
+        extents = tuple(a.extent for a in self.axes)
+        return None if None in extents else extents
 
     def stored_buffers(self) -> frozenset[str]:
         return self._fact("stored", lambda: frozenset(
@@ -229,12 +224,109 @@ class Graph:
             op.attrs["buffer"] for op in self.body.walk() if op.opcode == "load"))
 
     def text(self) -> str:
-        from .printer import print_graph
-
-        return print_graph(self)
+        return self._fact("text", lambda: print_graph(self))
 
     def __str__(self) -> str:
         return self.text()
 
 
-from . import tracing  # noqa: E402  (tracing imports SourceLocation from here)
+def constant_of(value: Value):
+    """The Python value of a ``const`` op's result, else None."""
+    op = value.op
+    return op.attrs["value"] if op is not None and op.opcode == "const" else None
+
+
+# ----------------------------------------------------------------------------- text form
+
+
+def const_text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+class _Printer:
+    def __init__(self, graph: Graph):
+        self.names: dict[Value, str] = {v: f"%{p.name}" for p, v in zip(graph.scalars, graph.body.args)}
+        self.count = 0
+        self.lines: dict[Op, str] = {}  # each op's (first) line, for tools
+        self.out: list[str] = []
+
+    def define(self, value: Value) -> str:
+        name = self.names[value] = f"%{self.count}"
+        self.count += 1
+        return name
+
+    def __call__(self, value: Value) -> str:
+        return self.names.get(value, "%<undefined>")
+
+    def block(self, block: Block, indent: str) -> None:
+        for op in block.ops:
+            first = len(self.out)
+            self.op(op, indent)
+            self.lines[op] = self.out[first].strip()
+
+    def region(self, block: Block, indent: str) -> None:
+        self.block(block, indent + "  ")
+
+    def op(self, op: Op, indent: str) -> None:
+        n, out = self, self.out
+        ops = ", ".join(n(v) for v in op.operands)
+        types = ", ".join(str(v.type) for v in op.results)
+        if op.opcode == "for_each":
+            block = op.regions[0]
+            args = ", ".join(f"{n.define(v)} = {name}<{n(e)}>"
+                             for v, name, e in zip(block.args, op.attrs["axes"], op.operands))
+            out.append(f"{indent}for_each ({args}) {{")
+            self.region(block, indent)
+            out.append(f"{indent}}}")
+        elif op.opcode == "fold":
+            start, stop, *inits = op.operands
+            block = op.regions[0]
+            lhs = ", ".join(n.define(v) for v in op.results)
+            out.append(f"{indent}{lhs} = fold {n(start)} to {n(stop)} step {op.attrs['step']} "
+                       f"init({', '.join(n(v) for v in inits)}) -> ({types}) {{")
+            out.append(f"{indent}^({', '.join(f'{n.define(v)}: {v.type}' for v in block.args)}):")
+            self.region(block, indent)
+            out.append(f"{indent}}}")
+        elif op.opcode == "if":
+            lhs = f"{', '.join(n.define(v) for v in op.results)} = " if op.results else ""
+            arrow = f" -> ({types})" if op.results else ""
+            out.append(f"{indent}{lhs}if {ops}{arrow} {{")
+            self.region(op.regions[0], indent)
+            if len(op.regions) > 1:
+                out.append(f"{indent}}} else {{")
+                self.region(op.regions[1], indent)
+            out.append(f"{indent}}}")
+        elif op.opcode == "yield":
+            out.append(f"{indent}yield {ops}".rstrip())
+        elif op.opcode == "store":
+            idx, value = op.operands
+            out.append(f"{indent}store %{op.attrs['buffer']}[{n(idx)}] = {n(value)} : {op.attrs['dtype']}")
+        else:
+            if op.opcode == "const":
+                rhs = f"const {const_text(op.attrs['value'])} :"
+            elif op.opcode == "load":
+                rhs = f"load %{op.attrs['buffer']}[{ops}] :"
+            elif op.opcode == "size":
+                rhs = f"size %{op.attrs['buffer']} :"
+            elif op.opcode == "cast":
+                rhs = f"cast {ops} : {op.operands[0].type} ->"
+            else:
+                rhs = f"{op.opcode} {ops} :"
+            out.append(f"{indent}{n.define(op.result)} = {rhs} {op.result.type}")
+
+
+def print_graph(graph: Graph) -> str:
+    printer = _Printer(graph)
+    printer.out.append(f"kernel @{graph.name}({', '.join(str(p) for p in graph.params)}) {{")
+    printer.block(graph.body, "  ")
+    printer.out.append("}")
+    return "\n".join(printer.out) + "\n"
+
+
+def op_lines(graph: Graph) -> dict[Op, str]:
+    """Each op's line in the text form (a loop's or launch's header line)."""
+    printer = _Printer(graph)
+    printer.block(graph.body, "  ")
+    return printer.lines

@@ -1,9 +1,9 @@
-"""Passes over the graph: verifier, constant folding, CSE and dead-code removal.
+"""Passes over the graph: verifier, constant folding, CSE, LICM and dead-code removal.
 
 Each transforming pass rebuilds the graph (the input is never mutated, so a
 program's traced graph stays as the user recorded it) through one small
 :class:`_Rebuilder` that copies ops block by block and lets the pass replace an
-op by existing values.
+op by existing values.  Maps are keyed by the values and ops themselves.
 """
 
 from __future__ import annotations
@@ -11,24 +11,28 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import VerificationError
-from .ir import Block, Graph, Op, Value
-from .ops import OPS, OpTypeError
-from .types import INDEX_MIN, index
+from .ir import LAUNCH_OPS, Block, Graph, Op, Value, constant_of
+from .ops import OPS, OpTypeError, infer
+from .types import index
 
 # ----------------------------------------------------------------------------- verify
+
+# Called with every graph that passes verification (traced, optimised or parsed): a test
+# suite uses this to check that every graph's text form parses back.
+verified_listeners: list = []
 
 
 def verify(graph: Graph) -> Graph:
     """Check the graph's invariants; raise VerificationError naming the broken one."""
-    params = {p.name: p for p in graph.params}
-    launches = [op for op in graph.body.ops if op.opcode == "for_each"]
+    launches = [op for op in graph.body.ops if op.opcode in LAUNCH_OPS]
     if len(launches) != 1:
-        raise VerificationError(f"kernel '{graph.name}' must hold exactly one for_each, found {len(launches)}")
-    _verify_block(graph.body, set(), params, top_level=True)
-    for op in graph.body.ops:  # stores belong to the launch, at any depth below it
-        if op.opcode != "for_each" and any(inner.opcode == "store" for inner in [op, *(
-                o for region in op.regions for o in region.walk())]):
-            _fail(op, "store outside for_each")
+        raise VerificationError(f"kernel '{graph.name}' must hold exactly one launch, found {len(launches)}")
+    scalars = graph.scalars
+    if [a.type for a in graph.body.args] != [p.dtype for p in scalars]:
+        raise VerificationError(f"kernel '{graph.name}': body arguments do not match its scalar parameters")
+    _Verifier({p.name: p for p in graph.params}).block(graph.body, set(), top_level=True, in_launch=False)
+    for listener in verified_listeners:
+        listener(graph)
     return graph
 
 
@@ -37,49 +41,80 @@ def _fail(op: Op, message: str):
     raise VerificationError(f"{op.opcode}: {message}{where}")
 
 
-def _verify_block(block: Block, visible: set[int], params, top_level: bool) -> None:
-    visible = set(visible) | {id(a) for a in block.args}
-    for i, op in enumerate(block.ops):
-        for v in op.operands:
-            if id(v) not in visible:
-                _fail(op, "uses a value that is not defined before it in this or an enclosing block")
-        try:
-            types = OPS[op.opcode].infer(tuple(v.type for v in op.operands), op.attrs)
-        except OpTypeError as e:
-            _fail(op, str(e))
-        if tuple(types) != tuple(r.type for r in op.results):
-            _fail(op, "result types do not match the op's type rule")
-        if op.opcode in ("load", "store"):
-            param = params.get(op.attrs["buffer"])
-            if param is None or param.dtype != op.attrs["dtype"]:
-                _fail(op, f"buffer '{op.attrs['buffer']}' is not a parameter of that dtype")
-        if op.opcode == "for_each":
+class _Verifier:
+    def __init__(self, params):
+        self.params = params
+
+    def block(self, block: Block, visible: set[Value], *, top_level: bool, in_launch: bool) -> None:
+        visible = visible | set(block.args)
+        for i, op in enumerate(block.ops):
+            if op.opcode not in OPS:
+                _fail(op, "no such op")
+            for v in op.operands:
+                if v not in visible:
+                    _fail(op, "uses a value that is not defined before it in this or an enclosing block")
+            opdef = OPS[op.opcode]
+            if opdef.pointwise and len(op.operands) != opdef.arity:
+                _fail(op, f"takes {opdef.arity} operands, got {len(op.operands)}")
+            try:
+                types = infer(op.opcode, (v.type for v in op.operands), op.attrs)
+            except OpTypeError as e:
+                _fail(op, str(e))
+            if tuple(types) != tuple(r.type for r in op.results):
+                _fail(op, "result types do not match the op's type rule")
+            self.buffer(op)
+            if op.opcode == "store" and not in_launch:
+                _fail(op, "store outside the launch")
+            if op.opcode == "yield" and (block.parent is None or i != len(block.ops) - 1):
+                _fail(op, "yield must end a loop or branch region")
+            self.regions(op, visible, top_level=top_level, in_launch=in_launch)
+            visible.update(op.results)
+
+    def buffer(self, op: Op) -> None:
+        name = op.attrs.get("buffer")
+        if op.opcode not in ("load", "store", "size"):
+            return
+        param = self.params.get(name)
+        if param is None or param.is_scalar:
+            _fail(op, f"'{name}' is not a buffer parameter")
+        if op.opcode != "size" and param.dtype != op.attrs["dtype"]:
+            _fail(op, f"buffer '{name}' holds {param.dtype}, not {op.attrs['dtype']}")
+
+    def regions(self, op: Op, visible, *, top_level: bool, in_launch: bool) -> None:
+        results = [r.type for r in op.results]
+        if op.opcode in LAUNCH_OPS:
             if not top_level:
-                _fail(op, "for_each nested inside another region")
-            _verify_region(op, [index] * len(op.attrs["axes"]), None)
-        if op.opcode == "fold":
+                _fail(op, "a launch nested inside another region")
+            self.region(op, op.regions[0] if len(op.regions) == 1 else None, [index] * len(op.operands), None)
+            in_launch = True
+        elif op.opcode == "fold":
             if not isinstance(op.attrs.get("step"), int) or op.attrs["step"] == 0:
                 _fail(op, "step must be a non-zero int")
-            _verify_region(op, [index] + [r.type for r in op.results], [r.type for r in op.results])
-        if op.opcode == "yield" and (block.parent is None or i != len(block.ops) - 1):
-            _fail(op, "yield must end a fold region")
+            self.region(op, op.regions[0] if len(op.regions) == 1 else None, [index] + results, results)
+        elif op.opcode == "if":
+            if len(op.regions) not in (1, 2) or (results and len(op.regions) != 2):
+                _fail(op, "needs a then region, and an else region when it has results")
+            for region in op.regions:
+                self.region(op, region, [], results)
+        elif op.regions:
+            _fail(op, "has regions but is not a loop, branch or launch")
         for region in op.regions:
-            _verify_block(region, visible, params, top_level=False)
-        visible.update(id(r) for r in op.results)
+            self.block(region, visible, top_level=False, in_launch=in_launch)
 
-
-def _verify_region(op: Op, arg_types, yield_types) -> None:
-    (region,) = op.regions
-    if region.parent is not op:
-        _fail(op, "region's parent link is broken")
-    if [a.type for a in region.args] != list(arg_types):
-        _fail(op, "region arguments do not match the op")
-    term = region.terminator
-    if yield_types is None:
-        if term is not None:
-            _fail(op, "for_each region must not yield")
-    elif term is None or [v.type for v in term.operands] != list(yield_types):
-        _fail(op, "region must end with a yield of the loop-carried types")
+    @staticmethod
+    def region(op: Op, region: Block | None, arg_types, yield_types) -> None:
+        if region is None:
+            _fail(op, "needs exactly one region")
+        if region.parent is not op:
+            _fail(op, "region's parent link is broken")
+        if [a.type for a in region.args] != list(arg_types):
+            _fail(op, "region arguments do not match the op")
+        term = region.terminator
+        if yield_types is None:
+            if term is not None:
+                _fail(op, "a launch region must not yield")
+        elif term is None or [v.type for v in term.operands] != list(yield_types):
+            _fail(op, "region must end with a yield of the result types")
 
 
 # ----------------------------------------------------------------------------- rebuild
@@ -91,7 +126,7 @@ OnOp = Callable[["_Rebuilder", Op, list[Value]], "list[Value] | None"]
 class _Rebuilder:
     def __init__(self, on_op: OnOp | None = None):
         self.on_op = on_op
-        self.map: dict[int, Value] = {}
+        self.map: dict[Value, Value] = {}
         self.block: Block | None = None
         self.scopes: list[Block] = []  # the block being built and its enclosing ones
 
@@ -100,22 +135,23 @@ class _Rebuilder:
 
     def copy_block(self, old: Block) -> Block:
         new = Block([a.type for a in old.args])
-        self.map.update((id(a), b) for a, b in zip(old.args, new.args))
+        self.map.update(zip(old.args, new.args))
         outer, self.block = self.block, new
         self.scopes.append(new)
         for op in old.ops:
-            operands = [self.map[id(v)] for v in op.operands]
+            operands = [self.map[v] for v in op.operands]
             results = self.on_op(self, op, operands) if self.on_op else None
             if results is None:
-                results = self.emit(op.opcode, operands, op.attrs, op.location, [self.copy_block(r) for r in op.regions]).results
-            self.map.update((id(a), b) for a, b in zip(op.results, results))
+                regions = [self.copy_block(r) for r in op.regions]
+                results = self.emit(op.opcode, operands, op.attrs, op.location, regions).results
+            self.map.update(zip(op.results, results))
         self.scopes.pop()
         self.block = outer
         return new
 
     def emit(self, opcode, operands, attrs, location, regions=(), block: Block | None = None) -> Op:
         block = block if block is not None else self.block
-        types = OPS[opcode].infer(tuple(v.type for v in operands), attrs)
+        types = infer(opcode, (v.type for v in operands), attrs)
         op = Op(opcode, operands, attrs, types, regions, location, block)
         block.ops.append(op)
         return op
@@ -124,56 +160,62 @@ class _Rebuilder:
 # ----------------------------------------------------------------------------- fold
 
 
-def _const_value(v: Value):
-    owner = v.owner
-    if isinstance(owner, Op) and owner.opcode == "const":
-        return owner.attrs["value"]
-    return None
-
-
-def _wrap(value: int) -> int:
-    """Index arithmetic wraps at 64 bits, as in LLVM and NumPy."""
-    return (value - INDEX_MIN) % 2**64 + INDEX_MIN
+def _is_exact(types) -> bool:
+    """Integer and bool values fold exactly; float folding would have to reproduce each
+    type's rounding, so floats are left to run time."""
+    return all(t.is_int or t.is_bool for t in types)
 
 
 def _fold_op(rb: _Rebuilder, op: Op, operands: list[Value]):
-    opdef = OPS[op.opcode]
-    if opdef.fold is None or op.regions:
+    if op.regions or not operands:
         return None
-    result_type = op.results[0].type
-    consts = [_const_value(v) for v in operands]
+    result_type = op.results[0].type if op.results else None
+    consts = [constant_of(v) for v in operands]
     if op.opcode == "select" and consts[0] is not None:
         return [operands[1] if consts[0] else operands[2]]
-    if any(v.type.is_float for v in operands) or result_type.is_float:
-        return None  # float folding would have to reproduce f32 rounding exactly
+    if result_type is None or not _is_exact([result_type, *(v.type for v in operands)]):
+        return None
     if all(c is not None for c in consts):
-        value = opdef.fold(*consts)
+        value = _evaluate(op, operands, consts)
         if value is None:  # e.g. division by zero: leave it to run time
             return None
-        value = bool(value) if result_type.is_bool else _wrap(int(value))
         return rb.emit("const", [], {"value": value, "dtype": result_type}, op.location).results
-    return _fold_identity(op.opcode, operands, consts)
+    return _fold_identity(op, operands, consts)
 
 
-def _fold_identity(opcode: str, operands, consts):
-    if len(operands) != 2:
+def _evaluate(op: Op, operands, consts):
+    result_type = op.results[0].type
+    if op.opcode == "cast":
+        value = consts[0]
+    else:
+        fold = OPS[op.opcode].fold
+        if fold is None:
+            return None
+        value = fold(operands[0].type, *consts)
+        if value is None:
+            return None
+    return bool(value) if result_type.is_bool else result_type.wrap(int(value))
+
+
+def _fold_identity(op: Op, operands, consts):
+    opdef = OPS[op.opcode]
+    if len(operands) != 2 or not op.results[0].type.is_int:
         return None
     (a, b), (ca, cb) = operands, consts
-    if opcode == "add" and ca == 0:
-        return [b]
-    if opcode in ("add", "sub") and cb == 0:
-        return [a]
-    if opcode == "mul" and (ca == 0 or cb == 0):  # index only: no NaN to keep
-        return [a if ca == 0 else b]
-    if opcode == "mul" and ca == 1:
-        return [b]
-    if opcode in ("mul", "div") and cb == 1:
+    if opdef.absorbing is not None and opdef.absorbing in (ca, cb):
+        return [a if ca == opdef.absorbing else b]
+    if opdef.identity is not None:
+        if cb == opdef.identity:
+            return [a]
+        if opdef.commutative and ca == opdef.identity:
+            return [b]
+    if op.opcode == "div" and cb == 1:
         return [a]
     return None
 
 
 def fold_constants(graph: Graph) -> Graph:
-    """Evaluate index and bool ops whose operands are constants; drop x+0, x*1."""
+    """Evaluate integer and bool ops whose operands are constants; drop x+0, x*1, x*0."""
     return _Rebuilder(_fold_op).graph(graph)
 
 
@@ -186,29 +228,34 @@ def _attr_key(value):
     return value
 
 
+def _pure(op: Op, stored: frozenset[str]) -> bool:
+    if not OPS[op.opcode].pure or op.regions:
+        return False
+    return not (op.opcode == "load" and op.attrs["buffer"] in stored)
+
+
 class _CSE:
     def __init__(self, graph: Graph):
         self.stored = graph.stored_buffers()
-        self.seen: dict[tuple, tuple[Block, Value]] = {}
+        self.seen: dict[tuple, tuple[Block, Op]] = {}
 
     def __call__(self, rb: _Rebuilder, op: Op, operands: list[Value]):
-        opdef = OPS[op.opcode]
-        if not opdef.pure or op.regions or (op.opcode == "load" and op.attrs["buffer"] in self.stored):
+        if not _pure(op, self.stored):
             return None
-        ids = [id(v) for v in operands]
-        if opdef.commutative:
-            ids.sort()
-        key = (op.opcode, tuple(ids), tuple(sorted((k, _attr_key(v)) for k, v in op.attrs.items())))
+        keys = list(operands)
+        if OPS[op.opcode].commutative:
+            keys.sort(key=id)
+        key = (op.opcode, tuple(keys), tuple(sorted((k, _attr_key(v)) for k, v in op.attrs.items())))
         hit = self.seen.get(key)
         # reuse only a value defined in this block or an enclosing one
         if hit is not None and any(hit[0] is b for b in rb.scopes):
-            return list(hit[1].owner.results)
+            return list(hit[1].results)
         # constants depend on nothing: hoist them to the kernel's top level, where
         # every later copy in any region can share them
         block = rb.scopes[0] if op.opcode == "const" else rb.block
-        results = rb.emit(op.opcode, operands, op.attrs, op.location, block=block).results
-        self.seen[key] = (block, results[0])
-        return results
+        new = rb.emit(op.opcode, operands, op.attrs, op.location, block=block)
+        self.seen[key] = (block, new)
+        return list(new.results)
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
@@ -218,56 +265,59 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
 
 # ----------------------------------------------------------------------------- LICM
 
-# ops that can never fail, so running one where the loop would not have is harmless:
-# not loads (an index the loop never reaches may be out of bounds), not index division
-_HOISTABLE = {"const", "add", "sub", "mul", "max", "min", "neg", "exp", "sqrt", "lt", "le", "gt", "ge", "eq", "ne",
-              "and", "or", "not", "select", "cast"}
+
+def speculatable(op: Op) -> bool:
+    """Pure and unable to fail, so running it where the program would not have is harmless:
+    not loads (an index the loop never reaches may be out of bounds), not integer division."""
+    opdef = OPS[op.opcode]
+    if op.regions or not opdef.pure or op.opcode == "load":
+        return False
+    return not any(opdef.can_fail(v.type) for v in op.operands)
 
 
 def _hoist(rb: _Rebuilder, op: Op, operands: list[Value]):
-    hoistable = op.opcode in _HOISTABLE or (op.opcode == "div" and op.results[0].type.is_float)
-    if not hoistable or op.regions:
+    if not speculatable(op):
         return None
-    depth = {id(b): n for n, b in enumerate(rb.scopes)}
-    target = max((depth.get(id(v.block), len(rb.scopes) - 1) for v in operands), default=0)
+    depth = {b: n for n, b in enumerate(rb.scopes)}
+    target = max((depth.get(v.block, len(rb.scopes) - 1) for v in operands), default=0)
     if target == len(rb.scopes) - 1:
         return None
     return rb.emit(op.opcode, operands, op.attrs, op.location, block=rb.scopes[target]).results
 
 
 def hoist_loop_invariants(graph: Graph) -> Graph:
-    """Move pure ops that cannot fail out of the loops and launch whose values they
-    do not depend on, to the outermost block where all their operands exist."""
+    """Move pure ops that cannot fail out of the loops, branches and launch whose values
+    they do not depend on, to the outermost block where all their operands exist."""
     return _Rebuilder(_hoist).graph(graph)
 
 
 # ----------------------------------------------------------------------------- DCE
 
 
-def _has_effects(op: Op) -> bool:
+def has_effects(op: Op) -> bool:
     """Writes memory, here or in a nested region (a yield only hands values back)."""
     if op.opcode != "yield" and not OPS[op.opcode].pure:
         return True
-    return any(_has_effects(inner) for region in op.regions for inner in region.ops)
+    return any(has_effects(inner) for region in op.regions for inner in region.ops)
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:
     """Drop ops whose results are never used and that have no side effects."""
-    used: set[int] = set()
-    live: set[int] = set()
+    used: set[Value] = set()
+    live: set[Op] = set()
 
     def mark(block: Block) -> None:
         for op in reversed(block.ops):
-            if op.opcode == "yield" or _has_effects(op) or any(id(r) in used for r in op.results):
-                live.add(id(op))
-                used.update(id(v) for v in op.operands)
+            if op.opcode == "yield" or has_effects(op) or any(r in used for r in op.results):
+                live.add(op)
+                used.update(op.operands)
                 for region in op.regions:
                     mark(region)
 
     mark(graph.body)
 
     def keep(rb: _Rebuilder, op: Op, operands):
-        return None if id(op) in live else [None] * len(op.results)
+        return None if op in live else [None] * len(op.results)
 
     return _Rebuilder(keep).graph(graph)
 

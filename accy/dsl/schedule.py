@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import attrs
 
 from ..errors import LaunchError
-from .ir import Axis
 
 _SLOTS = ("x", "y", "z")
 
@@ -19,8 +19,32 @@ def positive_int(instance, attribute, value):
 
 
 @attrs.frozen
+class Launch:
+    """A concrete launch: blocks per grid dimension, threads per block dimension and,
+    where known, the logical extents (x first) the launch covers."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    extents: tuple[int, ...] = ()
+
+    @property
+    def threadgroup(self) -> tuple[int, int, int]:
+        """The seed's name for ``block``."""
+        return self.block
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def lanes(self) -> int:
+        """Logical threads: the product of the extents."""
+        return math.prod(self.extents)
+
+
+@attrs.frozen
 class ThreadBlocks:
-    """Block shape of a thread-block schedule: logical axis i maps to GPU dimension i."""
+    """Threads per block along x, y, z; logical axis i maps to GPU dimension i."""
 
     x: int = attrs.field(default=1, validator=positive_int)
     y: int = attrs.field(default=1, validator=positive_int)
@@ -30,10 +54,11 @@ class ThreadBlocks:
     def block(self) -> tuple[int, int, int]:
         return (self.x, self.y, self.z)
 
-    def launch(self, axes: Sequence[Axis]) -> "Launch":
-        extents = [a.extent for a in axes] + [1] * (3 - len(axes))
-        grid = tuple(-(-e // t) for e, t in zip(extents, self.block))
-        return Launch(grid=grid, block=self.block)
+    def launch(self, extents: Sequence[int]) -> Launch:
+        """The launch covering logical ``extents`` (x first) with blocks of this shape."""
+        padded = list(extents) + [1] * (3 - len(extents))
+        grid = tuple(-(-e // t) for e, t in zip(padded, self.block))
+        return Launch(grid=grid, block=self.block, extents=tuple(extents))
 
 
 def thread_blocks(x: int = 1, y: int = 1, z: int = 1) -> ThreadBlocks:
@@ -47,29 +72,13 @@ DEFAULT_THREADS = {1: ThreadBlocks(256), 2: ThreadBlocks(16, 16), 3: ThreadBlock
 
 
 @attrs.frozen
-class Launch:
-    """A concrete launch: blocks per grid dimension and threads per block dimension."""
-
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-
-    @property
-    def threadgroup(self) -> tuple[int, int, int]:
-        return self.block
-
-    @property
-    def threads_per_block(self) -> int:
-        x, y, z = self.block
-        return x * y * z
-
-
-@attrs.frozen
 class Limits:
     """What a device accepts. ``Limits.default`` is CUDA's; ``Limits.testing`` a small device."""
 
     max_threads_per_block: int
     max_block: tuple[int, int, int]
     max_grid: tuple[int, int, int]
+    max_shared_bytes: int = 48 * 1024
 
     def check(self, launch: Launch) -> Launch:
         if launch.threads_per_block > self.max_threads_per_block:

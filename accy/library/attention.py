@@ -16,13 +16,13 @@ from types import SimpleNamespace
 
 import attrs
 
-from ..dsl import schedule
-from ..dsl.schedule import positive_int
 from ..dsl.builder import axis
 from ..dsl.ir import Axis
-from ..dsl.program import Program, dynamic_buffer
+from ..dsl.schedule import ThreadBlocks, positive_int
+from ..dsl.trace import dynamic_buffer
 from ..dsl.types import INDEX_MAX, f32
 from ..errors import TraceError
+from ..program import Program
 from .entry import (
     ATTENTION_SCALED_DOT_PRODUCT,
     Category,
@@ -37,13 +37,7 @@ from .entry import (
 )
 
 
-@attrs.frozen
-class Threads3D:
-    """Threads per block along x, y, z."""
-
-    x: int = attrs.field(default=32, validator=positive_int)
-    y: int = attrs.field(default=8, validator=positive_int)
-    z: int = attrs.field(default=1, validator=positive_int)
+Threads3D = ThreadBlocks  # the seed's name for threads per block along x, y, z
 
 
 def _extent(instance, attribute, value):
@@ -59,7 +53,7 @@ class ScaledDotProduct:
     keys: int = attrs.field(validator=_extent)
     qk: int = attrs.field(validator=_extent)
     value: int = attrs.field(validator=_extent)
-    threads: Threads3D = Threads3D()
+    threads: ThreadBlocks = ThreadBlocks(32, 8, 1)
     batch_axis: str = "b"
     query_axis: str = "q"
     key_axis: str = "k"
@@ -289,7 +283,7 @@ def _program(spec: ScaledDotProduct) -> Program:
             "value": dynamic_buffer(f32),
         },
         body=body,
-    ).withSchedule(schedule.threadBlocks(x=spec.threads.x, y=spec.threads.y, z=spec.threads.z))
+    ).withSchedule(spec.threads)
 
 
 @functools.lru_cache(maxsize=None)
@@ -346,8 +340,10 @@ def _fused_program(spec: ScaledDotProduct) -> Program:
                                        lambda inner, h, d: d + args.query[query_row + h] * args.key[key_row + h])
                 score = dot * scale
                 new_max = inner.max(running_max, score)
-                rescale = inner.exp(running_max - new_max)  # 0 on the first key (max was -inf)
-                weight = inner.exp(score - new_max)
+                # while every score so far is -inf, shift by 0: exp(-inf - -inf) would be NaN
+                shift = inner.select(new_max == float("-inf"), 0.0, new_max)
+                rescale = inner.exp(running_max - shift)  # 0 on the first finite key (max was -inf)
+                weight = inner.exp(score - shift)
                 value_row = (b * keys + key) * values
                 return (new_max, running_sum * rescale + weight,
                         *[a * rescale + weight * args.value[value_row + j] for j, a in enumerate(acc)])
@@ -365,7 +361,7 @@ def _fused_program(spec: ScaledDotProduct) -> Program:
         parameters={"dst": dynamic_buffer(f32), "query": dynamic_buffer(f32),
                     "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)},
         body=body,
-    ).with_schedule(schedule.thread_blocks(x=spec.threads.x, y=spec.threads.y, z=spec.threads.z))
+    ).with_schedule(spec.threads)
 
 
 @functools.lru_cache(maxsize=None)

@@ -14,9 +14,10 @@ from typing import Sequence
 import attrs
 
 from ..dsl.ir import Axis
-from ..dsl.program import Program
-from ..dsl.schedule import Launch, Limits
+from ..dsl.schedule import Launch, Limits, ThreadBlocks
 from ..dsl.types import DType
+from ..backends import run
+from ..program import Program
 
 
 class Layer(enum.Enum):
@@ -130,9 +131,7 @@ class ThreadBlocks3D:
     threads: tuple[int, int, int]
 
     def launch(self) -> Launch:
-        extents = [a.extent for a in self.axes] + [1] * (3 - len(self.axes))
-        grid = tuple(-(-e // t) for e, t in zip(extents, self.threads))
-        return Launch(grid=grid, block=self.threads)
+        return ThreadBlocks(*self.threads).launch([a.extent for a in self.axes])
 
     def matches_snapshot(self, snapshot: ScheduleSnapshot) -> bool:
         return (
@@ -265,8 +264,6 @@ class Entry:
     def run(self, args, backend: str = "numpy", *, limits: Limits | None = None, **options):
         """Run on NumPy arrays (by position or name); ``dst`` is written in place.
         Returns what the backend returns (a timing, a thread trace), usually None."""
-        from ..backends import run
-
         shapes = self.argument_shapes
         return run(self.program, args, backend=backend, limits=limits,
             counts={n: s.element_count() for n, s in shapes.items()},
@@ -278,10 +275,8 @@ class Entry:
 
     def create_kernel_call_artifact(self, backend_state, limits: Limits = Limits.default):
         """Compile with ``backend_state`` into a registry-ready kernel-call artifact."""
-        from ..backends.artifacts import create_kernel_call_artifact
-
-        return create_kernel_call_artifact(self.program, backend_state, target=self.target,
-                                           version=self.version, limits=limits)
+        return self.program.create_kernel_call_artifact(backend_state, limits, version=self.version,
+                                                        target=self.target)
 
     # the seed's spellings
     runCpu = run_cpu

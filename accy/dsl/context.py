@@ -14,8 +14,9 @@ import threading
 from ..errors import TraceError
 from .ir import SourceLocation
 
-# frames of the tracing machinery itself; a library kernel's own source (accy/library) counts as user code
-_DSL_DIR = os.path.dirname(os.path.abspath(__file__))
+# accy's own frames are machinery; a library kernel's source (accy/library) is kernel code
+_ACCY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_KERNEL_DIRS = (os.path.join(_ACCY_DIR, "library") + os.sep,)
 _state = threading.local()
 
 
@@ -37,14 +38,22 @@ def current():
     return builders[-1]
 
 
+def _is_machinery(filename: str) -> bool:
+    if filename.startswith("<"):  # exec, stdin, a notebook cell, a doctest: user code
+        return filename.startswith("<frozen ")
+    path = os.path.abspath(filename)
+    if path.startswith(_KERNEL_DIRS):
+        return False
+    return path.startswith(_ACCY_DIR + os.sep)
+
+
 def user_location() -> SourceLocation | None:
-    """The innermost stack frame outside the DSL's machinery: the kernel's own line."""
+    """The innermost stack frame outside accy's machinery: the kernel's own line."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        generated = filename.startswith("<") and filename != "<stdin>" and not filename.startswith("<doc")
-        if not generated and not os.path.abspath(filename).startswith(_DSL_DIR + os.sep):
-            code = linecache.getline(filename, frame.f_lineno).strip()
+        if not _is_machinery(filename):
+            code = linecache.getline(filename, frame.f_lineno, frame.f_globals).strip()
             return SourceLocation(filename, frame.f_lineno, frame.f_code.co_name, code)
         frame = frame.f_back
     return None

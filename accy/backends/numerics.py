@@ -1,0 +1,253 @@
+"""The reference numerics, in NumPy: how every op rounds, wraps and saturates.
+
+The interpreter's op table is built from these functions, so each one states
+the semantics the other backends must reproduce (docs/ir.md says the same in
+words):
+
+* arithmetic rounds once to the result type; f16 and bf16 arithmetic is done
+  in f32 and rounded (correct, since f32 has more than twice their precision);
+* ``fma`` is rounded once, exactly, for every float type;
+* math functions compute in float64 and round once to f32 or f64, so the
+  reference is within half an ulp of the true result for f32 (f64 uses NumPy's
+  float64 functions); f16 and bf16 compute in f32 and round once more;
+* casts: float to float and int to float round to nearest even (once: an
+  integer wider than 24 bits reaches bf16 through round-to-odd in f32); float
+  to int truncates toward zero, saturates, NaN gives 0; int to int wraps;
+* integers wrap; shifts by a count outside ``[0, bits)`` give 0 (or -1 for a
+  negative value shifted right).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from ..dsl.types import DType
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def _narrow(dtype: np.dtype) -> bool:
+    """f16 or bf16: arithmetic and math go through f32."""
+    return dtype.kind in "fV" and dtype.itemsize == 2
+
+
+def rounded(fn):
+    """An op that rounds once to its (float) result type, computed in f32 for f16 and bf16."""
+
+    def op(*xs):
+        xs = [np.asarray(x) for x in xs]
+        dtype = xs[0].dtype
+        if _narrow(dtype):
+            return fn(*(x.astype(F32) for x in xs)).astype(dtype)
+        return fn(*xs)
+
+    return op
+
+
+def math_function(fn64):
+    """A math function: float64 ``fn64`` rounded once to f32 or f64; f16 and bf16 compute
+    in f32 (so they round twice, as every backend does)."""
+
+    def op(*xs):
+        xs = [np.asarray(x) for x in xs]
+        dtype = xs[0].dtype
+        if dtype == F64:
+            return fn64(*xs)
+        if dtype == F32:
+            return fn64(*(x.astype(F64) for x in xs)).astype(F32)
+        return op(*(x.astype(F32) for x in xs)).astype(dtype)
+
+    return op
+
+
+def _erf64(x):
+    flat = np.asarray(x, F64).reshape(-1)
+    unique, inverse = np.unique(flat, return_inverse=True)
+    values = np.array([math.erf(v) for v in unique.tolist()], F64)
+    return values[inverse].reshape(np.shape(x))
+
+
+def _sigmoid64(x):
+    # e^x / (1 + e^x) where x < 0 keeps tiny results accurate
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+MATH64 = {
+    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2, "log1p": np.log1p,
+    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "erf": _erf64, "tanh": np.tanh,
+    "sigmoid": _sigmoid64, "sin": np.sin, "cos": np.cos,
+}
+
+
+# -- max and min: IEEE 754-2019 maximum/minimum -------------------------------------------------
+
+
+def _extremum(pick, zero_sign):
+    """As LLVM's llvm.maximum/llvm.minimum: NaN propagates and -0.0 < +0.0 (NumPy's
+    maximum returns its second operand on ties, so max(+0.0, -0.0) would be -0.0)."""
+
+    def extremum(a, b):
+        result = pick(a, b)
+        if np.asarray(result).dtype.kind not in "fV":
+            return result
+        ties = (np.asarray(a) == 0) & (np.asarray(b) == 0)
+        if not np.any(ties):
+            return result
+        negative = zero_sign(np.signbit(a), np.signbit(b))  # True: the result is -0.0
+        zero = np.where(negative, -0.0, 0.0).astype(np.asarray(result).dtype)
+        return np.where(ties, zero, result)
+
+    return extremum
+
+
+maximum = _extremum(np.maximum, np.logical_and)  # -0 only if both are -0
+minimum = _extremum(np.minimum, np.logical_or)  # -0 if either is -0
+
+
+# -- fma: rounded once ----------------------------------------------------------------------------
+
+
+def _two_sum(a, b):
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _to_odd(s, error):
+    """Round-to-odd of the exact ``s + error`` (|error| below half an ulp of s): where the sum
+    is inexact and s's last bit is even, step s one ulp toward the exact value."""
+    bits = np.asarray(s, F64).view(np.int64).copy()
+    inexact = (error != 0) & np.isfinite(s) & np.isfinite(error)
+    step = np.where((error > 0) == (s > 0), 1, -1)  # away from or toward zero, in magnitude
+    fix = inexact & ((bits & 1) == 0)
+    return np.where(fix, bits + step, bits).view(F64)
+
+
+def _split(x):
+    c = 134217729.0 * x  # 2**27 + 1: Veltkamp's split into two 26-bit halves
+    hi = c - (c - x)
+    return hi, x - hi
+
+
+def _fma64(a, b, c):
+    """Boldo and Melquiond's emulation: exact product (Dekker), exact sum, round-to-odd of
+    the tails, one final rounding.  Lanes where the splits could overflow or the tails
+    underflow are computed exactly with fractions."""
+    a, b, c = np.broadcast_arrays(np.asarray(a, F64), np.asarray(b, F64), np.asarray(c, F64))
+    with np.errstate(all="ignore"):
+        ph = a * b
+        (ah, al), (bh, bl) = _split(a), _split(b)
+        pl = ((ah * bh - ph) + ah * bl + al * bh) + al * bl
+        th, tl = _two_sum(c, ph)
+        v_sum, v_err = _two_sum(tl, pl)
+        result = th + _to_odd(v_sum, v_err)
+    finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+    safe = finite & (np.abs(a) < 2.0**995) & (np.abs(b) < 2.0**995) & (np.abs(c) < 2.0**1000) & (
+        (ph == 0) | (np.abs(ph) > 2.0**-960)) & ((c == 0) | (np.abs(c) > 2.0**-960)) & np.isfinite(result)
+    out = np.where(finite, result, a * b + c)  # inf and NaN follow the plain formula
+    for position in zip(*np.nonzero(finite & ~safe)):
+        exact = Fraction(float(a[position])) * Fraction(float(b[position])) + Fraction(float(c[position]))
+        try:
+            out[position] = float(exact)  # Fraction -> float rounds correctly
+        except OverflowError:
+            out[position] = math.copysign(math.inf, exact)
+    return out
+
+
+def fma(a, b, c):
+    """a * b + c rounded once to the operands' type."""
+    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
+    dtype = a.dtype
+    if dtype == F64:
+        return _fma64(a, b, c)
+    # f32 and narrower: the product is exact in float64; the sum rounded to odd in float64
+    # (53 >= 24 + 2 bits) and then to the type is the correctly rounded fma
+    x, y, z = a.astype(F64), b.astype(F64), c.astype(F64)
+    with np.errstate(all="ignore"):
+        s, error = _two_sum(x * y, z)
+    return _to_odd(s, error).astype(dtype)
+
+
+# -- integers: shifts -------------------------------------------------------------------------------
+
+
+def shift_left(a, n):
+    a, n = np.asarray(a), np.asarray(n)
+    bits = a.dtype.itemsize * 8
+    inside = (n >= 0) & (n < bits)
+    return np.where(inside, np.left_shift(a, np.where(inside, n, 0).astype(a.dtype)), 0).astype(a.dtype)
+
+
+def shift_right(a, n):
+    a, n = np.asarray(a), np.asarray(n)
+    bits = a.dtype.itemsize * 8
+    inside = (n >= 0) & (n < bits)
+    outside = np.where(a < 0, -1, 0) if a.dtype.kind == "i" else 0
+    return np.where(inside, np.right_shift(a, np.where(inside, n, 0).astype(a.dtype)), outside).astype(a.dtype)
+
+
+def python_mod(a, b):
+    """Remainder with the sign of the divisor (Python's %); for floats a zero remainder
+    takes the divisor's sign, as NumPy's remainder."""
+    return np.remainder(a, b)
+
+
+# -- casts -------------------------------------------------------------------------------------------
+
+
+def _float_to_int(x, dst: DType):
+    x = np.asarray(x)
+    if _narrow(x.dtype):
+        x = x.astype(F32)  # exact
+    t = np.trunc(np.nan_to_num(x.astype(F64), nan=0.0, posinf=np.inf, neginf=-np.inf))
+    low, high = float(dst.min), float(dst.max)
+    if dst.bits < 64:
+        return np.clip(t, low, high).astype(dst.numpy)
+    # 2**63 - 1 and 2**64 - 1 round up to a power of two in float64: clip below it, fix the top
+    top = float(2 ** (63 if dst.is_signed else 64))
+    over = t >= top
+    clipped = np.clip(t, low, np.nextafter(top, 0)).astype(dst.numpy)
+    return np.where(over, dst.numpy.type(dst.max), clipped)
+
+
+def _int_to_narrow_float(x, src: DType, dst: DType):
+    """An integer rounded once to f16 or bf16: through f32 exactly when the integer fits in
+    24 bits, else rounded to odd in f32 (24 >= 8 + 2 bits) and then to bf16.  (f16 needs no
+    care: an integer too wide for f32 is far beyond f16's range.)"""
+    r = np.asarray(x).astype(F32)
+    if dst.numpy == np.dtype(np.float16) or src.bits <= 24:
+        return r.astype(dst.numpy)
+    x = np.asarray(x)
+    back = _float_to_int(r, src)
+    limit = float(2 ** (src.bits - 1 if src.is_signed else src.bits))
+    above = (r >= limit) | (back > x)
+    below = back < x
+    bits = r.view(np.int32).copy()
+    toward_zero = np.where(r > 0, above, below)  # the exact value is nearer zero than r
+    step = np.where(toward_zero, -1, 1)
+    fix = (above | below) & ((bits & 1) == 0)
+    return np.where(fix, bits + step, bits).astype(np.int32).view(F32).astype(dst.numpy)
+
+
+def cast(x, src: DType, dst: DType):
+    x = np.asarray(x)
+    if src == dst:
+        return x
+    if dst.is_bool:
+        return x != 0
+    if src.is_bool:
+        return x.astype(dst.numpy)
+    if src.is_float and dst.is_int:
+        return _float_to_int(x, dst)
+    if src.is_int and dst.is_float and dst.bits == 16:
+        return _int_to_narrow_float(x, src, dst)
+    with np.errstate(all="ignore"):
+        return x.astype(dst.numpy)  # int to int wraps; floats round to nearest even
+
+
+__all__ = ["rounded", "math_function", "MATH64", "maximum", "minimum", "fma", "shift_left", "shift_right",
+           "python_mod", "cast"]

@@ -1,0 +1,114 @@
+"""Programs: a named kernel body with parameters and a schedule, and what you do with one:
+trace it, run it on a backend, emit its PTX or LLVM IR, build an artifact."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import attrs
+
+from .backends import resolve_launch, run
+from .backends.arguments import bind_arguments
+from .dsl.ir import Graph, Param
+from .dsl.passes import optimize
+from .dsl.schedule import DEFAULT_THREADS, Launch, Limits, ThreadBlocks
+from .dsl.trace import parameters, trace
+from .errors import TraceError
+
+
+def _check_name(instance, attribute, value):
+    if not isinstance(value, str) or not value.isidentifier():
+        raise TraceError(f"program name must be an identifier (it names the GPU entry point), got {value!r}")
+
+
+@attrs.frozen(eq=False)
+class Program:
+    """``Program(name, parameters={"dst": dynamic_buffer(f32), "n": scalar(index)}, body)``.
+
+    ``body(k, args)`` is called once, at trace time, with the top-level builder
+    ``k`` and the parameters; it must open one launch with ``k.for_each_Nd``.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    parameters: tuple[Param, ...] = attrs.field(converter=parameters)
+    body: Callable
+    schedule: ThreadBlocks | None = None
+
+    def with_schedule(self, schedule: ThreadBlocks) -> "Program":
+        if not isinstance(schedule, ThreadBlocks):
+            raise TraceError(f"with_schedule: expected schedule.thread_blocks(...), got {schedule!r}")
+        return attrs.evolve(self, schedule=schedule)
+
+    withSchedule = with_schedule
+
+    @functools.cached_property
+    def traced_graph(self) -> Graph:
+        """The graph exactly as the body recorded it (verified, not optimised)."""
+        return trace(self.name, self.parameters, self.body)
+
+    @functools.cached_property
+    def graph(self) -> Graph:
+        """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
+        return optimize(self.traced_graph)
+
+    @property
+    def threads(self) -> ThreadBlocks:
+        return self.schedule if self.schedule is not None else DEFAULT_THREADS[len(self.traced_graph.axes)]
+
+    def launch(self, limits: Limits | None = None, *, args=None) -> Launch:
+        """The launch geometry, checked against ``limits``; a program whose extents are
+        computed from run-time values needs its arguments to be sized."""
+        binding = None
+        if args is not None and self.graph.static_extents is None:
+            binding = bind_arguments(self.graph, args)
+        return resolve_launch(self.graph, self.threads, binding, limits)
+
+    def run(self, args, backend: str = "numpy", *, limits: Limits | None = None, **options):
+        """Run on ``backend`` with arrays (by position or by name) and scalars; outputs are
+        written in place."""
+        return run(self, args, backend=backend, limits=limits, **options)
+
+    def ptx(self, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> str:
+        """The kernel's PTX for ``arch``, exactly as the cuda backend compiles it."""
+        from .backends.codegen import emit_ptx
+        from .backends.llvm import Target
+
+        return emit_ptx(self.graph, Target.nvptx(arch, fast_math=fast_math, checks=checks), self.threads.block)
+
+    def llvm_ir(self, target: str = "host", *, arch: str = "sm_80", fast_math: bool = False,
+                checks: bool = True) -> str:
+        """The LLVM IR the kernel lowers to, for ``target`` "host" or "nvptx" (before optimisation)."""
+        from .backends.codegen import llvm_ir
+        from .backends.llvm import Target
+
+        if target not in ("host", "nvptx"):
+            raise TraceError(f"llvm_ir: target must be 'host' or 'nvptx', got {target!r}")
+        lowering = Target.host(checks=checks) if target == "host" else Target.nvptx(arch, fast_math=fast_math,
+                                                                                   checks=checks)
+        return llvm_ir(self.graph, lowering, self.threads.block)
+
+    def create_kernel_call_artifact(self, backend_state, limits: Limits | None = None, *, version: int = 1,
+                                    target: str | None = None):
+        """Compile with ``backend_state`` into a registry-ready artifact (target = the program's name)."""
+        from .backends.artifacts import KernelCallArtifact, build_artifact
+
+        launch = self.launch(limits) if self.graph.static_extents is not None else None
+        artifact = build_artifact(self.graph, launch, self.threads.block, backend_state,
+                                  target=target or self.name, version=version)
+        return KernelCallArtifact((artifact,), backend_state)
+
+    createKernelCallArtifact = create_kernel_call_artifact
+
+
+def kernel(**declared) -> Callable[[Callable], Program]:
+    """``@accy.kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), n=scalar(index))`` over
+    ``def name(k, args)`` makes the :class:`Program` ``name``."""
+    params = parameters(declared)
+
+    def make(body: Callable) -> Program:
+        if not callable(body):
+            raise TraceError(f"@kernel must decorate a function (k, args), got {body!r}")
+        return Program(body.__name__, params, body)
+
+    return make
