@@ -107,11 +107,12 @@ def host_entry_name(graph: Graph) -> str:
 # Each entry takes (lowering, op, operands) and returns the op's LLVM value.
 
 
-def _by_kind(int_method: str, float_method: str, unsigned_method: str | None = None):
+def _by_kind(int_method: str, float_method: str):
     def lower(lw, op, args):
         t = op.operands[0].type
-        method = float_method if t.is_float else (unsigned_method or int_method) if t.is_unsigned else int_method
-        return getattr(lw.b, method)(*args)
+        if t.is_float:
+            return lw.in_f32(t, getattr(lw.b, float_method), args)
+        return getattr(lw.b, int_method)(*args)
 
     return lower
 
@@ -135,8 +136,8 @@ def _compare(name: str):
         t = op.operands[0].type
         if t.is_float:
             if name == "ne":  # the unordered one: true with a NaN
-                return lw.b.fcmp_unordered("!=", *args)
-            return lw.b.fcmp_ordered(_ICMP[name], *args)
+                return lw.in_f32(t, lambda a, b: lw.b.fcmp_unordered("!=", a, b), args)
+            return lw.in_f32(t, lambda a, b: lw.b.fcmp_ordered(_ICMP[name], a, b), args)
         if t.is_unsigned or t.is_bool:
             return lw.b.icmp_unsigned(_ICMP[name], *args)
         return lw.b.icmp_signed(_ICMP[name], *args)
@@ -145,8 +146,8 @@ def _compare(name: str):
 
 
 def _neg(lw, op, args):
-    (a,) = args
-    return lw.b.fneg(a) if op.result.type.is_float else lw.b.neg(a)
+    t = op.result.type
+    return lw.in_f32(t, lw.b.fneg, args) if t.is_float else lw.b.neg(args[0])
 
 
 def _abs(lw, op, args):
@@ -164,15 +165,14 @@ def _intrinsic(name: str):
 
 
 def _isnan(lw, op, args):
-    (a,) = args
-    return lw.b.fcmp_unordered("uno", a, a)
+    return lw.in_f32(op.operands[0].type, lambda a: lw.b.fcmp_unordered("uno", a, a), args)
 
 
 def _isinf(lw, op, args):
-    (a,) = args
-    t = op.operands[0].type
-    magnitude = lw.in_f32(t, lambda x: lw.call("llvm.fabs", [x]), [a])
-    return lw.b.fcmp_ordered("==", magnitude, ir.Constant(llvm_type(t), math.inf))
+    def isinf(a):
+        return lw.b.fcmp_ordered("==", lw.call("llvm.fabs", [a]), ir.Constant(a.type, math.inf))
+
+    return lw.in_f32(op.operands[0].type, isinf, args)
 
 
 def _shift(left: bool):
@@ -218,11 +218,11 @@ def _mod(lw, op, args):
 
 
 def _div(lw, op, args):
-    if op.result.type.is_float:
-        a, b = args
-        if lw.target.fast_math and lw.target.is_nvptx and op.result.type == f32:
+    t = op.result.type
+    if t.is_float:
+        if lw.target.fast_math and lw.target.is_nvptx and t == f32:
             return lw.call("llvm.nvvm.div.approx.f", args, ty=llvm_type(f32))
-        return lw.b.fdiv(a, b)
+        return lw.in_f32(t, lw.b.fdiv, args)
     return lw.integer_division(op, args, remainder=False)
 
 
@@ -396,12 +396,32 @@ class _Lowering:
         return self.b.icmp_signed("<", bits, ir.Constant(bits.type, 0))
 
     def in_f32(self, t: DType, fn, args):
-        """``fn`` on ``args``, through f32 for f16 and bf16 (exact for the ops that use it)."""
+        """``fn`` on ``args``, in f32 for f16 and bf16, rounded once back to the type: every
+        f16 and bf16 op computes this way, on every target, so they all round alike."""
         if t.bits != 16 or not t.is_float:
             return fn(*args)
-        wide = [self.b.fpext(a, llvm_type(f32)) for a in args]
-        result = fn(*wide)
-        return self.b.fptrunc(result, llvm_type(t)) if result.type == llvm_type(f32) else result
+        result = fn(*(self.widen(a) for a in args))
+        return self.narrow(result, t) if result.type == llvm_type(f32) else result
+
+    def widen(self, a: ir.Value) -> ir.Value:
+        """An f16 or bf16 value as f32 (exact)."""
+        if str(a.type) == "bfloat":  # the bits shifted into place: no flushing of subnormals
+            bits = self.b.zext(self.b.bitcast(a, ir.IntType(16)), I32)
+            return self.b.bitcast(self.b.shl(bits, ir.Constant(I32, 16)), llvm_type(f32))
+        return self.b.fpext(a, llvm_type(f32))
+
+    def narrow(self, x: ir.Value, t: DType) -> ir.Value:
+        """An f32 rounded to nearest-even f16 or bf16.  bf16 rounds with integer arithmetic:
+        x86's conversion instruction flushes subnormals to zero."""
+        if str(llvm_type(t)) != "bfloat":
+            return self.b.fptrunc(x, llvm_type(t))
+        b = self.b
+        bits = b.bitcast(x, I32)
+        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.lshr(b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb), ir.Constant(I32, 16))
+        quiet = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))  # NaN stays NaN
+        is_nan = b.fcmp_unordered("uno", x, x)
+        return b.bitcast(b.trunc(b.select(is_nan, quiet, rounded), ir.IntType(16)), llvm_type(t))
 
     def round_to_odd_f32(self, x: ir.Value) -> ir.Value:
         """A double rounded to odd at f32 precision, so that rounding it on to f16 or bf16
@@ -422,7 +442,7 @@ class _Lowering:
         to odd (its error from a two-sum), then to f32 and on to the type."""
         b = self.b
         d = llvm_type(f64)
-        x, y, z = (b.fpext(a, d) for a in args)
+        x, y, z = (b.fpext(self.widen(a), d) for a in args)
         p = b.fmul(x, y)
         s = b.fadd(p, z)
         bb = b.fsub(s, p)
@@ -434,7 +454,7 @@ class _Lowering:
                                   b.fcmp_ordered(">", s, ir.Constant(d, 0.0)))
         step = b.select(outward, ir.Constant(I64, 1), ir.Constant(I64, -1))
         odd = b.bitcast(b.add(bits, b.select(b.and_(inexact, even), step, ir.Constant(I64, 0))), d)
-        return b.fptrunc(self.round_to_odd_f32(odd), llvm_type(t))
+        return self.narrow(self.round_to_odd_f32(odd), t)
 
     def convert(self, a: ir.Value, src: DType, dst: DType) -> ir.Value:
         """``cast`` (docs/ir.md): every case rounds once, as the interpreter does."""
@@ -443,11 +463,13 @@ class _Lowering:
         if src == dst or (src.llvm == dst.llvm and src.is_int and dst.is_int):
             return a
         if dst.is_bool:
-            if src.is_float:
-                return b.fcmp_unordered("!=", a, ir.Constant(a.type, 0.0))  # NaN is true
+            if src.is_float:  # NaN is true
+                return self.in_f32(src, lambda x: b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0)), [a])
             return b.icmp_unsigned("!=", a, ir.Constant(a.type, 0))
         if src.is_bool:
-            return b.uitofp(a, to) if dst.is_float else b.zext(a, to)
+            if dst.is_float:
+                return self.narrow(b.uitofp(a, llvm_type(f32)), dst) if dst.bits == 16 else b.uitofp(a, to)
+            return b.zext(a, to)
         if src.is_int and dst.is_int:
             if dst.bits < src.bits:
                 return b.trunc(a, to)
@@ -459,19 +481,20 @@ class _Lowering:
             wide = to_float(a, llvm_type(f32))  # exact below 2**24; f16 overflows long before that
             if dst.numpy_name == "bfloat16" and src.bits > 24:
                 wide = self._int_round_to_odd_f32(a, wide, src)
-            return b.fptrunc(wide, to)
+            return self.narrow(wide, dst)
         if dst.is_int:  # from a float: truncate, saturate, NaN -> 0
             if src.bits == 16:
-                a, src = b.fpext(a, llvm_type(f32)), f32
+                a, src = self.widen(a), f32
             name = "llvm.fptoui.sat" if dst.is_unsigned else "llvm.fptosi.sat"
             return self.b.call(self.declare(f"{name}.{dst.suffix}.{src.suffix}", to, [a.type]), [a])
         # float to float
+        if src.bits == 16:  # exact into f32, then on (or rounded once back to 16 bits)
+            wide = self.widen(a)
+            return wide if dst == f32 else b.fpext(wide, to) if dst == f64 else self.narrow(wide, dst)
         if dst.bits > src.bits:
             return b.fpext(a, to)
-        if src.bits == 16:  # f16 <-> bf16: exact into f32, rounded once out
-            return b.fptrunc(b.fpext(a, llvm_type(f32)), to)
-        if src == f64 and dst.bits == 16:
-            return b.fptrunc(self.round_to_odd_f32(a), to)
+        if dst.bits == 16:
+            return self.narrow(self.round_to_odd_f32(a) if src == f64 else a, dst)
         return b.fptrunc(a, to)
 
     def _int_round_to_odd_f32(self, a: ir.Value, r: ir.Value, src: DType) -> ir.Value:

@@ -154,7 +154,7 @@ def _fma64(a, b, c):
         try:
             out[position] = float(exact)  # Fraction -> float rounds correctly
         except OverflowError:
-            out[position] = math.copysign(math.inf, exact)
+            out[position] = math.inf if exact > 0 else -math.inf
     return out
 
 
