@@ -50,18 +50,22 @@ def ulps(got, reference, dtype: np.dtype) -> np.ndarray:
     """|got - reference| in units of the last place of ``dtype`` at the reference (0 where both are
     the same non-finite value)."""
     dtype = np.dtype(dtype)
-    got = np.asarray(got).astype(np.float64)
-    reference = np.asarray(reference, np.float64)
-    nearest = reference.astype(dtype)
-    bits = nearest.view(_bits_type(dtype)).astype(np.int64)
-    above = (bits + 1).astype(_bits_type(dtype)).view(dtype).astype(np.float64)
-    below = (bits - 1).astype(_bits_type(dtype)).view(dtype).astype(np.float64)
-    near = nearest.astype(np.float64)
+    reference = np.asarray(reference)
+    wide = np.longdouble if reference.dtype == np.longdouble else np.float64  # f64 needs a wider reference
+    reference = reference.astype(wide)
+    got = np.asarray(got).astype(wide)
     with np.errstate(all="ignore"):
+        nearest = reference.astype(dtype)
+    bits = nearest.view(_bits_type(dtype)).astype(np.int64)
+    with np.errstate(all="ignore"):
+        above = (bits + 1).astype(_bits_type(dtype)).view(dtype).astype(wide)
+        below = (bits - 1).astype(_bits_type(dtype)).view(dtype).astype(wide)
+        near = nearest.astype(wide)
         spacing = np.where(np.isfinite(above - near), np.abs(above - near), np.abs(near - below))
         error = np.abs(got - reference) / spacing
-    same = (got == reference) | (np.isnan(got) & np.isnan(reference))
-    return np.where(same, 0.0, np.where(np.isnan(error), np.inf, error))
+    # equal, both NaN, or an infinity where the reference rounds to it (overflow)
+    same = (got == reference) | (np.isnan(got) & np.isnan(reference)) | (np.isinf(got) & (got == near))
+    return np.where(same, 0.0, np.where(np.isnan(error), np.inf, error)).astype(np.float64)
 
 
 def edges(t: DType) -> list:

@@ -42,6 +42,11 @@ def _nvptx_machine(arch: str) -> llvm.TargetMachine:
 
 @functools.cache
 def host_machine() -> llvm.TargetMachine:
+    """The host's target machine, for optimising and for the data layout."""
+    return _new_host_machine()
+
+
+def _new_host_machine() -> llvm.TargetMachine:
     _init()
     # math functions (expf, erff, ...) come from the C library the process has loaded
     libm = ctypes.util.find_library("m")
@@ -201,7 +206,8 @@ def _jit(graph: Graph, target: Target) -> HostKernel:
     lowered = _lower(graph, target)
     module = _parse(lowered, machine)
     _optimise(module, machine)
-    engine = llvm.create_mcjit_compiler(module, machine)
+    # the engine owns (and frees with itself) the target machine it is given: give it its own
+    engine = llvm.create_mcjit_compiler(module, _new_host_machine())
     engine.finalize_object()
     address = engine.get_function_address(lowered.entry_name)
     if not address:
