@@ -176,3 +176,63 @@ def test_loop_range_checks_pass_in_bounds_loops(backend):
     x = np.arange(6, dtype=np.float32)
     Program("window", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body).run([dst, x], backend=backend)
     assert dst.tolist() == [3.0, 6.0, 9.0, 12.0]
+
+
+# -- array-likes: taken without a copy, outputs written in place ------------------------------------
+
+import array  # noqa: E402
+
+from accy import kernel, scalar  # noqa: E402
+
+
+class InterfaceOnly:
+    """Exposes only __array_interface__ (as many C extensions do)."""
+
+    def __init__(self, a):
+        self._a = a
+        self.__array_interface__ = a.__array_interface__
+
+
+class DLPackOnly:
+    """Exposes only __dlpack__ (as a PyTorch CPU tensor does, among other protocols)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+@kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), a=scalar(f32))
+def _scale(k, args):
+    @k.for_each_1d(axis("i", args.x.size))
+    def each(inner, idx):
+        args.dst[idx["i"]] = args.x[idx["i"]] * args.a
+
+
+@pytest.mark.parametrize("wrap", [
+    pytest.param(lambda a: memoryview(a), id="memoryview"),
+    pytest.param(lambda a: InterfaceOnly(a), id="array-interface"),
+    pytest.param(lambda a: DLPackOnly(a), id="dlpack"),
+])
+def test_array_likes_are_used_in_place_without_a_copy(wrap, backend):
+    if backend == "cuda":
+        pytest.skip("host array-likes are a CPU-backend feature")
+    x_array = np.arange(6, dtype=np.float32)
+    dst_array = np.zeros(6, np.float32)
+    _scale.run([wrap(dst_array), wrap(x_array), 2.0], backend=backend)
+    assert dst_array.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # written into the caller's memory
+
+
+def test_a_python_array_module_buffer_works_too():
+    out = array.array("f", [0.0] * 4)
+    _scale.run([out, array.array("f", [1, 2, 3, 4]), 0.5], backend="llvm")
+    assert out.tolist() == [0.5, 1.0, 1.5, 2.0]
+
+
+def test_array_like_of_the_wrong_dtype_names_the_argument():
+    with pytest.raises(ArgumentError, match=r"argument 'x': expected dtype float32 \(f32\), got int64 \(i64\)"):
+        _scale.run([np.zeros(3, np.float32), memoryview(np.zeros(3, np.int64)), 1.0])

@@ -186,3 +186,19 @@ def test_fused_reads_each_score_input_once_per_key():
     folds = lambda e: sum(op.opcode == "fold" for op in e.program.graph.body.walk())  # noqa: E731
     assert folds(scaled_dot_product_fused_f32(spec)) == 2  # keys, and h inside
     assert folds(scaled_dot_product_f32(spec)) == 7
+
+
+def test_fused_entry_stays_finite_when_a_rows_first_key_scores_minus_inf(backend):
+    """exp(-inf - -inf) is NaN: the online softmax must not rescale by it (bug found in review)."""
+    from accy.library.attention import ScaledDotProduct, reference, scaled_dot_product_f32, scaled_dot_product_fused_f32
+
+    shape = (1, 2, 3, 2, 2)
+    query = np.array([[[1.0, 0.0], [1.0, 0.5]]], np.float32)
+    key = np.array([[[-np.inf, 0.0], [1.0, 2.0], [0.5, -1.0]]], np.float32)  # key 0 scores -inf for both rows
+    value = np.arange(6, dtype=np.float32).reshape(1, 3, 2)
+    expected = reference(query, key, value)
+    assert np.isfinite(expected).all()
+    for make in (scaled_dot_product_f32, scaled_dot_product_fused_f32):
+        dst = np.zeros((1, 2, 2), np.float32)
+        make(ScaledDotProduct(*shape)).run([dst, query, key, value], backend=backend)
+        np.testing.assert_allclose(dst, expected, rtol=1e-5, err_msg=make.__name__)

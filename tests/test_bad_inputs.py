@@ -55,8 +55,42 @@ def _gather(where):
     return program, [np.zeros(4, np.float32), np.ones(3, np.float32), np.array(where, np.int64)]
 
 
+def _sized(t=accy.i32):
+    """A kernel with a scalar of type ``t`` and a launch sized by a scalar(index)."""
+    @accy.kernel(dst=dynamic_buffer(t), divisor=dynamic_buffer(t), a=accy.scalar(t), n=accy.scalar(index))
+    def sized(k, args):
+        @k.for_each_1d(axis("i", args.n))
+        def each(inner, idx):
+            i = idx["i"]
+            args.dst[i] = args.a // args.divisor[i] + args.a % args.divisor[i]
+
+    return sized
+
+
+def _sized_args(a=1, n=4, divisor=(1, 2, 3, 4), t=np.int32):
+    return [np.zeros(4, t), np.array(divisor, t), a, n]
+
+
 # (id, callable(backend) that must raise, error type, regex the message must match)
 RUN_TIME = [
+    ("scalar-out-of-range", lambda be: _sized(accy.u8).run(_sized_args(300, t=np.uint8), backend=be), ArgumentError,
+     r"argument 'a': 300 does not fit u8 \(0\.\.255\)"),
+    ("scalar-wrong-dtype", lambda be: _sized().run(_sized_args(np.float32(1.5)), backend=be), ArgumentError,
+     r"argument 'a': expected an integer \(i32\), got a float32 scalar"),
+    ("scalar-an-array", lambda be: _sized().run(_sized_args(np.ones(2, np.int32)), backend=be), ArgumentError,
+     r"argument 'a': expected a scalar \(i32\), got an array of shape \(2,\)"),
+    ("buffer-a-scalar", lambda be: _sized().run([np.zeros(4, np.int32), 3, 1, 4], backend=be), ArgumentError,
+     r"argument 'divisor': expected an array of i32, got the scalar 3"),
+    ("runtime-extent-negative", lambda be: _sized().run(_sized_args(n=-1), backend=be), LaunchError,
+     r"axis 'i' has extent -1 at run time"),
+    ("runtime-extent-past-limits", lambda be: _sized().run(_sized_args(n=2**40), backend=be), LaunchError,
+     r"grid x dimension 4294967296 exceeds the limit of 2147483647 blocks"),
+    ("runtime-extent-past-buffer", lambda be: _sized().run(_sized_args(n=5), backend=be), OutOfBoundsError,
+     r"load from 'divisor': index 4 is out of bounds for 4 elements \(thread i=4\)"),
+    ("i32-division-by-zero", lambda be: _sized().run(_sized_args(divisor=(1, 0, 3, 4)), backend=be), ExecutionError,
+     r"div: i32 division by zero in thread i=1"),
+    ("u8-remainder-by-zero", lambda be: _sized(accy.u8).run(_sized_args(divisor=(1, 2, 3, 0), t=np.uint8), backend=be),
+     ExecutionError, r"(div: u8 division|mod: u8 remainder) by zero in thread i=3"),
     ("argument-count", lambda be: SDPA.run(good()[:3], backend=be), ArgumentError,
      r"expected 4 arguments \(dst, query, key, value\), got 3"),
     ("dtype", lambda be: SDPA.run([good()[0].astype(np.float64), *good()[1:]], backend=be), ArgumentError,

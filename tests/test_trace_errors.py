@@ -203,3 +203,117 @@ def test_body_exception_propagates_with_kernel_name():
 
 def test_all_errors_derive_from_accy_error():
     assert issubclass(TraceError, AccyError)
+
+
+# -- the errors a new user meets (every one an AccyError with the user's line) ---------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import accy  # noqa: E402
+from accy import i32, index  # noqa: E402
+from accy.errors import UnknownOpError  # noqa: E402
+
+
+def test_python_operators_and_builtins_record_ops(backend):
+    def each(inner, i, args):
+        x = args.x[i]
+        args.dst[i] = (abs(x) ** 2 + x * np.float32(0.5) + np.float32(2.0) * x + np.exp(x) + round(x)
+                       + inner.cast(i % 3 + (i << 1) - (i & 1), accy.f32) + accy.math.erf(x) + x.log1p())
+
+    program = Program("ops", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, in_launch(each, 6))
+    x = np.array([0.5, 1.5, 2.5, -0.25, 3.0, 0.1], np.float32)
+    dst = np.zeros(6, np.float32)
+    program.run([dst, x], backend=backend)
+    i = np.arange(6)
+    import math
+    expected = (np.abs(x.astype(np.float64)) ** 2 + x * 0.5 + 2 * x + np.exp(x.astype(np.float64)) + np.rint(x)
+                + (i % 3 + (i << 1) - (i & 1)) + np.array([math.erf(v) for v in x.tolist()]) + np.log1p(x.astype(np.float64)))
+    np.testing.assert_allclose(dst, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("each, message", [
+    (lambda inner, i, args: inner.lgo(args.x[i]), r"no op named 'lgo' on the builder; did you mean 'log'\?"),
+    (lambda inner, i, args: args.x[i].expp(), r"no op named 'expp' on a traced value; did you mean 'exp'\?"),
+    (lambda inner, i, args: args.x.lod(inner, i), r"no op named 'lod' on buffer 'x'; did you mean 'load'\?"),
+])
+def test_unknown_methods_suggest_the_op(each, message):
+    with pytest.raises(UnknownOpError, match=message) as err:
+        trace(in_launch(each))
+    assert isinstance(err.value, AccyError) and isinstance(err.value, AttributeError)
+    assert "test_trace_errors.py" in str(err.value)
+
+
+@pytest.mark.parametrize("each, message", [
+    (lambda inner, i, args: len(args.x), r"len\(x\): .*use x\.size"),
+    (lambda inner, i, args: args.x[i] @ args.x[i], r"@ is not an accy op"),
+    (lambda inner, i, args: int(args.x[i]), r"cannot be used as a Python int.*cast\(value, i32\)"),
+    (lambda inner, i, args: max(args.x[i], 0.0), r"cannot be used as a Python bool.*inner\.max\(a, b\)"),
+    (lambda inner, i, args: np.arctan(args.x[i]), r"numpy\.arctan is not an accy op on traced values"),
+    (lambda inner, i, args: round(args.x[i], 2), r"round\(x, 2\): only round\(x\)"),
+    (lambda inner, i, args: args.x[i, 0], r"buffers are 1-D; compute a flat index"),
+    (lambda inner, i, args: i ** args.x[i], r"index \*\* f32: an integer power needs a constant exponent"),
+    (lambda inner, i, args: inner.log(i), r"log\(index\): operand is index; needs a float type.*cast\(value, f32\)"),
+])
+def test_unsupported_python_on_traced_values(each, message):
+    with pytest.raises(AccyError, match=message) as err:
+        trace(in_launch(each))
+    assert "test_trace_errors.py" in str(err.value)
+
+
+def test_fold_init_zero_says_the_accumulator_is_an_index():
+    with pytest.raises(TraceError, match=r"init=0 is a Python int, so the accumulator is index; write init=0\.0"):
+        trace(in_launch(lambda inner, i, args: inner.fold_range(0, 3, 1, 0, lambda inner, j, acc: acc + args.x[j])))
+
+
+def test_storing_a_float_into_an_int_buffer_says_to_cast_the_value():
+    params = {"dst": dynamic_buffer(i32), "x": dynamic_buffer(f32)}
+    with pytest.raises(TraceError, match=r"value is f32 but buffer 'dst' holds i32; convert it with cast\(value, i32\)"):
+        trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, args.x[i])), params)
+    with pytest.raises(TraceError, match=r"store to 'dst': 0\.5 is a float but the buffer holds i32; convert it"):
+        trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, 0.5)), params)
+
+
+def test_constants_must_fit_the_type():
+    params = {"dst": dynamic_buffer(accy.u8), "x": dynamic_buffer(accy.u8)}
+    with pytest.raises(TraceError, match=r"constant 300 is outside the u8 range \[0, 255\]"):
+        trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, args.x[i] + 300)), params)
+
+
+KERNEL_SOURCE = """
+import accy
+from accy import Program, axis, dynamic_buffer, f32
+
+def body(k, args):
+    def each(inner, idx):
+        args.dst[idx["i"]] = idx["i"] + args.x[idx["i"]]  # the bad line
+    k.for_each_1d(axis("i", 4), each)
+
+try:
+    Program("bad", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body).graph
+except accy.AccyError as e:
+    print(e.location.filename, e.location.lineno)
+"""
+
+
+def test_source_lines_of_exec_and_stdin_kernels_are_the_users():
+    scope: dict = {}
+    with pytest.raises(TraceError) as err:
+        exec(compile(KERNEL_SOURCE.replace("try:", "if True:").replace("except accy.AccyError as e:", "if False:"),
+                     "<my-notebook-cell>", "exec"), scope)
+    assert err.value.location.filename == "<my-notebook-cell>" and err.value.location.lineno == 7
+    out = subprocess.run([sys.executable, "-"], input=KERNEL_SOURCE, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["<stdin>", "7"], out.stdout + out.stderr
+
+
+def test_compare_reports_the_users_line_not_accys():
+    def each(inner, i, args):
+        args.dst[i] = i + args.x[i]  # MARK-compare-line
+
+    program = Program("bad", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, in_launch(each))
+    with pytest.raises(TraceError) as err:
+        accy.compare(program, [np.zeros(4, np.float32), np.zeros(4, np.float32)])
+    assert err.value.location.lineno == this_line_is("MARK-compare-line")
+    assert "test_trace_errors.py" in err.value.location.filename

@@ -192,7 +192,7 @@ def bind_arguments(
             scalars[p.name] = scalar_value(p.name, p.dtype, named[p.name])
             continue
         value = named[p.name]
-        if np.isscalar(value) or isinstance(value, (int, float)):
+        if isinstance(value, (numbers.Number, np.generic)):
             raise ArgumentError(f"argument '{p.name}': expected an array of {p.dtype}, got the scalar {value!r}")
         info = infos[p.name] = describe(p.name, value)
         arrays[p.name] = as_host_array(p.name, value) if info.space == "host" else value

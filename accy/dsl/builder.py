@@ -335,6 +335,7 @@ class Builder:
         self._open = True
         self._launched = False  # top level: has the launch been opened?
         self.is_launch_body = False  # the builder of a launch region
+        self.int_literal_accumulators: dict[Value, int] = {}  # fold accumulators whose init is a Python int
 
     # -- context management: the Pythonic spelling records into the innermost builder
     def __enter__(self) -> "Builder":
@@ -394,10 +395,20 @@ class Builder:
             result_types = infer(opcode, (v.type for v in operands), attrs)
         except OpTypeError as e:
             types = ", ".join(str(v.type) for v in operands)
-            raise _error(f"{opcode}({types}): {e}") from None
+            raise _error(f"{opcode}({types}): {e}{self._literal_init_hint(operands)}") from None
         op = Op(opcode, operands, attrs, result_types, regions, context.user_location(), self.block)
         self.block.ops.append(op)
         return op
+
+    def _literal_init_hint(self, operands) -> str:
+        """A loop accumulator started from a Python int is an index: say so where it trips."""
+        for scope in self._scopes():
+            for v in operands:
+                if v in scope.int_literal_accumulators:
+                    raw = scope.int_literal_accumulators[v]
+                    return (f"; init={raw!r} is a Python int, so the accumulator is index; "
+                            f"write init={float(raw)!r} for a float accumulator")
+        return ""
 
     def _traced(self, op: Op) -> Traced:
         return Traced(op.result)
@@ -557,9 +568,11 @@ class Builder:
         self._record("store", (idx, value), {"buffer": buffer.name, "dtype": buffer.dtype})
 
     # -- regions -------------------------------------------------------------------
-    def _run_body(self, block: Block, body: Callable, args: tuple, *, launch: bool = False):
+    def _run_body(self, block: Block, body: Callable, args: tuple, *, launch: bool = False,
+                  int_literals: dict | None = None):
         inner = Builder(block, parent=self)
         inner.is_launch_body = launch
+        inner.int_literal_accumulators = int_literals or {}
         try:
             with inner:
                 return inner, body(inner, *args)
@@ -597,7 +610,9 @@ class Builder:
         args = (Traced(block.args[0]), tuple(accs) if multiple else accs[0])
         if ctx is not _NO_CTX:
             args += (ctx,)
-        inner, result = self._run_body(block, body, args)
+        literals = {a: int(raw) for a, raw in zip(block.args[1:], raw_inits)
+                    if isinstance(raw, numbers.Integral) and not isinstance(raw, (bool, np.bool_))}
+        inner, result = self._run_body(block, body, args, int_literals=literals)
         results = self._check_fold_result(body, result, inits, raw_inits, multiple)
         self._yield(inner, results)
         op = self._record("fold", (*bounds, *inits), {"step": step}, regions=(block,))
