@@ -268,18 +268,19 @@ LOWER = {
     "shr": _shift(left=False),
     "select": _select,
     "cast": _cast,
-    **{name: _math(name) for name in ("exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "erf",
-                                      "tanh", "sigmoid", "sin", "cos", "pow")},
 }
+# math functions: the C library's name for each (the host adds f for f32; libdevice is
+# __nv_<name>[f]); None where the lowering composes it (see _Lowering.math)
+MATH = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log1p": "log1p",
+        "erf": "erf", "tanh": "tanh", "sin": "sin", "cos": "cos", "pow": "pow",
+        "sqrt": None, "rsqrt": None, "sigmoid": None}
+LOWER.update({name: _math(name) for name in MATH})
 # const, size, load, store, fold, if, for_each and yield need the lowering's state: _Lowering.op_*
 STRUCTURAL = frozenset({"const", "size", "load", "store", "fold", "if", "for_each", "yield"})
 IMPLEMENTED = frozenset(LOWER) | STRUCTURAL
 assert IMPLEMENTED >= set(OPS), sorted(set(OPS) - IMPLEMENTED)
 
-# math functions: the C library name (host: with an f for f32), libdevice's (__nv_<name>[f]),
-# and the NVPTX approximate instruction fast_math uses for f32, if any
-_LIBM = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log1p": "log1p",
-         "erf": "erf", "tanh": "tanh", "sin": "sin", "cos": "cos", "pow": "pow"}
+# the NVPTX approximate instruction fast_math uses for an f32 math function, if any
 _APPROX = {"exp2": "llvm.nvvm.ex2.approx.ftz.f", "log2": "llvm.nvvm.lg2.approx.ftz.f",
            "sin": "llvm.nvvm.sin.approx.ftz.f", "cos": "llvm.nvvm.cos.approx.ftz.f",
            "rsqrt": "llvm.nvvm.rsqrt.approx.ftz.f", "sqrt": "llvm.nvvm.sqrt.approx.ftz.f",
@@ -536,8 +537,8 @@ class _Lowering:
             return b.fdiv(ir.Constant(ty, 1.0), self.call("llvm.sqrt", args))
         if self.target.is_nvptx:
             self.needs_libdevice = True
-            return self.call(f"__nv_{_LIBM[name]}{t.libdevice_suffix}", args)
-        return self.call(f"{_LIBM[name]}{'f' if t == f32 else ''}", args)
+            return self.call(f"__nv_{MATH[name]}{t.libdevice_suffix}", args)
+        return self.call(f"{MATH[name]}{'f' if t == f32 else ''}", args)
 
     def _approx(self, name: str, args) -> ir.Value | None:
         b = self.b
