@@ -54,6 +54,14 @@ class RaceError(MemoryCheckError):
     """Two logical threads wrote the same element in one launch (a race on a GPU)."""
 
 
+class UninitializedError(MemoryCheckError):
+    """Shared memory was read before its block wrote it (its contents would be garbage)."""
+
+
+class BarrierError(AccyError, RuntimeError):
+    """A barrier was reached by only part of a block (on a GPU: a hang or corrupted memory)."""
+
+
 class UnwrittenOutputError(MemoryCheckError):
     """Elements of a write-only output that no thread wrote (they would hold garbage)."""
 
@@ -81,6 +89,8 @@ __all__ = [
     "ExecutionError",
     "MemoryCheckError",
     "RaceError",
+    "UninitializedError",
+    "BarrierError",
     "UnwrittenOutputError",
     "BackendUnavailableError",
     "CompileError",

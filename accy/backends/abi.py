@@ -19,7 +19,7 @@ import ctypes
 
 import numpy as np
 
-from ..dsl.ir import Axis, Graph, Op
+from ..dsl.ir import Graph, Op
 from ..dsl.types import DType
 from .diagnostics import division_by_zero, out_of_bounds, thread_text
 
@@ -63,8 +63,11 @@ def status_error(graph: Graph, ordinals: tuple[Op, ...], status, sizes: dict[str
     if kind == STATUS_OK:
         return None
     op = ordinals[ordinal]
-    axes = tuple(Axis(name, e) for name, e in zip(graph.launch_op.attrs["axes"], extents))
-    thread = thread_text(axes, lane)
+    thread = thread_text(graph.lane_axes(extents), lane)
     if kind == STATUS_DIV_ZERO:
         return division_by_zero(op, thread)
-    return out_of_bounds(op, detail, sizes[op.attrs["buffer"]], thread)
+    if op.attrs.get("space", "global") == "shared":
+        size = graph.shared_arrays()[op.attrs["buffer"]].attrs["count"]
+    else:
+        size = sizes[op.attrs["buffer"]]
+    return out_of_bounds(op, detail, size, thread)

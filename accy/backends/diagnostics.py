@@ -21,9 +21,10 @@ def _at(op: Op) -> str:
 
 
 def out_of_bounds(op: Op, index: int, size: int, thread: str) -> OutOfBoundsError:
-    verb = "store to" if op.opcode == "store" else "load from"
+    verb = {"store": "store to", "atomic": f"atomic_{op.attrs.get('op')} on"}.get(op.opcode, "load from")
+    what = "shared array " if op.attrs.get("space", "global") == "shared" else ""
     return OutOfBoundsError(
-        f"{verb} '{op.attrs['buffer']}': index {index} is out of bounds for {size} elements "
+        f"{verb} {what}'{op.attrs['buffer']}': index {index} is out of bounds for {size} elements "
         f"(thread {thread}){_at(op)}; nothing was written"
     )
 

@@ -1,8 +1,8 @@
 """The LLVM host backend: the graph compiled to native code for this CPU.
 
 The logical grid runs in native calls of the JIT-compiled launcher, each over a
-contiguous range of lanes; big launches are split across one thread per core
-(ctypes releases the GIL for the call).  Outputs are written to scratch copies,
+contiguous range of lanes (a block launch: of blocks, each block on one core); big
+launches are split across one thread per core (ctypes releases the GIL for the call).  Outputs are written to scratch copies,
 checked against the status word, and copied back only on success, exactly as
 in the interpreter.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import math
 import os
 
 import numpy as np
@@ -34,9 +35,10 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _thread_count(graph: Graph, lanes: int, threads: int | None) -> int:
+    """How many host threads share ``lanes`` (logical threads, or a block launch's blocks)."""
     if threads is not None:
         return max(1, min(int(threads), lanes))
-    work = lanes * graph.op_count
+    work = lanes * graph.op_count * math.prod(graph.block_shape)
     return 1 if work < PARALLEL_WORK else max(1, min(os.cpu_count() or 1, lanes))
 
 

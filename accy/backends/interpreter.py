@@ -39,12 +39,13 @@ from ..dsl.ir import Axis, Block, Graph, Op, Value
 from ..dsl.ops import OPS, REDUCTIONS
 from ..dsl.schedule import Launch
 from ..dsl.types import INDEX_MAX, INDEX_MIN
-from ..errors import RaceError, UnwrittenOutputError
+from ..errors import ArgumentError, BarrierError
 from . import numerics
 from .arguments import Binding, host_info
 from .contract import Backend
 from .debug import Observer, Recorder, check_thread
 from .diagnostics import division_by_zero, out_of_bounds, thread_text
+from .sanitizer import Sanitizer
 
 DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
 
@@ -85,7 +86,9 @@ EVAL = {
 }
 
 # ops the interpreter runs with its own state (Interpreter methods of the same name)
-STRUCTURAL = frozenset({"const", "size", "cast", "load", "store", "fold", "if", "for_each", "yield"})
+STRUCTURAL = frozenset({"const", "size", "cast", "load", "store", "fold", "if", "for_each", "yield",
+                        "for_each_block", "shared", "barrier", "atomic", "shuffle"})
+WARP = 32
 CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
 
 
@@ -110,6 +113,8 @@ def _uses(block: Block) -> set[Value]:
 
 
 _COMBINES = {name: EVAL[name] for name in REDUCTIONS.values()}
+# a fold whose body writes memory or cooperates runs iteration by iteration
+_NOT_VECTORISED = frozenset({"store", "atomic", "barrier", "shuffle"})
 
 
 def _plan(op: Op) -> _FoldPlan:
@@ -121,7 +126,7 @@ def _plan(op: Op) -> _FoldPlan:
         defined.update(a for nested in inner.regions for a in nested.args)
     captured = tuple(sorted(_uses(region) - defined, key=id))
     plain = _FoldPlan(None, frozenset(), frozenset(), body_ops, captured)
-    if any(inner.opcode == "store" for inner in region.walk()):
+    if any(inner.opcode in _NOT_VECTORISED for inner in region.walk()):
         return plain
     accs = set(region.args[1:])
     tainted = set(accs)  # values that depend on a loop-carried value
@@ -204,29 +209,35 @@ class Interpreter:
     """One launch of a graph over NumPy buffers.
 
     ``thread={"i": 3}`` runs that one logical thread instead of the whole grid;
-    ``plain=True`` runs every fold as a loop; ``observer`` hears of every op.
+    ``plain=True`` runs every fold as a loop; ``observer`` hears of every op;
+    ``sanitizer`` checks every access (races, barriers, uninitialised shared memory).
     """
 
     def __init__(self, graph: Graph, buffers: dict[str, np.ndarray], scalars: dict[str, object],
                  extents: tuple[int, ...], *, memory_cap: int = DEFAULT_MEMORY_CAP, thread: dict | None = None,
-                 plain: bool = False, observer: Observer | None = None):
+                 plain: bool = False, observer: Observer | None = None, sanitizer: Sanitizer | None = None):
         self.graph = graph
         self.buffers = buffers
         self.env: dict[Value, object] = {}
         for p, v in zip(graph.scalars, graph.body.args):
             self.env[v] = scalars[p.name]
         self.active = None  # None: every lane is active; else a bool array
-        self.axes = tuple(Axis(name, e) for name, e in zip(graph.launch_op.attrs["axes"], extents))
+        self.axes = graph.lane_axes(extents)  # a thread's coordinates, fastest first
         self.thread = thread
-        # the launch's shape, outermost axis first: (nz, ny, nx); one thread: no axes at all
-        self.grid = () if thread is not None else tuple(reversed(extents))
+        # the launch's shape, outermost axis first: (nz, ny, nx), or a block launch's
+        # (grid z, y, x, threads z, y, x); one thread: no axes at all
+        self.grid = () if thread is not None else tuple(a.extent for a in reversed(self.axes))
+        self.block_threads = math.prod(graph.block_shape) if graph.is_block_launch else 1
+        self.blocks = math.prod(self.grid) // self.block_threads if self.grid else 1
+        self.shared: dict[str, np.ndarray] = {}  # per shared array: (blocks * count,) elements
+        self.block_ids = np.int64(0)  # each lane's block, shaped to broadcast over the grid
         schedule = schedule_of(graph)
         self.plans = {} if plain else schedule.plans
         self.frees = {} if observer is not None else schedule.frees
         self.memory_cap = memory_cap
         self.observer = observer
+        self.sanitizer = sanitizer
         self.leading = 0  # iteration axes of enclosing vectorised folds, in front of the grid's
-        self.writers = None  # memory checks: buffer -> lane that wrote each element (-1: none)
 
     def run(self) -> None:
         with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the semantics, not warnings
@@ -249,6 +260,20 @@ class Interpreter:
         position = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
         lane = int(np.ravel_multi_index(position[rank - len(self.grid):], self.grid)) if self.grid else 0
         return lane, np.broadcast_to(idx, shape)[position].item()
+
+    def _active_lanes(self, *arrays):
+        """The arrays broadcast over the grid (and any leading loop axes) and flattened, and each
+        element's lane, for the active lanes only."""
+        lanes = np.arange(max(math.prod(self.grid), 1), dtype=np.int64).reshape(self.grid)
+        parts = [np.asarray(a) for a in arrays] + [lanes]
+        if self.active is not None:
+            parts.append(np.asarray(self.active))
+        shape = np.broadcast_shapes(*(np.shape(a) for a in parts))
+        flat = [np.broadcast_to(a, shape).reshape(-1) for a in parts]
+        if self.active is not None:
+            keep = flat.pop()
+            flat = [f[keep] for f in flat]
+        return flat[:-1], flat[-1], shape
 
     # -- evaluation ------------------------------------------------------------
     def run_block(self, block: Block, skip: frozenset[Op] = frozenset()) -> None:
@@ -296,8 +321,19 @@ class Interpreter:
     def op_mod(self, op: Op) -> None:
         self._integer_division(op, np.remainder, EVAL["mod"])
 
-    def _checked_index(self, op: Op, idx):
-        size = self.buffers[op.attrs["buffer"]].size
+    # -- memory -------------------------------------------------------------------
+    def _memory(self, op: Op) -> tuple[np.ndarray, int]:
+        """The flat memory an access touches and the element count an index must stay below."""
+        name = op.attrs["buffer"]
+        if op.attrs.get("space", "global") == "shared":
+            memory = self.shared[name]
+            return memory, memory.size // self.blocks
+        memory = self.buffers[name]
+        return memory, memory.size
+
+    def _element(self, op: Op, idx):
+        """A checked index and where it is in the flat memory (a shared array's block offset added)."""
+        memory, size = self._memory(op)
         idx = np.asarray(idx)
         outside = (idx < 0) | (idx >= size)
         bad = self._first_bad(outside, idx)
@@ -305,56 +341,42 @@ class Interpreter:
             raise out_of_bounds(op, bad[1], size, self._thread(bad[0]))
         if np.any(outside):  # only lanes that are inactive: point them somewhere harmless
             idx = np.where(outside, 0, idx)
-        return idx
+        if op.attrs.get("space", "global") == "shared":
+            idx = self.block_ids * size + idx
+        return memory, idx
 
     def op_load(self, op: Op) -> None:
-        buffer = self.buffers[op.attrs["buffer"]]
-        idx = self._checked_index(op, self.env[op.operands[0]])
-        if buffer.size == 0:  # only inactive lanes reach here: give them zeros
-            self.env[op.result] = np.zeros(np.shape(idx), buffer.dtype)
+        memory, idx = self._element(op, self.env[op.operands[0]])
+        if self.sanitizer is not None:
+            elements, lanes, _ = self._active_lanes(idx)
+            self.sanitizer.load(op, elements[0], lanes)
+        if memory.size == 0:  # only inactive lanes reach here: give them zeros
+            self.env[op.result] = np.zeros(np.shape(idx), memory.dtype)
         else:
-            self.env[op.result] = buffer[idx]
+            self.env[op.result] = memory[idx]
 
     def op_store(self, op: Op) -> None:
-        buffer = self.buffers[op.attrs["buffer"]]
-        idx, value = (self.env[v] for v in op.operands)
-        idx = self._checked_index(op, idx)
-        arrays = [idx, np.asarray(value, buffer.dtype), np.empty(self.grid, bool)]
-        if self.active is not None:
-            arrays.append(self.active)
-        shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
-        idx, value = (a.reshape(-1) for a in np.broadcast_arrays(*arrays)[:2])
-        keep = None
-        if self.active is not None:
-            keep = np.broadcast_to(self.active, shape).reshape(-1)
-            idx, value = idx[keep], value[keep]
-        if self.writers is not None and op.attrs["buffer"] in self.writers:
-            lanes = np.broadcast_to(np.arange(math.prod(self.grid)).reshape(self.grid), shape).reshape(-1)
-            self._record_writes(op, idx, lanes[keep] if self.active is not None else lanes)
-        buffer[idx] = value  # a repeated index keeps the highest lane's value, as on the host
+        memory, idx = self._element(op, self.env[op.operands[0]])
+        (idx, value), lanes, _ = self._active_lanes(idx, np.asarray(self.env[op.operands[1]], memory.dtype))
+        if self.sanitizer is not None:
+            self.sanitizer.store(op, idx, lanes)
+        memory[idx] = value  # a repeated index keeps the highest lane's value, as on the host
 
-    def _record_writes(self, op: Op, idx, lanes) -> None:
-        """Memory checks: which lane wrote each element; two lanes on one element is a race."""
-        name = op.attrs["buffer"]
-        writer = self.writers[name]
-        order = np.lexsort((lanes, idx))
-        idx, lanes = idx[order], lanes[order]
-        same = (idx[1:] == idx[:-1]) & (lanes[1:] != lanes[:-1])  # within this store
-        before = writer[idx]
-        earlier = (before >= 0) & (before != lanes)  # against earlier stores
-        clash = np.flatnonzero(earlier)
-        if same.any() or clash.size:
-            if same.any():
-                k = int(np.flatnonzero(same)[0])
-                element, first, second = int(idx[k]), int(lanes[k]), int(lanes[k + 1])
-            else:
-                k = int(clash[0])
-                element, first, second = int(idx[k]), int(before[k]), int(lanes[k])
-            raise RaceError(
-                f"race on '{name}'[{element}]: written by thread {self._thread(first)} and by thread "
-                f"{self._thread(second)} in one launch{_at(op)}"
-            )
-        writer[idx] = lanes
+    def op_atomic(self, op: Op) -> None:
+        """Atomics take effect in thread order within the launch; each returns the old value
+        that order gives it."""
+        kind = op.attrs["op"]
+        memory, idx = self._element(op, self.env[op.operands[0]])
+        values = [np.asarray(self.env[v], memory.dtype) for v in op.operands[1:]]
+        (idx, *values), lanes, shape = self._active_lanes(idx, *values)
+        if self.sanitizer is not None:
+            self.sanitizer.atomic(op, idx, lanes)
+        old = _apply_atomics(kind, memory, idx, values)
+        result = np.zeros(shape, memory.dtype).reshape(-1)
+        where = np.arange(result.size) if self.active is None else np.flatnonzero(
+            np.broadcast_to(self.active, shape).reshape(-1))
+        result[where] = old
+        self.env[op.result] = result.reshape(shape)
 
     def op_for_each(self, op: Op) -> None:
         (block,) = op.regions
@@ -370,6 +392,63 @@ class Interpreter:
                 shape[rank - 1 - i] = a.extent
                 self.env[arg] = np.arange(a.extent, dtype=np.int64).reshape(shape)
         self.run_block(block)
+
+    def op_for_each_block(self, op: Op) -> None:
+        (block,) = op.regions
+        if self.thread is not None:
+            raise NotImplementedError("debug_thread on a block launch")  # refused earlier, in run_graph
+        if math.prod(self.grid) == 0:
+            return
+        rank, grid_rank = len(self.axes), len(op.operands)
+        thread_rank = rank - grid_rank
+        # region arguments: the grid's axes, then the threads'; lane axes: the threads', then the grid's
+        for j, arg in enumerate(block.args):
+            k = thread_rank + j if j < grid_rank else j - grid_rank
+            shape = [1] * rank
+            shape[rank - 1 - k] = self.axes[k].extent
+            self.env[arg] = np.arange(self.axes[k].extent, dtype=np.int64).reshape(shape)
+        grid_shape = self.grid[:grid_rank]
+        self.block_ids = np.arange(self.blocks, dtype=np.int64).reshape(grid_shape + (1,) * thread_rank)
+        self.run_block(block)
+
+    def op_shared(self, op: Op) -> None:
+        dtype, count, name = op.attrs["dtype"], op.attrs["count"], op.attrs["name"]
+        self.shared[name] = np.zeros(self.blocks * count, dtype.numpy)
+        if self.sanitizer is not None:
+            self.sanitizer.track_shared(name, self.blocks, count)
+
+    def op_barrier(self, op: Op) -> None:
+        if self.active is not None:  # inside a branch or loop: did every thread of each block arrive?
+            reached = np.broadcast_to(self.active, self.grid).reshape(self.blocks, self.block_threads)
+            partial = reached.any(axis=1) & ~reached.all(axis=1)
+            if partial.any():
+                block = int(np.argmax(partial))
+                arrived, missing = int(np.argmax(reached[block])), int(np.argmin(reached[block]))
+                base = block * self.block_threads
+                raise BarrierError(
+                    f"barrier{_at(op)} reached by thread {self._thread(base + arrived)} but not by thread "
+                    f"{self._thread(base + missing)} of the same block: every thread of a block must reach "
+                    "every barrier (on a GPU this hangs or corrupts shared memory)"
+                )
+        if self.sanitizer is not None:
+            self.sanitizer.barrier()
+
+    def op_shuffle(self, op: Op) -> None:
+        """Lanes of a warp (32 threads of a block, linearised x fastest) read each other's values."""
+        value, delta = (self.env[v] for v in op.operands)
+        t = self.block_threads
+        full = np.broadcast_to(value, self.grid).reshape(self.blocks, t)
+        b = np.clip(np.broadcast_to(delta, self.grid).reshape(self.blocks, t), -1, 2 * WARP)
+        lane = np.arange(t) % WARP
+        base = np.arange(t) - lane  # each thread's warp's first lane
+        mode = op.attrs["mode"]
+        if mode == "idx":
+            source = base + (np.broadcast_to(delta, self.grid).reshape(self.blocks, t) & (WARP - 1))
+        else:
+            target = {"xor": lane ^ b, "down": lane + b, "up": lane - b}[mode]
+            inside = (b >= 0) & (target >= 0) & (target < WARP)
+            source = np.where(inside, base + target, np.arange(t))  # outside the warp: its own value
+        self.env[op.result] = np.take_along_axis(full, source.astype(np.int64), axis=1).reshape(self.grid)
 
     # -- branches ------------------------------------------------------------------
     def _region_values(self, region: Block):
@@ -484,6 +563,47 @@ class Interpreter:
         return accs
 
 
+def _bits(x: np.ndarray) -> np.ndarray:
+    """A float's bit pattern (atomic_cas compares bits)."""
+    return x.view(f"u{x.dtype.itemsize}") if x.dtype.kind in "fV" else x
+
+
+_ATOMIC_COMBINE = {"add": EVAL["add"], "max": EVAL["max"], "min": EVAL["min"],
+                   "exchange": lambda old, new: new}
+
+
+def _apply_atomics(kind: str, memory: np.ndarray, elements: np.ndarray, values: list) -> np.ndarray:
+    """Apply one atomic op of many lanes to ``memory`` in lane order; the old values."""
+    old = np.empty(elements.size, memory.dtype)
+    if elements.size == 0:
+        return old
+    order = np.argsort(elements, kind="stable")  # by element, then lane (lanes come in order)
+    e = elements[order]
+    vals = [v[order] for v in values]
+    starts = np.ones(e.size, bool)
+    starts[1:] = e[1:] != e[:-1]
+    group = np.cumsum(starts) - 1
+    rank = np.arange(e.size) - np.flatnonzero(starts)[group]  # position within its element's queue
+    sorted_old = np.empty(e.size, memory.dtype)
+    if kind == "add" and memory.dtype.kind in "iu":  # integers wrap: prefix sums are exact
+        before = np.cumsum(vals[0], dtype=memory.dtype) - vals[0]
+        sorted_old = memory[e] + (before - before[np.flatnonzero(starts)][group])
+        np.add.at(memory, e[starts], np.add.reduceat(vals[0], np.flatnonzero(starts)).astype(memory.dtype))
+    else:  # one round per queue position: each element changes once per round
+        for r in range(int(rank.max()) + 1):
+            turn = rank == r
+            at = e[turn]
+            current = memory[at]
+            sorted_old[turn] = current
+            if kind == "cas":
+                compare, new = vals[0][turn], vals[1][turn]
+                memory[at] = np.where(_bits(current) == _bits(compare), new, current)
+            else:
+                memory[at] = np.asarray(_ATOMIC_COMBINE[kind](current, vals[0][turn])).astype(memory.dtype)
+    old[order] = sorted_old
+    return old
+
+
 def _step_without_wrap(i, step: int):
     """``i + step``, saturating where it would wrap, so a loop ending near the
     edge of the index range stops instead of starting over."""
@@ -555,34 +675,35 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, memory_cap: int
               check_memory: bool | None = None, debug_thread=None, debug_cap: int = 2000):
     """Execute ``graph`` on checked arguments; outputs are written only on success.
 
-    ``check_memory`` poisons write-only outputs (NaN, or the most negative integer)
-    before the launch and raises :class:`~accy.errors.UnwrittenOutputError` for
-    elements no thread wrote and :class:`~accy.errors.RaceError` when two threads
-    write one element.  ``debug_thread={"b": 1, ...}`` also records every op's
-    value for that one logical thread and returns the :class:`ThreadTrace`.
+    ``check_memory`` checks every access (see :mod:`accy.backends.sanitizer`): races
+    between threads, barriers only part of a block reaches, shared memory read before
+    it is written, and elements of write-only outputs no thread wrote (poisoned with
+    NaN or the most negative integer first).  ``debug_thread={"b": 1, ...}`` also
+    records every op's value for that one logical thread and returns the
+    :class:`ThreadTrace`.
     """
     check = check_memory_default() if check_memory is None else check_memory
     if debug_thread is not None:
-        axes = tuple(Axis(a, e) for a, e in zip(graph.launch_op.attrs["axes"], launch.extents))
-        check_thread(axes, debug_thread)
+        if graph.is_block_launch:
+            raise ArgumentError("debug_thread replays one independent thread; the threads of a block launch "
+                                "cooperate, so it supports for_each launches only (use check_memory=True and compare)")
+        check_thread(graph.lane_axes(launch.extents), debug_thread)
         before = {name: a.copy() for name, a in binding.flat.items()}  # the replay starts from here
     scratch = binding.scratch()
-    interpreter = Interpreter(graph, scratch, binding.scalars, launch.extents, memory_cap=memory_cap)
-    write_only = binding.outputs - graph.loaded_buffers()
+    sanitizer = None
     if check:
-        interpreter.writers = {name: np.full(scratch[name].size, -1, np.int64) for name in write_only}
-        for name in write_only:
-            scratch[name].fill(_poison(scratch[name].dtype))
+        sanitizer = Sanitizer(graph.lane_axes(launch.extents), math.prod(graph.block_shape) if graph.is_block_launch
+                              else 1, tuple(graph.body.walk()))
+        write_only = binding.outputs - graph.loaded_buffers()
+        for name in sorted(binding.outputs):
+            sanitizer.track_buffer(name, scratch[name].size, name in write_only)
+            if name in write_only:
+                scratch[name].fill(_poison(scratch[name].dtype))
+    interpreter = Interpreter(graph, scratch, binding.scalars, launch.extents, memory_cap=memory_cap,
+                              sanitizer=sanitizer)
     interpreter.run()
-    if check:
-        for name in sorted(write_only):
-            unwritten = np.flatnonzero(interpreter.writers[name] < 0)
-            if unwritten.size:
-                first = ", ".join(map(str, unwritten[:5])) + (", ..." if unwritten.size > 5 else "")
-                raise UnwrittenOutputError(
-                    f"output '{name}': {unwritten.size} of {scratch[name].size} elements were never written "
-                    f"(indices {first}); nothing was written back"
-                )
+    if sanitizer is not None:
+        sanitizer.finish()
     binding.commit(scratch)
     if debug_thread is None:
         return None

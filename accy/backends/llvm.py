@@ -32,6 +32,7 @@ from ..errors import CompileError
 from .abi import STATUS_DIV_ZERO, STATUS_LOAD_OOB, STATUS_STORE_OOB, scalar_bits
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+WARP = 32
 VOID = ir.VoidType()
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 
@@ -276,7 +277,8 @@ MATH = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "l
         "sqrt": None, "rsqrt": None, "sigmoid": None}
 LOWER.update({name: _math(name) for name in MATH})
 # const, size, load, store, fold, if, for_each and yield need the lowering's state: _Lowering.op_*
-STRUCTURAL = frozenset({"const", "size", "load", "store", "fold", "if", "for_each", "yield"})
+STRUCTURAL = frozenset({"const", "size", "load", "store", "fold", "if", "for_each", "yield",
+                        "for_each_block", "shared", "barrier", "atomic", "shuffle"})
 IMPLEMENTED = frozenset(LOWER) | STRUCTURAL
 assert IMPLEMENTED >= set(OPS), sorted(set(OPS) - IMPLEMENTED)
 
@@ -303,6 +305,10 @@ class _Lowering:
         self.b: ir.IRBuilder | None = None
         self.thread: list[ir.Value] | None = None  # the logical indices, inside the launch
         self.extents: list[ir.Value] = []
+        self.lane_of = None  # () -> this thread's lane number, where the wrapper knows better
+        self.shared_ptrs: dict[str, ir.Value] = {}
+        self.slots: dict[Value, ir.Value] = {}  # host blocks: per-thread values kept across barriers
+        self.thread_id: ir.Value | None = None  # host blocks: the thread of the current thread loop
 
     # -- declarations ------------------------------------------------------------
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -374,7 +380,14 @@ class _Lowering:
                 self.lower_op(op)
 
     def value(self, v: Value) -> ir.Value:
-        return self.values[v]
+        value = self.values.get(v)
+        if value is not None:
+            return value
+        # host blocks: a value of this thread computed before a barrier
+        return self.b.load(self._slot(v, self.thread_id), typ=llvm_type(v.type))
+
+    def _slot(self, v: Value, thread: ir.Value) -> ir.Value:
+        return self.b.gep(self.slots[v], [ir.Constant(I64, 0), thread], inbounds=True)
 
     def lower_op(self, op: Op) -> None:
         if op.opcode in STRUCTURAL:
@@ -597,6 +610,8 @@ class _Lowering:
     # -- run-time checks -------------------------------------------------------------
     def lane(self) -> ir.Value:
         """This thread's linear lane number (x fastest), for error reports; 0 at top level."""
+        if self.lane_of is not None:
+            return self.lane_of()
         lane = ir.Constant(I64, 0)
         if self.thread is None:
             return lane
@@ -623,17 +638,27 @@ class _Lowering:
         self.b.branch(cont)
         self.b.position_at_end(cont)
 
-    def _element(self, name: str, idx: ir.Value, dtype: DType) -> ir.Value:
+    def _element(self, op: Op, idx: ir.Value) -> ir.Value:
+        """The address of element ``idx`` of the buffer or shared array ``op`` touches."""
+        name, dtype = op.attrs["buffer"], op.attrs["dtype"]
+        if op.attrs.get("space", "global") == "shared":
+            # an alloca or global of the array type: its element pointer carries the element type
+            return self.b.gep(self.shared_ptrs[name], [ir.Constant(I64, 0), idx], inbounds=True)
         return self.b.gep(self.pointers[name], [idx], source_etype=memory_type(dtype), inbounds=True)
 
+    def _count(self, op: Op) -> ir.Value:
+        if op.attrs.get("space", "global") == "shared":
+            return ir.Constant(I64, self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
+        return self.counts[op.attrs["buffer"]]
+
     def op_load(self, op: Op) -> None:
-        name, dtype = op.attrs["buffer"], op.attrs["dtype"]
+        dtype = op.attrs["dtype"]
         ty = memory_type(dtype)
         idx = self.value(op.operands[0])
         if not self.target.checks:
-            loaded = self.b.load(self._element(name, idx, dtype), typ=ty, align=dtype.itemsize)
+            loaded = self.b.load(self._element(op, idx), typ=ty, align=dtype.itemsize)
         else:
-            ok = self.b.icmp_unsigned("<", idx, self.counts[name])  # unsigned: negatives fail too
+            ok = self.b.icmp_unsigned("<", idx, self._count(op))  # unsigned: negatives fail too
             proven = self.proven.get(op)
             if proven is not None:  # the whole loop's range was checked before it: LLVM unswitches on this
                 ok = self.b.or_(proven, ok)
@@ -641,22 +666,125 @@ class _Lowering:
             # a failed thread reads element 0 instead (every buffer has one: see the ABI)
             # and goes on with a zero; no branch, so the loop around stays simple
             safe = self.b.select(ok, idx, ir.Constant(I64, 0))
-            loaded = self.b.load(self._element(name, safe, dtype), typ=ty, align=dtype.itemsize)
+            loaded = self.b.load(self._element(op, safe), typ=ty, align=dtype.itemsize)
             loaded = self.b.select(ok, loaded, ir.Constant(ty, 0))
         self.values[op.result] = self.b.trunc(loaded, I1) if dtype.is_bool else loaded
 
     def op_store(self, op: Op) -> None:
-        name, dtype = op.attrs["buffer"], op.attrs["dtype"]
+        dtype = op.attrs["dtype"]
         idx, value = (self.value(v) for v in op.operands)
         if dtype.is_bool:
             value = self.b.zext(value, I8)
         if not self.target.checks:
-            self.b.store(value, self._element(name, idx, dtype), align=dtype.itemsize)
+            self.b.store(value, self._element(op, idx), align=dtype.itemsize)
             return
-        ok = self.b.icmp_unsigned("<", idx, self.counts[name])
+        ok = self.b.icmp_unsigned("<", idx, self._count(op))
         self.check(op, ok, STATUS_STORE_OOB, idx)
         with self.b.if_then(ok):
-            self.b.store(value, self._element(name, idx, dtype), align=dtype.itemsize)
+            self.b.store(value, self._element(op, idx), align=dtype.itemsize)
+
+    # -- the block level ------------------------------------------------------------------
+    def op_shared(self, op: Op) -> None:
+        pass  # allocated by the wrapper: a module-level array in shared memory, or a stack array per block
+
+    def _declare_shared(self) -> None:
+        """NVPTX: each shared array is a module-level array in addrspace(3)."""
+        for name, op in self.graph.shared_arrays().items():
+            ty = ir.ArrayType(memory_type(op.attrs["dtype"]), op.attrs["count"])
+            var = ir.GlobalVariable(self.module, ty, f"shared_{name}", addrspace=3)
+            var.linkage = "internal"
+            var.align = 16
+            var.initializer = ir.Constant(ty, ir.Undefined)
+            self.shared_ptrs[name] = var
+
+    def op_barrier(self, op: Op) -> None:
+        self.call("llvm.nvvm.barrier0", [], ty=VOID)
+
+    def op_atomic(self, op: Op) -> None:
+        kind, dtype = op.attrs["op"], op.attrs["dtype"]
+        idx, *values = (self.value(v) for v in op.operands)
+        ty = llvm_type(dtype)
+        if not self.target.checks:
+            self.values[op.result] = self._atomic(kind, dtype, self._element(op, idx), values)
+            return
+        ok = self.b.icmp_unsigned("<", idx, self._count(op))
+        self.check(op, ok, STATUS_STORE_OOB, idx)
+        entry = self.b.block
+        with self.b.if_then(ok):
+            old = self._atomic(kind, dtype, self._element(op, idx), values)
+            done = self.b.block
+        phi = self.b.phi(ty)
+        phi.add_incoming(ir.Constant(ty, 0), entry)
+        phi.add_incoming(old, done)
+        self.values[op.result] = phi
+
+    def _atomic(self, kind: str, dtype: DType, ptr: ir.Value, values) -> ir.Value:
+        """One atomic read-modify-write (relaxed, as CUDA's); returns the old value."""
+        b = self.b
+        if kind == "cas":
+            compare, new = values
+            bits = ir.IntType(dtype.bits)
+            if dtype.is_float:
+                compare, new = b.bitcast(compare, bits), b.bitcast(new, bits)
+            old = b.extract_value(b.cmpxchg(ptr, compare, new, "monotonic", "monotonic"), 0)
+            return b.bitcast(old, llvm_type(dtype)) if dtype.is_float else old
+        (value,) = values
+        if dtype.is_int:
+            op_name = {"add": "add", "exchange": "xchg", "max": "umax" if dtype.is_unsigned else "max",
+                       "min": "umin" if dtype.is_unsigned else "min"}[kind]
+            return b.atomic_rmw(op_name, ptr, value, "monotonic")
+        if kind == "exchange":
+            return b.atomic_rmw("xchg", ptr, value, "monotonic")
+        if kind == "add" and dtype.bits >= 32:
+            return b.atomic_rmw("fadd", ptr, value, "monotonic")
+        # f16/bf16 add, float max and min: a compare-and-swap loop with accy's own arithmetic
+        combine = {"add": lambda a, v: self.in_f32(dtype, b.fadd, [a, v]),
+                   "max": lambda a, v: self.in_f32(dtype, lambda x, y: self.call("llvm.maximum", [x, y]), [a, v]),
+                   "min": lambda a, v: self.in_f32(dtype, lambda x, y: self.call("llvm.minimum", [x, y]), [a, v])}[kind]
+        bits = ir.IntType(dtype.bits)
+        start = b.block
+        initial = b.load(ptr, typ=bits, align=dtype.itemsize)
+        loop = b.append_basic_block("atomic_loop")
+        after = b.append_basic_block("atomic_done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        seen = b.phi(bits)
+        seen.add_incoming(initial, start)
+        new = b.bitcast(combine(b.bitcast(seen, llvm_type(dtype)), value), bits)
+        pair = b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
+        current = b.extract_value(pair, 0)
+        seen.add_incoming(current, loop)
+        b.cbranch(b.extract_value(pair, 1), after, loop)
+        b.position_at_end(after)
+        return b.bitcast(seen, llvm_type(dtype))
+
+    def op_shuffle(self, op: Op) -> None:
+        """NVPTX: shfl.sync over the full warp, 32 bits at a time."""
+        value, delta = (self.value(v) for v in op.operands)
+        self.values[op.result] = self._nvptx_shuffle(op.attrs["mode"], value, delta)
+
+    def _nvptx_shuffle(self, mode: str, value: ir.Value, delta: ir.Value) -> ir.Value:
+        b = self.b
+        # up/down/xor by a count outside [0, 32) give the thread's own value: clamp it to 32
+        # (past every lane); idx takes the source lane modulo 32, as PTX does
+        if mode != "idx":
+            delta = b.select(b.icmp_unsigned("<", delta, ir.Constant(I64, WARP)), delta, ir.Constant(I64, WARP))
+        lane = b.trunc(delta, I32)
+        name = {"idx": "idx", "xor": "bfly", "down": "down", "up": "up"}[mode]
+        clamp = ir.Constant(I32, 0 if mode == "up" else WARP - 1)
+        fn = self.declare(f"llvm.nvvm.shfl.sync.{name}.i32", I32, [I32, I32, I32, I32])
+        full = ir.Constant(I32, -1)
+        width = value.type.width if isinstance(value.type, ir.IntType) else _float_bits(value.type)
+        bits = b.bitcast(value, ir.IntType(width)) if not isinstance(value.type, ir.IntType) else value
+        if width <= 32:
+            word = b.zext(bits, I32) if width < 32 else bits
+            result = b.call(fn, [full, word, lane, clamp])
+            result = b.trunc(result, ir.IntType(width)) if width < 32 else result
+        else:
+            low = b.call(fn, [full, b.trunc(bits, I32), lane, clamp])
+            high = b.call(fn, [full, b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32), lane, clamp])
+            result = b.or_(b.zext(low, I64), b.shl(b.zext(high, I64), ir.Constant(I64, 32)))
+        return result if isinstance(value.type, ir.IntType) else b.bitcast(result, value.type)
 
     # -- branches ---------------------------------------------------------------------
     def op_if(self, op: Op) -> None:
@@ -727,7 +855,7 @@ class _Lowering:
                 base = b.add(base, b.mul(self.value(t), ir.Constant(I64, m)))
             at = lambda i: b.add(base, b.mul(i, ir.Constant(I64, coef)))  # noqa: E731
             first, final = at(start), at(last)
-            count = self.counts[op.attrs["buffer"]]
+            count = self._count(op)
             span = b.sub(final, first) if coef >= 0 else b.sub(first, final)
             # few enough trips that coef * (last - start) cannot wrap (|coef * step| < 2**31)
             short = b.icmp_unsigned("<", trips, ir.Constant(I64, 2**31))
@@ -800,13 +928,252 @@ class _Lowering:
         with b.if_then(inside):  # threads past the logical extent do nothing
             self.lower_launch_body(indices)
         b.ret_void()
+        self._annotate(fn, block)
+        return fn
+
+    def lower_nvptx_block_kernel(self) -> ir.Function:
+        """A block launch on NVPTX: one CUDA block per block, its threads the block's threads."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
+        fn.calling_convention = "ptx_kernel"
+        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._bind_params(fn)
+        self._declare_shared()
+        self.lower_top_level()
+        launch = self.graph.launch_op
+        sreg = lambda reg, dim: b.zext(self.call(f"llvm.nvvm.read.ptx.sreg.{reg}.{dim}", [], ty=I32), I64)  # noqa: E731
+        blocks = [sreg("ctaid", dim) for dim in "xyz"[:len(self.extents)]]
+        threads = [sreg("tid", dim) for dim in "xyz"[:len(self.graph.block_shape)]]
+        inside = ir.Constant(I1, 1)
+        for idx, extent in zip(blocks, self.extents):  # a grid larger than the extents does nothing
+            inside = b.and_(inside, b.icmp_unsigned("<", idx, extent))
+        per_block = math.prod(self.graph.block_shape)
+
+        def lane():
+            block_lane, stride = ir.Constant(I64, 0), ir.Constant(I64, 1)
+            for idx, extent in zip(blocks, self.extents):
+                block_lane = b.add(block_lane, b.mul(idx, stride))
+                stride = b.mul(stride, extent)
+            return b.add(b.mul(block_lane, ir.Constant(I64, per_block)), self._linear(threads))
+
+        self.lane_of = lane
+        with b.if_then(inside):
+            for arg, value in zip(launch.regions[0].args, blocks + threads):
+                self.values[arg] = value
+            self.lower_block(launch.regions[0])
+        b.ret_void()
+        self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)))
+        return fn
+
+    def _linear(self, threads: list[ir.Value]) -> ir.Value:
+        """A block's thread coordinates as one number, x fastest."""
+        linear, stride = ir.Constant(I64, 0), 1
+        for idx, extent in zip(threads, self.graph.block_shape):
+            linear = self.b.add(linear, self.b.mul(idx, ir.Constant(I64, stride)))
+            stride *= extent
+        return linear
+
+    def _annotate(self, fn: ir.Function, block: tuple[int, int, int]) -> None:
         # the calling convention marks the kernel for LLVM >= 20; the annotations keep
         # older NVVM readers informed and bound the block size the kernel is built for
         annotations = [("kernel", 1)] + [(f"maxntid{dim}", threads) for dim, threads in zip("xyz", block)]
         for key, number in annotations:
             self.module.add_named_metadata(
                 "nvvm.annotations", [fn, ir.MetaDataString(self.module, key), ir.Constant(I32, number)])
+
+    # -- host blocks: a block's threads run as loops split at barriers -------------------------
+    def lower_host_block_launcher(self) -> ir.Function:
+        """``void name_host(<the ABI's parameters>, block_begin, block_end)``: each block runs on
+        the calling thread; its threads run as loops, one per stretch between barriers, with
+        the values that live across a barrier kept in a per-thread array."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]), host_entry_name(self.graph))
+        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._bind_params(fn)
+        begin, end = fn.args[-2:]
+        begin.name, end.name = "block_begin", "block_end"
+        self.lower_top_level()
+        launch = self.graph.launch_op
+        region = launch.regions[0]
+        self.per_block = math.prod(self.graph.block_shape)
+        for name, op in self.graph.shared_arrays().items():  # a stack array, reused by each block
+            self.shared_ptrs[name] = b.alloca(ir.ArrayType(memory_type(op.attrs["dtype"]), op.attrs["count"]),
+                                              name=f"shared_{name}")
+        plan = _PhasePlan(region)
+        for v in plan.slot_values:
+            self.slots[v] = b.alloca(ir.ArrayType(llvm_type(v.type), self.per_block))
+        self.plan = plan
+        grid_args = region.args[:len(launch.operands)]
+        self.thread_args = region.args[len(launch.operands):]
+        # an odometer over the grid's blocks (x fastest)
+        extents = [b.select(b.icmp_signed(">", e, ir.Constant(I64, 1)), e, ir.Constant(I64, 1)) for e in self.extents]
+        start, rest = [], begin
+        for extent in extents:
+            start.append(b.srem(rest, extent))
+            rest = b.sdiv(rest, extent)
+        entry = b.block
+        loop, work, done = (b.append_basic_block(n) for n in ("blocks", "block", "done"))
+        b.branch(loop)
+        b.position_at_end(loop)
+        block_id = b.phi(I64, name="block")
+        coords = [b.phi(I64, name=a.name) for a in self.graph.axes]
+        block_id.add_incoming(begin, entry)
+        for phi, value in zip(coords, start):
+            phi.add_incoming(value, entry)
+        b.cbranch(b.icmp_signed("<", block_id, end), work, done)
+        b.position_at_end(work)
+        for arg, value in zip(grid_args, coords):
+            self.values[arg] = value
+        self.block_id = block_id
+        self.lane_of = lambda: self.b.add(self.b.mul(block_id, ir.Constant(I64, self.per_block)), self.thread_id)
+        self._lower_phased(region.ops)
+        carry = ir.Constant(I1, 1)
+        for phi, extent in zip(coords, extents):
+            bumped = b.add(phi, b.zext(carry, I64))
+            wraps = b.icmp_signed("==", bumped, extent)
+            phi.add_incoming(b.select(wraps, ir.Constant(I64, 0), bumped), b.block)
+            carry = b.and_(carry, wraps)
+        block_id.add_incoming(b.add(block_id, ir.Constant(I64, 1)), b.block)
+        b.branch(loop)
+        b.position_at_end(done)
+        b.ret_void()
         return fn
+
+    def _lower_phased(self, ops) -> None:
+        """Lower a stretch of the block body: ops between barriers run in one loop over the
+        block's threads; a loop or branch holding a barrier runs once per block around them."""
+        segment: list[Op] = []
+        for op in ops:
+            if op.opcode == "yield":
+                continue
+            if op.opcode == "barrier" or op in self.plan.synchronising:
+                self._thread_loop(segment)
+                segment = []
+                if op.opcode == "fold":
+                    self._block_fold(op)
+                elif op.opcode == "if":
+                    self._block_if(op)
+                continue
+            if op.opcode == "shuffle":  # every thread's operand must exist first: a new loop starts here
+                self._thread_loop(segment)
+                segment = []
+            segment.append(op)
+        self._thread_loop(segment)
+
+    def _thread_loop(self, ops, after=None) -> None:
+        """``for t in threads: <ops>``, storing what later stretches read into their slots;
+        ``after(t)`` runs at the end of each iteration."""
+        if not ops and after is None:
+            return
+        b = self.b
+        before = set(self.values)
+        entry = b.block
+        loop, body, done = (b.append_basic_block(n) for n in ("threads", "thread", "threads_done"))
+        b.branch(loop)
+        b.position_at_end(loop)
+        t = b.phi(I64, name="t")
+        t.add_incoming(ir.Constant(I64, 0), entry)
+        b.cbranch(b.icmp_unsigned("<", t, ir.Constant(I64, self.per_block)), body, done)
+        b.position_at_end(body)
+        self.thread_id = t
+        rest = t
+        for arg, extent in zip(self.thread_args, self.graph.block_shape):  # the thread's coordinates
+            self.values[arg] = b.urem(rest, ir.Constant(I64, extent))
+            rest = b.udiv(rest, ir.Constant(I64, extent))
+        for op in ops:
+            if op.opcode == "shuffle":
+                self._host_shuffle(op, t)
+            else:
+                self.lower_op(op)
+            for r in op.results:
+                if r in self.slots:
+                    b.store(self.values[r], self._slot(r, t))
+        if after is not None:
+            after(t)
+        t.add_incoming(b.add(t, ir.Constant(I64, 1)), b.block)
+        b.branch(loop)
+        b.position_at_end(done)
+        for v in set(self.values) - before:  # this loop's values do not reach past it
+            del self.values[v]
+        self.thread_id = None
+
+    def _host_shuffle(self, op: Op, t: ir.Value) -> None:
+        """Read the source lane's value from the operand's per-thread slot."""
+        b = self.b
+        value, delta = op.operands
+        delta = self.value(delta)
+        lane = b.urem(t, ir.Constant(I64, WARP))
+        base = b.sub(t, lane)
+        mode = op.attrs["mode"]
+        if mode == "idx":
+            source = b.add(base, b.and_(delta, ir.Constant(I64, WARP - 1)))
+        else:
+            target = {"xor": lambda: b.xor(lane, delta), "down": lambda: b.add(lane, delta),
+                      "up": lambda: b.sub(lane, delta)}[mode]()
+            inside = b.and_(b.icmp_unsigned("<", delta, ir.Constant(I64, WARP)),
+                            b.icmp_unsigned("<", target, ir.Constant(I64, WARP)))
+            source = b.select(inside, b.add(base, target), t)
+        if value in self.slots:
+            self.values[op.result] = b.load(self._slot(value, source), typ=llvm_type(value.type))
+        else:  # the same for every thread
+            self.values[op.result] = self.value(value)
+
+    def _uniform(self, v: Value) -> ir.Value:
+        """A value the whole block agrees on (a loop's bounds, a branch's condition): thread 0's."""
+        value = self.values.get(v)
+        return value if value is not None else self.b.load(self._slot(v, ir.Constant(I64, 0)), typ=llvm_type(v.type))
+
+    def _store_per_thread(self, targets, sources) -> None:
+        """For every thread, ``targets[k][t] = sources[k](t)`` (all read before any is written)."""
+        def store(t):
+            values = [self.value(v) for v in sources]
+            for target, value in zip(targets, values):
+                self.b.store(value, self._slot(target, t))
+
+        self._thread_loop([], after=store)
+
+    def _block_fold(self, op: Op) -> None:
+        """A loop holding a barrier: its bounds are the block's, its accumulators each thread's."""
+        b = self.b
+        (region,) = op.regions
+        start, stop = (self._uniform(v) for v in op.operands[:2])
+        step = op.attrs["step"]
+        accs = region.args[1:]
+        self._store_per_thread(accs, op.operands[2:])
+        trips = self._trip_count(start, stop, step)
+        tag = self.ordinals[op]
+        preheader = b.block
+        header, body, exit_ = (b.append_basic_block(f"block_fold_{tag}_{n}") for n in ("header", "body", "exit"))
+        b.branch(header)
+        b.position_at_end(header)
+        counter = b.phi(I64)
+        iv = b.phi(I64)
+        counter.add_incoming(ir.Constant(I64, 0), preheader)
+        iv.add_incoming(start, preheader)
+        b.cbranch(b.icmp_unsigned("<", counter, trips), body, exit_)
+        b.position_at_end(body)
+        self.values[region.args[0]] = iv
+        self._lower_phased(region.ops)
+        self._store_per_thread(accs, region.terminator.operands)
+        counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), b.block)
+        iv.add_incoming(b.add(iv, ir.Constant(I64, step)), b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
+        del self.values[region.args[0]]
+        for result, acc in zip(op.results, accs):
+            self.slots[result] = self.slots[acc]
+
+    def _block_if(self, op: Op) -> None:
+        """A branch holding a barrier: the block takes it or not, as one."""
+        b = self.b
+        tag = self.ordinals[op]
+        then, otherwise, join = (b.append_basic_block(f"block_if_{tag}_{n}") for n in ("then", "else", "end"))
+        b.cbranch(self._uniform(op.operands[0]), then, otherwise)
+        for block, region in ((then, op.regions[0]), (otherwise, op.regions[1] if len(op.regions) > 1 else None)):
+            b.position_at_end(block)
+            if region is not None:
+                self._lower_phased(region.ops)
+                self._store_per_thread(op.results, region.terminator.operands)
+            b.branch(join)
+        b.position_at_end(join)
 
     def lower_host_launcher(self) -> ir.Function:
         """``void name_host(<the ABI's parameters>, lane_begin, lane_end)``."""
@@ -850,6 +1217,77 @@ class _Lowering:
         return fn
 
 
+class _PhasePlan:
+    """Which ops of a host block body synchronise the block (barriers, shuffles, and loops and
+    branches holding them) and which per-thread values must outlive the thread loop that
+    computed them (kept in a per-thread array: a slot)."""
+
+    def __init__(self, region: Block):
+        self.synchronising: set[Op] = set()
+        self._mark(region)
+        self.slot_values: set[Value] = set()
+        self._defined: dict[Value, int] = {}
+        self._next = 0
+        self._walk(region.ops)
+
+    def _mark(self, block: Block) -> bool:
+        found = False
+        for op in block.ops:
+            inner = any([self._mark(r) for r in op.regions])
+            if op.opcode in ("barrier", "shuffle"):
+                found = True
+            elif inner and op.opcode in ("fold", "if"):
+                self.synchronising.add(op)
+                found = True
+        return found
+
+    def _new_stretch(self) -> int:
+        self._next += 1
+        return self._next
+
+    def _use(self, v: Value, stretch: int) -> None:
+        if self._defined.get(v, stretch) != stretch:
+            self.slot_values.add(v)
+
+    def _define(self, op: Op, stretch: int) -> None:
+        for nested in op.walk():
+            for v in nested.results:
+                self._defined[v] = stretch
+            for r in nested.regions:
+                for a in r.args:
+                    self._defined[a] = stretch
+
+    def _walk(self, ops) -> None:
+        stretch = self._new_stretch()
+        for op in ops:
+            if op.opcode == "yield":
+                continue
+            if op.opcode == "barrier" or op in self.synchronising:
+                block_level = self._new_stretch()  # the loop's bounds, the branch's condition, the inits
+                for v in op.operands:
+                    self._use(v, block_level)
+                for region in op.regions:
+                    for arg in region.args[1:] if op.opcode == "fold" else ():
+                        self.slot_values.add(arg)
+                    self._walk(region.ops)
+                    if region.terminator is not None:
+                        for v in region.terminator.operands:
+                            self._use(v, self._new_stretch())
+                for v in op.results:
+                    self.slot_values.add(v)
+                stretch = self._new_stretch()
+                continue
+            if op.opcode == "shuffle":
+                stretch = self._new_stretch()
+                value = op.operands[0]
+                if value in self._defined or value in self.slot_values:  # a thread's own: read at another's index
+                    self.slot_values.add(value)
+            for nested in op.walk():
+                for v in nested.operands:
+                    self._use(v, stretch)
+            self._define(op, stretch)
+
+
 def _suffix(ty: ir.Type) -> str:
     if isinstance(ty, ir.IntType):
         return f"i{ty.width}"
@@ -875,9 +1313,9 @@ def lower(graph: Graph, target: Target, block: tuple[int, int, int] = (1, 1, 1))
     lw = _Lowering(graph, target)
     if target.is_nvptx:
         lw.module.triple = NVPTX_TRIPLE
-        entry = lw.lower_nvptx_kernel(block).name
+        entry = (lw.lower_nvptx_block_kernel() if graph.is_block_launch else lw.lower_nvptx_kernel(block)).name
     else:
-        entry = lw.lower_host_launcher().name
+        entry = (lw.lower_host_block_launcher() if graph.is_block_launch else lw.lower_host_launcher()).name
     return LoweredModule(lw.module, entry, lw.needs_libdevice, tuple(graph.body.walk()))
 
 

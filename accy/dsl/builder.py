@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import TraceError, UnknownOpError
 from . import context
 from .ir import Axis, Block, Op, Param, Value
-from .ops import OPS, OpTypeError, infer
+from .ops import OPS, REDUCTIONS, OpTypeError, infer
 from .types import INDEX_MAX, DType, as_dtype, boolean, f32, index
 
 _NO_CTX = object()
@@ -248,6 +248,46 @@ class LaunchIndex:
         return len(self.axes)
 
 
+@attrs.define(eq=False)
+class _LaunchInfo:
+    """What the builders inside a launch know about it."""
+
+    blocks: bool  # a for_each_block launch (threads cooperate) rather than for_each
+    thread_values: tuple[Value, ...]  # the values that differ between the threads of a block
+    thread_extents: tuple[int, ...]  # a block launch's threads per axis, x first
+    body: "Builder | None" = None  # the builder of the launch region
+    shared_names: set = attrs.field(factory=set)
+    # region arguments -> the values they come from (a loop's bounds, an accumulator's init
+    # and what the body yields), for the uniformity analysis
+    sources: dict = attrs.field(factory=dict)
+    open_accumulators: set = attrs.field(factory=set)  # of loops still being traced
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.thread_extents)
+
+    def varies(self, value: Value, seen: set | None = None) -> bool:
+        """Can ``value`` differ between the threads of one block?  Thread indices, shuffles,
+        atomics' results and what depends on them do; so does, conservatively, the accumulator
+        of a loop that is still being traced."""
+        seen = set() if seen is None else seen
+        if value in seen:
+            return False
+        seen.add(value)
+        if value in self.thread_values or value in self.open_accumulators:
+            return True
+        op = value.op
+        if op is None:
+            return any(self.varies(v, seen) for v in self.sources.get(value, ()))
+        if op.opcode in ("shuffle", "atomic"):
+            return True
+        inputs = list(op.operands)
+        for region in op.regions:  # a loop's or branch's results also come from what it yields
+            if region.terminator is not None:
+                inputs += region.terminator.operands
+        return any(self.varies(v, seen) for v in inputs)
+
+
 @attrs.frozen
 class RuntimeAxis:
     """A named axis whose extent is an ``index`` value computed when the kernel runs."""
@@ -278,7 +318,58 @@ def axis(name: str, extent) -> Axis | RuntimeAxis:
 # ----------------------------------------------------------------------------- parameters
 
 
-class BufferHandle:
+class MemoryHandle:
+    """Memory a kernel indexes: ``x[i]``, ``x[i] = v``, ``x.size``."""
+
+    __slots__ = ()
+    space = "global"
+    kind = "buffer"
+
+    def load(self, builder: "Builder", idx) -> Traced:
+        return builder.load(self, idx)
+
+    def store(self, builder: "Builder", value, idx) -> None:
+        builder.store(self, value, idx)
+
+    def __getitem__(self, idx) -> Traced:
+        return context.current().load(self, idx)
+
+    def __setitem__(self, idx, value) -> None:
+        context.current().store(self, value, idx)
+
+    def __iter__(self):
+        raise _error(f"iterating over {self.kind} '{self.name}' is not possible while tracing; "
+                     "loop with fold_range or launch a thread per element")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise _unknown(name, f"{self.kind} '{self.name}'")
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.name}: {self.dtype}>"
+
+
+class SharedArray(MemoryHandle):
+    """A per-block array in shared memory (``inner.shared(dtype, count)``)."""
+
+    __slots__ = ("name", "dtype", "count")
+    space = "shared"
+    kind = "shared array"
+
+    def __init__(self, name: str, dtype: DType, count: int):
+        self.name, self.dtype, self.count = name, dtype, count
+
+    @property
+    def size(self) -> int:
+        """The element count, known when the kernel is traced."""
+        return self.count
+
+    def __len__(self) -> int:
+        return self.count
+
+
+class BufferHandle(MemoryHandle):
     """A buffer parameter as the body sees it: ``x[i]``, ``x[i] = v``, ``x.size``."""
 
     __slots__ = ("param",)
@@ -294,33 +385,9 @@ class BufferHandle:
         """The buffer's element count, an ``index`` value (known when the kernel runs)."""
         return context.current().size(self)
 
-    def load(self, builder: "Builder", idx) -> Traced:
-        return builder.load(self, idx)
-
-    def store(self, builder: "Builder", value, idx) -> None:
-        builder.store(self, value, idx)
-
-    def __getitem__(self, idx) -> Traced:
-        return context.current().load(self, idx)
-
-    def __setitem__(self, idx, value) -> None:
-        context.current().store(self, value, idx)
-
     def __len__(self):
         raise _error(f"len({self.name}): Python's len() must return an int, but a buffer's length is only "
                      f"known when the kernel runs; use {self.name}.size (an index value)")
-
-    def __iter__(self):
-        raise _error(f"iterating over buffer '{self.name}' is not possible while tracing; "
-                     "loop with fold_range or launch a thread per element")
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise _unknown(name, f"buffer '{self.param.name}'")
-
-    def __repr__(self) -> str:
-        return f"<buffer {self.name}: {self.dtype}>"
 
 
 # ----------------------------------------------------------------------------- the builder
@@ -334,7 +401,8 @@ class Builder:
         self.parent = parent
         self._open = True
         self._launched = False  # top level: has the launch been opened?
-        self.is_launch_body = False  # the builder of a launch region
+        self.launch_info: _LaunchInfo | None = None  # set on the builder of a launch region
+        self.guard: tuple[str, tuple[Value, ...], object] | None = None  # (what, values, where) of a loop or branch
         self.int_literal_accumulators: dict[Value, int] = {}  # fold accumulators whose init is a Python int
 
     # -- context management: the Pythonic spelling records into the innermost builder
@@ -358,7 +426,10 @@ class Builder:
     @property
     def in_launch(self) -> bool:
         """Inside a launch body (directly or in a region within it)?"""
-        return any(b.is_launch_body for b in self._scopes())
+        return self._launch_info() is not None
+
+    def _launch_info(self) -> "_LaunchInfo | None":
+        return next((b.launch_info for b in self._scopes() if b.launch_info is not None), None)
 
     def _scopes(self):
         """This builder and the builders of the enclosing regions, innermost first."""
@@ -531,14 +602,17 @@ class Builder:
         return self._traced(self._record("cast", (value,), {"dtype": dtype}))
 
     # -- memory --------------------------------------------------------------------
-    def _buffer(self, opcode: str, buffer) -> BufferHandle:
-        if not isinstance(buffer, BufferHandle):
-            raise _error(f"{opcode}: expected a kernel buffer parameter, got {buffer!r}")
+    def _buffer(self, opcode: str, buffer) -> MemoryHandle:
+        if not isinstance(buffer, MemoryHandle):
+            raise _error(f"{opcode}: expected a kernel buffer parameter or a shared array, got {buffer!r}")
+        if buffer.space == "shared" and self._launch_info() is None:
+            raise _error(f"{opcode}: shared array '{buffer.name}' is used outside its block body")
         return buffer
 
     def size(self, buffer: BufferHandle) -> Traced:
         """The element count of ``buffer`` (an ``index``), e.g. for a launch extent."""
-        buffer = self._buffer("size", buffer)
+        if not isinstance(buffer, BufferHandle):
+            raise _error(f"size: expected a kernel buffer parameter, got {buffer!r}")
         return self._traced(self._record("size", (), {"buffer": buffer.name}))
 
     def _index(self, opcode: str, idx) -> Value:
@@ -548,7 +622,7 @@ class Builder:
 
     def load(self, buffer: BufferHandle, idx) -> Traced:
         buffer = self._buffer("load", buffer)
-        attrs_ = {"buffer": buffer.name, "dtype": buffer.dtype}
+        attrs_ = {"buffer": buffer.name, "space": buffer.space, "dtype": buffer.dtype}
         return self._traced(self._record("load", (self._index("load", idx),), attrs_))
 
     def store(self, buffer: BufferHandle, value, idx) -> None:
@@ -565,14 +639,17 @@ class Builder:
             raise _error(f"store to '{buffer.name}': {float(value)!r} is a float but the buffer holds "
                          f"{buffer.dtype}; convert it: cast(value, {buffer.dtype})")
         value = self._lift(value, buffer.dtype, "store")
-        self._record("store", (idx, value), {"buffer": buffer.name, "dtype": buffer.dtype})
+        self._record("store", (idx, value), {"buffer": buffer.name, "space": buffer.space, "dtype": buffer.dtype})
 
     # -- regions -------------------------------------------------------------------
-    def _run_body(self, block: Block, body: Callable, args: tuple, *, launch: bool = False,
-                  int_literals: dict | None = None):
+    def _run_body(self, block: Block, body: Callable, args: tuple, *, launch: "_LaunchInfo | None" = None,
+                  int_literals: dict | None = None, guard=None):
         inner = Builder(block, parent=self)
-        inner.is_launch_body = launch
+        inner.launch_info = launch
         inner.int_literal_accumulators = int_literals or {}
+        inner.guard = guard
+        if launch is not None:
+            launch.body = inner
         try:
             with inner:
                 return inner, body(inner, *args)
@@ -595,14 +672,36 @@ class Builder:
             body, ctx = ctx, _NO_CTX
         if not callable(body):
             raise _error(f"fold_range: body must be a function (inner, i, acc[, ctx]), got {body!r}")
+        if isinstance(init, (tuple, list)) and not init:
+            raise _error("fold_range: init must hold at least one value (for a loop without one, use for_range)")
+        return self._loop(start, stop, step, init, ctx, body)
+
+    foldRange = fold_range
+
+    def for_range(self, start, stop, step, body: Callable, ctx: Any = _NO_CTX) -> None:
+        """Loop ``i`` as ``fold_range`` does, calling ``body(inner, i[, ctx])`` for what it does
+        (stores, atomics); nothing is carried from one iteration to the next."""
+        if not callable(body):
+            raise _error(f"for_range: body must be a function (inner, i[, ctx]), got {body!r}")
+
+        def each(inner, i, accs, *extra):
+            result = body(inner, i, *extra)
+            done_for_effect = isinstance(result, Traced) and result.value.op is not None \
+                and not OPS[result.value.op.opcode].pure
+            if result is not None and not done_for_effect:
+                raise _error(f"for_range: the body returned {_describe(result)}; it carries nothing from one "
+                             "iteration to the next (use fold_range to compute a value)")
+            return ()
+
+        self._loop(start, stop, step, (), ctx, each)
+
+    def _loop(self, start, stop, step, init, ctx, body):
         step = self._static_step(step)
         # init first, then bounds: the order the seed's spelling records them in
         multiple = isinstance(init, (tuple, list))
         raw_inits = list(init) if multiple else [init]
         inits = [self._lift(v, None, "fold_range") for v in raw_inits]
         bounds = [self._lift(b, index, "fold_range") for b in (start, stop)]
-        if not inits:
-            raise _error("fold_range: init must hold at least one value")
         for v in bounds + inits:
             self._check_visible("fold_range", v)
         block = Block([index] + [v.type for v in inits])
@@ -612,14 +711,26 @@ class Builder:
             args += (ctx,)
         literals = {a: int(raw) for a, raw in zip(block.args[1:], raw_inits)
                     if isinstance(raw, numbers.Integral) and not isinstance(raw, (bool, np.bool_))}
-        inner, result = self._run_body(block, body, args, int_literals=literals)
+        guard = ("a fold_range whose bounds", tuple(bounds), context.user_location())
+        info = self._launch_info()
+        if info is not None:  # where the loop's values come from, for the uniformity analysis
+            info.sources[block.args[0]] = tuple(bounds)
+            for arg, init in zip(block.args[1:], inits):
+                info.sources[arg] = (init,)
+                info.open_accumulators.add(arg)
+        try:
+            inner, result = self._run_body(block, body, args, int_literals=literals, guard=guard)
+        finally:
+            if info is not None:
+                info.open_accumulators.difference_update(block.args[1:])
         results = self._check_fold_result(body, result, inits, raw_inits, multiple)
+        if info is not None:
+            for arg, value in zip(block.args[1:], results):
+                info.sources[arg] += (value,)
         self._yield(inner, results)
         op = self._record("fold", (*bounds, *inits), {"step": step}, regions=(block,))
         results = tuple(Traced(r) for r in op.results)
         return results if multiple else results[0]
-
-    foldRange = fold_range
 
     def _static_step(self, step) -> int:
         if isinstance(step, Traced) and step.value.op is not None and step.value.op.opcode == "const":
@@ -673,18 +784,21 @@ class Builder:
         for name, fn in (("then", then), ("otherwise", otherwise)):
             if fn is not None and not callable(fn):
                 raise _error(f"if_: {name} must be a function (inner) -> values, got {fn!r}")
-        launch = self.in_launch
+        guard = ("an if_ whose condition", (cond,), context.user_location())
         then_block = Block()
-        then_inner, then_result = self._run_body(then_block, then, (), launch=launch)
+        then_inner, then_result = self._run_body(then_block, then, (), guard=guard)
         regions, results = [then_block], []
         if otherwise is None:
-            if then_result is not None:
+            # what an atomic returns is often left over from a lambda: it was done for its effect
+            done_for_effect = isinstance(then_result, Traced) and then_result.value.op is not None \
+                and not OPS[then_result.value.op.opcode].pure
+            if then_result is not None and not done_for_effect:
                 raise _error("if_: then returned a value but there is no otherwise; give otherwise=... "
                              "returning values of the same types")
             self._yield(then_inner, ())
         else:
             else_block = Block()
-            else_inner, else_result = self._run_body(else_block, otherwise, (), launch=launch)
+            else_inner, else_result = self._run_body(else_block, otherwise, (), guard=guard)
             results = self._branch_results(then_inner, then_result, else_inner, else_result)
             regions.append(else_block)
         types = tuple(v.type for v in results[0]) if results else ()
@@ -758,7 +872,7 @@ class Builder:
         launch = LaunchIndex([AxisIndex(a.name, a.extent if isinstance(a, Axis) else None, Traced(v))
                               for a, v in zip(axes, block.args)])
         args = (launch,) if ctx is _NO_CTX else (launch, ctx)
-        self._run_body(block, body, args, launch=True)
+        self._run_body(block, body, args, launch=_LaunchInfo(False, tuple(block.args), ()))
         self._record("for_each", extents, {"axes": tuple(names)}, regions=(block,))
         return None
 
@@ -779,6 +893,228 @@ class Builder:
         if body is None and callable(ctx):
             body, ctx = ctx, _NO_CTX
         return self._for_each(_axes(axes, ("x", "y", "z"), x=x, y=y, z=z), ctx, body)
+
+    # -- the block level ------------------------------------------------------------
+    def for_each_block(self, grid=None, threads=None, body=None):
+        """Launch ``grid`` blocks of ``threads`` threads: ``body(inner, block, thread)`` runs once
+        per thread, with the block's and the thread's indices (``block["row"]``, ``thread.x``).
+
+        ``grid`` is one axis or a tuple of 1 to 3 (extents may be run-time values); ``threads``
+        one axis or a tuple of 1 to 3 with static extents: the block shape.  The threads of a
+        block may share memory (``inner.shared``), wait for each other (``inner.barrier()``) and
+        exchange values within a warp of 32 (``inner.shuffle``).  Also a decorator.
+        """
+        if not self.is_kernel_scope:
+            raise _error("for_each_block: launches can only be opened at the kernel's top level")
+        if self._launched:
+            raise _error("for_each_block: a kernel opens exactly one launch; this one already has one")
+        if grid is None or threads is None:
+            raise _error("for_each_block needs grid=axis(...) (or a tuple of axes) and threads=axis(...)")
+        grid_axes, thread_axes = _axis_tuple("grid", grid), _axis_tuple("threads", threads)
+        for a in thread_axes:
+            if not isinstance(a, Axis):
+                raise _error(f"for_each_block: thread axis '{a.name}' has a run-time extent; the block shape "
+                             "is fixed when the kernel is traced (grid extents may be run-time values)")
+            if a.extent < 1:
+                raise _error(f"for_each_block: thread axis '{a.name}' has extent {a.extent}; blocks have threads")
+        if body is None:
+            def decorate(fn):
+                self.for_each_block(grid, threads, fn)
+                return fn
+
+            return decorate
+        if not callable(body):
+            raise _error(f"for_each_block: body must be a function (inner, block, thread), got {body!r}")
+        names = [a.name for a in grid_axes + thread_axes]
+        if len(set(names)) != len(names):
+            raise _error(f"for_each_block: axis names must differ, got {names}")
+        extents = [self._extent(a) for a in grid_axes]
+        self._launched = True
+        block = Block([index] * len(names))
+        grid_args, thread_args = block.args[:len(grid_axes)], block.args[len(grid_axes):]
+        block_index = LaunchIndex([AxisIndex(a.name, a.extent if isinstance(a, Axis) else None, Traced(v))
+                                   for a, v in zip(grid_axes, grid_args)])
+        thread_index = LaunchIndex([AxisIndex(a.name, a.extent, Traced(v)) for a, v in zip(thread_axes, thread_args)])
+        info = _LaunchInfo(True, tuple(thread_args), tuple(a.extent for a in thread_axes))
+        self._run_body(block, body, (block_index, thread_index), launch=info)
+        attrs_ = {"axes": tuple(a.name for a in grid_axes), "threads": tuple((a.name, a.extent) for a in thread_axes)}
+        self._record("for_each_block", extents, attrs_, regions=(block,))
+        return None
+
+    forEachBlock = for_each_block
+
+    def _block_launch(self, what: str) -> _LaunchInfo:
+        info = self._launch_info()
+        if info is None or not info.blocks:
+            raise _error(f"{what}: only inside a for_each_block body (the threads of a block cooperate; "
+                         "for_each's threads are independent)")
+        return info
+
+    def _check_uniform(self, what: str, info: _LaunchInfo) -> None:
+        """``what`` must be reached by every thread of the block: each enclosing loop's bounds
+        and branch's condition must be the same for the whole block."""
+        for scope in self._scopes():
+            if scope.launch_info is not None:
+                return
+            kind, values, where = scope.guard
+            if any(info.varies(v) for v in values):
+                at = f" (at {where})" if where is not None else ""
+                raise _error(f"{what} inside {kind} depend on the thread{at}: not every thread of the block "
+                             "would reach it; make the bounds or condition the same for the whole block")
+
+    def shared(self, dtype, count: int, name: str | None = None) -> SharedArray:
+        """A per-block array of ``count`` elements of ``dtype`` in shared memory: ``s[i]`` reads,
+        ``s[i] = v`` writes.  Allocated at the top of the block body; its bytes count against
+        ``Limits.max_shared_bytes`` when the kernel is launched."""
+        info = self._block_launch("shared")
+        if self is not info.body:
+            raise _error("shared: shared arrays are allocated at the top of the block body, not inside a loop or "
+                         "branch (allocate it before the loop and use it inside)")
+        return self._declare_shared(info, dtype, count, name)
+
+    def _declare_shared(self, info: _LaunchInfo, dtype, count, name, *, first: bool = False) -> SharedArray:
+        try:
+            dtype = as_dtype(dtype)
+        except TypeError as e:
+            raise _error(f"shared: {e}") from None
+        if isinstance(count, (bool, np.bool_)) or not isinstance(count, numbers.Integral) or count < 1:
+            raise _error(f"shared: count must be a positive Python int (the size is fixed when the kernel is traced), "
+                         f"got {count!r}")
+        if name is None:
+            name = f"shared{len(info.shared_names)}"
+        if not isinstance(name, str) or not name.isidentifier() or name in info.shared_names:
+            raise _error(f"shared: name must be a new identifier, got {name!r}")
+        info.shared_names.add(name)
+        op = self._record("shared", (), {"name": name, "dtype": dtype, "count": int(count)})
+        if first:  # scratch the builder needs: declared before everything else in the block body
+            self.block.ops.remove(op)
+            self.block.ops.insert(0, op)
+        return SharedArray(name, dtype, int(count))
+
+    def barrier(self) -> None:
+        """Every thread of the block waits here until all have arrived; memory written before it
+        is visible to every thread of the block after it."""
+        info = self._block_launch("barrier")
+        self._check_uniform("barrier", info)
+        self._record("barrier", ())
+
+    syncthreads = barrier
+
+    # -- atomics ---------------------------------------------------------------------
+    def _atomic(self, kind: str, target, idx, *values) -> Traced:
+        target = self._buffer(f"atomic_{kind}", target)
+        if not self.in_launch:
+            raise _error(f"atomic_{kind} on '{target.name}' outside the launch; call it inside a launch body")
+        operands = [self._index(f"atomic_{kind}", idx)]
+        operands += [self._lift(v, target.dtype, f"atomic_{kind}") for v in values]
+        attrs_ = {"op": kind, "buffer": target.name, "space": target.space, "dtype": target.dtype}
+        return self._traced(self._record("atomic", operands, attrs_))
+
+    def atomic_add(self, target, idx, value) -> Traced:
+        """Add ``value`` to ``target[idx]`` atomically; returns the element's old value."""
+        return self._atomic("add", target, idx, value)
+
+    def atomic_max(self, target, idx, value) -> Traced:
+        """``target[idx] = max(target[idx], value)`` atomically (IEEE maximum for floats); returns the old value."""
+        return self._atomic("max", target, idx, value)
+
+    def atomic_min(self, target, idx, value) -> Traced:
+        """``target[idx] = min(target[idx], value)`` atomically; returns the old value."""
+        return self._atomic("min", target, idx, value)
+
+    def atomic_exchange(self, target, idx, value) -> Traced:
+        """Store ``value`` at ``target[idx]`` atomically; returns the old value."""
+        return self._atomic("exchange", target, idx, value)
+
+    def atomic_cas(self, target, idx, compare, value) -> Traced:
+        """Where ``target[idx]`` equals ``compare`` (bit for bit), store ``value``; atomically.
+        Returns the old value (equal to ``compare`` when the store happened)."""
+        return self._atomic("cas", target, idx, compare, value)
+
+    # -- warps -----------------------------------------------------------------------
+    def _linear_thread(self, info: _LaunchInfo) -> Traced:
+        linear, stride = None, 1
+        for value, extent in zip(info.thread_values, info.thread_extents):
+            term = Traced(value) if stride == 1 else self.mul(Traced(value), stride)
+            linear = term if linear is None else self.add(linear, term)
+            stride *= extent
+        return linear
+
+    def _warps(self, what: str) -> _LaunchInfo:
+        info = self._block_launch(what)
+        if info.threads % WARP:
+            raise _error(f"{what}: warp operations need blocks of a multiple of {WARP} threads (a block's threads "
+                         f"linearised x fastest form its warps); this block has {info.threads}")
+        return info
+
+    @property
+    def lane(self) -> Traced:
+        """This thread's lane in its warp of 32 (threads linearised x fastest), an index."""
+        info = self._block_launch("lane")
+        return self.mod(self._linear_thread(info), WARP)
+
+    @property
+    def warp(self) -> Traced:
+        """The number of this thread's warp within its block, an index."""
+        info = self._block_launch("warp")
+        return self.floor_div(self._linear_thread(info), WARP)
+
+    def _shuffle(self, mode: str, value, lane) -> Traced:
+        what = {"idx": "shuffle", "xor": "shuffle_xor", "down": "shuffle_down", "up": "shuffle_up"}[mode]
+        info = self._warps(what)
+        self._check_uniform(what, info)
+        value = self._lift(value, None, what)
+        return self._traced(self._record("shuffle", (value, self._lift(lane, index, what)), {"mode": mode}))
+
+    def shuffle(self, value, src_lane) -> Traced:
+        """``value`` as lane ``src_lane`` (taken modulo 32) of this warp holds it."""
+        return self._shuffle("idx", value, src_lane)
+
+    def shuffle_xor(self, value, mask) -> Traced:
+        """``value`` from lane ``lane ^ mask``; a lane past the warp gives this thread's own value."""
+        return self._shuffle("xor", value, mask)
+
+    def shuffle_down(self, value, delta) -> Traced:
+        """``value`` from lane ``lane + delta``; past the last lane, this thread's own value."""
+        return self._shuffle("down", value, delta)
+
+    def shuffle_up(self, value, delta) -> Traced:
+        """``value`` from lane ``lane - delta``; before lane 0, this thread's own value."""
+        return self._shuffle("up", value, delta)
+
+    def _combine(self, what: str, op: str) -> str:
+        """The builder method a reduction named ``op`` combines with."""
+        if op not in ("sum", "max", "min"):
+            raise _error(f"{what}: op must be 'sum', 'max' or 'min', got {op!r}")
+        return OPS[REDUCTIONS[op]].methods[0]
+
+    def warp_reduce(self, value, op: str = "sum") -> Traced:
+        """``op`` ("sum", "max" or "min") over the 32 lanes of the warp; every lane gets the result
+        (a butterfly of shuffles, so every backend combines in the same order)."""
+        combine = getattr(self, self._combine("warp_reduce", op))
+        value = Traced(self._lift(value, None, "warp_reduce"))
+        for offset in (16, 8, 4, 2, 1):
+            value = combine(value, self.shuffle_xor(value, offset))
+        return value
+
+    def block_reduce(self, value, op: str = "sum") -> Traced:
+        """``op`` ("sum", "max" or "min") over every thread of the block; every thread gets the
+        result.  Each warp reduces with shuffles, then every thread combines the warps' results
+        in order from a shared array (with barriers around it)."""
+        info = self._warps("block_reduce")
+        combine = self._combine("block_reduce", op)
+        partial = self.warp_reduce(value, op)
+        warps = info.threads // WARP
+        if warps == 1:
+            return partial
+        scratch = info.body._declare_shared(info, partial.type, warps, f"reduce{len(info.shared_names)}", first=True)
+        warp = self.warp
+        self.if_(self.eq(self.lane, 0), lambda inner: inner.store(scratch, partial, warp))
+        self.barrier()
+        total = self.fold_range(1, warps, 1, scratch[0],
+                                lambda inner, w, acc: getattr(inner, combine)(acc, scratch[w]))
+        self.barrier()  # every thread has read the partials before any reuses the scratch
+        return total
 
     # the seed's camelCase spellings, so seed kernels port line by line
     constantIndex = constant_index
@@ -829,6 +1165,17 @@ def _check_extent_source(name: str, value: Value) -> None:
             raise _error(f"axis '{name}': its extent depends on a {op.opcode}; extents are computed from "
                          "constants, scalar parameters and buffer sizes")
         todo.extend(op.operands)
+
+
+WARP = 32
+
+
+def _axis_tuple(role: str, axes) -> list:
+    axes = list(axes) if isinstance(axes, (tuple, list)) and not (
+        len(axes) == 2 and isinstance(axes[0], str)) else [axes]
+    if not 1 <= len(axes) <= 3:
+        raise _error(f"for_each_block: {role} takes 1 to 3 axes, got {len(axes)}")
+    return [_as_axis(a) for a in axes]
 
 
 def _as_axis(a):

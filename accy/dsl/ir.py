@@ -147,7 +147,8 @@ class Block:
             yield from op.walk()
 
 
-LAUNCH_OPS = ("for_each",)
+LAUNCH_OPS = ("for_each", "for_each_block")
+MEMORY_OPS = ("load", "store", "atomic")  # ops that touch a buffer or a shared array
 
 
 class Graph:
@@ -203,11 +204,36 @@ class Graph:
 
     @property
     def axes(self) -> tuple[Axis, ...]:
-        """The launch's logical axes, x first; an extent is None where it is computed at run time."""
+        """The launch's logical axes (a block launch's grid axes), x first; an extent is None
+        where it is computed at run time."""
         op = self.launch_op
         if op is None:
             return ()
         return tuple(Axis(name, constant_of(v)) for name, v in zip(op.attrs["axes"], op.operands))
+
+    @property
+    def is_block_launch(self) -> bool:
+        op = self.launch_op
+        return op is not None and op.opcode == "for_each_block"
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        """A block launch's threads per block along its thread axes, x first."""
+        return tuple(extent for _, extent in self.launch_op.attrs["threads"]) if self.is_block_launch else ()
+
+    def lane_axes(self, extents) -> tuple[Axis, ...]:
+        """The axes a linear thread number decodes into, fastest first, for ``extents`` of the
+        launch: a block launch's thread axes, then its grid axes."""
+        op = self.launch_op
+        grid = tuple(Axis(name, e) for name, e in zip(op.attrs["axes"], extents))
+        if op.opcode == "for_each_block":
+            return tuple(Axis(name, e) for name, e in op.attrs["threads"]) + grid
+        return grid
+
+    def shared_arrays(self) -> dict[str, Op]:
+        """The shared arrays a block launch declares, by name."""
+        return self._fact("shared", lambda: {
+            op.attrs["name"]: op for op in self.body.walk() if op.opcode == "shared"})
 
     @property
     def static_extents(self) -> tuple[int, ...] | None:
@@ -215,13 +241,17 @@ class Graph:
         extents = tuple(a.extent for a in self.axes)
         return None if None in extents else extents
 
+    def _global(self, opcodes) -> frozenset[str]:
+        return frozenset(op.attrs["buffer"] for op in self.body.walk()
+                         if op.opcode in opcodes and op.attrs.get("space", "global") == "global")
+
     def stored_buffers(self) -> frozenset[str]:
-        return self._fact("stored", lambda: frozenset(
-            op.attrs["buffer"] for op in self.body.walk() if op.opcode == "store"))
+        """Buffers the kernel writes (stores, atomics): its outputs."""
+        return self._fact("stored", lambda: self._global(("store", "atomic")))
 
     def loaded_buffers(self) -> frozenset[str]:
-        return self._fact("loaded", lambda: frozenset(
-            op.attrs["buffer"] for op in self.body.walk() if op.opcode == "load"))
+        """Buffers the kernel reads (loads, atomics, which return the old value)."""
+        return self._fact("loaded", lambda: self._global(("load", "atomic")))
 
     def text(self) -> str:
         return self._fact("text", lambda: print_graph(self))
@@ -273,18 +303,23 @@ class _Printer:
         n, out = self, self.out
         ops = ", ".join(n(v) for v in op.operands)
         types = ", ".join(str(v.type) for v in op.results)
-        if op.opcode == "for_each":
+        if op.opcode in LAUNCH_OPS:
             block = op.regions[0]
             args = ", ".join(f"{n.define(v)} = {name}<{n(e)}>"
                              for v, name, e in zip(block.args, op.attrs["axes"], op.operands))
-            out.append(f"{indent}for_each ({args}) {{")
+            threads = ""
+            if op.opcode == "for_each_block":
+                rest = block.args[len(op.operands):]
+                threads = " threads (" + ", ".join(f"{n.define(v)} = {name}<{extent}>"
+                                                   for v, (name, extent) in zip(rest, op.attrs["threads"])) + ")"
+            out.append(f"{indent}{op.opcode} ({args}){threads} {{")
             self.region(block, indent)
             out.append(f"{indent}}}")
         elif op.opcode == "fold":
             start, stop, *inits = op.operands
             block = op.regions[0]
-            lhs = ", ".join(n.define(v) for v in op.results)
-            out.append(f"{indent}{lhs} = fold {n(start)} to {n(stop)} step {op.attrs['step']} "
+            lhs = "".join(f"{n.define(v)}, " for v in op.results)[:-2] + " = " if op.results else ""
+            out.append(f"{indent}{lhs}fold {n(start)} to {n(stop)} step {op.attrs['step']} "
                        f"init({', '.join(n(v) for v in inits)}) -> ({types}) {{")
             out.append(f"{indent}^({', '.join(f'{n.define(v)}: {v.type}' for v in block.args)}):")
             self.region(block, indent)
@@ -302,12 +337,21 @@ class _Printer:
             out.append(f"{indent}yield {ops}".rstrip())
         elif op.opcode == "store":
             idx, value = op.operands
-            out.append(f"{indent}store %{op.attrs['buffer']}[{n(idx)}] = {n(value)} : {op.attrs['dtype']}")
+            out.append(f"{indent}store {_memory(op)}[{n(idx)}] = {n(value)} : {op.attrs['dtype']}")
+        elif op.opcode == "shared":
+            out.append(f"{indent}shared %{op.attrs['name']} : {op.attrs['dtype']}[{op.attrs['count']}]")
+        elif op.opcode == "barrier":
+            out.append(f"{indent}barrier")
         else:
             if op.opcode == "const":
                 rhs = f"const {const_text(op.attrs['value'])} :"
             elif op.opcode == "load":
-                rhs = f"load %{op.attrs['buffer']}[{ops}] :"
+                rhs = f"load {_memory(op)}[{ops}] :"
+            elif op.opcode == "atomic":
+                idx, *rest = op.operands
+                rhs = f"atomic {op.attrs['op']} {_memory(op)}[{n(idx)}], {', '.join(n(v) for v in rest)} :"
+            elif op.opcode == "shuffle":
+                rhs = f"shuffle {op.attrs['mode']} {ops} :"
             elif op.opcode == "size":
                 rhs = f"size %{op.attrs['buffer']} :"
             elif op.opcode == "cast":
@@ -315,6 +359,12 @@ class _Printer:
             else:
                 rhs = f"{op.opcode} {ops} :"
             out.append(f"{indent}{n.define(op.result)} = {rhs} {op.result.type}")
+
+
+def _memory(op: Op) -> str:
+    """A load's, store's or atomic's memory: ``%x`` (a buffer) or ``shared %tile``."""
+    space = op.attrs.get("space", "global")
+    return f"%{op.attrs['buffer']}" if space == "global" else f"{space} %{op.attrs['buffer']}"
 
 
 def print_graph(graph: Graph) -> str:

@@ -142,6 +142,35 @@ def _no_results(op, types, attrs_):
     return ()
 
 
+# which element types each atomic takes (PTX has no 8- or 16-bit integer atomics)
+_ATOMIC_INTS = ("i32", "i64", "u32", "u64", "index")
+ATOMIC_DTYPES = {
+    "add": _ATOMIC_INTS + ("f16", "bf16", "f32", "f64"),
+    "max": _ATOMIC_INTS + ("f32", "f64"),
+    "min": _ATOMIC_INTS + ("f32", "f64"),
+    "exchange": _ATOMIC_INTS + ("f32", "f64"),
+    "cas": _ATOMIC_INTS + ("f32", "f64"),
+}
+
+
+def _atomic(op, types, attrs_):
+    kind, dtype = attrs_["op"], attrs_["dtype"]
+    _index_operand(types)
+    if dtype.name not in ATOMIC_DTYPES[kind]:
+        raise OpTypeError(f"atomic_{kind} on {dtype} is not supported; it takes {', '.join(ATOMIC_DTYPES[kind])}")
+    for role, t in zip(("value", "value") if kind != "cas" else ("compare", "value"), types[1:]):
+        if t != dtype:
+            raise OpTypeError(f"{role} is {t} but '{attrs_['buffer']}' holds {dtype}; convert it with cast(value, {dtype})")
+    return (dtype,)
+
+
+def _shuffle(op, types, attrs_):
+    value, lane = types
+    if not lane.is_index:
+        raise OpTypeError(f"the lane operand is {lane}; it must be index")
+    return (value,)
+
+
 # -- constant folding on Python values (integer and bool types only) ---------------------------
 
 
@@ -223,6 +252,12 @@ OPS: dict[str, OpDef] = {
         OpDef("if", _if),  # pure unless a branch stores
         OpDef("for_each", _for_each, pure=False),
         OpDef("yield", _no_results, pure=False),
+        # the block level: blocks of cooperating threads, shared memory, barriers, atomics, warps
+        OpDef("for_each_block", _for_each, pure=False),
+        OpDef("shared", _no_results, pure=False),  # declares a per-block array (name, dtype, count)
+        OpDef("barrier", _no_results, pure=False),
+        OpDef("atomic", _atomic, pure=False),  # returns the element's old value
+        OpDef("shuffle", _shuffle, can_fail=lambda t: True),  # reads another lane: never moved
         # arithmetic
         _pointwise("add", 2, _NUM, commutative=True, fold=lambda t, a, b: a + b, identity=0, reduction="sum"),
         _pointwise("sub", 2, _NUM, fold=lambda t, a, b: a - b),

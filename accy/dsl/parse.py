@@ -13,7 +13,7 @@ import re
 from ..errors import VerificationError
 from .ir import Block, Graph, Op, Param, ParamKind, Value
 from .passes import verify
-from .types import DTYPES, DType
+from .types import DTYPES, DType, index
 
 _NAME = r"%[A-Za-z0-9_]+"
 _LIST = rf"(?:{_NAME}(?:, {_NAME})*)?"
@@ -21,15 +21,20 @@ _TYPES = r"[A-Za-z0-9_]+(?:, [A-Za-z0-9_]+)*"
 
 _HEADER = re.compile(r"kernel @(\w+)\((.*)\) \{$")
 _PARAM = re.compile(r"%(\w+): (buffer<(\w+), (\?|\d+)>|scalar<(\w+)>)$")
-_FOR_EACH = re.compile(r"for_each \((.*)\) \{$")
+_FOR_EACH = re.compile(r"(for_each|for_each_block) \((.*?)\)(?: threads \((.*)\))? \{$")
+_THREAD_AXIS = re.compile(rf"({_NAME}) = (\w+)<(\d+)>$")
 _AXIS = re.compile(rf"({_NAME}) = (\w+)<({_NAME})>$")
-_FOLD = re.compile(rf"({_LIST}) = fold ({_NAME}) to ({_NAME}) step (-?\d+) init\(({_LIST})\) -> \(({_TYPES})\) \{{$")
+_FOLD = re.compile(rf"(?:({_LIST}) = )?fold ({_NAME}) to ({_NAME}) step (-?\d+) init\(({_LIST})\) -> \(({_TYPES})?\) \{{$")
 _REGION_ARGS = re.compile(r"\^\((.*)\):$")
 _IF = re.compile(rf"(?:({_LIST}) = )?if ({_NAME})(?: -> \(({_TYPES})\))? \{{$")
 _YIELD = re.compile(rf"yield ?({_LIST})$")
-_STORE = re.compile(rf"store %(\w+)\[({_NAME})\] = ({_NAME}) : (\w+)$")
+_SPACE = r"(?:(shared) )?%(\w+)"
+_STORE = re.compile(rf"store {_SPACE}\[({_NAME})\] = ({_NAME}) : (\w+)$")
+_SHARED = re.compile(r"shared %(\w+) : (\w+)\[(\d+)\]$")
+_ATOMIC = re.compile(rf"(%\d+) = atomic (\w+) {_SPACE}\[({_NAME})\], ({_LIST}) : (\w+)$")
+_SHUFFLE = re.compile(rf"(%\d+) = shuffle (\w+) ({_NAME}), ({_NAME}) : (\w+)$")
 _CONST = re.compile(r"(%\d+) = const (\S+) : (\w+)$")
-_LOAD = re.compile(rf"(%\d+) = load %(\w+)\[({_NAME})\] : (\w+)$")
+_LOAD = re.compile(rf"(%\d+) = load {_SPACE}\[({_NAME})\] : (\w+)$")
 _SIZE = re.compile(r"(%\d+) = size %(\w+) : (\w+)$")
 _CAST = re.compile(rf"(%\d+) = cast ({_NAME}) : (\w+) -> (\w+)$")
 _GENERIC = re.compile(rf"(%\d+) = (\w+) ({_LIST}) : (\w+)$")
@@ -73,6 +78,7 @@ class _Parser:
         self.lines = [(n + 1, line.strip()) for n, line in enumerate(text.splitlines()) if line.strip()]
         self.pos = 0
         self.values: dict[str, Value] = {}
+        self.shared: set[str] = set()
 
     def next(self) -> tuple[int, str]:
         if self.pos >= len(self.lines):
@@ -132,11 +138,14 @@ class _Parser:
                 return text
             self.op(block, line, text)
 
-    def buffer(self, name: str, line: int) -> Param:
+    def buffer(self, name: str, line: int, space: str | None = None) -> None:
+        if space == "shared":
+            if name not in self.shared:
+                raise ParseError(f"line {line}: %{name} is not a declared shared array")
+            return
         param = self.params.get(name)
         if param is None or param.is_scalar:
             raise ParseError(f"line {line}: %{name} is not a buffer parameter")
-        return param
 
     def emit(self, block, opcode, operands, attrs, types, regions=()) -> Op:
         op = Op(opcode, operands, attrs, types, regions, None, block)
@@ -152,18 +161,44 @@ class _Parser:
 
     def op(self, block: Block, line: int, text: str) -> None:
         if m := _FOR_EACH.match(text):
-            axes = [_AXIS.match(a) for a in _split(m.group(1))]
-            if None in axes:
-                raise ParseError(f"line {line}: bad launch axes {m.group(1)!r}")
+            opcode, grid, threads = m.groups()
+            axes = [_AXIS.match(a) for a in _split(grid)]
+            thread_axes = [_THREAD_AXIS.match(a) for a in _split(threads or "")]
+            if None in axes or None in thread_axes or (opcode == "for_each_block") != (threads is not None):
+                raise ParseError(f"line {line}: bad launch axes {text!r}")
             extents = [self.use(a.group(3), line) for a in axes]
-            region = Block([e.type for e in extents])
-            self.define([a.group(1) for a in axes], region.args, line)
+            region = Block([index] * (len(axes) + len(thread_axes)))
+            self.define([a.group(1) for a in axes + thread_axes], region.args, line)
             if self.block(region) != "}":
-                raise ParseError(f"line {line}: for_each has no else")
-            self.emit(block, "for_each", extents, {"axes": tuple(a.group(2) for a in axes)}, (), (region,))
+                raise ParseError(f"line {line}: a launch has no else")
+            attrs_ = {"axes": tuple(a.group(2) for a in axes)}
+            if threads is not None:
+                attrs_["threads"] = tuple((a.group(2), int(a.group(3))) for a in thread_axes)
+            self.emit(block, opcode, extents, attrs_, (), (region,))
+        elif m := _SHARED.match(text):
+            name, dtype, count = m.groups()
+            if name in self.shared or name in self.params:
+                raise ParseError(f"line {line}: shared array %{name} is declared twice or shadows a parameter")
+            self.shared.add(name)
+            self.emit(block, "shared", [], {"name": name, "dtype": _dtype(dtype, line), "count": int(count)}, ())
+        elif text == "barrier":
+            self.emit(block, "barrier", [], {}, ())
+        elif m := _ATOMIC.match(text):
+            name, kind, space, buffer, idx, values, t = m.groups()
+            self.buffer(buffer, line, space)
+            dtype = _dtype(t, line)
+            operands = [self.use(idx, line)] + [self.use(v, line) for v in _split(values)]
+            attrs_ = {"op": kind, "buffer": buffer, "space": space or "global", "dtype": dtype}
+            op = self.emit(block, "atomic", operands, attrs_, [dtype])
+            self.define([name], op.results, line)
+        elif m := _SHUFFLE.match(text):
+            name, mode, value, lane, t = m.groups()
+            op = self.emit(block, "shuffle", [self.use(value, line), self.use(lane, line)], {"mode": mode},
+                           [_dtype(t, line)])
+            self.define([name], op.results, line)
         elif m := _FOLD.match(text):
             lhs, start, stop, step, inits, types = m.groups()
-            result_types = [_dtype(t, line) for t in types.split(", ")]
+            result_types = [_dtype(t, line) for t in types.split(", ")] if types else []
             operands = [self.use(start, line), self.use(stop, line)] + [self.use(v, line) for v in _split(inits)]
             arg_line, arg_text = self.next()
             am = _REGION_ARGS.match(arg_text)
@@ -179,7 +214,7 @@ class _Parser:
             if self.block(region) != "}":
                 raise ParseError(f"line {line}: fold has no else")
             op = self.emit(block, "fold", operands, {"step": int(step)}, result_types, (region,))
-            self.define(lhs, op.results, line)
+            self.define(lhs or "", op.results, line)
         elif m := _IF.match(text):
             lhs, cond, types = m.groups()
             result_types = tuple(_dtype(t, line) for t in types.split(", ")) if types else ()
@@ -192,20 +227,21 @@ class _Parser:
         elif m := _YIELD.match(text):
             self.emit(block, "yield", [self.use(v, line) for v in _split(m.group(1))], {}, ())
         elif m := _STORE.match(text):
-            buffer, idx, value, dtype = m.groups()
-            param = self.buffer(buffer, line)
+            space, buffer, idx, value, dtype = m.groups()
+            self.buffer(buffer, line, space)
             self.emit(block, "store", [self.use(idx, line), self.use(value, line)],
-                      {"buffer": buffer, "dtype": _dtype(dtype, line) if dtype else param.dtype}, ())
+                      {"buffer": buffer, "space": space or "global", "dtype": _dtype(dtype, line)}, ())
         elif m := _CONST.match(text):
             name, literal, t = m.groups()
             dtype = _dtype(t, line)
             op = self.emit(block, "const", [], {"value": _literal(literal, dtype, line), "dtype": dtype}, [dtype])
             self.define([name], op.results, line)
         elif m := _LOAD.match(text):
-            name, buffer, idx, t = m.groups()
-            self.buffer(buffer, line)
+            name, space, buffer, idx, t = m.groups()
+            self.buffer(buffer, line, space)
             dtype = _dtype(t, line)
-            op = self.emit(block, "load", [self.use(idx, line)], {"buffer": buffer, "dtype": dtype}, [dtype])
+            op = self.emit(block, "load", [self.use(idx, line)], {"buffer": buffer, "space": space or "global",
+                                                                  "dtype": dtype}, [dtype])
             self.define([name], op.results, line)
         elif m := _SIZE.match(text):
             name, buffer, t = m.groups()

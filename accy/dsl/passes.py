@@ -30,7 +30,8 @@ def verify(graph: Graph) -> Graph:
     scalars = graph.scalars
     if [a.type for a in graph.body.args] != [p.dtype for p in scalars]:
         raise VerificationError(f"kernel '{graph.name}': body arguments do not match its scalar parameters")
-    _Verifier({p.name: p for p in graph.params}).block(graph.body, set(), top_level=True, in_launch=False)
+    _Verifier({p.name: p for p in graph.params}, graph.shared_arrays()).block(
+        graph.body, set(), top_level=True, in_launch=False)
     for listener in verified_listeners:
         listener(graph)
     return graph
@@ -41,9 +42,18 @@ def _fail(op: Op, message: str):
     raise VerificationError(f"{op.opcode}: {message}{where}")
 
 
+SHUFFLE_MODES = ("idx", "xor", "down", "up")
+
+
 class _Verifier:
-    def __init__(self, params):
+    def __init__(self, params, shared):
         self.params = params
+        self.shared = shared
+        self.launch: Op | None = None  # the launch op being verified
+
+    def in_blocks(self, op: Op) -> None:
+        if self.launch is None or self.launch.opcode != "for_each_block":
+            _fail(op, "only inside a for_each_block launch")
 
     def block(self, block: Block, visible: set[Value], *, top_level: bool, in_launch: bool) -> None:
         visible = visible | set(block.args)
@@ -62,17 +72,36 @@ class _Verifier:
                 _fail(op, str(e))
             if tuple(types) != tuple(r.type for r in op.results):
                 _fail(op, "result types do not match the op's type rule")
-            self.buffer(op)
-            if op.opcode == "store" and not in_launch:
-                _fail(op, "store outside the launch")
+            self.memory(op)
+            if op.opcode in ("store", "atomic") and not in_launch:
+                _fail(op, f"{op.opcode} outside the launch")
+            if op.opcode == "shared":
+                self.in_blocks(op)
+                if block is not self.launch.regions[0]:
+                    _fail(op, "a shared array is declared at the top of the block body, not in a loop or branch")
+                count = op.attrs.get("count")
+                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                    _fail(op, f"count must be a positive int, got {count!r}")
+            if op.opcode in ("barrier", "shuffle"):
+                self.in_blocks(op)
+            if op.opcode == "shuffle" and op.attrs.get("mode") not in SHUFFLE_MODES:
+                _fail(op, f"mode must be one of {', '.join(SHUFFLE_MODES)}")
             if op.opcode == "yield" and (block.parent is None or i != len(block.ops) - 1):
                 _fail(op, "yield must end a loop or branch region")
             self.regions(op, visible, top_level=top_level, in_launch=in_launch)
             visible.update(op.results)
 
-    def buffer(self, op: Op) -> None:
+    def memory(self, op: Op) -> None:
         name = op.attrs.get("buffer")
-        if op.opcode not in ("load", "store", "size"):
+        if op.opcode not in ("load", "store", "atomic", "size"):
+            return
+        if op.attrs.get("space", "global") == "shared":
+            self.in_blocks(op)
+            declared = self.shared.get(name)
+            if declared is None:
+                _fail(op, f"'{name}' is not a declared shared array")
+            if declared.attrs["dtype"] != op.attrs["dtype"]:
+                _fail(op, f"shared array '{name}' holds {declared.attrs['dtype']}, not {op.attrs['dtype']}")
             return
         param = self.params.get(name)
         if param is None or param.is_scalar:
@@ -85,7 +114,13 @@ class _Verifier:
         if op.opcode in LAUNCH_OPS:
             if not top_level:
                 _fail(op, "a launch nested inside another region")
-            self.region(op, op.regions[0] if len(op.regions) == 1 else None, [index] * len(op.operands), None)
+            threads = op.attrs.get("threads", ()) if op.opcode == "for_each_block" else ()
+            if op.opcode == "for_each_block" and not (1 <= len(threads) <= 3 and all(
+                    isinstance(e, int) and e >= 1 for _, e in threads)):
+                _fail(op, "needs 1 to 3 thread axes of static positive extents")
+            self.region(op, op.regions[0] if len(op.regions) == 1 else None,
+                        [index] * (len(op.operands) + len(threads)), None)
+            self.launch = op
             in_launch = True
         elif op.opcode == "fold":
             if not isinstance(op.attrs.get("step"), int) or op.attrs["step"] == 0:
@@ -229,9 +264,12 @@ def _attr_key(value):
 
 
 def _pure(op: Op, stored: frozenset[str]) -> bool:
+    """Its result depends only on its operands: loads qualify only from buffers nothing writes."""
     if not OPS[op.opcode].pure or op.regions:
         return False
-    return not (op.opcode == "load" and op.attrs["buffer"] in stored)
+    if op.opcode == "load":
+        return op.attrs.get("space", "global") == "global" and op.attrs["buffer"] not in stored
+    return True
 
 
 class _CSE:
