@@ -54,7 +54,11 @@ class Program:
 
     @property
     def threads(self) -> ThreadBlocks:
-        return self.schedule if self.schedule is not None else DEFAULT_THREADS[len(self.traced_graph.axes)]
+        """The block shape: a block launch's own, else the schedule's (or the default for the rank)."""
+        graph = self.traced_graph
+        if graph.is_block_launch:
+            return ThreadBlocks(*graph.block_shape)
+        return self.schedule if self.schedule is not None else DEFAULT_THREADS[len(graph.axes)]
 
     def launch(self, limits: Limits | None = None, *, args=None) -> Launch:
         """The launch geometry, checked against ``limits``; a program whose extents are

@@ -202,3 +202,71 @@ def test_fused_entry_stays_finite_when_a_rows_first_key_scores_minus_inf(backend
         dst = np.zeros((1, 2, 2), np.float32)
         make(ScaledDotProduct(*shape)).run([dst, query, key, value], backend=backend)
         np.testing.assert_allclose(dst, expected, rtol=1e-5, err_msg=make.__name__)
+
+
+# -- the flash entry (block layer) -----------------------------------------------------------------
+
+from accy.library.attention import FlashTiling, scaled_dot_product_flash_f32  # noqa: E402
+from accy.library.entry import BlockGrid  # noqa: E402
+
+FLASH_SHAPES = [(1, 1, 1, 1, 1), (2, 5, 7, 3, 5), (2, 37, 50, 16, 20), (1, 16, 64, 64, 64)]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", FLASH_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_flash_entry_matches_the_reference(shape, causal, backend):
+    from accy.library.attention import ScaledDotProduct
+
+    b, q, k, h, v = shape
+    rng = np.random.default_rng(sum(shape))
+    query = rng.standard_normal((b, q, h), dtype=np.float32)
+    key = rng.standard_normal((b, k, h), dtype=np.float32)
+    value = rng.standard_normal((b, k, v), dtype=np.float32)
+    dst = np.zeros((b, q, v), np.float32)
+    scaled_dot_product_flash_f32(ScaledDotProduct(*shape, causal=causal)).run([dst, query, key, value], backend=backend)
+    np.testing.assert_allclose(dst, reference(query, key, value, causal=causal), rtol=2e-5, atol=2e-6)
+
+
+def test_flash_entry_metadata_is_the_block_layer():
+    from accy.library.attention import ScaledDotProduct
+
+    spec = ScaledDotProduct(2, 37, 50, 16, 20, causal=True)
+    entry = scaled_dot_product_flash_f32(spec, FlashTiling(query_tile=16, key_tile=32, threads=128))
+    s = entry.specialization
+    assert entry.layer is Layer.block and entry.category is Category.attention
+    assert s.equation == "bqh,bkh,bkv->bqv" and s.causal
+    assert [r.name for r in s.reductions] == ["score_dot", "score_max", "score_exp_sum", "value_weighted_sum"]
+    assert s.reductions[2].operator is ReductionOperator.online_sum_exp_shifted
+    assert s.fused_reductions == (("score_max", "score_exp_sum", "value_weighted_sum"),)
+    assert [(t.operand, t.tile.extents) for t in s.tiles] == [("query", (16, 16)), ("key", (32, 16)), ("value", (32, 20))]
+    assert isinstance(s.schedule, BlockGrid) and s.schedule.threads == (128, 1, 1)
+    assert s.launch == entry.launch() and s.launch.grid == (3, 2, 1) and s.launch.block == (128, 1, 1)
+    assert s.schedule.matches_snapshot(entry.schedule_snapshot())
+    assert s.reduction_reuse_scopes_are_valid()
+    assert entry.target == "accy.kernel.attention.sdpa_flash2x37x50x16x20_q16k32t128_causal_f32"
+
+
+@pytest.mark.parametrize("head", [64, 128])
+def test_flash_entry_fits_registers_without_spills(head):
+    """Under ptxas -v at sm_90, at head dims 64 and 128: no spills, at most 128 registers;
+    the artifact records what ptxas reported."""
+    from accy.backends import toolchain
+    from accy.backends.artifacts import RecordingBackendState
+    from accy.library.attention import ScaledDotProduct
+
+    if toolchain.find_ptxas() is None:
+        pytest.skip("no ptxas: pip install nvidia-cuda-nvcc (the test extra does)")
+    entry = scaled_dot_product_flash_f32(ScaledDotProduct(8, 256, 256, head, head))
+    artifact = next(iter(entry.create_kernel_call_artifact(RecordingBackendState(arch="sm_90")).registry()))
+    used = artifact.resources
+    assert used is not None and used.arch == "sm_90"
+    assert used.spill_stores == used.spill_loads == 0 and used.registers <= 128, used
+    assert used.shared_bytes == FlashTiling().fitted(ScaledDotProduct(8, 256, 256, head, head)).shared_floats(
+        ScaledDotProduct(8, 256, 256, head, head)) * 4
+
+
+def test_flash_tiling_refuses_what_cannot_work():
+    with pytest.raises(ValueError, match="a power of two up to 32"):
+        FlashTiling(query_tile=16, threads=96)
+    with pytest.raises(ValueError, match="key_tile .* multiple of the 8 threads"):
+        FlashTiling(key_tile=12)

@@ -35,8 +35,6 @@ def get_backend(name: str) -> Backend:
 def resolve_launch(graph, threads: ThreadBlocks, binding: Binding | None, limits: Limits | None) -> Launch:
     """The launch of ``graph`` with blocks of ``threads``: extents computed at run time come
     from the binding's sizes and scalars.  Checked against ``limits`` (CUDA's by default)."""
-    if graph.is_block_launch:  # the block's shape is the launch's own
-        threads = ThreadBlocks(*graph.block_shape)
     extents = graph.static_extents
     if extents is None:
         if binding is None:
@@ -48,7 +46,11 @@ def resolve_launch(graph, threads: ThreadBlocks, binding: Binding | None, limits
                 raise LaunchError(f"kernel '{graph.name}': axis '{axis_name}' has extent {extent} at run time; "
                                   "extents must be >= 0")
     limits = limits or Limits.default
-    launch = limits.check(threads.launch(extents))
+    if graph.is_block_launch:  # the extents count blocks; the block's shape is the launch's own
+        pad = lambda values: tuple(values) + (1,) * (3 - len(values))  # noqa: E731
+        launch = limits.check(Launch(grid=pad(extents), block=pad(graph.block_shape), extents=tuple(extents)))
+    else:
+        launch = limits.check(threads.launch(extents))
     shared = sum(op.attrs["count"] * op.attrs["dtype"].itemsize for op in graph.shared_arrays().values())
     if shared > limits.max_shared_bytes:
         raise LaunchError(f"kernel '{graph.name}': its shared arrays take {shared} bytes per block, over the limit "

@@ -24,6 +24,7 @@ import attrs
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from ..dsl.types import DType
+from . import toolchain
 from .abi import ABI
 from .codegen import emit_ptx
 from .llvm import Target
@@ -69,6 +70,8 @@ class KernelArtifact:
     arch: str
     abi: str = ABI
     graph: Graph | None = attrs.field(default=None, repr=False)
+    # registers, spills and shared bytes per block, from ptxas -v (None where ptxas is missing)
+    resources: toolchain.Resources | None = None
 
     @property
     def fixed(self) -> bool:
@@ -152,6 +155,7 @@ def build_artifact(graph: Graph, launch: Launch | None, block: tuple[int, int, i
                    target: str, version: int = 1) -> KernelArtifact:
     """Compile ``graph`` with ``state`` into an artifact (``launch`` None: sized per call)."""
     payload, arch = state.compile(graph, block)
+    resources = toolchain.resources(payload, arch) if toolchain.find_ptxas() is not None else None
     return KernelArtifact(
         target=target,
         version=version,
@@ -165,4 +169,5 @@ def build_artifact(graph: Graph, launch: Launch | None, block: tuple[int, int, i
         payload=payload,
         arch=arch,
         graph=graph,
+        resources=resources,
     )

@@ -1,7 +1,8 @@
 """An on-disk cache of compiled code.
 
 Keys hash everything that changes the output: the graph's text form, the
-target, the options, and the llvmlite and LLVM versions.  An entry is a small
+target, the options, the code of the lowering itself, and the llvmlite and LLVM
+versions.  An entry is a small
 header (its key and the payload's SHA-256) and the payload, written to a
 temporary file and renamed into place, so a crash never leaves a half-written
 entry; an entry whose checksum does not match is deleted and rebuilt.
@@ -13,6 +14,7 @@ cannot be written is skipped with a warning: compiling still works.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -23,7 +25,18 @@ from typing import Callable
 import llvmlite
 import llvmlite.binding as llvm
 
-FORMAT_VERSION = 1  # bump when the lowering changes what it emits
+FORMAT_VERSION = 2  # bump when the entry format changes
+
+
+@functools.cache
+def _lowering_digest() -> str:
+    """A digest of the code that decides what is compiled, so a changed lowering misses."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in ("llvm.py", "codegen.py", "abi.py"):
+        with open(os.path.join(here, name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
 
 
 def cache_dir() -> str | None:
@@ -38,7 +51,8 @@ def cache_dir() -> str | None:
 
 
 def cache_key(*parts: str) -> str:
-    versions = f"accy-cache-{FORMAT_VERSION} llvmlite-{llvmlite.__version__} llvm-{llvm.llvm_version_info}"
+    versions = (f"accy-cache-{FORMAT_VERSION} lowering-{_lowering_digest()} llvmlite-{llvmlite.__version__} "
+                f"llvm-{llvm.llvm_version_info}")
     digest = hashlib.sha256(versions.encode())
     for part in parts:
         digest.update(b"\0" + part.encode())

@@ -27,6 +27,7 @@ from llvmlite.ir import types as _ir_types
 
 from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import OPS
+from ..dsl.ranges import index_ranges, within
 from ..dsl.types import DType, f32, f64
 from ..errors import CompileError
 from .abi import STATUS_DIV_ZERO, STATUS_LOAD_OOB, STATUS_STORE_OOB, scalar_bits
@@ -308,6 +309,7 @@ class _Lowering:
         self.lane_of = None  # () -> this thread's lane number, where the wrapper knows better
         self.shared_ptrs: dict[str, ir.Value] = {}
         self.slots: dict[Value, ir.Value] = {}  # host blocks: per-thread values kept across barriers
+        self.ranges = index_ranges(graph)
         self.thread_id: ir.Value | None = None  # host blocks: the thread of the current thread loop
 
     # -- declarations ------------------------------------------------------------
@@ -646,6 +648,13 @@ class _Lowering:
             return self.b.gep(self.shared_ptrs[name], [ir.Constant(I64, 0), idx], inbounds=True)
         return self.b.gep(self.pointers[name], [idx], source_etype=memory_type(dtype), inbounds=True)
 
+    def _statically_inside(self, op: Op) -> bool:
+        """A shared-array access whose index range fits the array: no run-time check needed."""
+        if op.attrs.get("space", "global") != "shared":
+            return False
+        return within(self.ranges.get(op.operands[0], (None, None)),
+                      self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
+
     def _count(self, op: Op) -> ir.Value:
         if op.attrs.get("space", "global") == "shared":
             return ir.Constant(I64, self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
@@ -655,7 +664,7 @@ class _Lowering:
         dtype = op.attrs["dtype"]
         ty = memory_type(dtype)
         idx = self.value(op.operands[0])
-        if not self.target.checks:
+        if not self.target.checks or self._statically_inside(op):
             loaded = self.b.load(self._element(op, idx), typ=ty, align=dtype.itemsize)
         else:
             ok = self.b.icmp_unsigned("<", idx, self._count(op))  # unsigned: negatives fail too
@@ -675,7 +684,7 @@ class _Lowering:
         idx, value = (self.value(v) for v in op.operands)
         if dtype.is_bool:
             value = self.b.zext(value, I8)
-        if not self.target.checks:
+        if not self.target.checks or self._statically_inside(op):
             self.b.store(value, self._element(op, idx), align=dtype.itemsize)
             return
         ok = self.b.icmp_unsigned("<", idx, self._count(op))
@@ -704,7 +713,7 @@ class _Lowering:
         kind, dtype = op.attrs["op"], op.attrs["dtype"]
         idx, *values = (self.value(v) for v in op.operands)
         ty = llvm_type(dtype)
-        if not self.target.checks:
+        if not self.target.checks or self._statically_inside(op):
             self.values[op.result] = self._atomic(kind, dtype, self._element(op, idx), values)
             return
         ok = self.b.icmp_unsigned("<", idx, self._count(op))
@@ -961,7 +970,10 @@ class _Lowering:
                 self.values[arg] = value
             self.lower_block(launch.regions[0])
         b.ret_void()
-        self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)))
+        # aim at 512 resident threads per SM (at most 128 registers each): without a hint ptxas
+        # trades registers for occupancy on its own and may spill
+        self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)),
+                       min_blocks=max(1, 512 // per_block))
         return fn
 
     def _linear(self, threads: list[ir.Value]) -> ir.Value:
@@ -972,10 +984,12 @@ class _Lowering:
             stride *= extent
         return linear
 
-    def _annotate(self, fn: ir.Function, block: tuple[int, int, int]) -> None:
+    def _annotate(self, fn: ir.Function, block: tuple[int, int, int], min_blocks: int | None = None) -> None:
         # the calling convention marks the kernel for LLVM >= 20; the annotations keep
         # older NVVM readers informed and bound the block size the kernel is built for
         annotations = [("kernel", 1)] + [(f"maxntid{dim}", threads) for dim, threads in zip("xyz", block)]
+        if min_blocks is not None:
+            annotations.append(("minctasm", min_blocks))
         for key, number in annotations:
             self.module.add_named_metadata(
                 "nvvm.annotations", [fn, ir.MetaDataString(self.module, key), ir.Constant(I32, number)])

@@ -10,10 +10,13 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+
+import attrs
 
 from ..errors import CompileError
 
@@ -49,9 +52,20 @@ def find_libdevice() -> str | None:
     return None
 
 
-def assemble(ptx: str, arch: str) -> bytes:
-    """Assemble PTX with ptxas for ``arch``; a CompileError carries ptxas's message
-    and a command to reproduce it."""
+@attrs.frozen
+class Resources:
+    """What one kernel takes of a GPU, as ``ptxas -v`` reports it."""
+
+    arch: str
+    registers: int  # per thread
+    spill_stores: int  # bytes
+    spill_loads: int
+    shared_bytes: int  # static shared memory per block
+    stack_bytes: int
+    barriers: int
+
+
+def _run_ptxas(ptx: str, arch: str, verbose: bool = False):
     ptxas = find_ptxas()
     if ptxas is None:
         raise CompileError("ptxas not found: pip install nvidia-cuda-nvcc (accy's test extra does), or set CUDA_HOME")
@@ -59,7 +73,8 @@ def assemble(ptx: str, arch: str) -> bytes:
         src, out = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "kernel.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        result = subprocess.run([ptxas, f"-arch={arch}", src, "-o", out], capture_output=True, text=True)
+        flags = ["-v"] if verbose else []
+        result = subprocess.run([ptxas, f"-arch={arch}", *flags, src, "-o", out], capture_output=True, text=True)
         if result.returncode != 0:
             keep = tempfile.NamedTemporaryFile("w", suffix=".ptx", prefix="accy-failed-", delete=False)
             with keep:
@@ -69,4 +84,23 @@ def assemble(ptx: str, arch: str) -> bytes:
                 f"reproduce with: {ptxas} -arch={arch} {keep.name} -o /dev/null"
             )
         with open(out, "rb") as f:
-            return f.read()
+            return f.read(), result.stderr + result.stdout
+
+
+def assemble(ptx: str, arch: str) -> bytes:
+    """Assemble PTX with ptxas for ``arch``; a CompileError carries ptxas's message
+    and a command to reproduce it."""
+    return _run_ptxas(ptx, arch)[0]
+
+
+def resources(ptx: str, arch: str) -> Resources:
+    """Registers, spills and shared memory of the (first) kernel in ``ptx``, from ``ptxas -v``."""
+    _, report = _run_ptxas(ptx, arch, verbose=True)
+
+    def number(pattern: str) -> int:
+        m = re.search(pattern, report)
+        return int(m.group(1)) if m else 0
+
+    return Resources(arch, number(r"Used (\d+) registers"), number(r"(\d+) bytes spill stores"),
+                     number(r"(\d+) bytes spill loads"), number(r"(\d+) bytes smem"),
+                     number(r"(\d+) bytes stack frame"), number(r"used (\d+) barriers"))

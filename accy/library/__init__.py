@@ -4,13 +4,16 @@ from . import attention
 from .attention import (
     ScaledDotProduct,
     ScaledDotProductAttention2x2x3x2x2F32,
+    FlashTiling,
     Threads3D,
     scaled_dot_product_f32,
+    scaled_dot_product_flash_f32,
     scaled_dot_product_fused_f32,
     scaledDotProductF32,
 )
 from .entry import (
     ATTENTION_SCALED_DOT_PRODUCT,
+    BlockGrid,
     Category,
     Entry,
     Layer,
@@ -22,10 +25,12 @@ from .entry import (
     Shape,
     Specialization,
     ThreadBlocks3D,
+    TileReuse,
 )
 
 __all__ = [
-    "attention", "ScaledDotProduct", "ScaledDotProductAttention2x2x3x2x2F32", "Threads3D",
+    "attention", "ScaledDotProduct", "ScaledDotProductAttention2x2x3x2x2F32", "Threads3D", "FlashTiling",
+    "scaled_dot_product_flash_f32", "BlockGrid", "TileReuse",
     "scaled_dot_product_f32", "scaled_dot_product_fused_f32", "scaledDotProductF32", "ATTENTION_SCALED_DOT_PRODUCT", "Category",
     "Entry", "Layer", "Operation", "Reduction", "ReductionOperator", "ReductionReuse",
     "ScheduleSnapshot", "Shape", "Specialization", "ThreadBlocks3D",

@@ -25,6 +25,7 @@ from ..errors import TraceError
 from ..program import Program
 from .entry import (
     ATTENTION_SCALED_DOT_PRODUCT,
+    BlockGrid,
     Category,
     Entry,
     Layer,
@@ -34,6 +35,7 @@ from .entry import (
     Shape,
     Specialization,
     ThreadBlocks3D,
+    TileReuse,
 )
 
 
@@ -374,4 +376,172 @@ def scaled_dot_product_fused_f32(spec: ScaledDotProduct) -> Entry:
         layer=Layer.logical,
         category=Category.attention,
         specialization=_specialization(spec, fused=True),
+    )
+
+
+# -- the flash entry: blocks of cooperating threads, K and V tiles in shared memory ----------------
+
+
+@attrs.frozen
+class FlashTiling:
+    """How the flash entry tiles the work: ``query_tile`` queries per block, keys staged
+    ``key_tile`` at a time in shared memory, ``threads`` threads per block.  The
+    ``threads // query_tile`` threads of a query row (a power of two up to 32, so a row's
+    threads sit in one warp) split its keys and its output columns between them."""
+
+    query_tile: int = attrs.field(default=16, validator=positive_int)
+    key_tile: int = attrs.field(default=32, validator=positive_int)
+    threads: int = attrs.field(default=128, validator=positive_int)
+
+    def __attrs_post_init__(self):
+        per_row = self.threads // self.query_tile
+        if self.threads % self.query_tile or per_row & (per_row - 1) or per_row > 32 or self.threads % 32:
+            raise ValueError(f"flash tiling: threads ({self.threads}, a multiple of 32) must be query_tile "
+                             f"({self.query_tile}) times a power of two up to 32")
+        if self.key_tile % per_row:
+            raise ValueError(f"flash tiling: key_tile ({self.key_tile}) must be a multiple of the {per_row} "
+                             "threads of a query row")
+
+    @property
+    def per_row(self) -> int:
+        return self.threads // self.query_tile
+
+    def shared_floats(self, spec: "ScaledDotProduct") -> int:
+        q, k = self.query_tile, self.key_tile
+        return q * spec.qk + k * spec.qk + k * spec.value + q * k
+
+    def fitted(self, spec: "ScaledDotProduct", limit_bytes: int = 48 * 1024) -> "FlashTiling":
+        """This tiling with the key tile halved until the shared tiles fit ``limit_bytes``."""
+        tiling = self
+        while tiling.shared_floats(spec) * 4 > limit_bytes and tiling.key_tile > tiling.per_row:
+            tiling = attrs.evolve(tiling, key_tile=tiling.key_tile // 2)
+        return tiling
+
+
+def _flash_program(spec: ScaledDotProduct, tiling: FlashTiling, name: str) -> Program:
+    """One block per (query tile, batch).  The block stages its query tile, then for each tile
+    of keys stages K and V in shared memory; each query row's threads compute its scores,
+    combine their maxima and sums with warp shuffles (the online softmax, shifted by 0 while
+    every score is -inf), write the weights to shared memory, and each thread updates the few
+    output columns it owns.  The output is written once, at the end."""
+    B, Q, K, H, V = spec.batch, spec.queries, spec.keys, spec.qk, spec.value
+    bq, bk, t_count, g_count = tiling.query_tile, tiling.key_tile, tiling.threads, tiling.per_row
+    columns = -(-V // g_count)  # output columns per thread
+    scores = bk // g_count  # scores per thread and key tile
+    scale = 1.0 / math.sqrt(float(H))
+    minus_inf = float("-inf")
+
+    def body(k, a):
+        @k.for_each_block(grid=(axis("q_tile", -(-Q // bq)), axis(spec.batch_axis, B)), threads=axis("t", t_count))
+        def block_body(inner, block, thread):
+            q_sh = inner.shared(f32, bq * H, "query_tile")
+            k_sh = inner.shared(f32, bk * H, "key_tile")
+            v_sh = inner.shared(f32, bk * V, "value_tile")
+            p_sh = inner.shared(f32, bq * bk, "weights")
+            b, t = block[spec.batch_axis], thread["t"]
+            q0 = block["q_tile"] * bq
+            r, g = t // g_count, t % g_count
+            q = q0 + r
+
+            def stage(inner, tile, rows, row0, limit, width, source, base):
+                def copy(inner, e):
+                    row = row0 + e // width
+                    tile[e] = inner.if_(row < limit, lambda inner: source[(base + row) * width + e % width],
+                                        lambda inner: 0.0)
+
+                inner.for_range(t, rows * width, t_count, copy)
+
+            stage(inner, q_sh, bq, q0, Q, H, a.query, b * Q)
+            inner.barrier()
+            stop = inner.min(q0 + bq, K) if spec.causal else K
+            tiles = (stop + (bk - 1)) // bk
+
+            def group(inner, value, op):  # over the threads of this query row (a warp's lanes)
+                offset = g_count // 2
+                while offset:
+                    value = getattr(inner, op)(value, inner.shuffle_xor(value, offset))
+                    offset //= 2
+                return value
+
+            def key_tile(inner, kt, state):
+                m, l, *acc = state
+                k0 = kt * bk
+                stage(inner, k_sh, bk, k0, K, H, a.key, b * K)
+                stage(inner, v_sh, bk, k0, K, V, a.value, b * K)
+                inner.barrier()
+                keys = [g + g_count * s for s in range(scores)]
+                dots = inner.fold_range(0, H, 1, (0.0,) * scores, lambda inner, h, d: tuple(
+                    d[s] + q_sh[r * H + h] * k_sh[keys[s] * H + h] for s in range(scores)))
+                tile_scores = []
+                for s, j in enumerate(keys):
+                    visible = k0 + j < K
+                    if spec.causal:
+                        visible = visible & (k0 + j <= q)
+                    tile_scores.append(inner.select(visible, dots[s] * scale, minus_inf))
+                tile_max = tile_scores[0]
+                for s in tile_scores[1:]:
+                    tile_max = inner.max(tile_max, s)
+                new_m = inner.max(m, group(inner, tile_max, "max"))
+                shift = inner.select(new_m == minus_inf, 0.0, new_m)  # every score so far -inf: exp(-inf) = 0
+                alpha = (m - shift).exp()
+                weights = [(s - shift).exp() for s in tile_scores]
+                total = weights[0]
+                for w in weights[1:]:
+                    total = total + w
+                l = l * alpha + group(inner, total, "add")
+                for s, j in enumerate(keys):
+                    p_sh[r * bk + j] = weights[s]
+                inner.barrier()
+                cols = [inner.min(g + g_count * c, V - 1) for c in range(columns)]  # past V: clamped, never stored
+
+                def weigh(inner, j, sums):
+                    p = p_sh[r * bk + j]
+                    return tuple(sums[c] + p * v_sh[j * V + cols[c]] for c in range(columns))
+
+                acc = inner.fold_range(0, bk, 1, tuple(x * alpha for x in acc), weigh)
+                inner.barrier()  # every thread is done with the tiles before the next are staged
+                return (new_m, l, *acc)
+
+            m, l, *acc = inner.fold_range(0, tiles, 1, (minus_inf, 0.0, *(0.0,) * columns), key_tile)
+            out_row = (b * Q + q) * V
+            for c in range(columns):
+                col = g + g_count * c
+                inner.if_((q < Q) & (col < V), lambda inner, col=col, c=c: a.dst.__setitem__(out_row + col, acc[c] / l))
+
+    return Program(name=name, parameters={"dst": dynamic_buffer(f32), "query": dynamic_buffer(f32),
+                                          "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)}, body=body)
+
+
+def _flash_specialization(spec: ScaledDotProduct, tiling: FlashTiling) -> Specialization:
+    base = _specialization(spec, fused=True)
+    q_tile, k_tile = (spec.query_axis, tiling.query_tile), (spec.key_axis, tiling.key_tile)
+    schedule_ = BlockGrid((Axis("q_tile", -(-spec.queries // tiling.query_tile)), Axis(spec.batch_axis, spec.batch)),
+                          (tiling.threads, 1, 1))
+    tile_outputs = Shape.of(q_tile, (spec.value_axis, spec.value))
+    return attrs.evolve(
+        base,
+        launch=schedule_.launch(),
+        schedule=schedule_,
+        tiles=(
+            TileReuse("query", Shape.of(q_tile, (spec.qk_axis, spec.qk)), tile_outputs),
+            TileReuse("key", Shape.of(k_tile, (spec.qk_axis, spec.qk)), tile_outputs),
+            TileReuse("value", Shape.of(k_tile, (spec.value_axis, spec.value)), tile_outputs),
+        ),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def scaled_dot_product_flash_f32(spec: ScaledDotProduct, tiling: FlashTiling = FlashTiling()) -> Entry:
+    """The flash attention entry for ``spec``: blocks of threads, K and V tiles in shared memory,
+    an online softmax (memoised: one entry per spec and tiling).  The key tile shrinks until
+    the shared tiles fit 48 KiB."""
+    tiling = tiling.fitted(spec)
+    stem = (f"sdpa_flash{spec.shape_text}_q{tiling.query_tile}k{tiling.key_tile}t{tiling.threads}"
+            f"{'_causal' if spec.causal else ''}_f32")
+    return Entry(
+        program=_flash_program(spec, tiling, f"accy_kernel_attention_{stem}"),
+        target=f"accy.kernel.attention.{stem}",
+        layer=Layer.block,
+        category=Category.attention,
+        specialization=_flash_specialization(spec, tiling),
     )

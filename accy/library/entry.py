@@ -22,6 +22,7 @@ from ..program import Program
 
 class Layer(enum.Enum):
     logical = "logical"  # written over logical axes; the schedule maps them to blocks
+    block = "block"  # written over blocks of cooperating threads (shared memory, barriers)
 
 
 class Category(enum.Enum):
@@ -142,6 +143,37 @@ class ThreadBlocks3D:
 
 
 @attrs.frozen
+class BlockGrid:
+    """Declared schedule of a block-layer entry: one block per point of ``grid`` (its axes
+    count tiles), each of ``threads`` threads."""
+
+    grid: tuple[Axis, ...]
+    threads: tuple[int, int, int]
+
+    @property
+    def axes(self) -> tuple[Axis, ...]:
+        return self.grid
+
+    def launch(self) -> Launch:
+        extents = tuple(a.extent for a in self.grid)
+        return Launch(grid=extents + (1,) * (3 - len(extents)), block=self.threads, extents=extents)
+
+    def matches_snapshot(self, snapshot: ScheduleSnapshot) -> bool:
+        return (tuple(self.grid) == tuple(snapshot.axes) and tuple(self.threads) == tuple(snapshot.threads)
+                and self.launch() == snapshot.launch)
+
+
+@attrs.frozen
+class TileReuse:
+    """A tile of an operand staged in shared memory once per block and reused there: ``tile``
+    is its named-axis shape, ``scope`` the outputs of the block that read it."""
+
+    operand: str
+    tile: Shape
+    scope: Shape
+
+
+@attrs.frozen
 class Specialization:
     dtype: DType
     operation: Operation
@@ -151,10 +183,11 @@ class Specialization:
     reductions: tuple[Reduction, ...]
     reduction_reuse: tuple[ReductionReuse, ...]
     launch: Launch
-    schedule: ThreadBlocks3D
+    schedule: ThreadBlocks3D | BlockGrid
     # groups of reductions computed together in one loop (online softmax fuses three)
     fused_reductions: tuple[tuple[str, ...], ...] = ()
     causal: bool = False  # key k attends to query q only where k <= q
+    tiles: tuple[TileReuse, ...] = ()  # shared-memory tiles of a block-layer entry
 
     def operation_is(self, operation) -> bool:
         return str(operation) == str(self.operation)
@@ -258,7 +291,7 @@ class Entry:
         return ScheduleSnapshot(graph.axes, self.program.threads.block, self.launch(limits))
 
     @property
-    def schedule(self) -> ThreadBlocks3D:
+    def schedule(self) -> ThreadBlocks3D | BlockGrid:
         return self.specialization.schedule
 
     def run(self, args, backend: str = "numpy", *, limits: Limits | None = None, **options):
