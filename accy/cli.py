@@ -43,6 +43,13 @@ def _kernel_name(text: str) -> str:
     return text
 
 
+def _size(text: str) -> tuple[str | None, int]:
+    name, sep, value = text.rpartition("=")
+    if sep and not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected N or NAME=N, got {text!r}")
+    return (name or None), _positive_int(value)
+
+
 def _scalar_assignment(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name.isidentifier():
@@ -85,7 +92,16 @@ def load_kernel(spec: str):
     loader = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader)
     sys.modules[module_name] = module
-    loader.loader.exec_module(module)
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)  # the file's own imports resolve as they do under `python FILE.py`
+    try:
+        loader.loader.exec_module(module)
+    except AccyError:
+        raise
+    except Exception as e:
+        raise AccyError(f"{spec}: importing {path} failed: {type(e).__name__}: {e}") from None
+    finally:
+        sys.path.remove(folder)
     kernel = getattr(module, name, None)
     if kernel is None:
         found = sorted(k for k, v in vars(module).items() if isinstance(v, (Program, Entry)))
@@ -137,10 +153,13 @@ def _ir(ns) -> int:
     return _write(graph.text(), ns.output)
 
 
-def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0) -> list:
-    """Random arguments for ``kernel``: a library entry's shapes, or ``size`` elements per
-    buffer of unknown length; integer buffers hold values in [0, size) (safe as indices);
-    scalars from ``scalars`` (NAME -> text), else the size for an index, 1 for a number."""
+def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0,
+                      sizes: dict[str, int] | None = None) -> list:
+    """Random arguments for ``kernel``: a library entry's shapes, or ``sizes[name]`` (else
+    ``size``) elements per buffer of unknown length; integer buffers hold values in
+    [0, size) (safe as indices); scalars from ``scalars`` (NAME -> text), else the size
+    for an index, 1 for a number."""
+    sizes = sizes or {}
     from .library.entry import Entry
 
     rng = np.random.default_rng(seed)
@@ -156,7 +175,8 @@ def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0)
                 value = text == "True" if p.dtype.is_bool else float(text) if p.dtype.is_float else int(text)
             args.append(value)
             continue
-        count = shapes[p.name].element_count() if p.name in shapes else p.count if p.count is not None else size
+        count = (shapes[p.name].element_count() if p.name in shapes else p.count if p.count is not None
+                 else sizes.get(p.name, size))
         if p.dtype.is_float:
             args.append(rng.standard_normal(count).astype(p.dtype.numpy))
         elif p.dtype.is_bool:
@@ -166,6 +186,9 @@ def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0)
     unknown = sorted(set(scalars) - {p.name for p in program.graph.scalars})
     if unknown:
         raise AccyError(f"--scalar {', '.join(unknown)}: no such scalar parameter")
+    unknown = sorted(set(sizes) - {p.name for p in program.graph.buffers})
+    if unknown:
+        raise AccyError(f"--size {', '.join(unknown)}: no such buffer parameter")
     return args
 
 
@@ -179,10 +202,15 @@ def _compare(ns) -> int:
         args = [np.zeros((b, q, v), np.float32)] + [rng.standard_normal(s, dtype=np.float32)
                                                     for s in ((b, q, h), (b, k, h), (b, k, v))]
     else:
-        args = example_arguments(kernel, ns.size, dict(ns.scalar), ns.seed)
+        default = next((n for name, n in ns.size if name is None), 64)
+        args = example_arguments(kernel, default, dict(ns.scalar), ns.seed,
+                                 {name: n for name, n in ns.size if name is not None})
     report = compare(kernel, args, [s.strip() for s in ns.backends.split(",") if s.strip()],
                      rtol=ns.rtol, atol=ns.atol)
     print(report.to_json() if ns.json else report)
+    if not ns.json and report.failed and not report.ran:
+        print("  every backend failed: the generated inputs may not fit this kernel; set buffer sizes with "
+              "--size NAME=N and scalars with --scalar NAME=VALUE")
     return 0 if report.agree else 1
 
 
@@ -236,8 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser("compare", help="run a kernel on several backends; exit 1 if they disagree")
     _add_kernel(cmp, dict(batch=2, queries=4, keys=5, qk=3, value=2))
     cmp.add_argument("--backends", default="numpy,llvm,cuda", help="comma-separated (default numpy,llvm,cuda)")
-    cmp.add_argument("--size", type=_positive_int, default=64,
-                     help="FILE.py:NAME: elements of each buffer of unknown length (default 64)")
+    cmp.add_argument("--size", type=_size, action="append", default=[], metavar="N|NAME=N",
+                     help="FILE.py:NAME: elements of each buffer of unknown length (default 64), or of one "
+                          "buffer by name; repeatable")
     cmp.add_argument("--scalar", type=_scalar_assignment, action="append", default=[], metavar="NAME=VALUE",
                      help="FILE.py:NAME: a scalar argument (default: the size for index, else 1)")
     cmp.add_argument("--rtol", type=float, default=1e-5)

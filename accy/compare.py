@@ -20,6 +20,9 @@ from .backends import BACKENDS
 from .errors import AccyError, ArgumentError, BackendUnavailableError
 
 FIRST = 5  # disagreeing elements listed per output and pair
+# computed to within documented ulps, not bit for bit, so backends may differ in the last bits
+MATH_FUNCTIONS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "rsqrt", "erf", "tanh", "sigmoid",
+                            "sin", "cos", "pow"})
 
 
 @attrs.frozen
@@ -46,6 +49,7 @@ class CompareReport:
     pairs: tuple[PairComparison, ...]
     rtol: float
     atol: float
+    inexact_ops: tuple[str, ...] = ()  # math functions the kernel uses: not bit-identical across backends
 
     @property
     def agree(self) -> bool:
@@ -75,6 +79,9 @@ class CompareReport:
             lines.append(f"  {backend}: FAILED: {why}")
         for backend, why in self.skipped.items():
             lines.append(f"  {backend}: skipped: {why}")
+        if not self.agree and self.inexact_ops and not self.failed:
+            lines.append(f"  note: the kernel uses {', '.join(self.inexact_ops)}, which backends compute to within a few "
+                         "ulps, not bit for bit (docs/ir.md); a looser rtol may be what you want")
         return "\n".join(lines)
 
 
@@ -148,4 +155,5 @@ def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1
         _compare_arrays(out, results[a][out], results[b][out], (a, b), rtol, atol, shapes.get(out))
         for out in outputs for a, b in itertools.combinations(results, 2)
     )
-    return CompareReport(program.name, tuple(results), skipped, failed, pairs, rtol, atol)
+    inexact = tuple(sorted({op.opcode for op in program.graph.body.walk() if op.opcode in MATH_FUNCTIONS}))
+    return CompareReport(program.name, tuple(results), skipped, failed, pairs, rtol, atol, inexact)

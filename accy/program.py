@@ -105,14 +105,15 @@ class Program:
     createKernelCallArtifact = create_kernel_call_artifact
 
 
-def kernel(**declared) -> Callable[[Callable], Program]:
+def kernel(name: str | None = None, /, **declared) -> Callable[[Callable], Program]:
     """``@accy.kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), n=scalar(index))`` over
-    ``def name(k, args)`` makes the :class:`Program` ``name``."""
+    ``def name(k, args)`` makes the :class:`Program` ``name``; ``@accy.kernel("gelu_f16", ...)``
+    names it explicitly (it names the GPU entry point)."""
     params = parameters(declared)
 
     def make(body: Callable) -> Program:
         if not callable(body):
             raise TraceError(f"@kernel must decorate a function (k, args), got {body!r}")
-        return Program(body.__name__, params, body)
+        return Program(name or body.__name__, params, body)
 
     return make

@@ -84,3 +84,28 @@ def test_bad_arch_is_a_usage_error(capsys):
 def test_demo_on_llvm(capsys):
     assert main(["demo", "--backend", "llvm"]) == 0
     assert "backend  llvm" in capsys.readouterr().out
+
+
+def test_a_users_module_with_sibling_imports_and_per_buffer_sizes(tmp_path, capsys):
+    (tmp_path / "helpers.py").write_text("COLS = 4\n")
+    (tmp_path / "mine.py").write_text(
+        "from helpers import COLS\n"
+        "from accy import axis, dynamic_buffer, f32, index, kernel, scalar\n"
+        "@kernel('row_sums', dst=dynamic_buffer(f32), x=dynamic_buffer(f32))\n"
+        "def anything(k, a):\n"
+        "    @k.for_each_1d(axis('r', a.dst.size))\n"
+        "    def each(inner, idx):\n"
+        "        r = idx['r']\n"
+        "        a.dst[r] = inner.fold_range(0, COLS, 1, 0.0, lambda inner, j, s: s + a.x[r * COLS + j])\n")
+    target = f"{tmp_path / 'mine.py'}:anything"
+    assert main(["ir", target]) == 0 and "kernel @row_sums(" in capsys.readouterr().out
+    assert main(["compare", target, "--backends", "numpy,llvm", "--size", "dst=3", "--size", "x=12"]) == 0
+    assert "agree" in capsys.readouterr().out
+    # the default size gives x too few elements: every backend fails, and the report says what to do
+    assert main(["compare", target, "--backends", "numpy,llvm", "--size", "dst=5", "--size", "x=3"]) == 1
+    assert "every backend failed: the generated inputs may not fit" in capsys.readouterr().out
+    (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
+    with pytest.raises(SystemExit):
+        main(["ir", f"{tmp_path / 'broken.py'}:x"])
+    err = capsys.readouterr().err
+    assert "importing" in err and "ModuleNotFoundError" in err and "Traceback" not in err

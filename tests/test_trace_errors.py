@@ -317,3 +317,27 @@ def test_compare_reports_the_users_line_not_accys():
         accy.compare(program, [np.zeros(4, np.float32), np.zeros(4, np.float32)])
     assert err.value.location.lineno == this_line_is("MARK-compare-line")
     assert "test_trace_errors.py" in err.value.location.filename
+
+
+def test_numpy_functions_and_chained_conditions_say_what_to_write():
+    with pytest.raises(TraceError, match=r"numpy\.where does not work on traced values; use inner\.select"):
+        trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, np.where(args.x[i] > 0, 1.0, 0.0))))
+    with pytest.raises(TraceError, match=r"numpy\.clip does not work on traced values; use inner\.min\(inner\.max"):
+        trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, np.clip(args.x[i], 0, 1))))
+    with pytest.raises(TraceError, match=r"combine conditions with \(a\) & \(b\).*split chained comparisons"):
+        trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, inner.select(0 < i < 3, 1.0, 0.0))))
+
+
+def test_a_numpy_scalar_init_keeps_its_type(backend):
+    def each(inner, i, args):
+        args.dst[i] = inner.fold_range(0, 3, 1, np.int32(1), lambda inner, j, acc: acc * 2)
+
+    program = Program("doubling", {"dst": dynamic_buffer(i32)}, in_launch(each))
+    dst = np.zeros(4, np.int32)
+    program.run([dst], backend=backend)
+    assert dst.tolist() == [8] * 4
+    with pytest.raises(TraceError, match=r"init=0 is a Python int, so the accumulator is index; write "
+                                         r"init=inner\.constant\(0, i32\)"):
+        trace(in_launch(lambda inner, i, args: args.dst.__setitem__(
+            i, inner.fold_range(0, 3, 1, 0, lambda inner, j, acc: inner.cast(acc, i32)))),
+            {"dst": dynamic_buffer(i32), "x": dynamic_buffer(f32)})

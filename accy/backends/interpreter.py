@@ -39,7 +39,7 @@ from ..dsl.ir import Axis, Block, Graph, Op, Value
 from ..dsl.ops import OPS, REDUCTIONS
 from ..dsl.schedule import Launch
 from ..dsl.types import INDEX_MAX, INDEX_MIN
-from ..errors import ArgumentError, BarrierError
+from ..errors import ArgumentError, BarrierError, ExecutionError
 from . import numerics
 from .arguments import Binding, host_info
 from .contract import Backend
@@ -638,7 +638,8 @@ def evaluate_extents(graph: Graph, sizes: dict[str, int], scalars: dict[str, obj
             elif op.opcode in ("div", "mod") and op.result.type.is_int:
                 a, b = (env[v] for v in op.operands)
                 if b == 0:
-                    raise division_by_zero(op, "(computing the launch extents)")
+                    raise ExecutionError(f"{op.opcode}: {op.operands[0].type} division by zero while computing "
+                                         f"the launch extents{_at(op)}")
                 env[op.result] = (np.floor_divide if op.opcode == "div" else np.remainder)(a, b)
             else:
                 env[op.result] = EVAL[op.opcode](*[env[v] for v in op.operands])

@@ -26,7 +26,7 @@ from ..errors import TraceError, UnknownOpError
 from . import context
 from .ir import Axis, Block, Op, Param, Value
 from .ops import OPS, REDUCTIONS, OpTypeError, infer
-from .types import INDEX_MAX, DType, as_dtype, boolean, f32, index
+from .types import INDEX_MAX, DType, as_dtype, boolean, f32, from_numpy, index
 
 _NO_CTX = object()
 
@@ -90,12 +90,15 @@ class Traced:
         )
 
     def __bool__(self):
-        self._no_python_value("bool (if/while/and/or/not)",
-                              "; Python's max()/min() compare with if: use inner.max(a, b)")
+        self._no_python_value("bool (if/while/and/or/not, a chained comparison like 0 < i < n)",
+                              "; combine conditions with (a) & (b), (a) | (b) and ~a, in parentheses, and split "
+                              "chained comparisons; Python's max()/min() compare with if: use inner.max(a, b)")
 
     def __index__(self): self._no_python_value("int index")
     def __int__(self): self._no_python_value("int", "; cast(value, i32) converts inside the kernel")
-    def __float__(self): self._no_python_value("float", "; for math on traced values use x.exp() or accy.math.exp(x)")
+    def __float__(self):
+        self._no_python_value("float", "; Python's math module needs numbers: for math on traced values use the "
+                                       "accy op, as a method (x.sqrt(), x.exp()) or from accy.math (accy.math.sqrt(x))")
     def __complex__(self): self._no_python_value("complex")
     def __iter__(self): self._no_python_value("iterable")
     def __len__(self): self._no_python_value("sequence (len)")
@@ -181,6 +184,16 @@ _UFUNCS = {
 }
 
 
+_ARRAY_FUNCTIONS = {"where": "inner.select(cond, a, b) (also inner.where)", "clip": "inner.min(inner.max(x, lo), hi)",
+                    "sum": "fold_range or block_reduce", "dot": "fold_range"}
+
+
+def _array_function(self, func, types, args, kwargs):
+    name = getattr(func, "__name__", str(func))
+    hint = _ARRAY_FUNCTIONS.get(name, "the builder's methods (inner.select, inner.max, ...) or accy.math")
+    raise _error(f"numpy.{name} does not work on traced values; use {hint}")
+
+
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     name = getattr(ufunc, "__name__", str(ufunc))
     if method != "__call__" or kwargs or name not in _UFUNCS:
@@ -191,6 +204,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
 
 
 Traced.__array_ufunc__ = _array_ufunc
+Traced.__array_function__ = _array_function
 
 
 def _unknown(name: str, where: str) -> UnknownOpError:
@@ -477,8 +491,9 @@ class Builder:
             for v in operands:
                 if v in scope.int_literal_accumulators:
                     raw = scope.int_literal_accumulators[v]
-                    return (f"; init={raw!r} is a Python int, so the accumulator is index; "
-                            f"write init={float(raw)!r} for a float accumulator")
+                    return (f"; init={raw!r} is a Python int, so the accumulator is index; write init={float(raw)!r} "
+                            f"for a float accumulator, or init=inner.constant({raw!r}, i32) (or np.int32({raw!r})) for "
+                            "another integer type")
         return ""
 
     def _traced(self, op: Op) -> Traced:
@@ -528,6 +543,8 @@ class Builder:
             return x.value
         if isinstance(x, (bool, np.bool_)):
             return self.constant(bool(x), boolean).value
+        if like is None and isinstance(x, np.generic) and from_numpy(x.dtype) is not None:
+            return self.constant(x.item(), from_numpy(x.dtype)).value  # a NumPy scalar keeps its type
         if isinstance(x, numbers.Integral):
             target = like if like is not None and not like.is_bool else index
             return self.constant(int(x), target).value
@@ -763,6 +780,10 @@ class Builder:
                         and isinstance(r, Traced) and r.type.is_float:
                     hint = (f": init={raw!r} is a Python int, so the accumulator is index; "
                             f"write init={float(raw)!r} for a float accumulator")
+                elif isinstance(raw, numbers.Integral) and not isinstance(raw, (bool, np.bool_)) \
+                        and isinstance(r, Traced) and r.type.is_int:
+                    hint = (f": init={raw!r} is a Python int, so the accumulator is index; write "
+                            f"init=inner.constant({raw!r}, {r.type}) (or a NumPy scalar of that type)")
                 raise _error(
                     f"fold_range{where}: body returned {got} for accumulator {i}, "
                     f"expected {init.type} (the type of init){hint}"
