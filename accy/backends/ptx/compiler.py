@@ -99,53 +99,41 @@ class Expr(str):
 
 
 def _read_conv(expr: str, S, D) -> str:
-    """Source reading a register stored as ``S`` as type ``D``."""
+    """Source reading a register stored as ``S`` as type ``D`` (bits are kept: a view)."""
     if S == D:
         return expr
     if S == BOOL or D == BOOL:
         raise PtxError("a predicate register used as a value (or a value as a predicate)")
     if S.itemsize == D.itemsize:
-        if S.kind == "f" and D.kind in "ui":
-            if S == F32:
-                bits = f"f32_bits({expr})"
-            elif S == F16:
-                bits = f"f16_bits({expr})"
-            else:
-                bits = f"{expr}.view(U64)"
-            return bits if D.kind == "u" else f"{bits}.view({_NAME[D]})"
-        return f"{expr}.view({_NAME[D]})"
+        return f"{_paren(expr)}.view({_NAME[D]})"
     # a different width: through the integer of the register's width
     src_int = _read_conv(expr, S, UINT_OF[S.itemsize] if D.kind != "i" else INT_OF[S.itemsize])
     if D.kind == "f":
-        return f"{src_int}.astype({_NAME[UINT_OF[D.itemsize]]}).view({_NAME[D]})"
-    return f"{src_int}.astype({_NAME[D]})"
+        return f"{_paren(src_int)}.astype({_NAME[UINT_OF[D.itemsize]]}).view({_NAME[D]})"
+    return f"{_paren(src_int)}.astype({_NAME[D]})"
+
+
+def _paren(expr: str) -> str:
+    return expr if expr.isidentifier() else f"({expr})"
 
 
 def _write_conv(expr: str, D, S) -> str:
-    """Source turning a value of type ``D`` into register storage ``S``."""
+    """Source turning a value of type ``D`` into register storage ``S`` (bits are kept)."""
     if S == D:
         return expr
     if S == BOOL or D == BOOL:
         raise PtxError("a predicate written to a value register (or a value to a predicate)")
     if D.itemsize == S.itemsize:
-        if D.kind == "f" and S.kind in "ui":
-            if D == F32:
-                bits = f"f32_bits({expr})"
-            elif D == F16:
-                bits = f"f16_bits({expr})"
-            else:
-                bits = f"{expr}.view(U64)"
-            return bits if S == UINT_OF[S.itemsize] else f"{bits}.view({_NAME[S]})"
-        return f"{expr}.view({_NAME[S]})"
+        return f"{_paren(expr)}.view({_NAME[S]})"
     if D.itemsize < S.itemsize:  # extend (sign-extend signed values) to the register's width
         if D.kind == "f":
             expr = _read_conv(expr, D, UINT_OF[D.itemsize])
             D = UINT_OF[D.itemsize]
         wide = INT_OF[S.itemsize] if D.kind == "i" else UINT_OF[S.itemsize]
-        return _write_conv(f"{expr}.astype({_NAME[wide]})", wide, S)
+        return _write_conv(f"{_paren(expr)}.astype({_NAME[wide]})", wide, S)
     narrow = UINT_OF[S.itemsize]
     as_int = _read_conv(expr, D, UINT_OF[D.itemsize])
-    return _write_conv(f"{as_int}.astype({_NAME[narrow]})", narrow, S)
+    return _write_conv(f"{_paren(as_int)}.astype({_NAME[narrow]})", narrow, S)
 
 
 _NAME = {U8: "U8", U16: "U16", U32: "U32", U64: "U64", I8: "I8", I16: "I16", I32: "I32", I64: "I64",

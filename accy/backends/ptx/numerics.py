@@ -18,11 +18,12 @@ even, which is what ``.rn`` asks for.  Everything else is built here:
   float-to-integer conversions with saturation and NaN -> 0, and the rest of
   the conversions.
 
-NaN results: the GPU returns the canonical NaN 0x7fffffff for f32 (and 0x7fff
-for f16/bf16) whatever the inputs.  NumPy propagates payloads instead, so the
-emulator canonicalises NaNs wherever bits become observable (stores, bit-level
-reinterpretation, conversions): see :func:`canon_f32`.  f64 NaNs are left as
-IEEE/x86 propagate them.
+NaN results: an f32 arithmetic instruction returns the canonical NaN 0x7fffffff
+(and f16/bf16 ones 0x7fff) whatever the inputs' payloads; NumPy propagates
+payloads instead, so every f32/f16 arithmetic result goes through
+:func:`canon_f32` / :func:`canon_f16`.  Moves, loads, stores, ``selp`` and
+``copysign`` keep bits unchanged, as on the GPU.  f64 NaNs are left as IEEE/x86
+propagate them (the CUDA documentation does not pin them down).
 """
 
 from __future__ import annotations
@@ -48,23 +49,24 @@ _F16_TINY = np.float16(2.0 ** -14)
 
 
 def canon_f32(x):
-    """f32 values with every NaN replaced by the GPU's canonical NaN (0x7fffffff)."""
-    nan = np.isnan(x)
+    """f32 values with every NaN replaced by the GPU's canonical NaN (0x7fffffff): what an
+    f32 arithmetic instruction returns for any NaN result.  (One reduction when there is none.)"""
     if np.ndim(x) == 0:
-        return np.uint32(CANON_F32).view(F32) if nan else x
-    if nan.any():
-        x = x.copy()
-        x.view(U32)[nan] = CANON_F32
+        return np.uint32(CANON_F32).view(F32) if x != x else x
+    if x.size == 0 or x.max() == x.max():
+        return x
+    x = x.copy()
+    x.view(U32)[np.isnan(x)] = CANON_F32
     return x
 
 
 def canon_f16(x):
-    nan = np.isnan(x)
     if np.ndim(x) == 0:
-        return np.uint16(CANON_F16).view(F16) if nan else x
-    if nan.any():
-        x = x.copy()
-        x.view(U16)[nan] = CANON_F16
+        return np.uint16(CANON_F16).view(F16) if x != x else x
+    if x.size == 0 or x.max() == x.max():
+        return x
+    x = x.copy()
+    x.view(U16)[np.isnan(x)] = CANON_F16
     return x
 
 

@@ -72,11 +72,20 @@ def float_expr(t: str, scalar_fn: str, args: list[str], *, ftz=False, sat=False,
         call = f"f32_to_bf16_bits(saturate(bf16_to_f32({call})))" if t == "bf16" else f"saturate({call})"
     if relu:
         call = f"f32_to_bf16_bits(relu(bf16_to_f32({call})))" if t == "bf16" else f"relu({call})"
-    return call
+    return canon(t, call)
 
 
 def _fast_f32(op: str, a: str, b: str) -> str:
-    return f"np.{op}({a}, {b}, dtype=F32)"
+    return f"canon_f32(np.{op}({a}, {b}, dtype=F32))"
+
+
+def canon(t: str, expr: str) -> str:
+    """An arithmetic result of type ``t`` with its NaNs made canonical (f32, f16)."""
+    if t == "f32":
+        return f"canon_f32({expr})"
+    if t == "f16":
+        return f"canon_f16({expr})"
+    return expr
 
 
 # -- add / sub / mul / mad / fma ----------------------------------------------------------------
@@ -414,7 +423,7 @@ class Div:
             expr = f"div_f32({x}, {y}, {s.rnd!r})"
         if s.ftz:
             expr = f"ftz32({expr})"
-        E.dst(d, dt, expr)
+        E.dst(d, dt, canon(t, expr))
 
 
 @handler("rem")
@@ -476,7 +485,7 @@ class NegAbs:
         x = E.src(a, F32)
         if s.ftz:
             x = f"ftz32({x})"
-        E.dst(d, F32, f"np.negative({x})" if neg else f"np.abs({x})")
+        E.dst(d, F32, canon("f32", f"np.negative({x})" if neg else f"np.abs({x})"))
 
 
 @handler("min", "max")
@@ -529,7 +538,7 @@ class MinMax:
                 r = f"relu({r})"
             if base == "bf16":
                 r = f"f32_to_bf16_bits({r})"
-            return r
+            return canon(base, r)
 
         if t in ("f16x2", "bf16x2"):
             if base == "f16":
@@ -1032,7 +1041,7 @@ class RcpSqrt:
             expr = f"rcp_f32({x}, {(s.rnd or 'rn')!r})"
         if s.ftz:
             expr = f"{ftz}({expr})"
-        E.dst(d, dt, expr)
+        E.dst(d, dt, canon(s.t, expr))
 
 
 @handler("rsqrt")
@@ -1056,7 +1065,7 @@ class Rsqrt:
         expr = f"rsqrt_{s.t}({x})"
         if s.ftz:
             expr = f"{ftz}({expr})"
-        E.dst(d, dt, expr)
+        E.dst(d, dt, canon(s.t, expr))
 
 
 @handler("ex2", "lg2", "sin", "cos", "tanh")
@@ -1085,10 +1094,10 @@ class Transcendental:
             expr = f"approx_f32({fn}, {x})"
             if s.ftz:
                 expr = f"ftz32({expr})"
-            E.dst(d, F32, expr)
+            E.dst(d, F32, canon("f32", expr))
             return
         if t == "f16":
-            E.dst(d, F16, f"approx_f16({fn}, {x})")
+            E.dst(d, F16, canon("f16", f"approx_f16({fn}, {x})"))
             return
         if t == "f16x2":
             E.dst(d, U32, f"packed2(lambda p: f16_bits(approx_f16({fn}, as_f16(p))), {x})")

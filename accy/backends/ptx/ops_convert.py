@@ -123,6 +123,8 @@ def _float_to_float(E, x, s_t, d_t, s, already_read=True):
 
 
 def _post_float(expr, d_t, s):
+    if d_t in ("f32", "f16"):  # a converted NaN is the canonical one
+        expr = f"canon_{d_t}({expr})"
     if s.satfinite:
         expr = f"satfinite({expr})"
     if s.relu:

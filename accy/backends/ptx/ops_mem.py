@@ -169,7 +169,7 @@ def _write_loaded(E, op, dt, value, scalar):
 
 
 def _store_value(E, op, dt, array=True):
-    """A stored value: read as ``dt`` (or as the register's float type, NaNs canonical)."""
+    """A stored value: its bits, read in the register's own type when the widths match."""
     if E.typing:
         if dt.kind in "fi":
             E.src(op, dt)
@@ -177,17 +177,9 @@ def _store_value(E, op, dt, array=True):
     if isinstance(op, Reg):
         idx = E.fc.reg_index(op.name, E.ins)
         S = E.fc.storage[idx]
-        if S is not None and S != BOOL and S.itemsize == dt.itemsize and S.kind == "f" and dt.kind != "f":
-            v = E.src(op, S)
-            return (f"canon_f32({v})" if S == F32 else f"canon_f16({v})" if S == F16 else v), S
-        if S is not None and S != BOOL and S.itemsize == dt.itemsize and dt.kind != "f":
+        if S is not None and S != BOOL and S.itemsize == dt.itemsize:
             return E.src(op, S), S
-    v = E.src(op, dt, array=array)
-    if dt == F32:
-        return f"canon_f32({v})", dt
-    if dt == F16:
-        return f"canon_f16({v})", dt
-    return v, dt
+    return E.src(op, dt, array=array), dt
 
 
 @handler("st")

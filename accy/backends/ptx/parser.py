@@ -552,6 +552,7 @@ class _Parser:
             return None
 
         self._resolve = resolve
+        self._regs = fn.regs
         depth = 1
         while True:
             t = self.peek()
@@ -725,6 +726,8 @@ class _Parser:
                 return Special(x)
             raise self.error(f"undeclared register {x}", t)
         unique = self._resolve(x)
+        if unique is not None and unique in self._regs:
+            return Reg(unique)
         return Sym(unique if unique is not None else x)
 
     def address(self) -> Addr:
