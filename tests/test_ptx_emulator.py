@@ -697,3 +697,350 @@ def test_libdevice_functions_within_documented_ulps(ty):
         special = ~finite
         same = (np.isnan(got) & np.isnan(rd)) | (got == rd)
         assert same[special].all(), f"__nv_{name}: special value mismatch at x={x[special & ~same][0]!r}"
+
+
+# threads, blocks, shared memory, barriers, atomics, warps, divergence, calls
+
+def test_thread_index_mapping_3d():
+    """Each thread writes its special registers at its linear position: a wrong mapping of
+    (block, thread) to tid/ctaid/laneid/warpid, or x/y/z swapped, breaks the comparison."""
+    names = ["tid.x", "tid.y", "tid.z", "ctaid.x", "ctaid.y", "ctaid.z", "ntid.x", "ntid.y", "ntid.z",
+             "nctaid.x", "nctaid.y", "nctaid.z", "laneid", "warpid"]
+    body = [f"%v{k} = call i32 @llvm.nvvm.read.ptx.sreg.{n}()" for k, n in enumerate(names)]
+    body += ["%l0 = mul i32 %v2, %v7", "%l1 = add i32 %l0, %v1", "%l2 = mul i32 %l1, %v6", "%lin = add i32 %l2, %v0",
+             "%b0 = mul i32 %v5, %v10", "%b1 = add i32 %b0, %v4", "%b2 = mul i32 %b1, %v9", "%blk = add i32 %b2, %v3",
+             "%tpb0 = mul i32 %v6, %v7", "%tpb = mul i32 %tpb0, %v8", "%s0 = mul i32 %blk, %tpb",
+             "%slot = add i32 %s0, %lin", "%si = zext i32 %slot to i64"]
+    params = ", ".join(f"ptr addrspace(1) %o{k}" for k in range(len(names)))
+    for k in range(len(names)):
+        body += [f"%q{k} = getelementptr i32, ptr addrspace(1) %o{k}, i64 %si", f"store i32 %v{k}, ptr addrspace(1) %q{k}"]
+    ir = SREGS + f"define ptx_kernel void @ids({params}) {{\n" + "\n".join("  " + x for x in body) + "\n  ret void\n}\n"
+    ptx = compile_ir(ir)
+    grid, block = (3, 2, 2), (5, 3, 4)
+    tpb, n = 60, 60 * 12
+    outs = launch(ptx, "ids", [np.full(n, -1, np.int32) for _ in names], grid, block)
+    slot = np.arange(n)
+    lin, blk = slot % tpb, slot // tpb
+    expected = [lin % 5, (lin // 5) % 3, lin // 15, blk % 3, (blk // 3) % 2, blk // 6,
+                [5] * n, [3] * n, [4] * n, [3] * n, [2] * n, [2] * n, lin % 32, lin // 32]
+    for name, got, exp in zip(names, outs, expected):
+        assert_bits_equal(got, np.asarray(exp, np.int32), f"%{name}")
+
+
+WARP_DECLS = """declare void @llvm.nvvm.barrier0()
+declare i32 @llvm.nvvm.shfl.sync.bfly.i32(i32, i32, i32, i32)
+declare float @llvm.nvvm.shfl.sync.down.f32(i32, float, i32, i32)
+declare i32 @llvm.nvvm.shfl.sync.idx.i32(i32, i32, i32, i32)
+declare {i32, i1} @llvm.nvvm.shfl.sync.up.i32p(i32, i32, i32, i32)
+declare i32 @llvm.nvvm.vote.ballot.sync(i32, i1)
+declare i1 @llvm.nvvm.vote.all.sync(i32, i1)
+declare i1 @llvm.nvvm.vote.any.sync(i32, i1)
+declare i1 @llvm.nvvm.vote.uni.sync(i32, i1)
+declare i32 @llvm.nvvm.activemask()
+declare i32 @llvm.nvvm.redux.sync.add(i32, i32)
+declare i32 @llvm.nvvm.redux.sync.min(i32, i32)
+declare i32 @llvm.nvvm.redux.sync.umax(i32, i32)
+declare i32 @llvm.nvvm.match.any.sync.i32(i32, i32)
+"""
+
+
+def _ballots(mask_rows):
+    return np.array([sum(1 << k for k in range(32) if row[k]) for row in mask_rows], np.int64).astype(
+        np.uint32).view(np.int32)
+
+
+def test_warp_shuffles_votes_reductions():
+    body = """
+    %s1 = call i32 @llvm.nvvm.shfl.sync.bfly.i32(i32 -1, i32 %a0, i32 16, i32 31)
+    %x1 = add i32 %a0, %s1
+    %s2 = call i32 @llvm.nvvm.shfl.sync.bfly.i32(i32 -1, i32 %x1, i32 8, i32 31)
+    %x2 = add i32 %x1, %s2
+    %s3 = call i32 @llvm.nvvm.shfl.sync.bfly.i32(i32 -1, i32 %x2, i32 4, i32 31)
+    %x3 = add i32 %x2, %s3
+    %s4 = call i32 @llvm.nvvm.shfl.sync.bfly.i32(i32 -1, i32 %x3, i32 2, i32 31)
+    %x4 = add i32 %x3, %s4
+    %s5 = call i32 @llvm.nvvm.shfl.sync.bfly.i32(i32 -1, i32 %x4, i32 1, i32 31)
+    %r0 = add i32 %x4, %s5
+    %fv = sitofp i32 %a0 to float
+    %r1 = call float @llvm.nvvm.shfl.sync.down.f32(i32 -1, float %fv, i32 3, i32 31)
+    %r2 = call i32 @llvm.nvvm.shfl.sync.idx.i32(i32 -1, i32 %a0, i32 5, i32 6175)
+    %up = call {i32, i1} @llvm.nvvm.shfl.sync.up.i32p(i32 -1, i32 %a0, i32 2, i32 6144)
+    %upv = extractvalue {i32, i1} %up, 0
+    %upp = extractvalue {i32, i1} %up, 1
+    %r3 = select i1 %upp, i32 %upv, i32 -7
+    %pos = icmp sgt i32 %a0, 50
+    %r4 = call i32 @llvm.nvvm.vote.ballot.sync(i32 -1, i1 %pos)
+    %al = call i1 @llvm.nvvm.vote.all.sync(i32 -1, i1 %pos)
+    %an = call i1 @llvm.nvvm.vote.any.sync(i32 -1, i1 %pos)
+    %un = call i1 @llvm.nvvm.vote.uni.sync(i32 -1, i1 %pos)
+    %al32 = zext i1 %al to i32
+    %an32 = zext i1 %an to i32
+    %un32 = zext i1 %un to i32
+    %an2 = shl i32 %an32, 1
+    %un2 = shl i32 %un32, 2
+    %fl = or i32 %al32, %an2
+    %r5 = or i32 %fl, %un2
+    %r6 = call i32 @llvm.nvvm.redux.sync.add(i32 %a0, i32 -1)
+    %r7 = call i32 @llvm.nvvm.redux.sync.min(i32 %a0, i32 -1)
+    %m3 = and i32 %a0, 3
+    %r8 = call i32 @llvm.nvvm.match.any.sync.i32(i32 -1, i32 %m3)
+    """
+    ptx = compile_ir(elementwise_ir("warp", ["i32"], ["i32", "float"] + ["i32"] * 7, body, WARP_DECLS))
+    assert {"shfl.sync.bfly.b32", "shfl.sync.up.b32", "vote.sync.ballot.b32", "redux.sync.add.s32",
+            "match.any.sync.b32"} <= forms_of(ptx)
+    n = 128
+    v = np.random.default_rng(0).integers(0, 100, n).astype(np.int32)
+    outs = run_elementwise(ptx, "warp", [v], [np.int32, np.float32] + [np.int32] * 7)
+    lane, warp = np.arange(n) % 32, np.arange(n) // 32
+    w = v.reshape(-1, 32)
+    assert_bits_equal(outs[0], np.repeat(w.sum(1), 32), "butterfly sum")
+    assert_bits_equal(outs[1], np.where(lane + 3 <= 31, np.roll(v, -3), v).astype(np.float32), "shfl.down")
+    assert_bits_equal(outs[2], v[warp * 32 + ((lane & 0x18) | 5)], "shfl.idx in 8-lane segments")
+    j = lane - 2
+    assert_bits_equal(outs[3], np.where(j >= (lane & 0x18), v[np.clip(warp * 32 + j, 0, n - 1)], -7),
+                      "shfl.up in segments, with the predicate")
+    pos = (v > 50).reshape(-1, 32)
+    assert_bits_equal(outs[4], np.repeat(_ballots(pos), 32), "vote.ballot")
+    al, an = pos.all(1), pos.any(1)
+    assert_bits_equal(outs[5], np.repeat(al * 1 + an * 2 + (al | ~an) * 4, 32), "vote.all/any/uni")
+    assert_bits_equal(outs[6], np.repeat(w.sum(1), 32), "redux.add")
+    assert_bits_equal(outs[7], np.repeat(w.min(1), 32), "redux.min")
+    m = (v & 3).reshape(-1, 32)
+    assert_bits_equal(outs[8], np.concatenate([_ballots([row == row[k] for k in range(32)]) for row in m]),
+                      "match.any")
+
+
+BLOCKSUM = SREGS + WARP_DECLS + r'''
+@buf = internal addrspace(3) global [256 x float] undef, align 4
+define ptx_kernel void @blocksum(ptr addrspace(1) %out, ptr addrspace(1) %in) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %c = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %nt = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %base = mul i32 %c, %nt
+  %g = add i32 %base, %t
+  %gi = zext i32 %g to i64
+  %p = getelementptr float, ptr addrspace(1) %in, i64 %gi
+  %v = load float, ptr addrspace(1) %p
+  %ti = zext i32 %t to i64
+  %sp = getelementptr [256 x float], ptr addrspace(3) @buf, i64 0, i64 %ti
+  store float %v, ptr addrspace(3) %sp
+  call void @llvm.nvvm.barrier0()
+  %s0 = lshr i32 %nt, 1
+  br label %loop
+loop:
+  %s = phi i32 [%s0, %entry], [%sn, %sync]
+  %more = icmp ugt i32 %s, 0
+  br i1 %more, label %step, label %done
+step:
+  %act = icmp ult i32 %t, %s
+  br i1 %act, label %add, label %sync
+add:
+  %o = add i32 %t, %s
+  %oi = zext i32 %o to i64
+  %po = getelementptr [256 x float], ptr addrspace(3) @buf, i64 0, i64 %oi
+  %x = load float, ptr addrspace(3) %po
+  %y = load float, ptr addrspace(3) %sp
+  %z = fadd float %x, %y
+  store float %z, ptr addrspace(3) %sp
+  br label %sync
+sync:
+  call void @llvm.nvvm.barrier0()
+  %sn = lshr i32 %s, 1
+  br label %loop
+done:
+  %first = icmp eq i32 %t, 0
+  br i1 %first, label %w, label %end
+w:
+  %r = load float, ptr addrspace(3) @buf
+  %ci = zext i32 %c to i64
+  %q = getelementptr float, ptr addrspace(1) %out, i64 %ci
+  store float %r, ptr addrspace(1) %q
+  br label %end
+end:
+  ret void
+}
+'''
+
+
+def test_shared_memory_tree_reduction_with_barriers_in_a_loop():
+    ptx = compile_ir(BLOCKSUM)
+    assert {"bar.sync", "ld.shared.b32", "st.shared.b32"} <= forms_of(ptx)
+    x = (np.arange(4 * 128) % 17).astype(np.float32)  # small integers: every order sums exactly
+    (out, _) = launch(ptx, "blocksum", [np.zeros(4, np.float32), x], (4, 1, 1), (128, 1, 1))
+    assert_bits_equal(out, x.reshape(4, 128).sum(1), "block sums")
+
+
+ATOMICS = SREGS + WARP_DECLS + r'''
+@hist_s = internal addrspace(3) global [16 x i32] undef, align 4
+declare void @llvm.memset.p3.i64(ptr addrspace(3), i8, i64, i1)
+define ptx_kernel void @atoms(ptr addrspace(1) %hist, ptr addrspace(1) %fsum, ptr addrspace(1) %mx,
+                              ptr addrspace(1) %tickets, ptr addrspace(1) %cnt, ptr addrspace(1) %win,
+                              ptr addrspace(1) %hist2, ptr addrspace(1) %xch, ptr addrspace(1) %dsum,
+                              ptr addrspace(1) %in) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %c = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %nt = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %base = mul i32 %c, %nt
+  %g = add i32 %base, %t
+  %gi = zext i32 %g to i64
+  %p = getelementptr i32, ptr addrspace(1) %in, i64 %gi
+  %v = load i32, ptr addrspace(1) %p
+  %bin = and i32 %v, 15
+  %bi = zext i32 %bin to i64
+  %hp = getelementptr i32, ptr addrspace(1) %hist, i64 %bi
+  %o1 = atomicrmw add ptr addrspace(1) %hp, i32 1 monotonic
+  %fv = sitofp i32 %v to float
+  %o2 = atomicrmw fadd ptr addrspace(1) %fsum, float %fv monotonic
+  %dv = sitofp i32 %v to double
+  %o6 = atomicrmw fadd ptr addrspace(1) %dsum, double %dv monotonic
+  %o3 = atomicrmw max ptr addrspace(1) %mx, i32 %v monotonic
+  %tk = atomicrmw add ptr addrspace(1) %cnt, i32 1 monotonic
+  %tp = getelementptr i32, ptr addrspace(1) %tickets, i64 %gi
+  store i32 %tk, ptr addrspace(1) %tp
+  %cx = cmpxchg ptr addrspace(1) %win, i32 -1, i32 %g monotonic monotonic
+  %xo = atomicrmw xchg ptr addrspace(1) %xch, i32 %g monotonic
+  %xp = getelementptr i32, ptr addrspace(1) %xch, i64 1
+  %xs = add i32 %xo, 1
+  %o7 = atomicrmw add ptr addrspace(1) %xp, i32 %xs monotonic
+  %first = icmp eq i32 %t, 0
+  br i1 %first, label %init, label %after
+init:
+  call void @llvm.memset.p3.i64(ptr addrspace(3) @hist_s, i8 0, i64 64, i1 false)
+  br label %after
+after:
+  call void @llvm.nvvm.barrier0()
+  %sp = getelementptr [16 x i32], ptr addrspace(3) @hist_s, i64 0, i64 %bi
+  %o4 = atomicrmw add ptr addrspace(3) %sp, i32 1 monotonic
+  call void @llvm.nvvm.barrier0()
+  %small = icmp ult i32 %t, 16
+  br i1 %small, label %flush, label %end
+flush:
+  %ti = zext i32 %t to i64
+  %sq = getelementptr [16 x i32], ptr addrspace(3) @hist_s, i64 0, i64 %ti
+  %hv = load i32, ptr addrspace(3) %sq
+  %gq = getelementptr i32, ptr addrspace(1) %hist2, i64 %ti
+  %o5 = atomicrmw add ptr addrspace(1) %gq, i32 %hv monotonic
+  br label %end
+end:
+  ret void
+}
+'''
+
+
+def test_atomics_on_global_and_shared_memory():
+    ptx = compile_ir(ATOMICS)
+    assert {"atom.global.add.u32", "atom.global.add.f32", "atom.global.add.f64", "atom.global.max.s32",
+            "atom.shared.add.u32", "atom.global.exch.b32"} <= forms_of(ptx)
+    assert any(f.startswith("atom.") and ".cas." in f for f in forms_of(ptx))
+    n = 256
+    v = np.random.default_rng(3).integers(-1000, 1000, n).astype(np.int32)
+    outs = launch(ptx, "atoms", [np.zeros(16, np.int32), np.zeros(1, np.float32), np.full(1, -10 ** 6, np.int32),
+                                 np.zeros(n, np.int32), np.zeros(1, np.int32), np.full(1, -1, np.int32),
+                                 np.zeros(16, np.int32), np.zeros(2, np.int32), np.zeros(1, np.float64), v],
+                  (2, 1, 1), (128, 1, 1))
+    hist, fsum, mx, tickets, cnt, win, hist2, xch, dsum = outs[:9]
+    assert_bits_equal(hist, np.bincount(v & 15, minlength=16), "global histogram")
+    assert fsum[0] == v.sum() and dsum[0] == v.sum()  # small integers: exact in any order
+    assert mx[0] == v.max()
+    assert sorted(tickets.tolist()) == list(range(n)) and cnt[0] == n, "atomic add must hand out unique tickets"
+    assert 0 <= win[0] < n, "exactly one compare-and-swap wins"
+    # exchanges form a chain: the old values are 0 and every id but the last one, each once
+    assert xch[1] == (n * (n - 1) // 2 - xch[0]) + n
+    assert_bits_equal(hist2, np.bincount(v & 15, minlength=16), "shared histogram flushed to global")
+
+
+DIVERGENT = SREGS + WARP_DECLS + r'''
+define internal i32 @poly(i32 %x, i32 %k) noinline {
+  %a = mul i32 %x, %x
+  %b = add i32 %a, %k
+  ret i32 %b
+}
+define internal i32 @fib(i32 %n) noinline {
+entry:
+  %small = icmp slt i32 %n, 2
+  br i1 %small, label %base, label %rec
+base:
+  ret i32 %n
+rec:
+  %n1 = sub i32 %n, 1
+  %n2 = sub i32 %n, 2
+  %f1 = call i32 @fib(i32 %n1)
+  %f2 = call i32 @fib(i32 %n2)
+  %s = add i32 %f1, %f2
+  ret i32 %s
+}
+define ptx_kernel void @div(ptr addrspace(1) %o0, ptr addrspace(1) %o1, ptr addrspace(1) %o2,
+                            ptr addrspace(1) %o3, ptr addrspace(1) %o4, ptr addrspace(1) %in) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %c = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()
+  %nt = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()
+  %base = mul i32 %c, %nt
+  %g = add i32 %base, %t
+  %gi = zext i32 %g to i64
+  %p = getelementptr i32, ptr addrspace(1) %in, i64 %gi
+  %v = load volatile i32, ptr addrspace(1) %p
+  %trip = urem i32 %v, 13
+  %arr = alloca [16 x i32], align 4
+  br label %loop
+loop:
+  %i = phi i32 [0, %entry], [%in1, %body]
+  %acc = phi i32 [0, %entry], [%acc2, %body]
+  %go = icmp ult i32 %i, %trip
+  br i1 %go, label %body, label %exit
+body:
+  %sq = mul i32 %i, %i
+  %acc2 = add i32 %acc, %sq
+  %ii = zext i32 %i to i64
+  %slot = getelementptr [16 x i32], ptr %arr, i64 0, i64 %ii
+  store volatile i32 %acc2, ptr %slot
+  %in1 = add i32 %i, 1
+  br label %loop
+exit:
+  %all = call i32 @llvm.nvvm.vote.ballot.sync(i32 -1, i1 true)
+  %q0 = getelementptr i32, ptr addrspace(1) %o0, i64 %gi
+  store i32 %acc, ptr addrspace(1) %q0
+  %q1 = getelementptr i32, ptr addrspace(1) %o1, i64 %gi
+  store i32 %all, ptr addrspace(1) %q1
+  %pk = call i32 @poly(i32 %v, i32 %t)
+  %q2 = getelementptr i32, ptr addrspace(1) %o2, i64 %gi
+  store i32 %pk, ptr addrspace(1) %q2
+  %fn = and i32 %v, 15
+  %fb = call i32 @fib(i32 %fn)
+  %q3 = getelementptr i32, ptr addrspace(1) %o3, i64 %gi
+  store i32 %fb, ptr addrspace(1) %q3
+  %last = add i32 %trip, 15
+  %idx = urem i32 %last, 16
+  %ix = zext i32 %idx to i64
+  %lp = getelementptr [16 x i32], ptr %arr, i64 0, i64 %ix
+  %lv = load volatile i32, ptr %lp
+  %hasone = icmp ugt i32 %trip, 0
+  %lz = select i1 %hasone, i32 %lv, i32 0
+  %q4 = getelementptr i32, ptr addrspace(1) %o4, i64 %gi
+  store i32 %lz, ptr addrspace(1) %q4
+  ret void
+}
+'''
+
+
+def test_divergent_loops_reconverge_and_calls_recurse():
+    """Per-thread trip counts diverge the warp; the ballot after the loop must see all 32
+    lanes (it would not if the threads had not reconverged).  Then a non-inlined call, a
+    recursive one (its own stack frames) and a local array indexed at run time."""
+    ptx = compile_ir(DIVERGENT)
+    assert {"call.uni", "st.local.b32", "ld.local.b32", "vote.sync.ballot.b32"} <= forms_of(ptx)
+    n = 96
+    v = np.random.default_rng(4).integers(0, 1000, n).astype(np.int32)
+    outs = launch(ptx, "div", [np.zeros(n, np.int32) for _ in range(5)] + [v], (3, 1, 1), (32, 1, 1))
+    trip = v % 13
+    acc = np.array([sum(i * i for i in range(t)) for t in trip])
+    assert_bits_equal(outs[0], acc, "per-thread loop sums")
+    assert (outs[1].view(np.uint32) == 0xFFFFFFFF).all(), "the warp did not reconverge after the loop"
+    assert_bits_equal(outs[2], v * v + np.arange(n) % 32, "noinline call")
+    fib = [0, 1]
+    for _ in range(16):
+        fib.append(fib[-1] + fib[-2])
+    assert_bits_equal(outs[3], np.array([fib[x & 15] for x in v]), "recursive calls")
+    assert_bits_equal(outs[4], acc, "local array written in the loop, read at run-time index")
