@@ -332,26 +332,37 @@ class Frame:
         pcs = self.pcs
         waiting = np.flatnonzero((pcs >= WAIT) & (pcs < DEAD))
         alive = pcs < DEAD
-        at = pcs[waiting] - WAIT
         first = waiting[0]
-        blk = self.blocks[int(at[0])]
-        info = blk.info
+        cta = T.cta[first]
+        same_cta = waiting[T.cta[waiting] == cta]
+        places = sorted(set(int(b) for b in pcs[same_cta] - WAIT))
+        infos = [self.blocks[b].info for b in places]
+
+        def where(b):
+            info = self.blocks[b].info
+            return (f"line {info.line} ({info.text.strip()}): "
+                    f"{int(np.count_nonzero(pcs[same_cta] == WAIT + b))} threads")
+
+        bars = [i for i in infos if i.kind == "bar"]
+        info = bars[0] if bars else infos[0]
+        thread = thread_text(T, same_cta[0])
+        if len(places) > 1 and len(bars) == len(infos):
+            raise PtxBarrierError(f"the threads of a block wait at different barriers "
+                                  f"({'; '.join(where(b) for b in places)})",
+                                  line=info.line, source=info.text, thread=thread)
+        if len(places) > 1:
+            raise PtxBarrierError(f"a barrier can never complete: the block's threads wait at a barrier and at "
+                                  f"warp-synchronous instructions that wait for each other "
+                                  f"({'; '.join(where(b) for b in places)})",
+                                  line=info.line, source=info.text, thread=thread)
         if info.kind == "bar":
-            cta = T.cta[first]
-            same_cta = waiting[T.cta[waiting] == cta]
-            places = sorted(set(int(b) for b in pcs[same_cta] - WAIT))
-            if len(places) > 1:
-                where = "; ".join(f"line {self.blocks[b].info.line} ({self.blocks[b].info.text.strip()}): "
-                                  f"{int(np.count_nonzero(pcs[same_cta] == WAIT + b))} threads" for b in places)
-                raise PtxBarrierError(f"the threads of a block wait at different barriers ({where})",
-                                      line=info.line, source=info.text, thread=thread_text(T, first))
             n_live = int(np.count_nonzero(alive & (T.cta == cta)))
             raise PtxBarrierError(f"barrier can never complete: {len(same_cta)} of the block's {n_live} live "
                                   f"threads arrived and the others cannot", line=info.line, source=info.text,
-                                  thread=thread_text(T, first))
+                                  thread=thread)
         raise PtxBarrierError("a warp-synchronous instruction waits for threads of its member mask that never "
                               "arrive (they exited or wait elsewhere)", line=info.line, source=info.text,
-                              thread=thread_text(T, first))
+                              thread=thread)
 
     # -- calls ----------------------------------------------------------------------------------------------
     def call(self, blk, sel):

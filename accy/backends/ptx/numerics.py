@@ -793,9 +793,9 @@ def saturate(x):
 
 
 def relu(x):
-    """``.relu``: negative values to +0, NaN -> canonical NaN."""
+    """``.relu``: negative values (-0.0 included) to +0, NaN stays NaN (canonicalised by the caller)."""
     zero = np.asarray(0, np.asarray(x).dtype)
-    return np.where(np.isnan(x), x, np.where(x < 0, zero, x))
+    return np.where(np.isnan(x), x, np.where(np.signbit(x), zero, x))
 
 
 def exactly_rounded(fn, x, dtype):
