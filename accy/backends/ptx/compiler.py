@@ -136,6 +136,23 @@ def _write_conv(expr: str, D, S) -> str:
     return _write_conv(f"{_paren(as_int)}.astype({_NAME[narrow]})", narrow, S)
 
 
+_CANON = {F32: "canon_f32", F16: "canon_f16"}
+
+
+def _noncanonical_nan(imm: Imm, width: int) -> bool:
+    """Whether an immediate written to a float register is a NaN other than the canonical one."""
+    if imm.kind == "int":
+        bits = imm.value & ((1 << (8 * width)) - 1)
+    else:
+        try:
+            bits = imm_bits(imm, width, True)
+        except PtxError:
+            return True
+    if width == 4:
+        return (bits & 0x7F800000) == 0x7F800000 and (bits & 0x7FFFFF) != 0 and bits != 0x7FFFFFFF
+    return (bits & 0x7C00) == 0x7C00 and (bits & 0x3FF) != 0 and bits != 0x7FFF
+
+
 _NAME = {U8: "U8", U16: "U16", U32: "U32", U64: "U64", I8: "I8", I16: "I16", I32: "I32", I64: "I64",
          F16: "F16", F32: "F32", F64: "F64", BOOL: "BOOL"}
 
@@ -262,6 +279,8 @@ class Emitter:
             self.all_scalar = False
             if S == BOOL and dtype != BOOL:
                 raise self.error(f"predicate {op.name} used as a .{dtype} value")
+            if self.fc.lazy[idx] and dtype.kind != "f":  # its bits are observed: NaNs canonical first
+                return Expr(_read_conv(f"{_CANON[S]}(r{idx})", S, dtype), False, dtype)
             return Expr(_read_conv(f"r{idx}", S, dtype), False, dtype)
         if isinstance(op, Not):
             inner = self.src(op.operand, dtype)
@@ -285,6 +304,36 @@ class Emitter:
         if isinstance(op, Sym):
             return self.symbol_value(op.name, dtype, array)
         raise self.error(f"unexpected operand {_describe(op)}")
+
+    def src_observed(self, op, dtype, array: bool = False) -> Expr:
+        """A read whose bits matter (a store, a conversion): lazy NaNs are made canonical."""
+        e = self.src(op, dtype, array)
+        if isinstance(op, Reg) and not self.typing:
+            idx = self.fc.reg_index(op.name, self.ins)
+            if self.fc.lazy[idx] and np.dtype(dtype).kind == "f":
+                return Expr(f"{_CANON[self.fc.storage[idx]]}({e})", False, e.dtype)
+        return e
+
+    def src_copy(self, op, dtype, dest, array: bool = False) -> Expr:
+        """A value moved into ``dest`` unchanged: canonical unless ``dest`` is lazy too."""
+        e = self.src(op, dtype, array)
+        if isinstance(op, Reg) and not self.typing and np.dtype(dtype).kind == "f":
+            idx = self.fc.reg_index(op.name, self.ins)
+            dest_lazy = isinstance(dest, Reg) and self.fc.lazy[self.fc.reg_index(dest.name, self.ins)]
+            if self.fc.lazy[idx] and not dest_lazy:
+                return Expr(f"{_CANON[self.fc.storage[idx]]}({e})", False, e.dtype)
+        return e
+
+    def arith(self, op, dtype, t: str, expr: str) -> None:
+        """Write an arithmetic result of PTX type ``t``: f32/f16 NaNs must be canonical, now or
+        (for a lazy register, written only by arithmetic) when its bits are observed."""
+        if t not in ("f32", "f16"):
+            self.dst(op, dtype, expr)
+            return
+        if isinstance(op, Reg) and not self.typing and self.fc.lazy[self.fc.reg_index(op.name, self.ins)]:
+            self.dst(op, dtype, expr, kind="A")
+            return
+        self.dst(op, dtype, expr if self.typing else f"canon_{t}({expr})", kind="A")
 
     def special(self, name: str, dtype, array: bool = False) -> Expr:
         base, _, dim = name.partition(".")
@@ -365,7 +414,9 @@ class Emitter:
             return Expr(f"bc({expr}, n_)", False, dtype)
         return Expr(expr, True, dtype)
 
-    def dst(self, op, dtype, expr: str, scalar: bool | None = None) -> None:
+    def dst(self, op, dtype, expr: str, scalar: bool | None = None, kind: str = "M", sources=()) -> None:
+        """Write ``expr`` (of ``dtype``) to the register ``op``.  ``kind`` says what produced it,
+        for the NaN analysis: "A" arithmetic, "C" a copy of ``sources``, "M" anything else."""
         dtype = np.dtype(dtype)
         if isinstance(op, Sink):
             return
@@ -373,6 +424,7 @@ class Emitter:
             idx = self.fc.reg_index(op.name, self.ins)
             if self.typing:
                 self.fc.vote(idx, dtype)
+                self.fc.defs[idx].append((kind, tuple(sources)))
                 return
             S = self.fc.storage[idx]
             if S == BOOL and dtype != BOOL:
@@ -381,7 +433,12 @@ class Emitter:
                 raise self.error(f"a predicate written to register {op.name}")
             value = _write_conv(expr, dtype, S)
             is_scalar = self.all_scalar if scalar is None else scalar
-            if self.guard is not None:
+            const = self.fc.ns.get(expr) if isinstance(expr, str) and expr.isidentifier() else None
+            if isinstance(const, np.generic) and self.guard is None:
+                # a constant: convert it now, and hand out one cached array of it
+                converted = eval(_write_conv("v", dtype, S), self.fc.ns, {"v": const})
+                value = f"{self.const(runtime.Broadcast(converted), 'bc')}.get(n_)"
+            elif self.guard is not None:
                 self._use(idx)
                 value = f"np.where({self.guard}, {value}, r{idx})"
             elif is_scalar:
@@ -475,6 +532,8 @@ class FunctionCompiler:
         for name, decl in fn.regs.items():
             self._add_reg(name, 0 if decl.type == "pred" else type_size(decl.type), decl.type)
         self.cc = self._add_reg("%cc", 4, "u32")
+        self.defs: list[list] = [[] for _ in self.reg_names]
+        self.lazy: list[bool] = [False] * len(self.reg_names)
         # parameters (of .func definitions and call sequences) live in registers as bytes
         self.param_regs: dict[str, int] = {}
         params = [] if fn.kind == "entry" else fn.params + fn.rets
@@ -568,6 +627,7 @@ class FunctionCompiler:
                 if fam == "i" and votes.get("u", 0) >= votes.get("i", 0):
                     fam = "u"
                 self.storage.append(storage_dtype(w, fam))
+        self.lazy = self._lazy_registers()
         # blocks
         leaders = {0}
         for name, at in labels.items():
@@ -628,6 +688,29 @@ class FunctionCompiler:
                     blk.sel = namespace[f"{self.prefix}B{b}_s"]
         self.source = code
         return CompiledFunction(self, blocks)
+
+    def _lazy_registers(self) -> list[bool]:
+        """Registers (f32/f16 storage) written only by arithmetic or by copies of such registers:
+        their NaNs are made canonical when their bits are observed, not at every operation."""
+        only = [w in (2, 4) and S is not None and S.kind == "f" and all(k != "M" for k, _ in d)
+                for w, S, d in zip(self.reg_width, self.storage, self.defs)]
+        changed = True
+        while changed:
+            changed = False
+            for idx, defs in enumerate(self.defs):
+                if not only[idx]:
+                    continue
+                for kind, sources in defs:
+                    for src in sources:
+                        ok = (isinstance(src, Reg) and only[self.regs[src.name]]) or (
+                            isinstance(src, Imm) and not _noncanonical_nan(src, self.reg_width[idx]))
+                        if not ok:
+                            only[idx] = False
+                            changed = True
+                            break
+                    if not only[idx]:
+                        break
+        return only
 
     @property
     def prefix(self) -> str:

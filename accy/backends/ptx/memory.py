@@ -36,10 +36,11 @@ ALIGN = 256
 
 
 class Allocation:
-    __slots__ = ("start", "size", "end", "data", "alive", "views", "name", "owner")
+    __slots__ = ("start", "size", "end", "data", "alive", "views", "name", "owner", "base")
 
     def __init__(self, start: int, size: int, name: str | None = None, owner=None):
         self.owner = owner
+        self.base = np.uint64(start)
         self.start, self.size, self.end = start, size, start + size
         self.data = np.zeros(max(16, -(-size // 16) * 16), U8)
         self.alive = True
@@ -231,9 +232,13 @@ def _misaligned(T, ids, mask, site, addr):
                     f"(it must be a multiple of {width})")
 
 
+_SHIFT = {1: 0, 2: 1, 4: 2, 8: 3, 16: 4}
+
+
 def _typed_index(off, dtype, nvec):
-    shift = {1: 0, 2: 1, 4: 2, 8: 3, 16: 4}[np.dtype(dtype).itemsize]
-    idx = (off >> np.uint64(shift)).astype(np.intp) if off.dtype == U64 else (off >> shift).astype(np.intp)
+    """Element indices of byte offsets (checked: non-negative, below 2**63)."""
+    shift = _SHIFT[dtype.itemsize]
+    idx = off.view(I64) >> shift if off.dtype == U64 else (off >> shift).astype(np.intp)
     if nvec > 1:
         idx = idx[:, None] + np.arange(nvec)
     return idx
@@ -244,9 +249,26 @@ def _scatter_groups(which, fn):
         fn(int(g), np.flatnonzero(which == g))
 
 
+def _fast_offsets(T, site, addr):
+    """Byte offsets of ``addr`` into the allocation this instruction used last, when every
+    address is inside it and aligned (checked with one OR-reduction); else None."""
+    a = site.cache
+    if a is None or not a.alive or a.owner is not T.gmem or not addr.size:
+        return None
+    off = addr - a.base
+    acc = int(np.bitwise_or.reduce(off))  # >= every offset; its low bits show misalignment
+    if acc + site.width <= a.size and not acc & (site.width - 1):
+        return off
+    return None
+
+
 def global_load(T, ids, site, addr, dtype, nvec, mask=None):
     """Values at ``addr`` (uint64) for the threads (``mask``: only those lanes; the others
     get zeros)."""
+    if mask is None and nvec == 1:
+        off = _fast_offsets(T, site, addr)
+        if off is not None:
+            return site.cache.view(dtype)[off.view(I64) >> _SHIFT[dtype.itemsize]]
     a_m = _select(addr, mask)
     alloc, off = _global_resolve(T, ids, site, a_m, mask)
     n_out = len(addr)
@@ -275,6 +297,11 @@ def global_load(T, ids, site, addr, dtype, nvec, mask=None):
 
 
 def global_store(T, ids, site, addr, values, dtype, nvec, mask=None):
+    if mask is None and nvec == 1:
+        off = _fast_offsets(T, site, addr)
+        if off is not None:
+            site.cache.view(dtype)[off.view(I64) >> _SHIFT[dtype.itemsize]] = values
+            return
     a_m = _select(addr, mask)
     v = values if mask is None else values[mask]
     alloc, off = _global_resolve(T, ids, site, a_m, mask)

@@ -72,11 +72,11 @@ def float_expr(t: str, scalar_fn: str, args: list[str], *, ftz=False, sat=False,
         call = f"f32_to_bf16_bits(saturate(bf16_to_f32({call})))" if t == "bf16" else f"saturate({call})"
     if relu:
         call = f"f32_to_bf16_bits(relu(bf16_to_f32({call})))" if t == "bf16" else f"relu({call})"
-    return canon(t, call)
+    return call
 
 
 def _fast_f32(op: str, a: str, b: str) -> str:
-    return f"canon_f32(np.{op}({a}, {b}, dtype=F32))"
+    return f"np.{op}({a}, {b}, dtype=F32)"
 
 
 def canon(t: str, expr: str) -> str:
@@ -121,7 +121,7 @@ class AddSub:
             else:
                 expr = float_expr(t, f"{op}_{t.rstrip('x2') if t.endswith('x2') else t}", [x, y],
                                   ftz=s.ftz, sat=s.sat, mode=mode)
-            E.dst(d, dt, expr)
+            E.arith(d, dt, t, expr)
             return
         if t in ("u16x2", "s16x2"):
             dt = U16 if t == "u16x2" else np.dtype(np.int16)
@@ -221,7 +221,7 @@ class Mul:
             else:
                 expr = float_expr(t, f"mul_{t[:-2] if t.endswith('x2') else t}", [x, y],
                                   ftz=s.ftz, sat=s.sat, mode=mode)
-            E.dst(d, dt, expr)
+            E.arith(d, dt, t, expr)
             return
         E.dst(d, *_int_mul(E, a, b, t, s.mode or "lo"))
 
@@ -278,7 +278,7 @@ class Mad:
             x, y, z = E.src(a, dt), E.src(b, dt), E.src(c, dt)
             base = t[:-2] if t.endswith("x2") else t
             expr = float_expr(t, f"fma_{base}", [x, y, z], ftz=s.ftz, sat=s.sat, mode=s.rnd or "rn", relu=s.relu)
-            E.dst(d, dt, expr)
+            E.arith(d, dt, t, expr)
             return
         mode = s.mode or "lo"
         if s.sat:  # mad.hi.sat.s32
@@ -423,7 +423,7 @@ class Div:
             expr = f"div_f32({x}, {y}, {s.rnd!r})"
         if s.ftz:
             expr = f"ftz32({expr})"
-        E.dst(d, dt, canon(t, expr))
+        E.arith(d, dt, t, expr)
 
 
 @handler("rem")
@@ -485,7 +485,7 @@ class NegAbs:
         x = E.src(a, F32)
         if s.ftz:
             x = f"ftz32({x})"
-        E.dst(d, F32, canon("f32", f"np.negative({x})" if neg else f"np.abs({x})"))
+        E.arith(d, F32, "f32", f"np.negative({x})" if neg else f"np.abs({x})")
 
 
 @handler("min", "max")
@@ -538,7 +538,7 @@ class MinMax:
                 r = f"relu({r})"
             if base == "bf16":
                 r = f"f32_to_bf16_bits({r})"
-            return canon(base, r)
+            return r
 
         if t in ("f16x2", "bf16x2"):
             if base == "f16":
@@ -547,7 +547,7 @@ class MinMax:
                 expr = f"packed2(lambda p, q: {one('p', 'q')}, {x}, {y})"
         else:
             expr = one(x, y)
-        E.dst(d, dt, expr)
+        E.arith(d, dt, t, expr)
 
 
 # -- logic and bits -----------------------------------------------------------------------------------
@@ -623,6 +623,17 @@ class Shift:
         t = s.t
         dt = typed(t) if ins.opcode == "shr" else uint_of(t)
         x = E.src(a, dt)
+        bits = np.dtype(dt).itemsize * 8
+        if isinstance(b, Imm) and b.kind == "int":
+            amount = b.value & 0xFFFFFFFF
+            if np.dtype(dt).kind == "i":
+                amount = min(amount, bits - 1)  # arithmetic shifts fill with the sign
+            if amount >= bits:
+                E.dst(d, dt, f"np.zeros_like({x})")
+            else:
+                op = "<<" if ins.opcode == "shl" else ">>"
+                E.dst(d, dt, f"({x} {op} {_dt_name(dt)}.type({amount}))")
+            return
         n = E.src(b, U32)
         E.dst(d, dt, f"{ins.opcode}({x}, {n})")
 
@@ -927,8 +938,8 @@ class Selp:
         d, a, b, c = nops(E, ins, 4)
         t = s.t
         dt = fdtype(t) if t in FLOAT_TYPES else uint_of(t)
-        x, y, p = E.src(a, dt), E.src(b, dt), E.src(c, BOOL)
-        E.dst(d, dt, f"np.where({p}, {x}, {y})")
+        x, y, p = E.src_copy(a, dt, d), E.src_copy(b, dt, d), E.src(c, BOOL)
+        E.dst(d, dt, f"np.where({p}, {x}, {y})", kind="C", sources=(a, b))
 
 
 @handler("slct")
@@ -1041,7 +1052,7 @@ class RcpSqrt:
             expr = f"rcp_f32({x}, {(s.rnd or 'rn')!r})"
         if s.ftz:
             expr = f"{ftz}({expr})"
-        E.dst(d, dt, canon(s.t, expr))
+        E.arith(d, dt, s.t, expr)
 
 
 @handler("rsqrt")
@@ -1065,7 +1076,7 @@ class Rsqrt:
         expr = f"rsqrt_{s.t}({x})"
         if s.ftz:
             expr = f"{ftz}({expr})"
-        E.dst(d, dt, canon(s.t, expr))
+        E.arith(d, dt, s.t, expr)
 
 
 @handler("ex2", "lg2", "sin", "cos", "tanh")
@@ -1094,10 +1105,10 @@ class Transcendental:
             expr = f"approx_f32({fn}, {x})"
             if s.ftz:
                 expr = f"ftz32({expr})"
-            E.dst(d, F32, canon("f32", expr))
+            E.arith(d, F32, "f32", expr)
             return
         if t == "f16":
-            E.dst(d, F16, canon("f16", f"approx_f16({fn}, {x})"))
+            E.arith(d, F16, "f16", f"approx_f16({fn}, {x})")
             return
         if t == "f16x2":
             E.dst(d, U32, f"packed2(lambda p: f16_bits(approx_f16({fn}, as_f16(p))), {x})")

@@ -50,8 +50,8 @@ class Cvt:
         if d_t in ("f16x2", "bf16x2"):
             d, a, b = nops(E, ins, 3)
             half = d_t[:-2]
-            hi = _float_to_float(E, E.src(a, F32), "f32", half, s)
-            lo = _float_to_float(E, E.src(b, F32), "f32", half, s)
+            hi = _float_to_float(E, E.src_observed(a, F32), "f32", half, s)
+            lo = _float_to_float(E, E.src_observed(b, F32), "f32", half, s)
             if half == "f16":
                 hi, lo = f"f16_bits({hi})", f"f16_bits({lo})"
             E.dst(d, U32, f"pack16({lo}, {hi})")
@@ -81,7 +81,7 @@ class Cvt:
             expr = f"int_to_float({x}, {_NAME[fdt]}, {mode!r})"
             if s.irnd:
                 expr = f"round_int_float({expr}, {s.irnd!r})"
-            E.dst(d, fdt, _post_float(expr, d_t, s))
+            E.arith(d, fdt, d_t, _post_float(expr, d_t, s))
             return
         # float source
         x = _read_float(E, a, s_t, s)
@@ -90,14 +90,14 @@ class Cvt:
             E.dst(d, out, f"float_to_int({x}, {_NAME[out]}, {(s.irnd or 'rzi')!r})")
             return
         expr = _float_to_float(E, x, s_t, d_t, s, already_read=True)
-        E.dst(d, U16 if d_t == "bf16" else np.dtype(dtype_of(d_t)), expr)
+        E.arith(d, U16 if d_t == "bf16" else np.dtype(dtype_of(d_t)), d_t, expr)
 
 
 def _read_float(E, a, t, s):
     """A float operand as f16/f32/f64 values (bf16 becomes f32), flushed with .ftz (f32 only)."""
     if t == "bf16":
         return f"bf16_to_f32({E.src(a, U16)})"
-    x = E.src(a, np.dtype(dtype_of(t)))
+    x = E.src_observed(a, np.dtype(dtype_of(t)))  # a NaN's payload reaches the result
     if s.ftz and t == "f32":
         x = f"ftz32({x})"
     return x
@@ -123,8 +123,6 @@ def _float_to_float(E, x, s_t, d_t, s, already_read=True):
 
 
 def _post_float(expr, d_t, s):
-    if d_t in ("f32", "f16"):  # a converted NaN is the canonical one
-        expr = f"canon_{d_t}({expr})"
     if s.satfinite:
         expr = f"satfinite({expr})"
     if s.relu:

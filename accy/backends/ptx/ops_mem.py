@@ -151,6 +151,8 @@ class Ld:
             if E.typing:
                 if s.t[0] in "fs":
                     E.dst(d, dt, "x")
+                elif isinstance(d, Reg):
+                    E.fc.defs[E.reg(d)].append(("M", ()))  # written, whatever its type
                 return
             E.dst(d, load_dt, f"{fn}(T, ids, {site}, {addr}, {_NAME[load_dt]}, 1, {E.mask})", scalar=False)
             return
@@ -169,7 +171,8 @@ def _write_loaded(E, op, dt, value, scalar):
 
 
 def _store_value(E, op, dt, array=True):
-    """A stored value: its bits, read in the register's own type when the widths match."""
+    """A stored value: its bits, read in the register's own type when the widths match
+    (NaNs of lazily canonicalised registers made canonical: a store observes the bits)."""
     if E.typing:
         if dt.kind in "fi":
             E.src(op, dt)
@@ -178,7 +181,7 @@ def _store_value(E, op, dt, array=True):
         idx = E.fc.reg_index(op.name, E.ins)
         S = E.fc.storage[idx]
         if S is not None and S != BOOL and S.itemsize == dt.itemsize:
-            return E.src(op, S), S
+            return E.src_observed(op, S), S
     return E.src(op, dt, array=array), dt
 
 
@@ -267,12 +270,15 @@ class Mov:
             return
         # a plain move: use the destination's storage type, so only the source may need a view
         if E.typing:
+            E.src(a, dt) if t[0] in "fs" else None
             if t[0] in "fs":
-                E.dst(d, dt, "x")
+                E.dst(d, dt, "x", kind="C", sources=(a,))
+            else:
+                E.fc.defs[E.reg(d)].append(("C", (a,)))
             return
         S = E.fc.storage[E.reg(d)]
         use = S if (S is not None and S != BOOL and S.itemsize == dt.itemsize) else dt
-        E.dst(d, use, E.src(a, use))
+        E.dst(d, use, E.src_copy(a, use, d), kind="C", sources=(a,))
 
 
 @handler("cvta")
