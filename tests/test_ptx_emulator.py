@@ -1687,3 +1687,279 @@ def test_every_form_accy_and_libdevice_emit_is_supported():
     assert unsupported(forms) == set()
     assert unsupported({"wmma.load.a.sync.aligned.row.m16n16k16.global.f16", "add.rn.f32"}) == {
         "wmma.load.a.sync.aligned.row.m16n16k16.global.f16"}
+
+
+# state spaces, parameters, calls and control flow written by hand
+
+def test_nan_payloads_survive_moves_and_arithmetic_makes_them_canonical():
+    ptx = _simple("nans", """
+        mov.u32 %r1, %tid.x;
+        ld.param.u64 %rd1, [buf];
+        mul.wide.u32 %rd2, %r1, 4;
+        add.s64 %rd3, %rd1, %rd2;
+        ld.global.f32 %r2, [%rd3];
+        add.rn.f32 %r3, %r2, 0f3F800000;
+        mov.b32 %r4, %r2;
+        setp.eq.u32 %p15, %r1, %r1;
+        selp.f32 %r5, %r4, %r3, %p15;
+        add.s64 %rd4, %rd3, 256;
+        st.global.f32 [%rd4], %r3;
+        add.s64 %rd5, %rd3, 512;
+        st.global.b32 [%rd5], %r5;
+        copysign.f32 %r6, 0f3F800000, %r2;
+        add.s64 %rd6, %rd3, 768;
+        st.global.f32 [%rd6], %r6;
+        ret;
+    """)
+    x = np.zeros(256, np.float32)
+    payloads = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0xFFFFFFFF], np.uint32)
+    x[:64] = np.resize(payloads, 64).view(np.float32)
+    (out,) = launch(ptx, "nans", [x], 1, 64)
+    bits = out.view(np.uint32).reshape(4, 64)
+    assert (bits[1] == 0x7FFFFFFF).all(), "an f32 add of a NaN gives the canonical NaN"
+    assert (bits[2] == bits[0]).all(), "moves and selp keep a loaded NaN's bits"
+    assert (bits[3] == bits[0] & 0x7FFFFFFF).all(), "copysign works on the bits"
+
+
+def test_module_variables_constants_dynamic_shared_and_generic_addressing():
+    """.global and .const variables with initialisers, extern (dynamic) shared memory, a local
+    depot reached through cvta.local / generic loads, and generic pointers into shared."""
+    extra = (".global .align 4 .u32 table[4] = {10, 20, 30, 40};\n"
+             ".const .align 8 .f64 coef[2] = {0d3FF8000000000000, 0dC000000000000000};\n"
+             ".extern .shared .align 16 .b8 dyn[];\n")
+    ptx = _simple("spaces", """
+        .local .align 8 .b8 __local_depot0[16];
+        .reg .b64 %SP;
+        .reg .b64 %SPL;
+        mov.u64 %SPL, __local_depot0;
+        cvta.local.u64 %SP, %SPL;
+        mov.u32 %r1, %tid.x;
+        and.b32 %r2, %r1, 3;
+        mul.wide.u32 %rd1, %r2, 4;
+        mov.u64 %rd2, table;
+        add.s64 %rd3, %rd2, %rd1;
+        ld.global.u32 %r3, [%rd3];
+        ld.const.f64 %rd4, [coef+8];
+        cvt.rzi.s32.f64 %r4, %rd4;
+        add.s32 %r5, %r3, %r4;
+        st.u32 [%SP+4], %r5;
+        ld.local.u32 %r6, [%SPL+4];
+        mov.u32 %r7, dyn;
+        shl.b32 %r8, %r1, 2;
+        add.s32 %r9, %r7, %r8;
+        cvt.u64.u32 %rd5, %r9;
+        cvta.shared.u64 %rd6, %rd5;
+        st.u32 [%rd6], %r6;
+        bar.sync 0;
+        xor.b32 %r10, %r1, 31;
+        shl.b32 %r11, %r10, 2;
+        add.s32 %r12, %r7, %r11;
+        ld.shared.u32 %r13, [%r12];
+        ld.param.u64 %rd7, [buf];
+        mul.wide.u32 %rd8, %r1, 4;
+        add.s64 %rd9, %rd7, %rd8;
+        isspacep.shared %p1, %rd6;
+        selp.u32 %r14, 1000, 0, %p1;
+        add.s32 %r15, %r13, %r14;
+        st.global.u32 [%rd9], %r15;
+        ret;
+    """, extra=extra)
+    dev = Device()
+    fn = dev.load_module(ptx).function("spaces")
+    out = dev.alloc(128)
+    fn.launch(1, 32, [out], shared_bytes=128)
+    got = np.empty(32, np.int32)
+    dev.copy_from_device(got, out)
+    partner = np.arange(32) ^ 31
+    assert_bits_equal(got, np.array([10, 20, 30, 40])[partner & 3] - 2 + 1000, "through every state space")
+    with pytest.raises(PtxMemoryError, match="shared"):
+        fn.launch(1, 32, [out], shared_bytes=64)  # too little dynamic shared memory for 32 words
+
+
+def test_scalar_kernel_parameters_by_value():
+    ptx = assembled(ptx_kernel("scal", [("out", "u64"), ("x", "f32"), ("k", "u32"), ("d", "s64"), ("h", "b16")], """
+        ld.param.u64 %rd1, [out];
+        ld.param.f32 %r1, [x];
+        ld.param.u32 %r2, [k];
+        ld.param.s64 %rd2, [d];
+        ld.param.b16 %h1, [h];
+        cvt.rn.f32.u32 %r3, %r2;
+        mul.rn.f32 %r4, %r1, %r3;
+        st.global.f32 [%rd1], %r4;
+        st.global.s64 [%rd1+8], %rd2;
+        st.global.b16 [%rd1+16], %h1;
+        ret;
+    """))
+    dev = Device()
+    fn = dev.load_module(ptx).function("scal")
+    assert fn.param_types == ("u64", "f32", "u32", "s64", "b16")
+    out = dev.alloc(24)
+    fn.launch(1, 1, [out, np.float32(1.5), 7, -3, 0xBEEF])
+    raw = dev.read(out, 18)
+    assert np.frombuffer(raw[:4], np.float32)[0] == 10.5
+    assert np.frombuffer(raw[8:16], np.int64)[0] == -3 and np.frombuffer(raw[16:18], np.uint16)[0] == 0xBEEF
+    with pytest.raises(PtxError, match="must be an integer"):
+        fn.launch(1, 1, [out, 1.0, 2.5, 0, 0])
+
+
+INDIRECT = """
+.func (.param .b32 r) twice(.param .b32 x)
+{
+    .reg .b32 %a<3>;
+    ld.param.b32 %a1, [x];
+    shl.b32 %a2, %a1, 1;
+    st.param.b32 [r], %a2;
+    ret;
+}
+.func (.param .b32 r) negate(.param .b32 x)
+{
+    .reg .b32 %a<3>;
+    .reg .pred %q;
+    ld.param.b32 %a1, [x];
+    setp.eq.s32 %q, %a1, 13;
+    @%q exit;
+    neg.s32 %a2, %a1;
+    st.param.b32 [r], %a2;
+    ret;
+}
+"""
+
+
+def test_indirect_calls_jump_tables_exit_and_predicated_stores():
+    body = """
+        mov.u32 %r1, %tid.x;
+        ld.param.u64 %rd1, [buf];
+        mul.wide.u32 %rd2, %r1, 4;
+        add.s64 %rd3, %rd1, %rd2;
+        and.b32 %r2, %r1, 1;
+        setp.eq.u32 %p1, %r2, 0;
+        mov.u64 %rd4, twice;
+        mov.u64 %rd5, negate;
+        selp.b64 %rd6, %rd4, %rd5, %p1;
+        {
+        .param .b32 a0;
+        .param .b32 r0;
+        st.param.b32 [a0], %r1;
+        prototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);
+        call (r0), %rd6, (a0), prototype_0;
+        ld.param.b32 %r3, [r0];
+        }
+        rem.u32 %r4, %r1, 3;
+        $TARGETS: .branchtargets $T0, $T1, $T2;
+        brx.idx %r4, $TARGETS;
+        $T0:
+        add.s32 %r3, %r3, 100;
+        bra.uni $JOIN;
+        $T1:
+        add.s32 %r3, %r3, 200;
+        bra.uni $JOIN;
+        $T2:
+        add.s32 %r3, %r3, 300;
+        $JOIN:
+        setp.lt.u32 %p2, %r1, 40;
+        @%p2 st.global.u32 [%rd3], %r3;
+        ret;
+    """
+    ptx = assembled(HEADER.format(arch=ARCH) + INDIRECT + ptx_kernel("calls", [("buf", "u64")], body).split("\n", 3)[3])
+    (out,) = launch(ptx, "calls", [np.full(48, -1, np.int32)], 1, 48)
+    t = np.arange(48)
+    value = np.where(t % 2 == 0, 2 * t, -t) + np.array([100, 200, 300])[t % 3]
+    expected = np.where(t < 40, value, -1)
+    expected[13] = -1  # thread 13 exits inside negate: it stores nothing
+    assert_bits_equal(out, expected, "indirect calls, brx.idx, exit in a callee, predicated stores")
+
+
+def test_warp_ops_in_divergent_code_with_partial_member_masks():
+    """Lanes 0..19 take one path and shuffle among themselves (membermask 0xfffff), the
+    others another path; activemask and bar.red see exactly the threads executing them."""
+    ptx = _simple("partial", """
+        mov.u32 %r1, %tid.x;
+        and.b32 %r2, %r1, 31;
+        ld.param.u64 %rd1, [buf];
+        mul.wide.u32 %rd2, %r1, 4;
+        add.s64 %rd3, %rd1, %rd2;
+        setp.lt.u32 %p1, %r2, 20;
+        @!%p1 bra $HIGH;
+        shfl.sync.bfly.b32 %r3, %r1, 1, 31, 0xfffff;
+        activemask.b32 %r4;
+        bra.uni $JOIN;
+        $HIGH:
+        mul.lo.u32 %r3, %r1, 10;
+        activemask.b32 %r4;
+        $JOIN:
+        setp.ge.u32 %p2, %r1, 48;
+        bar.red.popc.u32 %r5, 0, %p2;
+        add.s32 %r6, %r3, %r5;
+        xor.b32 %r7, %r6, %r4;
+        st.global.u32 [%rd3], %r7;
+        ret;
+    """)
+    (out,) = launch(ptx, "partial", [np.zeros(64, np.uint32)], 1, 64)
+    t = np.arange(64)
+    low = (t % 32) < 20
+    r3 = np.where(low, t ^ 1, t * 10)
+    r4 = np.where(low, 0xFFFFF, 0xFFFFFFFF ^ 0xFFFFF)
+    assert_bits_equal(out, ((r3 + 16) ^ r4).astype(np.uint32), "partial-warp shuffles, activemask, bar.red.popc")
+
+
+def test_more_atomics_and_reductions():
+    ptx = assembled(ptx_kernel("atomics2", [("buf", "u64")], """
+        mov.u32 %r1, %tid.x;
+        ld.param.u64 %rd1, [buf];
+        atom.global.inc.u32 %r2, [%rd1], 9;
+        atom.global.dec.u32 %r3, [%rd1+4], 100;
+        cvt.u64.u32 %rd2, %r1;
+        atom.global.min.u64 %rd3, [%rd1+8], %rd2;
+        atom.global.cas.b64 %rd4, [%rd1+16], 0, %rd2;
+        red.global.add.f32 [%rd1+24], 0f3F000000;
+        red.global.or.b32 [%rd1+28], %r1;
+        cvt.rn.f16.f32 %h1, 0f3F800000;
+        atom.global.add.noftz.f16 %h2, [%rd1+32], %h1;
+        cvt.rn.bf16.f32 %h3, 0f40000000;
+        atom.global.add.noftz.bf16 %h4, [%rd1+34], %h3;
+        mov.u32 %r4, sm;
+        atom.shared.max.s32 %r5, [%r4], %r1;
+        bar.sync 0;
+        ld.shared.u32 %r6, [%r4];
+        setp.eq.u32 %p1, %r1, 0;
+        @%p1 st.global.u32 [%rd1+36], %r6;
+        ret;
+    """, arch="sm_90", extra=".shared .align 4 .b8 sm[4];\n"), "sm_90")
+    init = np.zeros(40, np.uint8)
+    init[4:8] = np.frombuffer(np.uint32(5).tobytes(), np.uint8)
+    init[8:16] = np.frombuffer(np.uint64(2 ** 64 - 1).tobytes(), np.uint8)
+    (out,) = launch(ptx, "atomics2", [init], 1, 64)
+    raw = out.tobytes()
+    u32 = lambda o: np.frombuffer(raw[o:o + 4], np.uint32)[0]
+    u64 = lambda o: np.frombuffer(raw[o:o + 8], np.uint64)[0]
+    assert u32(0) == 64 % 10  # inc wraps to 0 after 9
+    dec = 5
+    for _ in range(64):
+        dec = 100 if dec == 0 or dec > 100 else dec - 1
+    assert u32(4) == dec
+    assert u64(8) == 0  # the minimum thread id
+    assert u64(16) == 1  # thread 0 swaps 0 for 0, thread 1 still finds 0 and stores 1, then nobody matches
+    assert np.frombuffer(raw[24:28], np.float32)[0] == 32.0
+    assert u32(28) == 63
+    assert np.frombuffer(raw[32:34], np.float16)[0] == 64.0
+    assert N.bf16_to_f32(np.frombuffer(raw[34:36], np.uint16))[0] == 128.0
+    assert u32(36) == 63
+
+
+def test_grids_larger_than_one_batch():
+    """More threads than the emulator runs at once: blocks run batch after batch."""
+    ptx = _simple("big", """
+        mov.u32 %r1, %tid.x;
+        mov.u32 %r2, %ctaid.x;
+        mov.u32 %r3, %ntid.x;
+        mad.lo.s32 %r4, %r2, %r3, %r1;
+        ld.param.u64 %rd1, [buf];
+        mul.wide.u32 %rd2, %r4, 4;
+        add.s64 %rd3, %rd1, %rd2;
+        mul.lo.u32 %r5, %r4, 3;
+        st.global.u32 [%rd3], %r5;
+        ret;
+    """)
+    n = 150 * 256
+    (out,) = launch(ptx, "big", [np.zeros(n, np.uint32)], 150, 256)
+    assert_bits_equal(out, (np.arange(n) * 3).astype(np.uint32), "40k threads")
