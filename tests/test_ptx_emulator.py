@@ -1119,7 +1119,7 @@ def _directed_ops():
                 (f"div.{mode}.{t} {{d}}, {{a}}, {{b}};", [t, t], t,
                  lambda a, b, c, m=mode, dt=dt, fmt=fmt: _frac_op(lambda x, y: x / y, fmt, m, a, b, divisor=1).astype(dt)),
                 (f"sqrt.{mode}.{t} {{d}}, {{a}};", [t], t,
-                 lambda a, b, c, m=mode, dt=dt: _sqrt_ref(np.abs(a), m, dt) if False else _sqrt_ref(a, m, dt)),
+                 lambda a, b, c, m=mode, dt=dt: _sqrt_ref(a, m, dt)),
             ]
         ops += [
             (f"cvt.{mode}.f32.f64 {{d}}, {{a}};", ["f64"], "f32",
@@ -1191,7 +1191,6 @@ def _bf16_bits(values):
 
 def _sqrt_ref(a, mode, dt):
     out = []
-    fmt = "f32" if dt == np.float32 else "f64"
     for x in np.asarray(a, np.float64).tolist():
         if not math.isfinite(x) or x <= 0:
             out.append(float(np.sqrt(dt(x))))
@@ -1372,18 +1371,18 @@ def _exact_ops_kernel(ops, name="exact", arch=ARCH):
     widths = (16, 32, 64)
     params = [(f"out{k}", "u64") for k in range(len(ops))]
     params += [(f"in{w}_{x}", "u64") for w in widths for x in "abc"] + [("n", "u32")]
-    body = [f"ld.param.u32 %r100, [n];", "mov.u32 %r101, %ctaid.x;", "mov.u32 %r102, %ntid.x;",
-            "mov.u32 %r103, %tid.x;", "mad.lo.s32 %r104, %r101, %r102, %r103;", "setp.ge.u32 %p15, %r104, %r100;",
-            "@%p15 bra $END;"]
-    body += [f"mul.wide.u32 %rd{50 + i}, %r104, {w // 8};" for i, w in enumerate(widths)]
+    body = ["ld.param.u32 %ti0, [n];", "mov.u32 %ti1, %ctaid.x;", "mov.u32 %ti2, %ntid.x;",
+            "mov.u32 %ti3, %tid.x;", "mad.lo.s32 %ti4, %ti1, %ti2, %ti3;", "setp.ge.u32 %tp, %ti4, %ti0;",
+            "@%tp bra $END;"]
+    body += [f"mul.wide.u32 %td{i}, %ti4, {w // 8};" for i, w in enumerate(widths)]
     inputs = {}
     reg = {16: 0, 32: 0, 64: 0}
     for i, w in enumerate(widths):
         for x in "abc":
-            body += [f"ld.param.u64 %rd60, [in{w}_{x}];", f"add.s64 %rd61, %rd60, %rd{50 + i};"]
+            body += [f"ld.param.u64 %td8, [in{w}_{x}];", f"add.s64 %td9, %td8, %td{i};"]
             r = f"{REG_OF[w]}{reg[w]}"
             reg[w] += 1
-            body.append(f"ld.global.b{w} {r}, [%rd61];")
+            body.append(f"ld.global.b{w} {r}, [%td9];")
             inputs[(w, x)] = r
     for k, (template, in_types, out_type, _) in enumerate(ops):
         ow = WIDTH_OF[out_type]
@@ -1394,18 +1393,17 @@ def _exact_ops_kernel(ops, name="exact", arch=ARCH):
             reg[ow] += 1
         srcs = {x: inputs[(WIDTH_OF[t], x)] for x, t in zip("abc", in_types)}
         body.append(template.format(d=d, **srcs))
-        body += [f"ld.param.u64 %rd60, [out{k}];"]
+        body.append(f"ld.param.u64 %td8, [out{k}];")
         if ow == 1:
-            body += ["selp.u16 %h63, 1, 0, %p0;", f"add.s64 %rd61, %rd60, %rd50;", "st.global.b16 [%rd61], %h63;"]
+            body += ["selp.u16 %th, 1, 0, %p0;", "add.s64 %td9, %td8, %td0;", "st.global.b16 [%td9], %th;"]
         else:
-            body += [f"add.s64 %rd61, %rd60, %rd{50 + widths.index(ow)};", f"st.global.b{ow} [%rd61], {d};"]
+            body += [f"add.s64 %td9, %td8, %td{widths.index(ow)};", f"st.global.b{ow} [%td9], {d};"]
     body += ["$END:", "ret;"]
-    regs = f"  .reg .b16 %hx<{reg[16] + 1}>;\n"
-    text = ptx_kernel(name, params, "\n".join(body), arch=arch)
-    # registers beyond the declared ranges
-    text = text.replace(".reg .b16 %h<64>;", f".reg .b16 %h<{max(64, reg[16] + 1)}>;")
-    text = text.replace(".reg .b32 %r<128>;", f".reg .b32 %r<{max(128, reg[32] + 1)}>;")
-    text = text.replace(".reg .b64 %rd<64>;", f".reg .b64 %rd<{max(64, reg[64] + 1)}>;")
+    temps = "  .reg .pred %tp;\n  .reg .b16 %th;\n  .reg .b32 %ti<5>;\n  .reg .b64 %td<10>;\n"
+    text = ptx_kernel(name, params, "\n".join(body), regs=temps, arch=arch)
+    for old, prefix, count in ((".reg .b16 %h<64>;", "%h", reg[16]), (".reg .b32 %r<128>;", "%r", reg[32]),
+                               (".reg .b64 %rd<64>;", "%rd", reg[64])):
+        text = text.replace(old, f".reg .b{ {'%h': 16, '%r': 32, '%rd': 64}[prefix] } {prefix}<{max(count, 1)}>;")
     return text
 
 

@@ -35,8 +35,8 @@ import numpy as np
 from . import memory, numerics, runtime, warp
 from .errors import PtxError
 from .numerics import BOOL, F16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64
-from .parser import (SINK, Addr, Function, Imm, Instruction, Label, Module, Not, Pair, Paren, Reg, Sink,
-                     Special, Sym, Vec, VarDecl, imm_bits, type_size)
+from .parser import (Function, Imm, Instruction, Label, Module, Not, Reg, Sink, Special, Sym, VarDecl,
+                     imm_bits, type_size)
 
 # -- types -------------------------------------------------------------------------------------
 

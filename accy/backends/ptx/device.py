@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from .compiler import ModuleCompiler
-from .errors import PtxError, PtxMemoryError
+from .errors import PtxError
 from .executor import STACK_CAP, Context, Program, run_entry
 from .memory import GlobalMemory
 from .numerics import U8, U32
@@ -258,8 +258,6 @@ class Function:
         shared_bytes = int(shared_bytes)
         if shared_bytes < 0:
             raise PtxError("shared_bytes must not be negative")
-        if shared_bytes and not mc.dynamic_shared:
-            pass  # allowed: the kernel just does not use it
         static = -(-mc.shared_size // 16) * 16
         S = max(16, -(-(static + shared_bytes) // 16) * 16)
         if static + shared_bytes > MAX_SHARED_PER_BLOCK:

@@ -30,7 +30,6 @@ import numpy as np
 from .compiler import DONE, EXIT, FUNCTION_BASE, CompiledFunction
 from .errors import PtxBarrierError, PtxError
 from .memory import thread_text
-from .numerics import U32, U64
 
 WAIT = 1 << 24  # pcs value WAIT + b: waiting at the sync block b
 DEAD = 1 << 30  # pcs value of a thread that has left the function
@@ -400,10 +399,10 @@ class Frame:
         if sel is None:
             if len(ex) == 0:
                 return blk.next
-            self.pcs = np.zeros(T.n, np.int64)
+            self.pcs = np.zeros(T.n, np.int64)  # the threads split: run() sees self.pcs
             self.assign(pos, blk.next)
             self.retire(ex, EXIT)
-            return -3  # (never seen: the caller checks self.pcs) -- see run()
+            return None
         self.assign(sel, blk.next)
         if len(ex):
             self.retire(ex, EXIT)

@@ -24,7 +24,7 @@ import bisect
 import numpy as np
 
 from .errors import PtxMemoryError
-from .numerics import F32, F64, I64, U8, U16, U32, U64
+from .numerics import I64, U8, U64
 
 GLOBAL_BASE = 1 << 36
 WINDOW_SHIFT = 52

@@ -11,7 +11,7 @@ from .compiler import DONE, EXIT, CallInfo, Mods, SyncInfo, Unsupported, handler
 from .errors import PtxError
 from .numerics import BOOL, U32, U64
 from .ops_arith import Spec, nops
-from .parser import Imm, Pair, Paren, Reg, Sink, Sym
+from .parser import Pair, Paren, Reg, Sym
 
 
 def _cond(E, ins, taken: int, fallthrough: int) -> list[str]:
@@ -191,7 +191,7 @@ class Bar:
 
     @staticmethod
     def parse(m: Mods):
-        cta = m.take(("cta",))
+        m.take(("cta",))
         what = m.take(("sync", "arrive", "red", "warp"))
         s = Spec(what=what)
         m.take(("aligned",))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .compiler import Mods, Unsupported, _NAME, dtype_of, handler
-from .numerics import F16, F32, F64, U16, U32
+from .numerics import F32, U16, U32
 from .ops_arith import Spec, nops, typed
 
 IRND = ("rni", "rzi", "rmi", "rpi")
@@ -68,7 +68,7 @@ class Cvt:
             if s.sat:
                 E.dst(d, out, f"int_saturate({x}, {_NAME[out]})")
             else:
-                E.dst(d, out, f"np.asarray({x}).astype({_NAME[out]})" if True else "")
+                E.dst(d, out, f"np.asarray({x}).astype({_NAME[out]})")
             return
         if s_t in INTS:  # integer -> float
             x = E.src(a, typed(s_t))

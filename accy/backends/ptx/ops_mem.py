@@ -10,7 +10,7 @@ from .compiler import UINT_OF, Expr, Mods, Unsupported, _NAME, dtype_of, handler
 from .numerics import (BOOL, F16, F32, F64, I32, I64, U16, U32, U64, add_bf16, add_f16, canon_f16, canon_f32,
                        fmax, fmin, ftz32)
 from .ops_arith import Spec, nops
-from .parser import Addr, Imm, Reg, Sink, Special, Sym, Vec, type_size
+from .parser import Addr, Imm, Reg, Sink, Special, Sym, Vec
 from .runtime import Broadcast, packed2
 
 SPACES = {"global": "global", "shared": "shared", "shared::cta": "shared", "shared::cluster": "shared",

@@ -625,7 +625,7 @@ class _Parser:
                 if nxt == ".callprototype":
                     self.next()
                     rets = self.params() if self.peek().text == "(" else []
-                    self.expect("_")  if self.peek().text == "_" else None
+                    self.accept("_")
                     params = self.params() if self.peek().text == "(" else []
                     while self.peek().text != ";":
                         self.next()
@@ -645,7 +645,6 @@ class _Parser:
             fn.body.append(self.instruction())
 
     def instruction(self) -> Instruction:
-        start = self.peek()
         guard = None
         if self.accept("@"):
             negated = self.accept("!")

@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import PtxError
-from .numerics import (BOOL, F16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, bf16_to_f32,
-                       f32_to_bf16_bits)
+from .numerics import F16, I8, I16, I32, I64, U8, U16, U32, U64
 
 _UINT = {1: U8, 2: U16, 4: U32, 8: U64}
 _INT = {1: I8, 2: I16, 4: I32, 8: I64}

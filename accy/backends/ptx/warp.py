@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .numerics import BOOL, I64, U32, U64
+from .numerics import BOOL, U32, U64
 
 
 def _keys(T, ids):
