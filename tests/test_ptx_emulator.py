@@ -1961,3 +1961,102 @@ def test_grids_larger_than_one_batch():
     n = 150 * 256
     (out,) = launch(ptx, "big", [np.zeros(n, np.uint32)], 150, 256)
     assert_bits_equal(out, (np.arange(n) * 3).astype(np.uint32), "40k threads")
+
+
+def test_vectors_packing_warp_forms_and_debug_directives():
+    """Vector loads and stores, register packing, bar.warp.sync, match.all, redux max/and,
+    elect.sync, %lanemask_lt -- in a module with .file/.loc directives, block comments and
+    performance directives."""
+    body = """
+        .loc 1 7 3
+        mov.u32 %r1, %tid.x;
+        ld.param.u64 %rd1, [buf];
+        cvta.to.global.u64 %rd1, %rd1;
+        mul.wide.u32 %rd2, %r1, 16;
+        add.s64 %rd3, %rd1, %rd2;
+        ld.global.nc.v4.f32 {%r2, %r3, %r4, %r5}, [%rd3];
+        /* swap the halves of each pair */
+        mov.b64 %rd4, {%r2, %r3};
+        mov.b64 {%r6, %r7}, %rd4;
+        cvt.rn.f16.f32 %h1, %r4;
+        cvt.rn.f16.f32 %h2, %r5;
+        mov.b32 %r8, {%h1, %h2};
+        mov.b32 {%h3, %h4}, %r8;
+        cvt.f32.f16 %r9, %h4;
+        bar.warp.sync -1;
+        and.b32 %r10, %r1, 3;
+        match.all.sync.b32 %r11|%p1, %r10, -1;
+        selp.u32 %r12, 1, 0, %p1;
+        redux.sync.max.u32 %r13, %r1, -1;
+        redux.sync.and.b32 %r14, %r1, -1;
+        elect.sync %r15|%p2, -1;
+        selp.u32 %r16, 1, 0, %p2;
+        mov.u32 %r17, %lanemask_lt;
+        popc.b32 %r18, %r17;
+        add.s32 %r19, %r12, %r16;
+        add.s32 %r20, %r19, %r18;
+        cvt.rn.f32.u32 %r21, %r20;
+        cvt.rn.f32.u32 %r22, %r13;
+        cvt.rn.f32.u32 %r23, %r14;
+        add.rn.f32 %r24, %r22, %r23;
+        cvt.rn.f32.u32 %r25, %r15;
+        add.rn.f32 %r26, %r24, %r25;
+        st.global.v4.f32 [%rd3], {%r7, %r6, %r9, %r21};
+        mul.wide.u32 %rd5, %r1, 8;
+        add.s64 %rd6, %rd1, %rd5;
+        st.global.v2.f32 [%rd6+1024], {%r26, 0f3F800000};
+        ret;
+    """
+    text = ptx_kernel("misc", [("buf", "u64")], body, arch="sm_90")
+    text = text.replace(".address_size 64\n", ".address_size 64\n.file 1 \"kernel.py\"\n// a comment\n", 1)
+    text = text.replace("\n)\n{", "\n)\n.maxntid 64, 1, 1\n.minnctapersm 1\n{", 1)
+    ptx = assembled(text, "sm_90")
+    x = np.random.default_rng(5).standard_normal(64 * 4 + 64 * 4).astype(np.float32)
+    (out,) = launch(ptx, "misc", [x.copy()], 1, 64)
+    v = x[:256].reshape(64, 4)
+    got = out[:256].reshape(64, 4)
+    assert_bits_equal(got[:, 0], v[:, 1], "v4 load / b64 pack-unpack")
+    assert_bits_equal(got[:, 1], v[:, 0], "v4 load / b64 pack-unpack")
+    assert_bits_equal(got[:, 2], v[:, 3].astype(np.float16).astype(np.float32), "f16 pack-unpack")
+    lane = np.arange(64) % 32
+    assert_bits_equal(got[:, 3], (0 + (lane == 0) + lane).astype(np.float32), "match.all / elect / lanemask")
+    side = out[256:384].reshape(64, 2)
+    assert_bits_equal(side[:, 0], (np.repeat([31, 63], 32) + np.repeat([0, 32], 32)).astype(np.float32),
+                      "redux.max + redux.and + elected lane 0")
+    assert_bits_equal(side[:, 1], np.ones(64, np.float32), "v2 store of an immediate")
+
+
+def test_vector_store_and_warp_reductions_values():
+    body = """
+        mov.u32 %r1, %tid.x;
+        ld.param.u64 %rd1, [buf];
+        mul.wide.u32 %rd2, %r1, 8;
+        add.s64 %rd3, %rd1, %rd2;
+        redux.sync.max.u32 %r13, %r1, -1;
+        redux.sync.and.b32 %r14, %r1, -1;
+        st.global.v2.u32 [%rd3], {%r13, %r14};
+        ret;
+    """
+    ptx = assembled(ptx_kernel("red2", [("buf", "u64")], body), ARCH)
+    (out,) = launch(ptx, "red2", [np.zeros(128, np.uint32)], 1, 64)
+    pairs = out.reshape(64, 2)
+    assert_bits_equal(pairs[:, 0], np.repeat([31, 63], 32), "redux.max")
+    assert_bits_equal(pairs[:, 1], np.repeat([0, 32], 32), "redux.and")
+
+
+def test_local_memory_is_checked():
+    ptx = _simple("loc", """
+        .local .align 4 .b8 __local_depot0[16];
+        .reg .b64 %SPL;
+        mov.u64 %SPL, __local_depot0;
+        mov.u32 %r1, %tid.x;
+        mul.wide.u32 %rd1, %r1, 4;
+        add.s64 %rd2, %SPL, %rd1;
+        st.local.u32 [%rd2], %r1;
+        ret;
+    """)
+    dev = Device()
+    fn = dev.load_module(ptx).function("loc")
+    fn.launch(1, 4, [0])
+    with pytest.raises(PtxMemoryError, match=r"out-of-bounds local store[\s\S]*thread \(4, 0, 0\)"):
+        fn.launch(1, 5, [0])

@@ -23,7 +23,7 @@ import bisect
 
 import numpy as np
 
-from .errors import PtxMemoryError
+from .errors import PtxError, PtxMemoryError
 from .numerics import I64, U8, U64
 
 GLOBAL_BASE = 1 << 36
@@ -296,7 +296,18 @@ def global_load(T, ids, site, addr, dtype, nvec, mask=None):
     return out
 
 
+def _as_stored(values, dtype):
+    """The stored bits: a value of another type of the same size is reinterpreted, never
+    converted (a conversion here would be an emulator bug)."""
+    if values.dtype != dtype:
+        if values.dtype.itemsize != dtype.itemsize:
+            raise PtxError(f"internal error: storing {values.dtype} values as {dtype}")
+        values = values.view(dtype)
+    return values
+
+
 def global_store(T, ids, site, addr, values, dtype, nvec, mask=None):
+    values = _as_stored(np.asarray(values), dtype)
     if mask is None and nvec == 1:
         off = _fast_offsets(T, site, addr)
         if off is not None:
@@ -389,6 +400,7 @@ def shared_load(T, ids, site, addr, dtype, nvec, mask=None):
 
 
 def shared_store(T, ids, site, addr, values, dtype, nvec, mask=None):
+    values = _as_stored(np.asarray(values), dtype)
     idx = shared_index(T, ids, site, addr, mask)
     T.smem.view(dtype)[_typed_index(idx, dtype, nvec)] = values if mask is None else values[mask]
 
@@ -398,6 +410,7 @@ def local_load(T, ids, site, addr, dtype, nvec, mask=None):
 
 
 def local_store(T, ids, site, addr, values, dtype, nvec, mask=None):
+    values = _as_stored(np.asarray(values), dtype)
     idx = local_index(T, ids, site, addr, mask)
     T.lmem.view(dtype)[_typed_index(idx, dtype, nvec)] = values if mask is None else values[mask]
 
@@ -407,8 +420,6 @@ def const_load(T, ids, site, addr, dtype, nvec, mask=None):
 
 
 def const_store(T, ids, site, addr, values, dtype, nvec, mask=None):
-    from .errors import PtxError
-
     raise PtxError("store to the const state space", line=site.line, source=site.text)
 
 
@@ -477,8 +488,6 @@ def _atomic_target(T, ids, site, addr, mask, space):
             return None, None, None
         w_lo, w_hi = int(a_m.min()) >> WINDOW_SHIFT, int(a_m.max()) >> WINDOW_SHIFT
         if w_lo != w_hi or w_lo not in (0, 2):
-            from .errors import PtxError
-
             raise PtxError("generic atomics must all address global or all address shared memory",
                            line=site.line, source=site.text)
         space = "global" if w_lo == 0 else "shared"

@@ -206,8 +206,8 @@ class St:
             raise E.error(f"{ins.form} needs {s.nvec} values")
         if s.nvec == 1:
             value, vdt = _store_value(E, items[0], dt)
-        else:
-            parts = [_store_value(E, it, dt)[0] for it in items]
+        else:  # every element as the instruction's type (bits: views), so they stack as one type
+            parts = [E.src_observed(it, dt) if isinstance(it, Reg) else E.src(it, dt) for it in items]
             value, vdt = f"np.stack(np.broadcast_arrays({', '.join(parts)}), axis=1)", dt
             if all(isinstance(it, Imm) for it in items):
                 value = f"np.broadcast_to(np.array([{', '.join(parts)}]), (n_, {s.nvec}))"
