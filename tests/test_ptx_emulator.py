@@ -2060,3 +2060,13 @@ def test_local_memory_is_checked():
     fn.launch(1, 4, [0])
     with pytest.raises(PtxMemoryError, match=r"out-of-bounds local store[\s\S]*thread \(4, 0, 0\)"):
         fn.launch(1, 5, [0])
+
+
+def test_endless_loop_is_stopped():
+    ptx = _simple("forever", """
+        $LOOP:
+        bra.uni $LOOP;
+    """)
+    dev = Device(step_limit=1000)
+    with pytest.raises(PtxError, match="endless loop"):
+        dev.load_module(ptx).function("forever").launch(1, 32, [0])

@@ -55,7 +55,10 @@ def compiled(text: str) -> _Compiled:
 class Device:
     """One emulated GPU: global memory and the modules loaded on it."""
 
-    def __init__(self):
+    def __init__(self, *, step_limit: int = 20_000_000):
+        """``step_limit``: blocks one function activation may run before the launch is
+        stopped as an endless loop."""
+        self.step_limit = int(step_limit)
         self.gmem = GlobalMemory()
         self._modules: dict[str, Module] = {}
         self._lock = threading.RLock()
@@ -306,4 +309,5 @@ class Function:
                 T.dynamic_smem_u32 = np.uint32(shared_bytes)
                 T.total_smem_u32 = np.uint32(S)
                 T.clock64 = lambda: np.uint64(next(counter))
+                T.step_limit = self.module.device.step_limit
                 run_entry(self.module.program, self._cf, T)

@@ -210,7 +210,16 @@ class Frame:
         T = self.T
         blocks = self.blocks
         pc = 0
+        steps = 0
+        limit = T.step_limit
         while True:
+            steps += 1
+            if steps > limit:
+                info = blocks[pc if self.pcs is None else int(self.pcs.min()) % WAIT].instructions
+                where = info[0] if info else None
+                raise PtxError(f"the kernel ran more than {limit} blocks in {self.cf.name} without finishing "
+                               f"(an endless loop?); Device(step_limit=...) raises the limit",
+                               line=where.line if where else None, source=where.text if where else None)
             if self.pcs is None:
                 if T.n == 0:
                     return self.finish()
