@@ -2070,3 +2070,85 @@ def test_endless_loop_is_stopped():
     dev = Device(step_limit=1000)
     with pytest.raises(PtxError, match="endless loop"):
         dev.load_module(ptx).function("forever").launch(1, 32, [0])
+
+
+def test_i128_and_packed_half_arithmetic():
+    body = """
+    %r0 = add i128 %a0, %a1
+    %r1 = mul i128 %a0, %a1
+    %r2 = sub i128 %a0, %a1
+    %r3 = shl i128 %a0, 17
+    %r4 = lshr i128 %a0, 70
+    """
+    ptx = compile_ir(elementwise_ir("i128", ["i128", "i128"], ["i128"] * 5, body))
+    assert {"add.cc.s64", "addc.cc.s64"} & forms_of(ptx) or any("mad" in f or "mul.hi" in f for f in forms_of(ptx))
+    n = 64
+    rng = np.random.default_rng(0)
+    words = [rng.integers(0, 2 ** 63, (n, 2), dtype=np.int64).view(np.uint64) for _ in range(2)]
+    words[0][::2, 1] |= np.uint64(1 << 63)
+    pair = np.dtype([("lo", "<u8"), ("hi", "<u8")])
+    A, B = (np.ascontiguousarray(w).view(pair).reshape(n) for w in words)
+    outs = run_elementwise(ptx, "i128", [A, B], [pair] * 5)
+
+    def val(x):
+        return int(x["lo"]) | (int(x["hi"]) << 64)
+
+    for k, fn in enumerate([lambda x, y: x + y, lambda x, y: x * y, lambda x, y: x - y, lambda x, y: x << 17,
+                            lambda x, y: x >> 70]):
+        assert [val(o) for o in outs[k]] == [fn(val(x), val(y)) % (1 << 128) for x, y in zip(A, B)], f"i128 op {k}"
+    body = """
+    %r0 = fadd <2 x half> %a0, %a1
+    %r1 = fmul <2 x half> %a0, %a1
+    %r2 = call <2 x half> @llvm.minnum.v2f16(<2 x half> %a0, <2 x half> %a1)
+    %r3 = fneg <2 x half> %a0
+    """
+    ptx = compile_ir(elementwise_ir("vh", ["<2 x half>"] * 2, ["<2 x half>"] * 4, body,
+                                    "declare <2 x half> @llvm.minnum.v2f16(<2 x half>, <2 x half>)\n"))
+    assert {"add.rn.f16x2", "mul.rn.f16x2"} <= forms_of(ptx)
+    h = rng.standard_normal((n, 2)).astype(np.float16)
+    g = rng.standard_normal((n, 2)).astype(np.float16)
+    outs = run_elementwise(ptx, "vh", [h.view(np.uint32).reshape(n), g.view(np.uint32).reshape(n)], [np.uint32] * 4)
+    o = [x.view(np.float16).reshape(n, 2) for x in outs]
+    assert_bits_equal(o[0], (h.astype(np.float64) + g).astype(np.float16), "add.f16x2")
+    assert_bits_equal(o[1], (h.astype(np.float64) * g).astype(np.float16), "mul.f16x2")
+    assert_bits_equal(o[2], np.fmin(h, g), "min.f16x2")
+    assert_bits_equal(o[3], -h, "neg.f16x2")
+
+
+CAS_LOOPS = SREGS + r'''
+define ptx_kernel void @casloops(ptr addrspace(1) %p, ptr addrspace(1) %in) {
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %ti = zext i32 %t to i64
+  %q = getelementptr float, ptr addrspace(1) %in, i64 %ti
+  %f = load float, ptr addrspace(1) %q
+  %o1 = atomicrmw fmax ptr addrspace(1) %p, float %f monotonic
+  %p2 = getelementptr i8, ptr addrspace(1) %p, i64 4
+  %o2 = atomicrmw fsub ptr addrspace(1) %p2, float 1.0 monotonic
+  %p3 = getelementptr i8, ptr addrspace(1) %p, i64 8
+  %h = trunc i32 %t to i16
+  %o3 = atomicrmw add ptr addrspace(1) %p3, i16 %h monotonic
+  %p4 = getelementptr i8, ptr addrspace(1) %p, i64 13
+  %b = trunc i32 %t to i8
+  %o4 = atomicrmw xchg ptr addrspace(1) %p4, i8 %b monotonic
+  ret void
+}
+'''
+
+
+def test_atomics_lowered_to_compare_and_swap_loops():
+    """fmax/fsub on f32 and sub-word atomics become CAS loops in which the contending threads
+    diverge and win one by one; the neighbouring bytes must be left alone."""
+    ptx = compile_ir(CAS_LOOPS)
+    assert any(".cas." in f for f in forms_of(ptx))
+    x = np.random.default_rng(8).standard_normal(64).astype(np.float32)
+    mem = np.zeros(16, np.uint8)
+    mem[4:8] = np.frombuffer(np.float32(100).tobytes(), np.uint8)
+    mem[10:12] = [0xAB, 0xCD]
+    mem[12] = 0x11
+    mem[14:16] = [0x22, 0x33]
+    out, _ = launch(ptx, "casloops", [mem, x], 1, 64)
+    raw = out.tobytes()
+    assert np.frombuffer(raw[0:4], np.float32)[0] == max(0.0, x.max())
+    assert np.frombuffer(raw[4:8], np.float32)[0] == 36.0
+    assert np.frombuffer(raw[8:10], np.uint16)[0] == sum(range(64)) and raw[10:12] == b"\xab\xcd"
+    assert raw[13] in range(64) and raw[12] == 0x11 and raw[14:16] == b"\x22\x33"
