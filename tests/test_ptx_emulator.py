@@ -2152,3 +2152,59 @@ def test_atomics_lowered_to_compare_and_swap_loops():
     assert np.frombuffer(raw[4:8], np.float32)[0] == 36.0
     assert np.frombuffer(raw[8:10], np.uint16)[0] == sum(range(64)) and raw[10:12] == b"\xab\xcd"
     assert raw[13] in range(64) and raw[12] == 0x11 and raw[14:16] == b"\x22\x33"
+
+
+APPROX = [  # (instruction, reference in float64, error bound: ("rel", e) / ("abs", e) / ("ulp", n))
+    ("ex2.approx.f32", np.exp2, ("rel", 2.0 ** -22)),
+    ("ex2.approx.ftz.f32", np.exp2, ("rel", 2.0 ** -22)),
+    ("lg2.approx.f32", np.log2, ("absrel", 2.0 ** -22)),  # absolute near 1, relative elsewhere
+    ("sin.approx.f32", np.sin, ("abs", 2.0 ** -20.9)),
+    ("cos.approx.ftz.f32", np.cos, ("abs", 2.0 ** -20.9)),
+    ("rsqrt.approx.f32", lambda x: 1 / np.sqrt(x), ("rel", 2.0 ** -22.9)),
+    ("rcp.approx.f32", lambda x: 1 / x, ("ulp", 1)),
+    ("sqrt.approx.f32", np.sqrt, ("rel", 2.0 ** -23)),
+    ("tanh.approx.f32", np.tanh, ("rel", 2.0 ** -10.987)),
+]
+
+
+def test_approximate_instructions_within_isa_bounds_and_special_values():
+    body = ["mov.u32 %r3, %tid.x;", "mov.u32 %r4, %ctaid.x;", "mov.u32 %r5, %ntid.x;", "mad.lo.s32 %r1, %r4, %r5, %r3;",
+            "ld.param.u64 %rd1, [buf];", "mul.wide.u32 %rd2, %r1, 4;",
+            "add.s64 %rd3, %rd1, %rd2;", "ld.global.f32 %r2, [%rd3];", ".pragma \"nounroll\";"]
+    for k, (op, _, _) in enumerate(APPROX):
+        body += [f"{op} %r{10 + k}, %r2;", f"st.global.f32 [%rd3+{(k + 1) * 4096}], %r{10 + k};"]
+    body += ["div.approx.f32 %r40, %r2, 0f7F000000;", "st.global.f32 [%rd3+40960], %r40;",
+             "div.full.f32 %r41, 0f3F800000, %r2;", "st.global.f32 [%rd3+45056], %r41;", "ret;"]
+    ptx = _simple("approx", "\n".join(body))
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-3.1, 3.1, 1024).astype(np.float32)
+    x[:16] = [0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 0.5, 2, 1e30, -1e30, 1, 3.14159, 100, 1e-3, 4]
+    buf = np.zeros(12 * 1024, np.float32)
+    buf[:1024] = x
+    (out,) = launch(ptx, "approx", [buf], 8, 128)
+    res = out.reshape(12, 1024)
+    x64 = x.astype(np.float64)
+    for k, (op, ref, (kind, bound)) in enumerate(APPROX):
+        got = res[k + 1].astype(np.float64)
+        with np.errstate(all="ignore"):
+            r = ref(np.where(np.abs(x64) < 2 ** -126, 0 * x64, x64) if ".ftz" in op else x64)
+        finite = np.isfinite(r) & np.isfinite(got) & (np.abs(x64) < 1e20)
+        with np.errstate(all="ignore"):
+            err = np.abs(got - r)
+            if kind == "rel":
+                err = err / np.maximum(np.abs(r), 1e-30)
+            elif kind == "absrel":
+                err = err / np.maximum(np.abs(r), 1.0)
+            elif kind == "ulp":
+                err = err / np.spacing(np.abs(r).astype(np.float32)).astype(np.float64)
+        assert err[finite].max() <= bound, f"{op}: error {err[finite].max():.3g} over {bound:.3g}"
+        special = ~np.isfinite(r)
+        same = (np.isnan(got) & np.isnan(r)) | (got == r)
+        assert same[special].all(), f"{op}: special value mismatch at {x[special & ~same][:3]}"
+    assert res[1][2] == np.inf and res[1][3] == 0 and res[3][0] == -np.inf and np.isnan(res[3][3])
+    assert res[6][1] == -np.inf and res[6][0] == np.inf and res[9][2] == 1 and res[9][3] == -1
+    # div.approx: a divisor above 2**126 has a reciprocal that flushes to zero
+    assert (res[10][np.isfinite(x)] == 0).all()
+    with np.errstate(all="ignore"):
+        assert_bits_equal(res[11][np.isfinite(x) & (x != 0)], (1 / x64).astype(np.float32)[np.isfinite(x) & (x != 0)],
+                          "div.full.f32 (correctly rounded here, within its 2 ulp)")
