@@ -263,7 +263,15 @@ def shr(a, n):
 
 
 def popc(a):
-    return np.bitwise_count(np.asarray(a)).astype(U32)
+    a = np.asarray(a)
+    if hasattr(np, "bitwise_count"):  # NumPy >= 2.0
+        return np.bitwise_count(a).astype(U32)
+    udt = _UINT[a.dtype.itemsize]
+    x = a.view(udt).astype(U64)
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return ((x * np.uint64(0x0101010101010101)) >> np.uint64(56)).astype(U32)
 
 
 def clz(a):
