@@ -693,7 +693,10 @@ def test_libdevice_functions_within_documented_ulps(ty):
         ulp = np.maximum(np.spacing(np.abs(rd)).astype(np.float64), float(np.finfo(dt).smallest_subnormal))
         with np.errstate(all="ignore"):
             err = np.where(finite, np.abs(got - r) / ulp, 0)
-        assert err.max() <= ulps + 0.5, f"__nv_{name}: {err.max():.2f} ulp at x={x[err.argmax()]!r}"
+        # the f32 references (float64) are exact to well under half an f32 ulp; the f64 ones are
+        # themselves float64 results (NumPy's own functions, up to an ulp off)
+        slack = 0.5 if ty == "float" else 1.0
+        assert err.max() <= ulps + slack, f"__nv_{name}: {err.max():.2f} ulp at x={x[err.argmax()]!r}"
         special = ~finite
         same = (np.isnan(got) & np.isnan(rd)) | (got == rd)
         assert same[special].all(), f"__nv_{name}: special value mismatch at x={x[special & ~same][0]!r}"
