@@ -1,0 +1,59 @@
+"""A PTX emulator: runs PTX text on the CPU, vectorised over threads with NumPy.
+
+    from accy.backends.ptx import Device
+    dev = Device()
+    x = dev.alloc(4 * n)
+    dev.copy_to_device(x, host)
+    fn = dev.load_module(ptx_text).function("kernel")
+    fn.launch(grid=(gx, gy, gz), block=(bx, by, bz), args=[x, n, ...])
+    dev.copy_from_device(host, x)
+
+What it executes is what LLVM's NVPTX backend emits (sm_80 / sm_90, PTX ISA 7.x
+and 8.x), libdevice included, with results bit for bit what the ISA defines
+(see :mod:`.numerics`); every memory access is checked (see :mod:`.memory`);
+divergence, reconvergence, barriers and warp-synchronous instructions are
+scheduled as in :mod:`.executor`.  The modules:
+
+* :mod:`.parser` -- PTX text to a syntax tree;
+* :mod:`.compiler` -- functions to basic blocks of generated NumPy code;
+* ``ops_*`` -- one handler per instruction (arithmetic, conversions, memory,
+  control); :mod:`.warp` -- warp-level operations;
+* :mod:`.numerics` -- exact rounding, fma, f16/bf16; :mod:`.runtime` -- helpers;
+* :mod:`.memory` -- the address spaces and their checks;
+* :mod:`.executor` -- the scheduler; :mod:`.device` -- the public objects.
+"""
+
+from __future__ import annotations
+
+from . import ops_arith, ops_control, ops_convert, ops_mem  # noqa: F401  (registers the handlers)
+from .compiler import HANDLERS, Unsupported, parse_form
+from .device import Device, Function, Module
+from .errors import PtxBarrierError, PtxError, PtxMemoryError
+from .parser import Instruction, parse
+
+
+def instruction_forms(ptx: str) -> set[str]:
+    """Every instruction form (opcode with its modifiers, e.g. ``fma.rn.f32``,
+    ``ld.global.nc.v4.f32``) the PTX text uses."""
+    module = parse(ptx)
+    return {s.form for fn in module.functions.values() for s in fn.body if isinstance(s, Instruction)}
+
+
+def unsupported(forms) -> set[str]:
+    """The forms (as :func:`instruction_forms` spells them) the emulator cannot execute."""
+    out = set()
+    for form in forms:
+        try:
+            parse_form(form)
+        except Unsupported:
+            out.add(form)
+    return out
+
+
+def supported_opcodes() -> list[str]:
+    """The opcodes the emulator has a handler for (each accepts a set of modifiers)."""
+    return sorted(HANDLERS)
+
+
+__all__ = ["Device", "Module", "Function", "PtxError", "PtxMemoryError", "PtxBarrierError",
+           "instruction_forms", "unsupported", "supported_opcodes"]

@@ -1,0 +1,42 @@
+"""The emulator's errors.  Every one derives from :class:`accy.errors.AccyError`.
+
+Messages name the PTX source line (number and text) and, where a thread caused
+the error, the thread (block and thread index), so a failure can be found in
+the PTX and reproduced.
+"""
+
+from __future__ import annotations
+
+from ...errors import AccyError
+
+
+class PtxError(AccyError, RuntimeError):
+    """The PTX could not be parsed, prepared or executed (an unknown instruction,
+    a ``trap``, a malformed operand, ...)."""
+
+    def __init__(self, message: str, *, line: int | None = None, source: str | None = None,
+                 thread: str | None = None):
+        self.line, self.source, self.thread = line, source, thread
+        parts = [message]
+        if line is not None:
+            parts.append(f"at PTX line {line}: {source.strip() if source else ''}".rstrip())
+        if thread:
+            parts.append(f"in {thread}")
+        super().__init__("\n  ".join(parts))
+
+
+class PtxMemoryError(PtxError, IndexError):
+    """A load, store or atomic touched memory outside every allocation (global),
+    outside a block's shared memory or a thread's local memory, or was misaligned."""
+
+    def __init__(self, message: str, *, address: int | None = None, **kw):
+        self.address = address
+        super().__init__(message, **kw)
+
+
+class PtxBarrierError(PtxError):
+    """A barrier (``bar.sync``) or a warp-synchronous instruction can never complete:
+    a block's live threads wait at different barriers, or some never arrive."""
+
+
+__all__ = ["PtxError", "PtxMemoryError", "PtxBarrierError"]

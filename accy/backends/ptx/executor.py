@@ -1,0 +1,471 @@
+"""Running compiled functions: the scheduler.
+
+All threads of a batch of blocks run together, their registers held as NumPy
+arrays (one element per thread).  While every live thread is at the same block
+(*converged*), a block runs on whole arrays.  A branch that splits the threads
+switches to per-thread block numbers; each step then runs the block with the
+lowest number among the runnable threads, for exactly the threads at it.
+Structured code places a branch's join after both of its sides, so the
+threads meet again there and the scheduler goes back to whole arrays.
+
+Threads that reach a ``ret``/``exit`` block leave at once and are dropped from
+the arrays (*compaction*), so a kernel whose surplus threads return early runs
+the rest converged.
+
+Barriers (``bar.sync``) wait for every live thread of the block; warp-synchronous
+instructions wait for every live thread of the warp's member mask.  When no
+thread can run and some wait at barriers that cannot complete (threads of one
+block at different barriers, or threads that will never arrive), a
+:class:`PtxBarrierError` names the barrier lines.
+
+A ``call`` runs the callee for the calling threads as a nested execution with
+its own registers (its parameters are the caller's argument variables), on a
+stack frame in each thread's local memory above the caller's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .compiler import DONE, EXIT, FUNCTION_BASE, CompiledFunction
+from .errors import PtxBarrierError, PtxError
+from .memory import thread_text
+
+WAIT = 1 << 24  # pcs value WAIT + b: waiting at the sync block b
+DEAD = 1 << 30  # pcs value of a thread that has left the function
+STACK_CAP = 1 << 16  # bytes of stack per thread at most
+
+
+class Context:
+    """The threads running one function activation: their registers and identity."""
+
+    PER_THREAD = ("tid", "ctaid")
+    ARRAYS = ("lane", "warp", "wkey", "cta", "sbase", "lbase", "orig")
+
+    def __init__(self):
+        self.R: list = []
+        self.n = 0
+
+    def subset(self, pos) -> "Context":
+        """A context for the threads ``pos`` (None: all) sharing this one's launch state."""
+        T = Context.__new__(Context)
+        T.__dict__.update(self.__dict__)
+        if pos is None:
+            T.tid = self.tid
+            T.ctaid = self.ctaid
+            for name in self.ARRAYS:
+                setattr(T, name, getattr(self, name))
+            T.orig = np.arange(self.n)
+            T.n = self.n
+        else:
+            T.tid = tuple(a[pos] for a in self.tid)
+            T.ctaid = tuple(a[pos] for a in self.ctaid)
+            for name in self.ARRAYS:
+                setattr(T, name, getattr(self, name)[pos])
+            T.orig = np.arange(len(pos))
+            T.n = len(pos)
+        T.R = []
+        return T
+
+    def compact(self, keep) -> None:
+        """Keep only the threads ``keep`` (positions, ascending)."""
+        self.R = [r[keep] for r in self.R]
+        self.tid = tuple(a[keep] for a in self.tid)
+        self.ctaid = tuple(a[keep] for a in self.ctaid)
+        for name in self.ARRAYS:
+            setattr(self, name, getattr(self, name)[keep])
+        self.n = len(keep)
+
+
+class Program:
+    """A module's compiled functions as loaded on one device."""
+
+    def __init__(self, functions: dict[str, CompiledFunction], order: list[str]):
+        self.functions = functions
+        self.by_address = {FUNCTION_BASE + 16 * i: name for i, name in enumerate(order)}
+        self.stack = _stack_sizes(functions)
+
+
+def _stack_sizes(functions) -> dict[str, int]:
+    """Bytes of stack each function needs with its callees (None for recursion)."""
+    sizes: dict = {}
+
+    def need(name, path):
+        if name in sizes:
+            return sizes[name]
+        if name in path:
+            return None
+        cf = functions.get(name)
+        if cf is None:
+            return 0
+        own = cf.fc.depot
+        deepest = 0
+        for blk in cf.blocks:
+            if blk.kind == "call":
+                callee = blk.info.callee
+                if callee is None:  # indirect: any function
+                    cands = list(functions)
+                else:
+                    cands = [callee]
+                for c in cands:
+                    sub = need(c, path | {name})
+                    if sub is None:
+                        sizes[name] = None
+                        return None
+                    deepest = max(deepest, sub)
+        sizes[name] = own + deepest
+        return sizes[name]
+
+    for name in functions:
+        need(name, frozenset())
+    return sizes
+
+
+def _initial_registers(cf: CompiledFunction, n: int) -> list:
+    fc = cf.fc
+    zeros: dict = {}
+    R = []
+    for idx, S in enumerate(fc.storage):
+        if S is None:
+            R.append(np.zeros((n, fc.param_sizes[idx]), np.uint8))
+            continue
+        z = zeros.get(S)
+        if z is None:
+            z = zeros[S] = np.zeros(n, S)
+        R.append(z)
+    return R
+
+
+class Frame:
+    """The scheduler's state for one function activation."""
+
+    def __init__(self, prog: Program, cf: CompiledFunction, T: Context, entry: bool):
+        self.prog, self.cf, self.T, self.entry = prog, cf, T, entry
+        self.blocks = cf.blocks
+        self.exit_code = np.array([b.exits for b in cf.blocks], np.int64)
+        n = T.n
+        self.n0 = n
+        self.exited = np.zeros(n, bool)
+        self.rets = []
+        if not entry:
+            fc = cf.fc
+            self.rets = [(fc.param_regs[r.name], np.zeros((n, fc.param_sizes[fc.param_regs[r.name]]), np.uint8))
+                         for r in fc.fn.rets]
+        self.pcs = None
+        self.ndead = 0
+
+    # -- leaving ---------------------------------------------------------------------------------
+    def retire(self, pos, code: int) -> None:
+        """Threads ``pos`` (positions in T) leave the function with ``code`` (DONE/EXIT)."""
+        T = self.T
+        if len(pos) == 0:
+            return
+        orig = T.orig[pos]
+        if code == EXIT:
+            self.exited[orig] = True
+        for idx, buf in self.rets:
+            buf[orig] = T.R[idx][pos]
+        self.pcs[pos] = DEAD
+        self.ndead += len(pos)
+
+    def retire_all(self, code: int) -> None:
+        T = self.T
+        if code == EXIT:
+            self.exited[T.orig] = True
+        for idx, buf in self.rets:
+            buf[T.orig] = T.R[idx]
+
+    def assign(self, pos, targets) -> None:
+        """Send threads ``pos`` to ``targets`` (a block number or an array of them)."""
+        if isinstance(targets, (int, np.integer)):
+            t = int(targets)
+            code = t if t < 0 else int(self.exit_code[t])
+            if code:
+                self.retire(pos, code)
+            else:
+                self.pcs[pos] = t
+            return
+        targets = np.asarray(targets, np.int64)
+        code = np.where(targets < 0, targets, self.exit_code[np.maximum(targets, 0)])
+        if not code.any():
+            self.pcs[pos] = targets
+            return
+        live = code == 0
+        self.pcs[pos[live]] = targets[live]
+        for c in (DONE, EXIT):
+            m = code == c
+            if m.any():
+                self.retire(pos[m], c)
+
+    def maybe_compact(self, force: bool = False) -> None:
+        T = self.T
+        if self.ndead and (force or self.ndead * 4 >= T.n):
+            keep = np.flatnonzero(self.pcs < DEAD)
+            T.compact(keep)
+            self.pcs = self.pcs[keep]
+            self.ndead = 0
+
+    # -- running -----------------------------------------------------------------------------------
+    def run(self):
+        T = self.T
+        blocks = self.blocks
+        pc = 0
+        steps = 0
+        limit = T.step_limit
+        while True:
+            steps += 1
+            if steps > limit:
+                info = blocks[pc if self.pcs is None else int(self.pcs.min()) % WAIT].instructions
+                where = info[0] if info else None
+                raise PtxError(f"the kernel ran more than {limit} blocks in {self.cf.name} without finishing "
+                               f"(an endless loop?); Device(step_limit=...) raises the limit",
+                               line=where.line if where else None, source=where.text if where else None)
+            if self.pcs is None:
+                if T.n == 0:
+                    return self.finish()
+                blk = blocks[pc]
+                kind = blk.kind
+                if kind == "code":
+                    r = blk.full(T)
+                elif kind == "sync":
+                    r = blk.full(T, None)
+                else:
+                    r = self.call(blk, None)
+                    if self.pcs is not None:  # some threads exited inside the call
+                        self.maybe_compact()
+                        continue
+                if type(r) is int:
+                    if r >= 0:
+                        code = blocks[r].exits
+                        if not code:
+                            pc = r
+                            continue
+                        r = code
+                    self.retire_all(r)
+                    return self.finish()
+                # the threads split
+                if isinstance(r, tuple):
+                    p, a, b = r
+                    targets = np.where(p, a, b)
+                else:
+                    targets = np.asarray(r, np.int64)
+                self.pcs = np.zeros(T.n, np.int64)
+                self.assign(np.arange(T.n), targets)
+                self.maybe_compact()
+                continue
+            # diverged
+            pcs = self.pcs
+            m = int(pcs.min())
+            if m >= WAIT:
+                if m >= DEAD:
+                    return self.finish()
+                self.deadlock()
+            sel = np.flatnonzero(pcs == m)
+            if len(sel) == T.n - self.ndead:
+                # every live thread is here: back to whole arrays
+                self.maybe_compact(force=True)
+                self.pcs = None
+                pc = m
+                continue
+            blk = blocks[m]
+            kind = blk.kind
+            if kind == "code":
+                r = blk.sel(T, sel)
+                if type(r) is int:
+                    self.assign(sel, r)
+                elif isinstance(r, tuple):
+                    p, a, b = r
+                    self.assign(sel, np.where(p, a, b))
+                else:
+                    self.assign(sel, r)
+                self.maybe_compact()
+            elif kind == "sync":
+                self.sync(m, blk, sel)
+            else:
+                self.call(blk, sel)
+                self.maybe_compact()
+
+    def finish(self):
+        return self.exited, [buf for _, buf in self.rets]
+
+    # -- barriers and warp synchronisation -------------------------------------------------------------
+    def sync(self, m: int, blk, sel) -> None:
+        T = self.T
+        info = blk.info
+        pcs = self.pcs
+        if info.kind == "bar" and info.arrive:
+            blk.sel(T, sel)
+            self.assign(sel, blk.next)
+            return
+        waiting = np.flatnonzero(pcs == WAIT + m)
+        arrived = np.union1d(sel, waiting) if len(waiting) else sel
+        alive = pcs < DEAD
+        if info.kind == "bar":
+            cta = T.cta[arrived]
+            ncta = int(T.cta.max()) + 1
+            live = np.bincount(T.cta[alive], minlength=ncta)
+            here = np.bincount(cta, minlength=ncta)
+            expected = live
+            if info.count is not None:
+                counts = info.count(T, arrived).astype(np.int64)
+                per = np.zeros(ncta, np.int64)
+                per[cta] = counts
+                expected = np.where(per > 0, np.minimum(per, live), live)
+            complete = here >= expected
+            release = arrived[complete[cta]]
+        else:
+            masks = info.group(T, arrived).astype(np.uint64)
+            wk = T.wkey[arrived]
+            lane = T.lane[arrived].astype(np.uint64)
+            nw = T.nwkeys
+            arrived_bits = np.zeros(nw, np.uint64)
+            np.add.at(arrived_bits, wk, np.left_shift(np.uint64(1), lane))
+            alive_pos = np.flatnonzero(alive)
+            alive_bits = np.zeros(nw, np.uint64)
+            np.add.at(alive_bits, T.wkey[alive_pos], np.left_shift(np.uint64(1), T.lane[alive_pos].astype(np.uint64)))
+            wanted = np.zeros(nw, np.uint64)
+            np.bitwise_or.at(wanted, wk, masks)
+            missing = wanted & alive_bits & ~arrived_bits
+            release = arrived[missing[wk] == 0]
+        if len(release):
+            blk.sel(T, release)
+            self.assign(release, blk.next)
+        held = np.setdiff1d(arrived, release, assume_unique=True)
+        if len(held):
+            pcs[held] = WAIT + m
+
+    def deadlock(self):
+        """No thread can run and some wait: explain which barrier cannot complete."""
+        T = self.T
+        pcs = self.pcs
+        waiting = np.flatnonzero((pcs >= WAIT) & (pcs < DEAD))
+        alive = pcs < DEAD
+        first = waiting[0]
+        cta = T.cta[first]
+        same_cta = waiting[T.cta[waiting] == cta]
+        places = sorted(set(int(b) for b in pcs[same_cta] - WAIT))
+        infos = [self.blocks[b].info for b in places]
+
+        def where(b):
+            info = self.blocks[b].info
+            return (f"line {info.line} ({info.text.strip()}): "
+                    f"{int(np.count_nonzero(pcs[same_cta] == WAIT + b))} threads")
+
+        bars = [i for i in infos if i.kind == "bar"]
+        info = bars[0] if bars else infos[0]
+        thread = thread_text(T, same_cta[0])
+        if len(places) > 1 and len(bars) == len(infos):
+            raise PtxBarrierError(f"the threads of a block wait at different barriers "
+                                  f"({'; '.join(where(b) for b in places)})",
+                                  line=info.line, source=info.text, thread=thread)
+        if len(places) > 1:
+            raise PtxBarrierError(f"a barrier can never complete: the block's threads wait at a barrier and at "
+                                  f"warp-synchronous instructions that wait for each other "
+                                  f"({'; '.join(where(b) for b in places)})",
+                                  line=info.line, source=info.text, thread=thread)
+        if info.kind == "bar":
+            n_live = int(np.count_nonzero(alive & (T.cta == cta)))
+            raise PtxBarrierError(f"barrier can never complete: {len(same_cta)} of the block's {n_live} live "
+                                  f"threads arrived and the others cannot", line=info.line, source=info.text,
+                                  thread=thread)
+        raise PtxBarrierError("a warp-synchronous instruction waits for threads of its member mask that never "
+                              "arrive (they exited or wait elsewhere)", line=info.line, source=info.text,
+                              thread=thread)
+
+    # -- calls ----------------------------------------------------------------------------------------------
+    def call(self, blk, sel):
+        """Run the callee for the threads ``sel`` (None: all); returns the next block (converged
+        mode) after recording the threads that executed ``exit``."""
+        T = self.T
+        info = blk.info
+        prog = self.prog
+        pos = np.arange(T.n) if sel is None else sel
+        callers = pos
+        if info.guard is not None:
+            g = info.guard(T, pos)
+            callers = pos[np.asarray(g, bool)]
+        groups = []
+        if info.callee is not None:
+            groups.append((info.callee, callers))
+        elif len(callers):
+            addrs = np.asarray(info.target(T, callers), np.uint64)
+            for a in np.unique(addrs):
+                name = prog.by_address.get(int(a))
+                if name is None or name not in prog.functions:
+                    raise PtxError(f"indirect call to 0x{int(a):x}, which is not a function",
+                                   line=info.line, source=info.text, thread=thread_text(T, callers[0]))
+                groups.append((name, callers[addrs == a]))
+        exited = []
+        for name, gp in groups:
+            if len(gp) == 0:
+                continue
+            cf = prog.functions.get(name)
+            if cf is None:
+                raise PtxError(f"call of {name}, which is declared but not defined in this module",
+                               line=info.line, source=info.text)
+            exited.append(gp[self.invoke(cf, gp, info)])
+        ex = np.concatenate(exited) if exited else np.zeros(0, np.int64)
+        if sel is None:
+            if len(ex) == 0:
+                return blk.next
+            self.pcs = np.zeros(T.n, np.int64)  # the threads split: run() sees self.pcs
+            self.assign(pos, blk.next)
+            self.retire(ex, EXIT)
+            return None
+        self.assign(sel, blk.next)
+        if len(ex):
+            self.retire(ex, EXIT)
+        return None
+
+    def invoke(self, cf: CompiledFunction, gp, info):
+        T = self.T
+        fc = cf.fc
+        whole = len(gp) == T.n and (gp == np.arange(T.n)).all()
+        T2 = T.subset(None if whole else gp)
+        R2 = _initial_registers(cf, len(gp))
+        params = fc.fn.params
+        if len(info.args) != len(params):
+            raise PtxError(f"call of {fc.fn.name} with {len(info.args)} arguments; it takes {len(params)}",
+                           line=info.line, source=info.text)
+        for reg, p in zip(info.args, params):
+            value = T.R[reg] if whole else T.R[reg][gp]
+            idx = fc.param_regs[p.name]
+            R2[idx] = _fit(value, fc.param_sizes[idx])
+        T2.R = R2
+        T2.frame = T.frame + self.cf.fc.depot
+        T2.local_limit = T2.frame + fc.depot
+        if T2.local_limit > T.lstride:
+            raise PtxError(f"stack overflow: calling {fc.fn.name} needs {T2.local_limit} bytes of local memory "
+                           f"per thread, over the emulator's {T.lstride}", line=info.line, source=info.text)
+        exited, rets = Frame(self.prog, cf, T2, entry=False).run()
+        if len(info.rets) > len(rets):
+            raise PtxError(f"call of {fc.fn.name} expects {len(info.rets)} results; it returns {len(rets)}",
+                           line=info.line, source=info.text)
+        for reg, value in zip(info.rets, rets):
+            size = T.R[reg].shape[1]
+            fitted = _fit(value, size)
+            T.R[reg] = fitted if whole else _put_rows(T.R[reg], gp, fitted)
+        return exited
+
+
+def _fit(value, size):
+    if value.shape[1] == size:
+        return value
+    out = np.zeros((value.shape[0], size), np.uint8)
+    k = min(size, value.shape[1])
+    out[:, :k] = value[:, :k]
+    return out
+
+
+def _put_rows(old, pos, rows):
+    new = old.copy()
+    new[pos] = rows
+    return new
+
+
+def run_entry(prog: Program, cf: CompiledFunction, T: Context):
+    T.R = _initial_registers(cf, T.n)
+    T.frame = 0
+    T.local_limit = cf.fc.depot
+    frame = Frame(prog, cf, T, entry=True)
+    frame.run()
