@@ -9,9 +9,10 @@ os.environ.setdefault("ACCY_CHECK_MEMORY", "1")
 
 from accy import Program, axis, dynamic_buffer, f32
 
-# Every backend runs every backend-parametrised test (one body, many backends);
-# the GPU one skips, with the reason, where there is no GPU.
-CPU_BACKENDS = ["numpy", "llvm"]
+# Every backend runs every backend-parametrised test (one body, many backends):
+# ptx is the PTX the cuda backend would launch, on the emulator; the GPU one skips,
+# with the reason, where there is no GPU.
+CPU_BACKENDS = ["numpy", "llvm", "ptx"]
 
 
 def _cuda_unavailable() -> str | None:
@@ -68,8 +69,10 @@ def elementwise(name, fn, n, *, dtypes=(f32, f32), out=f32):
 import hashlib  # noqa: E402
 
 from accy.backends import codegen, toolchain  # noqa: E402
+from accy.backends.ptx import instruction_forms, unsupported  # noqa: E402
 
 ASSEMBLED: dict[str, str] = {}
+FORMS: dict[str, str] = {}  # every PTX instruction form the suite emitted -> a kernel that used it
 
 
 def _assemble_every_ptx(ptx, target):
@@ -79,6 +82,9 @@ def _assemble_every_ptx(ptx, target):
     if digest not in ASSEMBLED:
         toolchain.assemble(ptx, target.arch)  # raises CompileError with ptxas's message
         ASSEMBLED[digest] = target.arch
+        entry = next((line.split()[-1] for line in ptx.splitlines() if ".entry" in line), "?")
+        for form in instruction_forms(ptx):
+            FORMS.setdefault(form, entry)
 
 
 codegen.ptx_listeners.append(_assemble_every_ptx)
@@ -132,3 +138,16 @@ def pytest_terminal_summary(terminalreporter):
     ptxas = toolchain.find_ptxas() or "not found"
     terminalreporter.write_line(f"ptxas ({ptxas}) assembled {len(ASSEMBLED)} distinct PTX modules ({detail})")
     terminalreporter.write_line(f"{len(ROUND_TRIPPED)} distinct graphs read back from their text form")
+    missing = unsupported(FORMS)
+    terminalreporter.write_line(f"the PTX emulator executes all {len(FORMS)} instruction forms the suite emitted"
+                                if not missing else f"the PTX emulator lacks {sorted(missing)}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Coverage is checked, not hoped for: an instruction form the suite emitted that the
+    emulator cannot execute fails the run."""
+    missing = unsupported(FORMS)
+    if missing and session.exitstatus == 0:
+        details = ", ".join(f"{form} (in {FORMS[form]})" for form in sorted(missing))
+        session.exitstatus = 1
+        print(f"\nthe PTX emulator lacks instruction forms the suite emitted: {details}")

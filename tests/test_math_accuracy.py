@@ -2,6 +2,10 @@
 and compared with float64 NumPy (long double for f64 results), in ulps of the result type.
 
 The bounds are the ones docs/ir.md states; a test checks the docs table says the same.
+On ``ptx`` (libdevice, executed by the emulator) they are what the sweep measured,
+rounded up; the emulator computes the approximate instructions libdevice uses
+(``ex2.approx`` and friends) to within the ISA's bounds, not as a GPU's hardware does,
+so a GPU's results may differ in the last bit (CUDA documents its own bounds).
 f16 and bf16 compute in f32 and round once, so they are within half an ulp plus a sliver.
 """
 
@@ -25,19 +29,19 @@ UNARY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "rsqrt", "erf", "tanh",
 # documented max ulp: function -> {(backend, type group): bound}; "half" is f16 and bf16
 _CORRECT = 0.51  # rounded once from a more precise result: half an ulp and a sliver
 MAX_ULP = {
-    "exp": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
-    "exp2": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
-    "expm1": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
-    "log": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
-    "log2": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
-    "log1p": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
-    "rsqrt": {"numpy f64": 1.5, "llvm f32": _CORRECT, "llvm f64": 1.5},
-    "erf": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
-    "tanh": {"numpy f64": 1.5, "llvm f32": 2, "llvm f64": 2},
-    "sigmoid": {"numpy f64": 2.5, "llvm f32": _CORRECT, "llvm f64": 2.5},
-    "sin": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
-    "cos": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
-    "pow": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1},
+    "exp": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1.5, "ptx f64": 1},
+    "exp2": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1, "ptx f64": 1},
+    "expm1": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1.5, "ptx f64": 1},
+    "log": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1, "ptx f64": 1},
+    "log2": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1, "ptx f64": 1},
+    "log1p": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1, "ptx f64": 1.5},
+    "rsqrt": {"numpy f64": 1.5, "llvm f32": _CORRECT, "llvm f64": 1.5, "ptx f32": 1.5, "ptx f64": 1.5},
+    "erf": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1, "ptx f64": 1},
+    "tanh": {"numpy f64": 1.5, "llvm f32": 2, "llvm f64": 2, "ptx f32": 2, "ptx f64": 1.5},
+    "sigmoid": {"numpy f64": 2.5, "llvm f32": _CORRECT, "llvm f64": 2.5, "ptx f32": 2.5, "ptx f64": 2.5},
+    "sin": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1.5, "ptx f64": 1.5},
+    "cos": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1.5, "ptx f64": 1.5},
+    "pow": {"numpy f64": 1, "llvm f32": 1, "llvm f64": 1, "ptx f32": 1, "ptx f64": 1.5},
 }
 
 
@@ -115,7 +119,7 @@ def test_math_function_within_documented_ulps(name, t, backend, rng):
     got = _run(name, t, backend, x)
     error = ulps(got, _reference(name, x), t.numpy)
     worst = int(np.argmax(error))
-    limit = bound(name, backend if backend != "cuda" else "llvm", t)
+    limit = bound(name, "ptx" if backend == "cuda" else backend, t)
     assert error[worst] <= limit, (f"{name}({x[worst]!r}) on {backend} = {got[worst]!r}, "
                                    f"{error[worst]:.3g} ulp from the reference (bound {limit})")
 
@@ -131,7 +135,7 @@ def test_pow_within_documented_ulps(t, backend, rng):
     got = _run("pow", t, backend, base, exponent)
     error = ulps(got, _reference("pow", base, exponent), t.numpy)
     worst = int(np.argmax(error))
-    limit = bound("pow", backend if backend != "cuda" else "llvm", t)
+    limit = bound("pow", "ptx" if backend == "cuda" else backend, t)
     assert error[worst] <= limit, (f"pow({base[worst]!r}, {exponent[worst]!r}) on {backend} = {got[worst]!r}, "
                                    f"{error[worst]:.3g} ulp (bound {limit})")
 
@@ -141,9 +145,10 @@ def test_docs_state_the_same_bounds():
     text = (pathlib.Path(__file__).parent.parent / "docs" / "ir.md").read_text()
     rows = {}
     for line in text.splitlines():
-        m = re.match(r"\| `(\w+)` \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", line)
+        m = re.match(r"\| `(\w+)` \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", line)
         if m:
             rows[m.group(1)] = tuple(float(v) for v in m.groups()[1:])
     for name in (*UNARY, "pow"):
         table = MAX_ULP[name]
-        assert rows.get(name) == (table["numpy f64"], table["llvm f32"], table["llvm f64"], _CORRECT), name
+        assert rows.get(name) == (table["numpy f64"], table["llvm f32"], table["llvm f64"], table["ptx f32"],
+                                  table["ptx f64"], _CORRECT), name

@@ -25,12 +25,13 @@ import pytest
 from accy.backends import toolchain
 from accy.backends.arguments import bind_arguments
 from accy.backends.codegen import emit_ptx
-from accy.backends.llvm import STATUS_WORDS, Target, status_error, total_lanes
+from accy.backends import run
+from accy.backends.llvm import Target
 from accy.backends.ptx import (Device, PtxBarrierError, PtxError, PtxMemoryError, instruction_forms,
                                unsupported)
 from accy.backends.ptx import numerics as N
 from accy.errors import AccyError, OutOfBoundsError
-from accy.library.attention import (ScaledDotProduct, Threads3D, reference, scaled_dot_product_f32,
+from accy.library.attention import (ScaledDotProduct, ThreadBlocks, reference, scaled_dot_product_f32,
                                     scaled_dot_product_fused_f32)
 
 from kernels import CASES
@@ -50,38 +51,12 @@ def assembled(ptx: str, arch: str = ARCH) -> str:
 # -- (1) accy's own PTX, launched as the cuda backend launches it ------------------------------------
 
 
-def run_like_cuda(program, args, *, fast_exp=False, arch=ARCH, counts=None, dev=None):
-    """Run ``program`` on the emulator with cuda.py's marshalling: one device buffer per
-    parameter (8 readable bytes when empty), its element count, the 4 x i64 status word
-    (zeroed); a non-zero status raises the interpreter's error; outputs are copied back."""
-    graph = program.graph
-    binding = bind_arguments(graph, args, counts=counts)
-    if total_lanes(graph) == 0:
-        return
-    launch = program.launch()
-    ptx = emit_ptx(graph, Target.nvptx(arch, fast_exp=fast_exp), launch.block)  # conftest assembles it
-    dev = dev or Device()
-    fn = dev.load_module(ptx).function(graph.name)
-    names = [p.name for p in graph.params]
-    pointers = {}
-    for name in names:
-        info, array = binding.infos[name], binding.arrays[name]
-        pointers[name] = p = dev.alloc(max(info.nbytes, 8))
-        if info.nbytes:
-            dev.copy_to_device(p, np.ascontiguousarray(array))
-    status = dev.alloc(STATUS_WORDS * 8)
-    dev.memset(status, 0, STATUS_WORDS * 8)
-    assert fn.param_types == ("u64",) * (2 * len(names) + 1)
-    fn.launch(launch.grid, launch.block, [pointers[n] for n in names] + [binding.infos[n].size for n in names]
-              + [status])
-    words = np.zeros(STATUS_WORDS, np.int64)
-    dev.copy_from_device(words, status)
-    error = status_error(graph, tuple(graph.body.walk()), words, {n: binding.infos[n].size for n in names})
-    if error is not None:
-        raise error
-    for name in sorted(binding.outputs):
-        if binding.infos[name].nbytes:
-            dev.copy_from_device(binding.arrays[name], pointers[name])
+def run_like_cuda(program, args, *, fast_exp=False, arch=ARCH, counts=None):
+    """Run ``program`` on the ``ptx`` backend: the cuda backend's own host half (one device
+    buffer per parameter, 8 readable bytes when empty, its element count, the zeroed status
+    word; a non-zero status raises the interpreter's error; outputs copied back), with the
+    emulator as the device."""
+    run(program, args, backend="ptx", counts=counts, arch=arch, fast_math=fast_exp)
 
 
 def case_inputs(case, shape, seed=0):
@@ -113,7 +88,7 @@ def _attention_entry(kind, spec):
 
 @pytest.mark.parametrize("kind, causal, fast", ATTENTION)
 def test_attention_matches_interpreter(kind, causal, fast):
-    spec = ScaledDotProduct(2, 5, 7, 3, 4, threads=Threads3D(4, 2, 1), causal=causal)
+    spec = ScaledDotProduct(2, 5, 7, 3, 4, threads=ThreadBlocks(4, 2, 1), causal=causal)
     entry = _attention_entry(kind, spec)
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal(s, dtype=np.float32) for s in ((2, 5, 3), (2, 7, 3), (2, 7, 4)))
@@ -1680,7 +1655,7 @@ def test_every_form_accy_and_libdevice_emit_is_supported():
         forms |= instruction_forms(emit_ptx(program.graph, Target.nvptx(ARCH), program.launch().block))
     for kind, causal, fast in [p.values for p in ATTENTION]:
         entry = _attention_entry(kind, ScaledDotProduct(2, 5, 7, 3, 4, causal=causal))
-        forms |= instruction_forms(emit_ptx(entry.program.graph, Target.nvptx(ARCH, fast_exp=fast),
+        forms |= instruction_forms(emit_ptx(entry.program.graph, Target.nvptx(ARCH, fast_math=fast),
                                             entry.launch().block))
     for fns, ty in ((LIBDEVICE_F32, "float"), (LIBDEVICE_F64, "double")):
         forms |= instruction_forms(compile_ir(_libdevice_kernel(fns, ty)))

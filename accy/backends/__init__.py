@@ -7,6 +7,7 @@ limits), then hands graph, binding and launch to the backend:
 
 - ``numpy``: the reference interpreter (:mod:`accy.backends.interpreter`);
 - ``llvm``: native code for this CPU through LLVM (:mod:`accy.backends.host`);
+- ``ptx``: the PTX ``cuda`` would launch, run on the CPU by an emulator (:mod:`accy.backends.emulated`);
 - ``cuda``: PTX on an NVIDIA GPU through PyCUDA (:mod:`accy.backends.cuda`).
 """
 
@@ -22,7 +23,7 @@ from .contract import Backend
 from .interpreter import evaluate_extents
 
 # backend name -> the module defining it as BACKEND (imported on first use: cuda needs pycuda)
-_MODULES = {"numpy": "interpreter", "llvm": "host", "cuda": "cuda"}
+_MODULES = {"numpy": "interpreter", "llvm": "host", "ptx": "emulated", "cuda": "cuda"}
 BACKENDS = tuple(_MODULES)
 
 

@@ -9,9 +9,10 @@ Arguments may be NumPy arrays (copied to the device and back), PyCUDA
 ``GPUArray``s, or any object with ``__cuda_array_interface__`` (CuPy arrays,
 PyTorch CUDA tensors), used in place with no host copy.  The checks are the
 CPU backends' (dtype, element count, contiguity, read-only and aliased outputs).
-Outputs are computed into device scratch buffers and copied to the caller's
-arrays only after the status word says the launch succeeded, so a failing
-launch leaves every argument untouched, on the host and on the device.
+The launch itself is :class:`accy.backends.gpu.DeviceLaunch`, shared with the
+``ptx`` backend: outputs are computed into device scratch buffers and copied to
+the caller's arrays only after the status word says the launch succeeded, so a
+failing launch leaves every argument untouched, on the host and on the device.
 
 Importing accy never imports pycuda; ``backend="cuda"`` without pycuda or
 without a device raises :class:`~accy.errors.BackendUnavailableError` saying
@@ -30,12 +31,11 @@ import numpy as np
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from ..errors import ArgumentError, BackendUnavailableError
-from .abi import STATUS_WORDS, scalar_bits, scalar_words, status_error
+from .abi import scalar_bits
 from .arguments import ArrayInfo, Binding, host_info
 from .artifacts import ArtifactFormat, BackendKind, KernelArtifact, build_artifact
-from .codegen import emit_ptx
 from .contract import Backend
-from .llvm import Target
+from .gpu import DeviceLaunch, PycudaDevice, kernel_ptx
 
 _state_lock = threading.Lock()
 _states: dict[int, "CudaBackendState"] = {}
@@ -129,7 +129,7 @@ class CudaBackendState:
 
     def compile(self, graph: Graph, block: tuple[int, int, int]) -> tuple[str, str]:
         arch = self.arch
-        return emit_ptx(graph, Target.nvptx(arch, fast_math=self.fast_math), block), arch
+        return kernel_ptx(graph, Launch((1, 1, 1), block), arch, self.fast_math), arch
 
     def load(self, artifact: KernelArtifact) -> LoadedKernel:
         key = hashlib.sha256(artifact.payload.encode()).hexdigest()
@@ -147,80 +147,24 @@ class CudaBackendState:
 
     def launch(self, handle: LoadedKernel, binding: Binding, launch: Launch, *, timing: bool = False) -> float | None:
         """Run on checked arguments; returns the kernel's time in ms with ``timing``."""
+        drv = self._drv
+        _, function = handle.function
+
+        def call(grid, block, args):
+            start, end = (drv.Event(), drv.Event()) if timing else (None, None)
+            if start is not None:
+                start.record()
+            function.prepared_call(grid, block, *args)
+            if end is not None:
+                end.record()
+            drv.Context.synchronize()
+            return start.time_till(end) if timing else None
+
         with self._lock, self:
-            return _Launch(self._drv, handle, binding, launch).run(timing)
+            return DeviceLaunch(PycudaDevice(drv), handle.artifact.graph, binding, launch).run(call)
 
 
 _SCALAR_FORMATS = {8: "B", 16: "H", 32: "I", 64: "Q"}
-
-
-class _Launch:
-    """Device buffers for one launch: staged, run, checked, copied back, freed."""
-
-    def __init__(self, drv, handle: LoadedKernel, binding: Binding, launch: Launch):
-        self.drv, self.handle, self.binding, self.launch = drv, handle, binding, launch
-        self.allocations = []
-
-    def _alloc(self, nbytes: int):
-        allocation = self.drv.mem_alloc(max(nbytes, 8))
-        self.allocations.append(allocation)
-        return allocation
-
-    def _stage(self, name: str) -> int:
-        info, array = self.binding.infos[name], self.binding.arrays[name]
-        if info.nbytes == 0:  # still 8 readable bytes, as the ABI promises checked loads
-            return int(self._alloc(8))
-        if info.space == "host":
-            buffer = self._alloc(info.nbytes)
-            if info.nbytes:
-                self.drv.memcpy_htod(buffer, np.ascontiguousarray(array))
-            return int(buffer)
-        if name not in self.binding.outputs:
-            return info.address  # device inputs are read in place
-        scratch = self._alloc(info.nbytes)
-        if info.nbytes:
-            self.drv.memcpy_dtod(scratch, info.address, info.nbytes)
-        return int(scratch)
-
-    def run(self, timing: bool) -> float | None:
-        artifact = self.handle.artifact
-        graph = artifact.graph
-        _, function = self.handle.function
-        buffers = [p.name for p in graph.buffers]
-        try:
-            pointers = {name: self._stage(name) for name in buffers}
-            status = self._alloc(STATUS_WORDS * 8)
-            self.drv.memset_d8(status, 0, STATUS_WORDS * 8)
-            counts = [np.int64(self.binding.infos[n].size) for n in buffers]
-            args = ([pointers[n] for n in buffers] + counts + scalar_words(graph, self.binding.scalars)
-                    + [int(status)])
-            start, end = (self.drv.Event(), self.drv.Event()) if timing else (None, None)
-            if start is not None:
-                start.record()
-            function.prepared_call(self.launch.grid, self.launch.block, *args)
-            if end is not None:
-                end.record()
-            self.drv.Context.synchronize()
-            words = np.zeros(STATUS_WORDS, np.int64)
-            self.drv.memcpy_dtoh(words, status)
-            error = status_error(graph, tuple(graph.body.walk()), words, self.binding.sizes, self.launch.extents)
-            if error is not None:
-                raise error
-            for name in sorted(self.binding.outputs):
-                self._copy_back(name, pointers[name])
-            return start.time_till(end) if timing else None
-        finally:
-            for allocation in self.allocations:
-                allocation.free()
-
-    def _copy_back(self, name: str, pointer: int) -> None:
-        info, array = self.binding.infos[name], self.binding.arrays[name]
-        if not info.nbytes:
-            return
-        if info.space == "host":
-            self.drv.memcpy_dtoh(array, pointer)  # contiguous (checked), so written in place
-        else:
-            self.drv.memcpy_dtod(info.address, pointer, info.nbytes)
 
 
 def default_state(device: int = 0) -> CudaBackendState:

@@ -208,7 +208,11 @@ def _mod(lw, op, args):
     def mod(a, b):
         bld = lw.b
         ty = a.type
-        r = bld.frem(a, b)
+        if lw.target.is_nvptx:  # NVPTX's frem divides and truncates: inexact for large quotients
+            lw.needs_libdevice = True
+            r = lw.call(f"__nv_fmod{'f' if ty == llvm_type(f32) else ''}", [a, b])
+        else:
+            r = bld.frem(a, b)  # the C library's fmod: exact
         zero = ir.Constant(ty, 0.0)
         # Python's %: a non-zero remainder takes the divisor's sign; a zero one too
         differs = bld.and_(bld.fcmp_ordered("!=", r, zero),

@@ -1,0 +1,46 @@
+"""The ``ptx`` backend: the PTX the ``cuda`` backend would launch, run on the CPU by the
+emulator in :mod:`accy.backends.ptx`.
+
+It compiles exactly as ``backend="cuda"`` does (:func:`accy.backends.gpu.kernel_ptx`:
+the same function, options and block shape; ``arch`` defaults to ``sm_80``) and
+launches through the same host half (:class:`accy.backends.gpu.DeviceLaunch`:
+marshalling, the status word, copy-back on success); only the final call goes to the
+emulated device instead of the driver.  The emulator checks every global, shared and
+local access against its allocation, so a wrong bounds-check wrapper shows up here as a
+:class:`~accy.backends.ptx.PtxMemoryError` naming the PTX line, the address and the
+thread, which the kernel's own checks could not catch.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+from ..dsl.ir import Graph
+from ..dsl.schedule import Launch
+from .arguments import Binding
+from .contract import Backend
+from .gpu import DeviceLaunch, kernel_ptx
+from .ptx import Device
+
+_lock = threading.Lock()  # one emulated GPU per process, one launch at a time
+
+
+@functools.cache
+def device() -> Device:
+    """The process's emulated GPU."""
+    return Device()
+
+
+def execute(graph: Graph, binding: Binding, launch: Launch, *, arch: str = "sm_80", fast_math: bool = False) -> None:
+    """Run ``graph``'s PTX for ``arch`` on the emulator."""
+    if launch.lanes == 0:
+        return None
+    ptx = kernel_ptx(graph, launch, arch, fast_math)
+    with _lock:
+        function = device().load_module(ptx).function(graph.name)
+        return DeviceLaunch(device(), graph, binding, launch).run(
+            lambda grid, block, args: function.launch(grid, block, args))
+
+
+BACKEND = Backend("ptx", frozenset({"arch", "fast_math"}), execute)
