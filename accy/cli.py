@@ -73,10 +73,13 @@ def _add_kernel(parser: argparse.ArgumentParser, defaults: dict) -> None:
 
 
 def _attention(ns):
-    from .library.attention import ScaledDotProduct, ThreadBlocks, scaled_dot_product_f32, scaled_dot_product_fused_f32
+    from .library.attention import (ScaledDotProduct, ThreadBlocks, scaled_dot_product_f32,
+                                    scaled_dot_product_flash_f32, scaled_dot_product_fused_f32)
 
     threads = {"threads": ThreadBlocks(*ns.threads)} if ns.threads else {}
     spec = ScaledDotProduct(ns.batch, ns.queries, ns.keys, ns.qk, ns.value, causal=ns.causal, **threads)
+    if getattr(ns, "flash", False):
+        return scaled_dot_product_flash_f32(spec)
     return (scaled_dot_product_fused_f32 if ns.fused else scaled_dot_product_f32)(spec)
 
 
@@ -235,6 +238,26 @@ def _llvm_ir(ns) -> int:
                   ns.output)
 
 
+def _info(ns) -> int:
+    from .backends.occupancy import occupancy
+    from .backends.toolchain import resources
+
+    program = _program(ns)
+    launch = program.threads
+    threads = launch.x * launch.y * launch.z
+    print(f"{program.name}: {threads} threads per block {launch.block}"
+          f"{'' if program.graph.static_extents is None else f', grid {program.launch().grid}'}")
+    print(f"  {'arch':6} {'registers':>9} {'spills (st/ld)':>15} {'stack':>6} {'shared':>8} "
+          f"{'blocks/SM':>9} {'occupancy':>9}  limited by")
+    for arch in ns.arch.split(","):
+        used = resources(program.ptx(arch.strip(), fast_math=ns.fast_math, checks=not ns.no_checks), arch.strip())
+        occ = occupancy(used, threads)
+        spills = f"{used.spill_stores}/{used.spill_loads} B"
+        print(f"  {arch:6} {used.registers:>9} {spills:>15} {used.stack_bytes:>4} B {used.shared_bytes:>6} B "
+              f"{occ.blocks_per_sm:>9} {occ.fraction:>8.0%}  {occ.limiter}")
+    return 0
+
+
 def _add_codegen(parser: argparse.ArgumentParser) -> None:
     _add_kernel(parser, dict(batch=2, queries=2, keys=3, qk=2, value=2))
     parser.add_argument("--arch", default="sm_80", help="compute capability of the PTX (default sm_80)")
@@ -278,6 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
     ptx = sub.add_parser("ptx", help="print or write the PTX of a kernel")
     _add_codegen(ptx)
     ptx.set_defaults(run=_ptx)
+
+    info = sub.add_parser("info", help="registers, spills, shared memory and occupancy of a kernel (ptxas -v)")
+    _add_kernel(info, dict(batch=2, queries=64, keys=64, qk=64, value=64))
+    info.add_argument("--arch", default="sm_80,sm_90", help="comma-separated architectures (default sm_80,sm_90)")
+    info.add_argument("--fast-math", action="store_true", help="f32 math with NVPTX's approximate instructions")
+    info.add_argument("--no-checks", action="store_true", help="omit bounds and division checks")
+    info.add_argument("--flash", action="store_true", help="attention: the flash entry (blocks, shared tiles)")
+    info.set_defaults(run=_info)
 
     llvm_ir = sub.add_parser("llvm-ir", help="print or write the LLVM IR of a kernel")
     _add_codegen(llvm_ir)

@@ -8,12 +8,16 @@ cd "$(dirname "$0")/.."
 PYVER="${PYVER:-3.12}"
 mkdir -p .wheels
 python3 -m pip download --quiet --no-deps --no-binary pycuda -d .wheels "pycuda>=2024.1"
-for pkg in pytools platformdirs mako typing_extensions markupsafe siphash24; do
+for pkg in pytools platformdirs mako typing_extensions markupsafe siphash24 ml_dtypes hypothesis sortedcontainers; do
   python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PYVER" \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .wheels "$pkg" 2>/dev/null \
   || python3 -m pip download --quiet --no-deps -d .wheels "$pkg"
 done
+if [ "${WITH_TORCH:-0}" = 1 ]; then  # the SDPA baseline of the GPU benchmark (several GB)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .wheels torch
+fi
 if [ "${WITH_LLVMLITE:-0}" = 1 ]; then  # only when the GPU machine's llvmlite is older than 0.50 (about 57 MB)
   python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d .wheels "llvmlite>=0.50"

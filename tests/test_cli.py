@@ -109,3 +109,30 @@ def test_a_users_module_with_sibling_imports_and_per_buffer_sizes(tmp_path, caps
         main(["ir", f"{tmp_path / 'broken.py'}:x"])
     err = capsys.readouterr().err
     assert "importing" in err and "ModuleNotFoundError" in err and "Traceback" not in err
+
+
+def test_info_reports_registers_spills_shared_memory_and_occupancy(capsys):
+    from accy.backends.toolchain import find_ptxas
+
+    if find_ptxas() is None:
+        pytest.skip("no ptxas: pip install nvidia-cuda-nvcc")
+    assert main(["info", "attention", "--flash", "--qk", "64", "--value", "64"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "128 threads per block" in lines[0]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert set(rows) == {"sm_80", "sm_90"}
+    for row in rows.values():  # arch, registers, spills "st/ld B", stack, shared, blocks/SM, occupancy, limiter
+        assert int(row[1]) <= 128 and row[2] == "0/0" and row[-2].endswith("%")
+        assert row[-1] in ("registers", "shared memory", "warps", "blocks") or row[-2:] == ["shared", "memory"]
+
+
+def test_occupancy_follows_the_cuda_rules():
+    from accy.backends.occupancy import occupancy
+    from accy.backends.toolchain import Resources
+
+    full = occupancy(Resources("sm_90", 32, 0, 0, 0, 0, 0), 256)
+    assert (full.blocks_per_sm, full.fraction, full.limiter) == (8, 1.0, "warps")
+    heavy = occupancy(Resources("sm_80", 255, 0, 0, 0, 0, 0), 256)  # 8192 registers a warp: 8 warps fit
+    assert (heavy.blocks_per_sm, heavy.warps_per_sm, heavy.limiter) == (1, 8, "registers")
+    shared = occupancy(Resources("sm_80", 32, 0, 0, 48 * 1024, 0, 1), 128)  # 49 KiB + 1 KiB reserved a block
+    assert (shared.blocks_per_sm, shared.limiter) == (3, "shared memory")
