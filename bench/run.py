@@ -10,7 +10,9 @@ Baselines:
 - ``c-naive``: the entry's own three-pass loop nest in C, ``gcc -O3 -march=native``,
   one core, built now;
 - ``torch-sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` on the CPU,
-  when torch is installed.
+  when torch is installed;
+- for the ``ptx`` backend, Numba's CUDA simulator running the same naive kernel
+  (``bench/numba_sim.py``), when numba is installed.
 
 Each figure is the median of several timed runs after a warm-up.  A combination
 whose single run would take over a minute is skipped and marked so.
@@ -182,7 +184,7 @@ def accy_runner(make_entry, shape, backend, **options):
 
 def backends():
     """(label, backend, options) for each backend that can run here."""
-    found = [("numpy", "numpy", {}), ("llvm-1t", "llvm", {"threads": 1}), ("llvm", "llvm", {})]
+    found = [("numpy", "numpy", {}), ("llvm-1t", "llvm", {"threads": 1}), ("llvm", "llvm", {}), ("ptx", "ptx", {})]
     try:
         from accy.backends.cuda import default_state
 
@@ -219,6 +221,10 @@ def bench_kernels(shape_names, quick=False):
                 if quick and kernel == "naive" and label.startswith("llvm") and name == "large":
                     rows.append(dict(shape=name, kernel=kernel, backend=label, skipped="--quick"))
                     continue
+                if backend == "ptx" and name == "large":
+                    rows.append(dict(shape=name, kernel=kernel, backend=label,
+                                     skipped="the PTX emulator checks PTX; it is not for speed at this size"))
+                    continue
                 if backend == "llvm" and "threads" in options and not _supports_threads():
                     continue
                 run = accy_runner(make_entry, shape, backend, **options)
@@ -230,6 +236,39 @@ def bench_kernels(shape_names, quick=False):
                     row["ratios"] = {base: seconds / t for base, t in baselines.items() if t}
                 rows.append(row)
     return rows
+
+
+PTX_SHAPE = (2, 16, 16, 16, 16)
+PTX_TARGET_SPEEDUP = 10.0  # issue 12: at least 10x faster than Numba's simulator
+
+
+def bench_ptx_vs_simulator():
+    """The naive entry on the ``ptx`` backend (the emulator running the PTX cuda
+    would launch) against Numba's CUDA simulator running the same kernel, both
+    at PTX_SHAPE and measured now; the simulator in a subprocess, since it must
+    be switched on before numba is imported."""
+    import importlib.util
+
+    args = inputs(PTX_SHAPE)
+    expected = reference(*args)
+    run = accy_runner(scaled_dot_product_f32, PTX_SHAPE, "ptx")
+    seconds, result = measure(lambda: run(*args))
+    figure = dict(shape=list(PTX_SHAPE), kernel="naive", ptx_seconds=seconds,
+                  ptx_max_error=float(np.abs(result - expected).max()), target_speedup=PTX_TARGET_SPEEDUP)
+    if importlib.util.find_spec("numba") is None:
+        figure["numba_simulator"] = "skipped: numba not installed (pip install numba)"
+        return figure
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    done = subprocess.run([sys.executable, "-m", "bench.numba_sim", ",".join(map(str, PTX_SHAPE))], env=env,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        figure["numba_simulator"] = f"failed: {done.stderr.strip().splitlines()[-1:]}"
+        return figure
+    simulator = json.loads(done.stdout.strip().splitlines()[-1])
+    figure.update(numba_simulator_seconds=simulator["seconds"], numba_simulator_max_error=simulator["max_error"],
+                  speedup=simulator["seconds"] / seconds)
+    return figure
 
 
 def _supports_threads() -> bool:
@@ -309,12 +348,20 @@ def main(argv=None) -> int:
           f"python {sys.version.split()[0]}, numpy {np.__version__}")
     rows = bench_kernels(names, quick=ns.quick)
     print_table(rows)
+    ptx = bench_ptx_vs_simulator()
+    print(f"\nptx backend vs Numba's CUDA simulator, naive entry at {tuple(ptx['shape'])}: "
+          f"ptx {ptx['ptx_seconds'] * 1e3:.1f} ms", end="")
+    if "speedup" in ptx:
+        print(f", simulator {ptx['numba_simulator_seconds'] * 1e3:.0f} ms: {ptx['speedup']:.0f}x faster "
+              f"(target {ptx['target_speedup']:.0f}x)")
+    else:
+        print(f"; simulator {ptx['numba_simulator']}")
     compile_times = bench_compile()
     print("\ncompile path (medium shape):")
     for kernel, timings in compile_times.items():
         print(f"  {kernel:8} " + "  ".join(f"{k} {v * 1e3:.1f} ms" for k, v in timings.items()))
     os.makedirs(os.path.dirname(os.path.abspath(ns.json)), exist_ok=True)
     with open(ns.json, "w") as f:
-        json.dump({"rows": rows, "compile": compile_times, "shapes": SHAPES}, f, indent=2)
+        json.dump({"rows": rows, "compile": compile_times, "ptx_vs_numba_simulator": ptx, "shapes": SHAPES}, f, indent=2)
     print(f"\nwrote {ns.json}")
     return 0
