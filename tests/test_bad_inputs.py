@@ -18,6 +18,7 @@ from accy.errors import (
     OutOfBoundsError,
     TraceError,
 )
+from accy.backends.llvm import Target
 from accy.library.attention import ScaledDotProduct, Threads3D, scaled_dot_product_f32
 
 SDPA = scaled_dot_product_f32(ScaledDotProduct(2, 2, 3, 2, 2, threads=Threads3D(2, 2, 1)))
@@ -53,6 +54,30 @@ def _gather(where):
 
     program = Program("gather", {"dst": dynamic_buffer(f32), "src": dynamic_buffer(f32), "where": dynamic_buffer(index)}, body)
     return program, [np.zeros(4, np.float32), np.ones(3, np.float32), np.array(where, np.int64)]
+
+
+def _cooperative(each, threads=64):
+    """A block launch of 2 blocks of ``threads`` threads, ``each(inner, t, args)`` per thread."""
+    params = {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32), "small": dynamic_buffer(accy.u8),
+              "half": dynamic_buffer(accy.f16)}
+    return Program("cooperative", params, lambda k, a: k.for_each_block(
+        grid=axis("b", 2), threads=axis("t", threads), body=lambda inner, block, thread: each(inner, thread["t"], a)))
+
+
+def _independent(each):
+    """The same parameters in a for_each launch of 4 independent threads."""
+    params = {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32), "small": dynamic_buffer(accy.u8),
+              "half": dynamic_buffer(accy.f16)}
+    return Program("independent", params, lambda k, a: k.for_each_1d(axis("i", 4), lambda inner, idx: each(inner, idx["i"], a)))
+
+
+def _big_block(threads, shared_count):
+    def each(inner, t, a):
+        s = inner.shared(f32, shared_count, "big_tile")
+        s[t % shared_count] = 1.0
+        a.dst[t] = 1.0
+
+    return _cooperative(each, threads), [np.zeros(2 * threads, np.float32), *(np.zeros(1, d) for d in (np.float32, np.uint8, np.float16))]
 
 
 def _sized(t=accy.i32):
@@ -116,6 +141,10 @@ RUN_TIME = [
     ("grid-over-limits", lambda be: scaled_dot_product_f32(ScaledDotProduct(65536, 1, 1, 1, 1, threads=Threads3D(1, 1, 1)))
      .launch(), LaunchError, r"grid z dimension 65536 exceeds the limit of 65535 blocks"),
     ("unknown-backend", lambda be: SDPA.run(good(), backend="tpu"), BackendUnavailableError, r"unknown backend 'tpu'"),
+    ("block-threads-over-limits", lambda be: _big_block(2048, 4)[0].run(_big_block(2048, 4)[1], backend=be),
+     LaunchError, r"block \(2048, 1, 1\) has 2048 threads, over the limit of 1024"),
+    ("shared-bytes-over-limits", lambda be: _big_block(32, 16384)[0].run(_big_block(32, 16384)[1], backend=be),
+     LaunchError, r"shared arrays take 65536 bytes per block, over the limit of 49152 bytes \(big_tile\)"),
 ]
 
 
@@ -161,14 +190,47 @@ TRACE_TIME = [
     ("python-loop-over-traced-value", lambda: Program("loopy", {}, lambda k, a: k.for_each_1d(
         axis("i", 2), lambda inner, idx: [j for j in range(idx["i"])])).traced_graph,
      TraceError, r"cannot be used as a Python int index"),
-    ("bad-arch", lambda: accy.backends.llvm.Target.nvptx("compute_80"), CompileError, r"arch must look like sm_80"),
+    ("bad-arch", lambda: Target.nvptx("compute_80"), CompileError, r"arch must look like sm_80"),
+    # the block level: each names the user's line (checked below)
+    ("shared-inside-a-loop", lambda: _cooperative(lambda inner, t, a: inner.fold_range(
+        0, 3, 1, 0.0, lambda inner, j, acc: (inner.shared(f32, 4), acc)[1])).traced_graph,
+     TraceError, r"shared: shared arrays are allocated at the top of the block body, not inside a loop or branch"),
+    ("shared-inside-a-branch", lambda: _cooperative(lambda inner, t, a: inner.if_(
+        a.x[0] > 0, lambda inner: inner.shared(f32, 4))).traced_graph,
+     TraceError, r"shared: shared arrays are allocated at the top of the block body, not inside a loop or branch"),
+    ("shared-outside-a-block", lambda: _independent(lambda inner, i, a: inner.shared(f32, 4)).traced_graph,
+     TraceError, r"shared: only inside a for_each_block body"),
+    ("barrier-under-a-thread-condition", lambda: _cooperative(lambda inner, t, a: inner.if_(
+        t < 3, lambda inner: inner.barrier())).traced_graph,
+     TraceError, r"barrier inside an if_ whose condition depends on the thread \(at test_bad_inputs\.py:\d+"),
+    ("barrier-under-a-loaded-condition", lambda: _cooperative(lambda inner, t, a: inner.if_(
+        a.x[t] > 0, lambda inner: inner.barrier())).traced_graph,
+     TraceError, r"barrier inside an if_ whose condition depends on the thread"),
+    ("barrier-in-a-thread-dependent-loop", lambda: _cooperative(lambda inner, t, a: inner.fold_range(
+        0, t, 1, 0.0, lambda inner, j, acc: (inner.barrier(), acc)[1])).traced_graph,
+     TraceError, r"barrier inside a fold_range whose bounds depend on the thread"),
+    ("barrier-outside-a-block", lambda: _independent(lambda inner, i, a: inner.barrier()).traced_graph,
+     TraceError, r"barrier: only inside a for_each_block body"),
+    ("atomic-on-u8", lambda: _independent(lambda inner, i, a: inner.atomic_add(a.small, i, 1)).traced_graph,
+     TraceError, r"atomic\(index, u8\): atomic_add on u8 is not supported; it takes i32, i64, u32, u64, index"),
+    ("atomic-max-on-f16", lambda: _independent(lambda inner, i, a: inner.atomic_max(a.half, i, 1.0)).traced_graph,
+     TraceError, r"atomic_max on f16 is not supported"),
+    ("shuffle-in-a-partial-warp-block", lambda: _cooperative(lambda inner, t, a: inner.shuffle(a.x[t], 1), 48).traced_graph,
+     TraceError, r"shuffle: warp operations need blocks of a multiple of 32 threads .* this block has 48"),
+    ("block-reduce-unknown-op", lambda: _cooperative(lambda inner, t, a: inner.block_reduce(a.x[t], "mean")).traced_graph,
+     TraceError, r"block_reduce: op must be 'sum', 'max' or 'min'"),
+    ("thread-axis-run-time-extent", lambda: Program("runtime_block", {"x": dynamic_buffer(f32)}, lambda k, a: k.for_each_block(
+        grid=axis("b", 2), threads=axis("t", a.x.size), body=lambda *args: None)).traced_graph,
+     TraceError, r"thread axis 't' has a run-time extent; the block shape is fixed when the kernel is traced"),
 ]
 
 
 @pytest.mark.parametrize("make, error, message", [pytest.param(*row[1:], id=row[0]) for row in TRACE_TIME])
 def test_bad_program(make, error, message):
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as err:
         make()
+    if error is TraceError and "(at " in str(err.value):
+        assert "test_bad_inputs.py" in str(err.value)  # the user's line, not accy's
 
 
 def test_kernel_body_that_raises_keeps_its_error_and_names_the_kernel():

@@ -11,7 +11,7 @@ from accy import Program, axis, dynamic_buffer, f16, f32, f64, i32, i64, index, 
 from accy.errors import LaunchError, OutOfBoundsError, TraceError
 
 
-# -- kernels people write ------------------------------------------------------------------------
+# -- kernels people write (what the block level refuses is in test_bad_inputs.py's tables) ------------------------------------------------------------------------
 
 
 def row_softmax(threads=128):
@@ -256,54 +256,6 @@ def test_f16_atomic_add_rounds_each_addition(backend):
     assert out[0] == 32.0
 
 
-# -- what the block level refuses ---------------------------------------------------------------
-
-
-def _trace(body, params=None):
-    return Program("bad", params or {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body).graph
-
-
-def _block(each, threads=64):
-    return lambda k, a: k.for_each_block(grid=axis("b", 2), threads=axis("t", threads),
-                                         body=lambda inner, block, thread: each(inner, thread["t"], a))
-
-
-@pytest.mark.parametrize("body, message", [
-    (_block(lambda inner, t, a: inner.fold_range(0, 3, 1, 0.0, lambda inner, j, acc: (inner.shared(f32, 4), acc)[1])),
-     r"shared: shared arrays are allocated at the top of the block body, not inside a loop or branch"),
-    (_block(lambda inner, t, a: inner.if_(t < 3, lambda inner: inner.barrier())),
-     r"barrier inside an if_ whose condition depend on the thread \(at test_blocks\.py:\d+"),
-    (_block(lambda inner, t, a: inner.fold_range(0, t, 1, 0.0, lambda inner, j, acc: (inner.barrier(), acc)[1])),
-     r"barrier inside a fold_range whose bounds depend on the thread"),
-    (_block(lambda inner, t, a: inner.if_(a.x[t] > 0, lambda inner: inner.barrier())),
-     r"barrier inside an if_ whose condition depend on the thread"),
-    (_block(lambda inner, t, a: inner.shuffle(a.x[t], 1), threads=48),
-     r"shuffle: warp operations need blocks of a multiple of 32 threads .* this block has 48"),
-    (lambda k, a: k.for_each_1d(axis("i", 4), lambda inner, idx: inner.barrier()),
-     r"barrier: only inside a for_each_block body"),
-    (lambda k, a: k.for_each_1d(axis("i", 4), lambda inner, idx: inner.shared(f32, 4)),
-     r"shared: only inside a for_each_block body"),
-    (_block(lambda inner, t, a: inner.atomic_max(a.dst, t, 1.0)),
-     None),  # f32 max is supported
-    (lambda k, a: k.for_each_1d(axis("i", 4), lambda inner, idx: inner.atomic_add(a.small, idx["i"], 1)),
-     r"atomic\(index, u8\): atomic_add on u8 is not supported; it takes i32, i64, u32, u64, index"),
-    (lambda k, a: k.for_each_1d(axis("i", 4), lambda inner, idx: inner.atomic_max(a.half, idx["i"], 1.0)),
-     r"atomic_max on f16 is not supported"),
-    (lambda k, a: k.for_each_block(grid=axis("b", 2), threads=axis("t", a.x.size), body=lambda *args: None),
-     r"thread axis 't' has a run-time extent; the block shape is fixed when the kernel is traced"),
-    (_block(lambda inner, t, a: inner.block_reduce(a.x[t], "mean")), r"block_reduce: op must be 'sum', 'max' or 'min'"),
-])
-def test_the_block_level_refuses_with_the_users_line(body, message):
-    params = {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32), "small": dynamic_buffer(accy.u8),
-              "half": dynamic_buffer(f16)}
-    if message is None:
-        _trace(body, params)
-        return
-    with pytest.raises(TraceError, match=message) as err:
-        _trace(body, params)
-    assert "test_blocks.py" in str(err.value)
-
-
 def test_a_barrier_in_a_uniform_loop_or_branch_is_fine(backend):
     @kernel(dst=dynamic_buffer(f32), flag=scalar("bool"))
     def uniform(k, a):
@@ -326,25 +278,6 @@ def test_a_barrier_in_a_uniform_loop_or_branch_is_fine(backend):
     dst = np.zeros(64, np.float32)
     uniform.run([dst, True], backend=backend)
     assert dst.tolist() == [3.0] * 32 + [4.0] * 32
-
-
-def test_limits_on_block_shape_and_shared_memory(backend):
-    def program(threads, count):
-        @kernel(dst=dynamic_buffer(f32))
-        def big(k, a):
-            @k.for_each_block(grid=axis("b", 1), threads=axis("t", threads))
-            def body(inner, block, thread):
-                s = inner.shared(f32, count, "big_tile")
-                s[thread["t"] % count] = 1.0
-                a.dst[thread["t"]] = 1.0
-
-        return big
-
-    with pytest.raises(LaunchError, match=r"block \(2048, 1, 1\) has 2048 threads, over the limit of 1024"):
-        program(2048, 4).run([np.zeros(2048, np.float32)], backend=backend)
-    with pytest.raises(LaunchError, match=r"shared arrays take 65536 bytes per block, over the limit of 49152 bytes "
-                                          r"\(big_tile\)"):
-        program(32, 16384).run([np.zeros(32, np.float32)], backend=backend)
 
 
 def test_shared_out_of_bounds_names_the_array(backend):

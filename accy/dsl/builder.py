@@ -728,7 +728,7 @@ class Builder:
             args += (ctx,)
         literals = {a: int(raw) for a, raw in zip(block.args[1:], raw_inits)
                     if isinstance(raw, numbers.Integral) and not isinstance(raw, (bool, np.bool_))}
-        guard = ("a fold_range whose bounds", tuple(bounds), context.user_location())
+        guard = ("a fold_range whose bounds depend", tuple(bounds), context.user_location())
         info = self._launch_info()
         if info is not None:  # where the loop's values come from, for the uniformity analysis
             info.sources[block.args[0]] = tuple(bounds)
@@ -805,7 +805,7 @@ class Builder:
         for name, fn in (("then", then), ("otherwise", otherwise)):
             if fn is not None and not callable(fn):
                 raise _error(f"if_: {name} must be a function (inner) -> values, got {fn!r}")
-        guard = ("an if_ whose condition", (cond,), context.user_location())
+        guard = ("an if_ whose condition depends", (cond,), context.user_location())
         then_block = Block()
         then_inner, then_result = self._run_body(then_block, then, (), guard=guard)
         regions, results = [then_block], []
@@ -979,8 +979,8 @@ class Builder:
                 return
             kind, values, where = scope.guard
             if any(info.varies(v) for v in values):
-                at = f" (at {where})" if where is not None else ""
-                raise _error(f"{what} inside {kind} depend on the thread{at}: not every thread of the block "
+                at = f" (at {where.line})" if where is not None else ""
+                raise _error(f"{what} inside {kind} on the thread{at}: not every thread of the block "
                              "would reach it; make the bounds or condition the same for the whole block")
 
     def shared(self, dtype, count: int, name: str | None = None) -> SharedArray:

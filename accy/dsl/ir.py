@@ -32,9 +32,14 @@ class SourceLocation:
     function: str
     code: str = ""
 
-    def __str__(self) -> str:
+    @property
+    def line(self) -> str:
+        """``file.py:12``."""
         name = self.filename if self.filename.startswith("<") else os.path.basename(self.filename)
-        where = f"{name}:{self.lineno} in {self.function}"
+        return f"{name}:{self.lineno}"
+
+    def __str__(self) -> str:
+        where = f"{self.line} in {self.function}"
         return f"{where}: {self.code}" if self.code else where
 
 
