@@ -26,8 +26,8 @@ Design
 * Range reduction: exp/exp2/expm1 by n*ln2 (Cody-Waite, 2^n built in the
   exponent bits); log/log2/log1p by splitting x = 2^e * m with m in
   [sqrt(1/2), sqrt(2)) and log(m) = 2 atanh(s), s = (m-1)/(m+1); sin/cos by
-  j*pi/2 with a three-part pi/2 and FMA for |x| < 2^50 (f32) or 2^30 (f64); f32
-  arguments from 2^50 up are reduced exactly with a Payne-Hanek table of
+  j*pi/2 with a three-part pi/2 and FMA for |x| < 2^32 (f32) or 2^30 (f64); f32
+  arguments from 2^32 up are reduced exactly with a Payne-Hanek table of
   (2^k * 2/pi) mod 4 (per-lane loads, on a branch taken only when a lane
   needs it).
 * Special values follow C99 Annex F (NaN in, NaN out; signed zeros; infinities;
@@ -79,7 +79,7 @@ _MAX_ULP = {
 # above |x| >= 2^30 only: sin, cos).
 LIBM_F64 = {"erf": "erf", "pow": "pow"}
 TRIG_F64_LIMIT = 2.0 ** 30
-TRIG_F32_LIMIT = 2.0 ** 50
+TRIG_F32_LIMIT = 2.0 ** 32   # x*2/pi rounds by < 2^-21 there, so |r| stays in the fitted range
 
 
 def arity(name: str) -> int:
@@ -256,13 +256,16 @@ SQRT_HALF_BITS = 0x3FE6A09E667F3BCD             # the double nearest sqrt(1/2)
 SHIFT = float.fromhex("0x1.8p52")                                # x + SHIFT - SHIFT rounds x to an integer
 
 
+_PH_FIRST = 32
+
+
 def _payne_hanek_table() -> list[float]:
-    """For an f32 argument x = M * 2^(k-23) (M a 24-bit integer, 50 <= k <= 127):
-    (2^(k-23) * 2/pi) mod 4 as hi + lo doubles, entry k - 50.  M times it, mod 4,
+    """For an f32 argument x = M * 2^(k-23) (M a 24-bit integer, 32 <= k <= 127):
+    (2^(k-23) * 2/pi) mod 4 as hi + lo doubles, entry k - 32.  M times it, mod 4,
     is x*2/pi mod 4 with an error below 2^24 * 2^-150."""
     two_over_pi = 2 / _PI
     table = []
-    for k in range(50, 128):
+    for k in range(_PH_FIRST, 128):
         v = Fraction(2) ** (k - 23) * two_over_pi
         v -= 4 * (v.numerator // (4 * v.denominator))
         hi, lo = _split(v, 2)
@@ -271,7 +274,6 @@ def _payne_hanek_table() -> list[float]:
 
 
 PAYNE_HANEK = _payne_hanek_table()
-_PH_FIRST = 50
 
 
 # --------------------------------------------------------------------------------------
@@ -362,6 +364,10 @@ class _M:
     def ult(self, a, b): return self.b.fcmp_unordered("<", self.c(a), self.c(b))
     def isnan(self, a): return self.b.fcmp_unordered("uno", a, a)
     def isinf(self, a): return self.eq(self.fabs(a), float("inf"))
+
+    def nan_in(self, x, res):
+        """res, but a NaN x comes back as x + x: quiet, as C's libm returns it."""
+        return self.sel(self.isnan(x), self.add(x, x), res)
     def sel(self, cond, a, b): return self.b.select(cond, self.c(a), self.c(b))
     def and_(self, a, b): return self.b.and_(a, b)
     def or_(self, a, b): return self.b.or_(a, b)
@@ -448,7 +454,7 @@ def _exp(m: _M, x, t):
         # e^(r+c) = 1 + r + t + c (1 + r + t): one rounding of the sum, nearly
         p = m.add(h, m.add(l, m.add(t, m.mad(c, m.add(r, t), c))))
         res = _scale(m, p, ni)
-    return m.sel(m.isnan(x), x, res)
+    return m.nan_in(x, res)
 
 
 def _exp_reduced(m: _M, x, n):
@@ -480,7 +486,7 @@ def _exp2(m: _M, x, t):
         tail = m.mul(r, m.mad(r, m.poly(r, EXP2_F64), LN2_LO))
         p = m.add(1.0, m.fma(r, LN2_HI, tail))
         res = _scale(m, p, ni)
-    return m.sel(m.isnan(x), x, res)
+    return m.nan_in(x, res)
 
 
 def _expm1(m: _M, x, t):
@@ -507,7 +513,7 @@ def _expm1(m: _M, x, t):
         res = m.add(hi, m.add(lo, m.mul(s, m.add(ql, m.mad(c, q, c)))))
         res = m.mul(res, m.sel(big, 2.0, 1.0))
     res = m.sel(m.eq(x, 0.0), x, res)   # expm1(-0) = -0
-    return m.sel(m.isnan(x), x, res)
+    return m.nan_in(x, res)
 
 
 def _log_reduce(m: _M, x, t):
@@ -619,7 +625,7 @@ def _trig_reduce(m: _M, x, t):
 
 
 def _trig_reduce_f32_huge(m: _M, x):
-    """Payne-Hanek for float arguments 2^50 <= |x| < 2^128 (exact: x = M 2^(k-23))."""
+    """Payne-Hanek for float arguments 2^32 <= |x| < 2^128 (exact: x = M 2^(k-23))."""
     ix = m.bits(m.fabs(x))
     k = m.isub(m.lshr(ix, 52), 1023)
     idx = m.isub(k, _PH_FIRST)
@@ -764,7 +770,7 @@ def _tanh(m: _M, x, t):
         small = m.mad(m.mul(ax, z), m.poly(z, TANH_F64), ax)
         res = m.sel(m.lt(ax, 0.55), small, large)
     res = m.copysign(res, x)
-    return m.sel(m.isnan(x), x, res)
+    return m.nan_in(x, res)
 
 
 def _sigmoid(m: _M, x, t):
@@ -777,7 +783,7 @@ def _sigmoid(m: _M, x, t):
         q = m.div(num, d)
         rem = m.fma(m.neg(q), d, num)
         res = m.add(q, m.div(m.sub(rem, m.mul(q, dl)), d))
-    return m.sel(m.isnan(x), x, res)
+    return m.nan_in(x, res)
 
 
 def _erf(m: _M, x, t):
@@ -790,7 +796,7 @@ def _erf(m: _M, x, t):
     erfc = _exp(m, m.sub(m.poly(xl, ERF_LARGE_F32), m.mul(xl, xl)), 32)
     large = m.sub(1.0, erfc)
     res = m.copysign(m.sel(m.lt(ax, 0.84375), small, large), x)
-    return m.sel(m.isnan(x), x, res)
+    return m.nan_in(x, res)
 
 
 # pow and rsqrt -----------------------------------------------------------------------
