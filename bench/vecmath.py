@@ -24,7 +24,31 @@ import llvmlite.ir as ir
 import numpy as np
 
 from accy.backends import vecmath
-from accy.backends.codegen import _optimise, host_machine
+
+# The host target as accy's codegen makes it (host CPU name and features, O3); kept here
+# so these scripts do not depend on codegen's private helpers.
+llvm.initialize_native_target()
+llvm.initialize_native_asmprinter()
+
+
+def _own_machine():
+    """A host target machine for one engine: an MCJIT engine takes ownership of its
+    machine and frees it with itself, so a shared machine must not be given to one."""
+    return llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True)
+
+
+_MACHINE = _own_machine()
+
+
+def host_machine():
+    return _MACHINE
+
+
+def _optimise(module, machine):
+    """LLVM's O3 module pipeline for ``machine``."""
+    builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    builder.getModulePassManager().run(module, builder)
 
 # the C function per element for the baseline: an LLVM intrinsic where one exists
 LIBM = {"exp": "llvm.exp", "exp2": "llvm.exp2", "expm1": "expm1", "log": "llvm.log", "log2": "llvm.log2",
@@ -39,10 +63,6 @@ def _numpy(name):
         "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "rsqrt": lambda x: 1 / np.sqrt(x),
     }.get(name)
 
-
-def _own_machine():
-    return llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True)
 
 
 def host_lanes(dtype: str) -> int:
