@@ -56,12 +56,11 @@ mpmath, which is not a dependency: it is a maintainer's tool, no test calls it).
 
 from __future__ import annotations
 
-import functools
 from fractions import Fraction
 
 import llvmlite.ir as ir
 
-__all__ = ["FUNCTIONS", "emit", "max_ulp", "arity"]
+__all__ = ["FUNCTIONS", "MEASURED", "LIBM_F64", "arity", "emit", "max_ulp", "routine"]
 
 FUNCTIONS = ("exp", "exp2", "expm1", "log", "log2", "log1p", "erf", "tanh", "sigmoid",
              "sin", "cos", "pow", "rsqrt")
@@ -94,9 +93,9 @@ _MAX_ULP = {
             "rsqrt": 0.51},
 }
 
-# Which f64 routines are the C library's, called per lane (all of them: erf, pow;
-# above |x| >= 2^30 only: sin, cos).
-LIBM_F64 = {"erf": "erf", "pow": "pow"}
+# The f64 routines that are the C library's, called per lane, and the C function:
+# for all arguments erf and pow; for |x| >= TRIG_F64_LIMIT only, sin and cos.
+LIBM_F64 = {"erf": "erf", "pow": "pow", "sin": "sin", "cos": "cos"}
 TRIG_F64_LIMIT = 2.0 ** 30
 TRIG_F32_LIMIT = 2.0 ** 32   # x*2/pi rounds by < 2^-21 there, so |r| stays in the fitted range
 
