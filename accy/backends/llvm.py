@@ -30,6 +30,7 @@ from ..dsl.ops import OPS
 from ..dsl.ranges import index_ranges, within
 from ..dsl.types import DType, f32, f64
 from ..errors import CompileError
+from . import vecmath
 from .abi import STATUS_DIV_ZERO, STATUS_LOAD_OOB, STATUS_STORE_OOB, scalar_bits
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -66,6 +67,27 @@ def llvm_type(dtype: DType) -> ir.Type:
 def memory_type(dtype: DType) -> ir.Type:
     """How an element sits in memory: a bool takes a byte."""
     return I8 if dtype.is_bool else llvm_type(dtype)
+
+
+# Every op's lowering works on a scalar or on a vector of lanes (the host evaluates the
+# threads along x as vector lanes): types and constants are shaped like the operands.
+def element_type(ty: ir.Type) -> ir.Type:
+    """A vector's element type; a scalar type itself."""
+    return ty.element if isinstance(ty, ir.VectorType) else ty
+
+
+def shaped(like, element: ir.Type) -> ir.Type:
+    """``element``, or a vector of it as wide as ``like`` (a value or a type)."""
+    ty = like if isinstance(like, ir.Type) else like.type
+    return ir.VectorType(element, ty.count) if isinstance(ty, ir.VectorType) else element
+
+
+def constant(like, value, element: ir.Type | None = None) -> ir.Constant:
+    """``value`` as a constant of ``like``'s shape (of ``element``, else ``like``'s element type)."""
+    ty = shaped(like, element or element_type(like if isinstance(like, ir.Type) else like.type))
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
+    return ir.Constant(ty, value)
 
 
 @attrs.frozen
@@ -172,7 +194,7 @@ def _isnan(lw, op, args):
 
 def _isinf(lw, op, args):
     def isinf(a):
-        return lw.b.fcmp_ordered("==", lw.call("llvm.fabs", [a]), ir.Constant(a.type, math.inf))
+        return lw.b.fcmp_ordered("==", lw.call("llvm.fabs", [a]), constant(a, math.inf))
 
     return lw.in_f32(op.operands[0].type, isinf, args)
 
@@ -181,14 +203,13 @@ def _shift(left: bool):
     def lower(lw, op, args):
         a, n = args
         t = op.result.type
-        ty = llvm_type(t)
-        inside = lw.b.icmp_unsigned("<", n, ir.Constant(ty, t.bits))  # a negative count is huge unsigned
-        safe = lw.b.select(inside, n, ir.Constant(ty, 0))
+        inside = lw.b.icmp_unsigned("<", n, constant(a, t.bits))  # a negative count is huge unsigned
+        safe = lw.b.select(inside, n, constant(a, 0))
         if left:
-            return lw.b.select(inside, lw.b.shl(a, safe), ir.Constant(ty, 0))
+            return lw.b.select(inside, lw.b.shl(a, safe), constant(a, 0))
         if t.is_unsigned:
-            return lw.b.select(inside, lw.b.lshr(a, safe), ir.Constant(ty, 0))
-        return lw.b.select(inside, lw.b.ashr(a, safe), lw.b.ashr(a, ir.Constant(ty, t.bits - 1)))
+            return lw.b.select(inside, lw.b.lshr(a, safe), constant(a, 0))
+        return lw.b.select(inside, lw.b.ashr(a, safe), lw.b.ashr(a, constant(a, t.bits - 1)))
 
     return lower
 
@@ -210,10 +231,10 @@ def _mod(lw, op, args):
         ty = a.type
         if lw.target.is_nvptx:  # NVPTX's frem divides and truncates: inexact for large quotients
             lw.needs_libdevice = True
-            r = lw.call(f"__nv_fmod{'f' if ty == llvm_type(f32) else ''}", [a, b])
+            r = lw.call(f"__nv_fmod{'f' if element_type(ty) == llvm_type(f32) else ''}", [a, b])
         else:
             r = bld.frem(a, b)  # the C library's fmod: exact
-        zero = ir.Constant(ty, 0.0)
+        zero = constant(ty, 0.0)
         # Python's %: a non-zero remainder takes the divisor's sign; a zero one too
         differs = bld.and_(bld.fcmp_ordered("!=", r, zero),
                            bld.icmp_unsigned("!=", lw.sign(r), lw.sign(b)))
@@ -275,12 +296,13 @@ LOWER = {
     "select": _select,
     "cast": _cast,
 }
-# math functions: the C library's name for each (the host adds f for f32; libdevice is
-# __nv_<name>[f]); None where the lowering composes it (see _Lowering.math)
+# math functions: libdevice's name for each (__nv_<name>[f]; the host inlines vecmath's
+# routine of the op's name); None where the lowering composes it (see _Lowering.math)
 MATH = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log1p": "log1p",
         "erf": "erf", "tanh": "tanh", "sin": "sin", "cos": "cos", "pow": "pow",
         "sqrt": None, "rsqrt": None, "sigmoid": None}
 LOWER.update({name: _math(name) for name in MATH})
+assert set(MATH) - {"sqrt"} <= set(vecmath.FUNCTIONS)
 # const, size, load, store, fold, if, for_each and yield need the lowering's state: _Lowering.op_*
 STRUCTURAL = frozenset({"const", "size", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle"})
@@ -412,8 +434,8 @@ class _Lowering:
     # -- numerics helpers --------------------------------------------------------------
     def sign(self, x: ir.Value) -> ir.Value:
         """The sign bit of a float, as an i1."""
-        bits = self.b.bitcast(x, ir.IntType(_float_bits(x.type)))
-        return self.b.icmp_signed("<", bits, ir.Constant(bits.type, 0))
+        bits = self.b.bitcast(x, shaped(x, ir.IntType(_float_bits(x.type))))
+        return self.b.icmp_signed("<", bits, constant(bits, 0))
 
     def in_f32(self, t: DType, fn, args):
         """``fn`` on ``args``, in f32 for f16 and bf16, rounded once back to the type: every
@@ -421,74 +443,75 @@ class _Lowering:
         if t.bits != 16 or not t.is_float:
             return fn(*args)
         result = fn(*(self.widen(a) for a in args))
-        return self.narrow(result, t) if result.type == llvm_type(f32) else result
+        return self.narrow(result, t) if element_type(result.type) == llvm_type(f32) else result
 
     def widen(self, a: ir.Value) -> ir.Value:
         """An f16 or bf16 value as f32 (exact)."""
-        if str(a.type) == "bfloat":  # the bits shifted into place: no flushing of subnormals
-            bits = self.b.zext(self.b.bitcast(a, ir.IntType(16)), I32)
-            return self.b.bitcast(self.b.shl(bits, ir.Constant(I32, 16)), llvm_type(f32))
-        return self.b.fpext(a, llvm_type(f32))
+        if str(element_type(a.type)) == "bfloat":  # the bits shifted into place: no flushing of subnormals
+            bits = self.b.zext(self.b.bitcast(a, shaped(a, ir.IntType(16))), shaped(a, I32))
+            return self.b.bitcast(self.b.shl(bits, constant(bits, 16)), shaped(a, llvm_type(f32)))
+        return self.b.fpext(a, shaped(a, llvm_type(f32)))
 
     def narrow(self, x: ir.Value, t: DType) -> ir.Value:
         """An f32 rounded to nearest-even f16 or bf16.  bf16 rounds with integer arithmetic:
         x86's conversion instruction flushes subnormals to zero."""
         if str(llvm_type(t)) != "bfloat":
-            return self.b.fptrunc(x, llvm_type(t))
+            return self.b.fptrunc(x, shaped(x, llvm_type(t)))
         b = self.b
-        bits = b.bitcast(x, I32)
-        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-        rounded = b.lshr(b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb), ir.Constant(I32, 16))
-        quiet = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))  # NaN stays NaN
+        bits = b.bitcast(x, shaped(x, I32))
+        lsb = b.and_(b.lshr(bits, constant(bits, 16)), constant(bits, 1))
+        rounded = b.lshr(b.add(b.add(bits, constant(bits, 0x7FFF)), lsb), constant(bits, 16))
+        quiet = b.or_(b.lshr(bits, constant(bits, 16)), constant(bits, 0x40))  # NaN stays NaN
         is_nan = b.fcmp_unordered("uno", x, x)
-        return b.bitcast(b.trunc(b.select(is_nan, quiet, rounded), ir.IntType(16)), llvm_type(t))
+        return b.bitcast(b.trunc(b.select(is_nan, quiet, rounded), shaped(x, ir.IntType(16))), shaped(x, llvm_type(t)))
 
     def round_to_odd_f32(self, x: ir.Value) -> ir.Value:
         """A double rounded to odd at f32 precision, so that rounding it on to f16 or bf16
         rounds once (f32 has more than two bits beyond either)."""
         b = self.b
-        r = b.fptrunc(x, llvm_type(f32))
+        r = b.fptrunc(x, shaped(x, llvm_type(f32)))
         exact = b.fcmp_unordered("ueq", b.fpext(r, x.type), x)  # NaN: leave it
-        bits = b.bitcast(r, I32)
-        even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(I32, 1)), ir.Constant(I32, 0))
+        bits = b.bitcast(r, shaped(x, I32))
+        even = b.icmp_unsigned("==", b.and_(bits, constant(bits, 1)), constant(bits, 0))
         # step toward x: down in magnitude if |r| > |x|
         beyond = b.fcmp_ordered(">", self.call("llvm.fabs", [b.fpext(r, x.type)]), self.call("llvm.fabs", [x]))
-        step = b.select(beyond, ir.Constant(I32, -1), ir.Constant(I32, 1))
-        fixed = b.add(bits, b.select(b.and_(b.not_(exact), even), step, ir.Constant(I32, 0)))
-        return b.bitcast(fixed, llvm_type(f32))
+        step = b.select(beyond, constant(bits, -1), constant(bits, 1))
+        fixed = b.add(bits, b.select(b.and_(b.not_(exact), even), step, constant(bits, 0)))
+        return b.bitcast(fixed, r.type)
 
     def narrow_fma(self, t: DType, args) -> ir.Value:
         """fma rounded once to f16 or bf16: the product is exact in double, the sum is rounded
         to odd (its error from a two-sum), then to f32 and on to the type."""
         b = self.b
-        d = llvm_type(f64)
+        d = shaped(args[0], llvm_type(f64))
         x, y, z = (b.fpext(self.widen(a), d) for a in args)
         p = b.fmul(x, y)
         s = b.fadd(p, z)
         bb = b.fsub(s, p)
         error = b.fadd(b.fsub(p, b.fsub(s, bb)), b.fsub(z, bb))
-        bits = b.bitcast(s, I64)
-        inexact = b.fcmp_ordered("!=", error, ir.Constant(d, 0.0))
-        even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(I64, 1)), ir.Constant(I64, 0))
-        outward = b.icmp_unsigned("==", b.fcmp_ordered(">", error, ir.Constant(d, 0.0)),
-                                  b.fcmp_ordered(">", s, ir.Constant(d, 0.0)))
-        step = b.select(outward, ir.Constant(I64, 1), ir.Constant(I64, -1))
-        odd = b.bitcast(b.add(bits, b.select(b.and_(inexact, even), step, ir.Constant(I64, 0))), d)
+        bits = b.bitcast(s, shaped(d, I64))
+        inexact = b.fcmp_ordered("!=", error, constant(d, 0.0))
+        even = b.icmp_unsigned("==", b.and_(bits, constant(bits, 1)), constant(bits, 0))
+        outward = b.icmp_unsigned("==", b.fcmp_ordered(">", error, constant(d, 0.0)),
+                                  b.fcmp_ordered(">", s, constant(d, 0.0)))
+        step = b.select(outward, constant(bits, 1), constant(bits, -1))
+        odd = b.bitcast(b.add(bits, b.select(b.and_(inexact, even), step, constant(bits, 0))), d)
         return self.narrow(self.round_to_odd_f32(odd), t)
 
     def convert(self, a: ir.Value, src: DType, dst: DType) -> ir.Value:
         """``cast`` (docs/ir.md): every case rounds once, as the interpreter does."""
         b = self.b
-        to = llvm_type(dst)
+        to = shaped(a, llvm_type(dst))
+        wide_f32 = shaped(a, llvm_type(f32))
         if src == dst or (src.llvm == dst.llvm and src.is_int and dst.is_int):
             return a
         if dst.is_bool:
             if src.is_float:  # NaN is true
-                return self.in_f32(src, lambda x: b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0)), [a])
-            return b.icmp_unsigned("!=", a, ir.Constant(a.type, 0))
+                return self.in_f32(src, lambda x: b.fcmp_unordered("!=", x, constant(x, 0.0)), [a])
+            return b.icmp_unsigned("!=", a, constant(a, 0))
         if src.is_bool:
             if dst.is_float:
-                return self.narrow(b.uitofp(a, llvm_type(f32)), dst) if dst.bits == 16 else b.uitofp(a, to)
+                return self.narrow(b.uitofp(a, wide_f32), dst) if dst.bits == 16 else b.uitofp(a, to)
             return b.zext(a, to)
         if src.is_int and dst.is_int:
             if dst.bits < src.bits:
@@ -498,7 +521,7 @@ class _Lowering:
             to_float = b.uitofp if src.is_unsigned else b.sitofp
             if dst.bits != 16:
                 return to_float(a, to)
-            wide = to_float(a, llvm_type(f32))  # exact below 2**24; f16 overflows long before that
+            wide = to_float(a, wide_f32)  # exact below 2**24; f16 overflows long before that
             if dst.numpy_name == "bfloat16" and src.bits > 24:
                 wide = self._int_round_to_odd_f32(a, wide, src)
             return self.narrow(wide, dst)
@@ -506,7 +529,7 @@ class _Lowering:
             if src.bits == 16:
                 a, src = self.widen(a), f32
             name = "llvm.fptoui.sat" if dst.is_unsigned else "llvm.fptosi.sat"
-            return self.b.call(self.declare(f"{name}.{dst.suffix}.{src.suffix}", to, [a.type]), [a])
+            return self.b.call(self.declare(f"{name}.{_suffix(to)}.{_suffix(a.type)}", to, [a.type]), [a])
         # float to float
         if src.bits == 16:  # exact into f32, then on (or rounded once back to 16 bits)
             wide = self.widen(a)
@@ -522,42 +545,45 @@ class _Lowering:
         b = self.b
         ty = a.type
         name = "llvm.fptoui.sat" if src.is_unsigned else "llvm.fptosi.sat"
-        back = b.call(self.declare(f"{name}.{src.suffix}.f32", ty, [r.type]), [r])
+        back = b.call(self.declare(f"{name}.{_suffix(ty)}.{_suffix(r.type)}", ty, [r.type]), [r])
         limit = float(2 ** (src.bits if src.is_unsigned else src.bits - 1))
         compare = b.icmp_unsigned if src.is_unsigned else b.icmp_signed
-        above = b.or_(b.fcmp_ordered(">=", r, ir.Constant(r.type, limit)), compare(">", back, a))
+        above = b.or_(b.fcmp_ordered(">=", r, constant(r, limit)), compare(">", back, a))
         below = compare("<", back, a)
-        bits = b.bitcast(r, I32)
-        positive = b.fcmp_ordered(">", r, ir.Constant(r.type, 0.0))
+        bits = b.bitcast(r, shaped(r, I32))
+        positive = b.fcmp_ordered(">", r, constant(r, 0.0))
         toward_zero = b.select(positive, above, below)
-        step = b.select(toward_zero, ir.Constant(I32, -1), ir.Constant(I32, 1))
-        even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(I32, 1)), ir.Constant(I32, 0))
+        step = b.select(toward_zero, constant(bits, -1), constant(bits, 1))
+        even = b.icmp_unsigned("==", b.and_(bits, constant(bits, 1)), constant(bits, 0))
         fix = b.and_(b.or_(above, below), even)
-        return b.bitcast(b.add(bits, b.select(fix, step, ir.Constant(I32, 0))), r.type)
+        return b.bitcast(b.add(bits, b.select(fix, step, constant(bits, 0))), r.type)
 
     def math(self, name: str, t: DType, args) -> ir.Value:
-        """A math function of a float type; f16 and bf16 compute in f32 and round once."""
+        """A math function of a float type; f16 and bf16 compute in f32 and round once.
+        The host inlines :mod:`.vecmath`'s routines (vector code, no libm call in a loop);
+        NVPTX calls libdevice, or the approximate instructions with ``fast_math``."""
         if t.bits == 16:
             return self.in_f32(t, lambda *xs: self.math(name, f32, xs), args)
         b = self.b
-        ty = llvm_type(t)
+        x = args[0]
         if name == "sqrt" and not (self.target.fast_math and self.target.is_nvptx and t == f32):
             return self.call("llvm.sqrt", args)
+        if name == "rsqrt" and not self.target.is_nvptx and t == f32:
+            # correctly rounded: exact in double, rounded once
+            wide = b.fpext(x, shaped(x, llvm_type(f64)))
+            return b.fptrunc(b.fdiv(constant(wide, 1.0), self.call("llvm.sqrt", [wide])), x.type)
+        if not self.target.is_nvptx:
+            return vecmath.emit(b, name, args)
         if name == "sigmoid":
-            return self._sigmoid(t, args[0])
-        if self.target.is_nvptx and self.target.fast_math and t == f32:
+            return self._sigmoid(t, x)
+        if self.target.fast_math and t == f32:
             approx = self._approx(name, args)
             if approx is not None:
                 return approx
         if name == "rsqrt":
-            if not self.target.is_nvptx and t == f32:  # correctly rounded: exact in double, rounded once
-                wide = b.fpext(args[0], llvm_type(f64))
-                return b.fptrunc(b.fdiv(ir.Constant(wide.type, 1.0), self.call("llvm.sqrt", [wide])), ty)
-            return b.fdiv(ir.Constant(ty, 1.0), self.call("llvm.sqrt", args))
-        if self.target.is_nvptx:
-            self.needs_libdevice = True
-            return self.call(f"__nv_{MATH[name]}{t.libdevice_suffix}", args)
-        return self.call(f"{MATH[name]}{'f' if t == f32 else ''}", args)
+            return b.fdiv(constant(x, 1.0), self.call("llvm.sqrt", args))
+        self.needs_libdevice = True
+        return self.call(f"__nv_{MATH[name]}{t.libdevice_suffix}", args)
 
     def _approx(self, name: str, args) -> ir.Value | None:
         b = self.b
@@ -572,18 +598,14 @@ class _Lowering:
         return None
 
     def _sigmoid(self, t: DType, x: ir.Value) -> ir.Value:
-        """1 / (1 + e**-x), as e**x / (1 + e**x) for negative x so tiny results stay accurate.
-        On the host an f32 sigmoid computes in double and rounds once."""
+        """NVPTX: 1 / (1 + e**-x), as e**x / (1 + e**x) for negative x so tiny results stay
+        accurate."""
         b = self.b
-        wide = t == f32 and not self.target.is_nvptx
-        work = f64 if wide else t
-        v = b.fpext(x, llvm_type(f64)) if wide else x
-        e = self.math("exp", work, [b.fneg(self.call("llvm.fabs", [v]))])
-        one = ir.Constant(v.type, 1.0)
+        e = self.math("exp", t, [b.fneg(self.call("llvm.fabs", [x]))])
+        one = constant(x, 1.0)
         positive = b.fdiv(one, b.fadd(one, e))
         negative = b.fdiv(e, b.fadd(one, e))
-        result = b.select(b.fcmp_ordered(">=", v, ir.Constant(v.type, 0.0)), positive, negative)
-        return b.fptrunc(result, llvm_type(t)) if wide else result
+        return b.select(b.fcmp_ordered(">=", x, constant(x, 0.0)), positive, negative)
 
     def integer_division(self, op: Op, args, *, remainder: bool) -> ir.Value:
         """Floor division and Python's remainder for integers, checked for a zero divisor;
@@ -592,15 +614,16 @@ class _Lowering:
         bld = self.b
         t = op.result.type
         ty = a.type
-        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        zero, one = constant(ty, 0), constant(ty, 1)
         is_zero = bld.icmp_unsigned("==", b_, zero)
         if self.target.checks:
-            self.check(op, bld.not_(is_zero), STATUS_DIV_ZERO, bld.sext(a, I64) if ty != I64 else a)
+            wide = shaped(a, I64)
+            self.check(op, bld.not_(is_zero), STATUS_DIV_ZERO, bld.sext(a, wide) if ty != wide else a)
         if t.is_unsigned:
             safe = bld.select(is_zero, one, b_)
             result = bld.urem(a, safe) if remainder else bld.udiv(a, safe)
             return bld.select(is_zero, zero, result)
-        minus_one = ir.Constant(ty, -1)
+        minus_one = constant(ty, -1)
         # sdiv traps on x / 0 and min / -1: divide by 1 there and fix up after
         is_minus_one = bld.icmp_signed("==", b_, minus_one)
         safe = bld.select(bld.or_(is_zero, is_minus_one), one, b_)
@@ -1307,13 +1330,15 @@ class _PhasePlan:
 
 
 def _suffix(ty: ir.Type) -> str:
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{_suffix(ty.element)}"
     if isinstance(ty, ir.IntType):
         return f"i{ty.width}"
     return {"float": "f32", "half": "f16", "bfloat": "bf16", "double": "f64"}[str(ty)]
 
 
 def _float_bits(ty: ir.Type) -> int:
-    return {"float": 32, "half": 16, "bfloat": 16, "double": 64}[str(ty)]
+    return {"float": 32, "half": 16, "bfloat": 16, "double": 64}[str(element_type(ty))]
 
 
 @attrs.frozen
