@@ -282,7 +282,8 @@ def _supports_threads() -> bool:
 def bench_compile():
     """Cold and cached costs of the compile path for the naive entry at the medium shape."""
     from accy.backends import cache, codegen
-    from accy.backends.llvm import Target, lower
+    from accy.backends.codegen import lower
+    from accy.backends.llvm import Target
     from accy.dsl.passes import optimize
 
     results = {}

@@ -17,7 +17,8 @@ from ..dsl.ir import Graph, Op
 from ..errors import CompileError
 from . import cache
 from .abi import host_signature
-from .llvm import NVPTX_TRIPLE, LoweredModule, Target, lower
+from .llvm import NVPTX_TRIPLE, LoweredModule, Target, lower_nvptx
+from .spmd import lower_host
 from .toolchain import find_libdevice
 
 _lock = threading.RLock()  # LLVM's context is not safe to use from several threads at once
@@ -98,6 +99,11 @@ def _machine(target: Target) -> llvm.TargetMachine:
     return _nvptx_machine(target.arch) if target.is_nvptx else host_machine()
 
 
+def lower(graph: Graph, target: Target, block=(1, 1, 1)) -> LoweredModule:
+    """Lower ``graph`` for ``target`` (``block``: the launch's block shape, for NVPTX)."""
+    return lower_nvptx(graph, target, block) if target.is_nvptx else lower_host(graph, target)
+
+
 def _lower(graph: Graph, target: Target, block=(1, 1, 1)) -> LoweredModule:
     """Lower and stamp the module with the target machine's triple and data layout."""
     lowered = lower(graph, target, block)
@@ -170,9 +176,11 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
 
 @attrs.frozen(eq=False)
 class HostKernel:
-    """A JIT-compiled host launcher: ``call(pointers, counts, scalars, status, begin, end)``."""
+    """A JIT-compiled host launcher: ``call(pointers, counts, scalars, status, begin, end)`` runs
+    units ``[begin, end)`` of ``chunking.units(extents)``."""
 
     ordinals: tuple[Op, ...]
+    chunking: object
     engine: object  # the MCJIT engine must outlive the function pointer
     function: object
 
@@ -213,4 +221,4 @@ def _jit(graph: Graph, target: Target) -> HostKernel:
     if not address:
         raise CompileError(f"JIT compilation of {lowered.entry_name} produced no function")
     compilations["host"] += 1
-    return HostKernel(lowered.ordinals, engine, host_signature(graph)(address))
+    return HostKernel(lowered.ordinals, lowered.chunking, engine, host_signature(graph)(address))

@@ -57,10 +57,12 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = 
     pointers = [a.ctypes.data if a.size else _EMPTY.ctypes.data for a in arrays]
     counts = [a.size for a in arrays]
     scalars = scalar_words(graph, binding.scalars)
+    units = kernel.chunking.units(launch.extents)
     n = _thread_count(graph, lanes, threads)
-    bounds = [lanes * i // n for i in range(n + 1)]
+    n = min(n, units)
+    bounds = [units * i // n for i in range(n + 1)]
     if n == 1:
-        kernel(pointers, counts, scalars, status.ctypes.data, 0, lanes)
+        kernel(pointers, counts, scalars, status.ctypes.data, 0, units)
     else:
         futures = [_pool().submit(kernel, pointers, counts, scalars, status.ctypes.data, lo, hi)
                    for lo, hi in zip(bounds, bounds[1:])]

@@ -1,13 +1,14 @@
 """Lowering the typed SSA graph to LLVM IR with ``llvmlite.ir``.
 
-One lowering serves two targets.  The kernel's top-level ops (constants, sizes,
-scalars and what the launch extents are computed from) are lowered once at the
-entry of a thin wrapper, then the launch region runs once per logical thread:
+The op table and the numerics serve two targets.  The kernel's top-level ops
+(constants, sizes, scalars and what the launch extents are computed from) are
+lowered once at the entry of a thin wrapper, then the launch region runs:
 
-* NVPTX (``nvptx64-nvidia-cuda``): a ``ptx_kernel`` computing each logical index
-  from ``ctaid * ntid + tid`` and doing nothing past the logical extent;
-* host: a function looping over a range of logical threads (an odometer over
-  x, y, z), so the CPU runs the whole grid, or a slice of it, in one native call.
+* NVPTX (``nvptx64-nvidia-cuda``, here): a ``ptx_kernel`` where each CUDA thread
+  computes its logical index from ``ctaid * ntid + tid`` and does nothing past
+  the logical extent;
+* host (:mod:`accy.backends.spmd`, a subclass): the threads as the lanes of
+  vectors, a chunk at a time, over a range of the grid in one native call.
 
 Both take the parameters of :mod:`accy.backends.abi`.  Every op is lowered from
 its operands' :class:`~accy.dsl.types.DType`: the LLVM type, the intrinsic suffix
@@ -90,6 +91,9 @@ def constant(like, value, element: ir.Type | None = None) -> ir.Constant:
     return ir.Constant(ty, value)
 
 
+VECTOR_WIDTHS = (0, 2, 4, 8, 16, 32, 64)  # host threads per vector (LLVM mislowers <1 x bfloat>)
+
+
 @attrs.frozen
 class Target:
     """What to lower for: ``Target.host()`` or ``Target.nvptx("sm_90")``.
@@ -103,10 +107,14 @@ class Target:
     arch: str = ""
     fast_math: bool = False
     checks: bool = True
+    vector_width: int = 0  # host: threads per vector (0: the CPU's widest, see accy.backends.spmd)
 
     @classmethod
-    def host(cls, *, checks: bool = True) -> "Target":
-        return cls("host", checks=checks)
+    def host(cls, *, checks: bool = True, vector_width: int = 0) -> "Target":
+        if vector_width not in VECTOR_WIDTHS:
+            raise CompileError(f"vector_width must be one of {', '.join(map(str, VECTOR_WIDTHS))} "
+                               f"(0: the CPU's own), got {vector_width!r}")
+        return cls("host", checks=checks, vector_width=vector_width)
 
     @classmethod
     def nvptx(cls, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> "Target":
@@ -334,9 +342,8 @@ class _Lowering:
         self.extents: list[ir.Value] = []
         self.lane_of = None  # () -> this thread's lane number, where the wrapper knows better
         self.shared_ptrs: dict[str, ir.Value] = {}
-        self.slots: dict[Value, ir.Value] = {}  # host blocks: per-thread values kept across barriers
+        self.slots: dict[Value, ir.Value] = {}  # host blocks: per-thread values kept across barriers (spmd)
         self.ranges = index_ranges(graph)
-        self.thread_id: ir.Value | None = None  # host blocks: the thread of the current thread loop
 
     # -- declarations ------------------------------------------------------------
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -408,14 +415,7 @@ class _Lowering:
                 self.lower_op(op)
 
     def value(self, v: Value) -> ir.Value:
-        value = self.values.get(v)
-        if value is not None:
-            return value
-        # host blocks: a value of this thread computed before a barrier
-        return self.b.load(self._slot(v, self.thread_id), typ=llvm_type(v.type))
-
-    def _slot(self, v: Value, thread: ir.Value) -> ir.Value:
-        return self.b.gep(self.slots[v], [ir.Constant(I64, 0), thread], inbounds=True)
+        return self.values[v]
 
     def lower_op(self, op: Op) -> None:
         if op.opcode in STRUCTURAL:
@@ -652,18 +652,24 @@ class _Lowering:
 
     def check(self, op: Op, ok: ir.Value, kind: int, detail: ir.Value) -> None:
         """Where ``ok`` is false, record the first failure of the launch in the status."""
+        self.fail_if(op, self.b.not_(ok), kind, lambda: (detail, self.lane()))
+
+    def fail_if(self, op: Op, bad: ir.Value, kind: int, report) -> None:
+        """Where ``bad`` (an i1) is true, record ``kind`` and ``report()`` (detail, lane; both
+        computed on the cold path only) in the status word, unless a failure came first."""
         tag = self.ordinals[op]
         fail = self.b.append_basic_block(f"check_fail_{tag}")
         cont = self.b.append_basic_block(f"check_ok_{tag}")
-        self.b.cbranch(ok, cont, fail).set_weights([1 << 20, 1])  # failures are cold
+        self.b.cbranch(bad, fail, cont).set_weights([1, 1 << 20])  # failures are cold
         self.b.position_at_end(fail)
         word = lambda i: self.b.gep(self.status, [ir.Constant(I64, i)], source_etype=I64, inbounds=True)  # noqa: E731
         result = self.b.cmpxchg(word(0), ir.Constant(I64, 0), ir.Constant(I64, kind), "monotonic", "monotonic")
         won = self.b.extract_value(result, 1)
         with self.b.if_then(won):
+            detail, lane = report()
             self.b.store(ir.Constant(I64, tag), word(1))
             self.b.store(detail, word(2))
-            self.b.store(self.lane(), word(3))
+            self.b.store(lane, word(3))
         self.b.branch(cont)
         self.b.position_at_end(cont)
 
@@ -687,11 +693,17 @@ class _Lowering:
             return ir.Constant(I64, self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
         return self.counts[op.attrs["buffer"]]
 
+    def _checked(self, op: Op) -> bool:
+        return self.target.checks and not self._statically_inside(op)
+
     def op_load(self, op: Op) -> None:
+        self.values[op.result] = self.load_at(op, self.value(op.operands[0]))
+
+    def load_at(self, op: Op, idx: ir.Value) -> ir.Value:
+        """One thread's load of element ``idx`` (a scalar), checked."""
         dtype = op.attrs["dtype"]
         ty = memory_type(dtype)
-        idx = self.value(op.operands[0])
-        if not self.target.checks or self._statically_inside(op):
+        if not self._checked(op):
             loaded = self.b.load(self._element(op, idx), typ=ty, align=dtype.itemsize)
         else:
             ok = self.b.icmp_unsigned("<", idx, self._count(op))  # unsigned: negatives fail too
@@ -704,14 +716,17 @@ class _Lowering:
             safe = self.b.select(ok, idx, ir.Constant(I64, 0))
             loaded = self.b.load(self._element(op, safe), typ=ty, align=dtype.itemsize)
             loaded = self.b.select(ok, loaded, ir.Constant(ty, 0))
-        self.values[op.result] = self.b.trunc(loaded, I1) if dtype.is_bool else loaded
+        return self.b.trunc(loaded, I1) if dtype.is_bool else loaded
 
     def op_store(self, op: Op) -> None:
+        self.store_at(op, *(self.value(v) for v in op.operands))
+
+    def store_at(self, op: Op, idx: ir.Value, value: ir.Value) -> None:
+        """One thread's store of ``value`` to element ``idx`` (scalars), checked."""
         dtype = op.attrs["dtype"]
-        idx, value = (self.value(v) for v in op.operands)
         if dtype.is_bool:
             value = self.b.zext(value, I8)
-        if not self.target.checks or self._statically_inside(op):
+        if not self._checked(op):
             self.b.store(value, self._element(op, idx), align=dtype.itemsize)
             return
         ok = self.b.icmp_unsigned("<", idx, self._count(op))
@@ -737,12 +752,15 @@ class _Lowering:
         self.call("llvm.nvvm.barrier0", [], ty=VOID)
 
     def op_atomic(self, op: Op) -> None:
-        kind, dtype = op.attrs["op"], op.attrs["dtype"]
         idx, *values = (self.value(v) for v in op.operands)
+        self.values[op.result] = self.atomic_at(op, idx, values)
+
+    def atomic_at(self, op: Op, idx: ir.Value, values) -> ir.Value:
+        """One thread's atomic on element ``idx`` (scalars), checked; returns the old value."""
+        kind, dtype = op.attrs["op"], op.attrs["dtype"]
         ty = llvm_type(dtype)
-        if not self.target.checks or self._statically_inside(op):
-            self.values[op.result] = self._atomic(kind, dtype, self._element(op, idx), values)
-            return
+        if not self._checked(op):
+            return self._atomic(kind, dtype, self._element(op, idx), values)
         ok = self.b.icmp_unsigned("<", idx, self._count(op))
         self.check(op, ok, STATUS_STORE_OOB, idx)
         entry = self.b.block
@@ -752,7 +770,7 @@ class _Lowering:
         phi = self.b.phi(ty)
         phi.add_incoming(ir.Constant(ty, 0), entry)
         phi.add_incoming(old, done)
-        self.values[op.result] = phi
+        return phi
 
     def _atomic(self, kind: str, dtype: DType, ptr: ir.Value, values) -> ir.Value:
         """One atomic read-modify-write (relaxed, as CUDA's); returns the old value."""
@@ -878,7 +896,9 @@ class _Lowering:
         b = self.b
         iv = region.args[0]
         inside = set(region.args) | {r for o in region.walk() for r in o.results}
-        last = b.add(start, b.mul(b.sub(trips, ir.Constant(I64, 1)), ir.Constant(I64, step)))
+        add, sub, mul = (lambda x, y, f=f: f(*self.broadcast(x, y)) for f in (b.add, b.sub, b.mul))
+        below = lambda x, y: b.icmp_unsigned("<", *self.broadcast(x, y))  # noqa: E731
+        last = add(start, mul(b.sub(trips, constant(trips, 1)), constant(trips, step)))
         for op in region.ops:
             if op.opcode != "load":
                 continue
@@ -888,16 +908,25 @@ class _Lowering:
             coef, terms = form
             base = ir.Constant(I64, 0)
             for m, t in terms:
-                base = b.add(base, b.mul(self.value(t), ir.Constant(I64, m)))
-            at = lambda i: b.add(base, b.mul(i, ir.Constant(I64, coef)))  # noqa: E731
+                base = add(base, mul(self.value(t), ir.Constant(I64, m)))
+            at = lambda i: add(base, mul(i, ir.Constant(I64, coef)))  # noqa: E731
             first, final = at(start), at(last)
             count = self._count(op)
-            span = b.sub(final, first) if coef >= 0 else b.sub(first, final)
+            span = sub(final, first) if coef >= 0 else sub(first, final)
             # few enough trips that coef * (last - start) cannot wrap (|coef * step| < 2**31)
-            short = b.icmp_unsigned("<", trips, ir.Constant(I64, 2**31))
-            fits = b.and_(b.and_(b.icmp_unsigned("<", first, count), b.icmp_unsigned("<", final, count)),
-                          b.and_(b.icmp_unsigned("<", span, count), short))
-            self.proven[op] = b.or_(b.icmp_signed("==", trips, ir.Constant(I64, 0)), fits)
+            short = b.icmp_unsigned("<", trips, constant(trips, 2**31))
+            fits = b.and_(*self.broadcast(b.and_(below(first, count), below(final, count)),
+                                          b.and_(*self.broadcast(below(span, count), short))))
+            empty = b.icmp_signed("==", trips, constant(trips, 0))
+            self.proven[op] = self.every_lane(b.or_(*self.broadcast(empty, fits)))
+
+    def broadcast(self, *values: ir.Value) -> tuple[ir.Value, ...]:
+        """Operands of one shape (the host splats scalars where another operand is a vector)."""
+        return values
+
+    def every_lane(self, condition: ir.Value) -> ir.Value:
+        """``condition`` as one i1: true where it holds for every lane that runs."""
+        return condition
 
     def _trip_count(self, start: ir.Value, stop: ir.Value, step: int) -> ir.Value:
         """Iterations of ``for (i = start; step > 0 ? i < stop : i > stop; i += step)``,
@@ -906,8 +935,8 @@ class _Lowering:
         lo, hi = (start, stop) if step > 0 else (stop, start)
         nonempty = b.icmp_signed("<", lo, hi)
         span = b.sub(hi, lo)  # fits in u64 whenever lo < hi
-        count = b.add(b.udiv(b.sub(span, ir.Constant(I64, 1)), ir.Constant(I64, abs(step))), ir.Constant(I64, 1))
-        return b.select(nonempty, count, ir.Constant(I64, 0))
+        count = b.add(b.udiv(b.sub(span, constant(span, 1)), constant(span, abs(step))), constant(span, 1))
+        return b.select(nonempty, count, constant(span, 0))
 
     def op_fold(self, op: Op) -> None:
         b = self.b
@@ -1021,313 +1050,6 @@ class _Lowering:
             self.module.add_named_metadata(
                 "nvvm.annotations", [fn, ir.MetaDataString(self.module, key), ir.Constant(I32, number)])
 
-    # -- host blocks: a block's threads run as loops split at barriers -------------------------
-    def lower_host_block_launcher(self) -> ir.Function:
-        """``void name_host(<the ABI's parameters>, block_begin, block_end)``: each block runs on
-        the calling thread; its threads run as loops, one per stretch between barriers, with
-        the values that live across a barrier kept in a per-thread array."""
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]), host_entry_name(self.graph))
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
-        self._bind_params(fn)
-        begin, end = fn.args[-2:]
-        begin.name, end.name = "block_begin", "block_end"
-        self.lower_top_level()
-        launch = self.graph.launch_op
-        region = launch.regions[0]
-        self.per_block = math.prod(self.graph.block_shape)
-        for name, op in self.graph.shared_arrays().items():  # a stack array, reused by each block
-            self.shared_ptrs[name] = b.alloca(ir.ArrayType(memory_type(op.attrs["dtype"]), op.attrs["count"]),
-                                              name=f"shared_{name}")
-        plan = _PhasePlan(region)
-        for v in plan.slot_values:
-            self.slots[v] = b.alloca(ir.ArrayType(llvm_type(v.type), self.per_block))
-        self.plan = plan
-        grid_args = region.args[:len(launch.operands)]
-        self.thread_args = region.args[len(launch.operands):]
-        # an odometer over the grid's blocks (x fastest)
-        extents = [b.select(b.icmp_signed(">", e, ir.Constant(I64, 1)), e, ir.Constant(I64, 1)) for e in self.extents]
-        start, rest = [], begin
-        for extent in extents:
-            start.append(b.srem(rest, extent))
-            rest = b.sdiv(rest, extent)
-        entry = b.block
-        loop, work, done = (b.append_basic_block(n) for n in ("blocks", "block", "done"))
-        b.branch(loop)
-        b.position_at_end(loop)
-        block_id = b.phi(I64, name="block")
-        coords = [b.phi(I64, name=a.name) for a in self.graph.axes]
-        block_id.add_incoming(begin, entry)
-        for phi, value in zip(coords, start):
-            phi.add_incoming(value, entry)
-        b.cbranch(b.icmp_signed("<", block_id, end), work, done)
-        b.position_at_end(work)
-        for arg, value in zip(grid_args, coords):
-            self.values[arg] = value
-        self.block_id = block_id
-        self.lane_of = lambda: self.b.add(self.b.mul(block_id, ir.Constant(I64, self.per_block)), self.thread_id)
-        self._lower_phased(region.ops)
-        carry = ir.Constant(I1, 1)
-        for phi, extent in zip(coords, extents):
-            bumped = b.add(phi, b.zext(carry, I64))
-            wraps = b.icmp_signed("==", bumped, extent)
-            phi.add_incoming(b.select(wraps, ir.Constant(I64, 0), bumped), b.block)
-            carry = b.and_(carry, wraps)
-        block_id.add_incoming(b.add(block_id, ir.Constant(I64, 1)), b.block)
-        b.branch(loop)
-        b.position_at_end(done)
-        b.ret_void()
-        return fn
-
-    def _lower_phased(self, ops) -> None:
-        """Lower a stretch of the block body: ops between barriers run in one loop over the
-        block's threads; a loop or branch holding a barrier runs once per block around them."""
-        segment: list[Op] = []
-        for op in ops:
-            if op.opcode == "yield":
-                continue
-            if op.opcode == "barrier" or op in self.plan.synchronising:
-                self._thread_loop(segment)
-                segment = []
-                if op.opcode == "fold":
-                    self._block_fold(op)
-                elif op.opcode == "if":
-                    self._block_if(op)
-                continue
-            if op.opcode == "shuffle":  # every thread's operand must exist first: a new loop starts here
-                self._thread_loop(segment)
-                segment = []
-            segment.append(op)
-        self._thread_loop(segment)
-
-    def _thread_loop(self, ops, after=None) -> None:
-        """``for t in threads: <ops>``, storing what later stretches read into their slots;
-        ``after(t)`` runs at the end of each iteration."""
-        if not ops and after is None:
-            return
-        b = self.b
-        before = set(self.values)
-        entry = b.block
-        loop, body, done = (b.append_basic_block(n) for n in ("threads", "thread", "threads_done"))
-        b.branch(loop)
-        b.position_at_end(loop)
-        t = b.phi(I64, name="t")
-        t.add_incoming(ir.Constant(I64, 0), entry)
-        b.cbranch(b.icmp_unsigned("<", t, ir.Constant(I64, self.per_block)), body, done)
-        b.position_at_end(body)
-        self.thread_id = t
-        rest = t
-        for arg, extent in zip(self.thread_args, self.graph.block_shape):  # the thread's coordinates
-            self.values[arg] = b.urem(rest, ir.Constant(I64, extent))
-            rest = b.udiv(rest, ir.Constant(I64, extent))
-        for op in ops:
-            if op.opcode == "shuffle":
-                self._host_shuffle(op, t)
-            else:
-                self.lower_op(op)
-            for r in op.results:
-                if r in self.slots:
-                    b.store(self.values[r], self._slot(r, t))
-        if after is not None:
-            after(t)
-        t.add_incoming(b.add(t, ir.Constant(I64, 1)), b.block)
-        b.branch(loop)
-        b.position_at_end(done)
-        for v in set(self.values) - before:  # this loop's values do not reach past it
-            del self.values[v]
-        self.thread_id = None
-
-    def _host_shuffle(self, op: Op, t: ir.Value) -> None:
-        """Read the source lane's value from the operand's per-thread slot."""
-        b = self.b
-        value, delta = op.operands
-        delta = self.value(delta)
-        lane = b.urem(t, ir.Constant(I64, WARP))
-        base = b.sub(t, lane)
-        mode = op.attrs["mode"]
-        if mode == "idx":
-            source = b.add(base, b.and_(delta, ir.Constant(I64, WARP - 1)))
-        else:
-            target = {"xor": lambda: b.xor(lane, delta), "down": lambda: b.add(lane, delta),
-                      "up": lambda: b.sub(lane, delta)}[mode]()
-            inside = b.and_(b.icmp_unsigned("<", delta, ir.Constant(I64, WARP)),
-                            b.icmp_unsigned("<", target, ir.Constant(I64, WARP)))
-            source = b.select(inside, b.add(base, target), t)
-        if value in self.slots:
-            self.values[op.result] = b.load(self._slot(value, source), typ=llvm_type(value.type))
-        else:  # the same for every thread
-            self.values[op.result] = self.value(value)
-
-    def _uniform(self, v: Value) -> ir.Value:
-        """A value the whole block agrees on (a loop's bounds, a branch's condition): thread 0's."""
-        value = self.values.get(v)
-        return value if value is not None else self.b.load(self._slot(v, ir.Constant(I64, 0)), typ=llvm_type(v.type))
-
-    def _store_per_thread(self, targets, sources) -> None:
-        """For every thread, ``targets[k][t] = sources[k](t)`` (all read before any is written)."""
-        def store(t):
-            values = [self.value(v) for v in sources]
-            for target, value in zip(targets, values):
-                self.b.store(value, self._slot(target, t))
-
-        self._thread_loop([], after=store)
-
-    def _block_fold(self, op: Op) -> None:
-        """A loop holding a barrier: its bounds are the block's, its accumulators each thread's."""
-        b = self.b
-        (region,) = op.regions
-        start, stop = (self._uniform(v) for v in op.operands[:2])
-        step = op.attrs["step"]
-        accs = region.args[1:]
-        self._store_per_thread(accs, op.operands[2:])
-        trips = self._trip_count(start, stop, step)
-        tag = self.ordinals[op]
-        preheader = b.block
-        header, body, exit_ = (b.append_basic_block(f"block_fold_{tag}_{n}") for n in ("header", "body", "exit"))
-        b.branch(header)
-        b.position_at_end(header)
-        counter = b.phi(I64)
-        iv = b.phi(I64)
-        counter.add_incoming(ir.Constant(I64, 0), preheader)
-        iv.add_incoming(start, preheader)
-        b.cbranch(b.icmp_unsigned("<", counter, trips), body, exit_)
-        b.position_at_end(body)
-        self.values[region.args[0]] = iv
-        self._lower_phased(region.ops)
-        self._store_per_thread(accs, region.terminator.operands)
-        counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), b.block)
-        iv.add_incoming(b.add(iv, ir.Constant(I64, step)), b.block)
-        b.branch(header)
-        b.position_at_end(exit_)
-        del self.values[region.args[0]]
-        for result, acc in zip(op.results, accs):
-            self.slots[result] = self.slots[acc]
-
-    def _block_if(self, op: Op) -> None:
-        """A branch holding a barrier: the block takes it or not, as one."""
-        b = self.b
-        tag = self.ordinals[op]
-        then, otherwise, join = (b.append_basic_block(f"block_if_{tag}_{n}") for n in ("then", "else", "end"))
-        b.cbranch(self._uniform(op.operands[0]), then, otherwise)
-        for block, region in ((then, op.regions[0]), (otherwise, op.regions[1] if len(op.regions) > 1 else None)):
-            b.position_at_end(block)
-            if region is not None:
-                self._lower_phased(region.ops)
-                self._store_per_thread(op.results, region.terminator.operands)
-            b.branch(join)
-        b.position_at_end(join)
-
-    def lower_host_launcher(self) -> ir.Function:
-        """``void name_host(<the ABI's parameters>, lane_begin, lane_end)``."""
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]), host_entry_name(self.graph))
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
-        self._bind_params(fn)
-        begin, end = fn.args[-2:]
-        begin.name, end.name = "lane_begin", "lane_end"
-        self.lower_top_level()
-        names = self.graph.launch_op.attrs["axes"]
-        extents = [b.select(b.icmp_signed(">", e, ir.Constant(I64, 1)), e, ir.Constant(I64, 1)) for e in self.extents]
-        # decode the first lane once, then step an odometer (x fastest)
-        start, rest = [], begin
-        for extent in extents:
-            start.append(b.srem(rest, extent))
-            rest = b.sdiv(rest, extent)
-        entry = b.block
-        loop = b.append_basic_block("lanes")
-        work = b.append_basic_block("lane")
-        done = b.append_basic_block("done")
-        b.branch(loop)
-        b.position_at_end(loop)
-        lane = b.phi(I64, name="lane")
-        coords = [b.phi(I64, name=name) for name in names]
-        lane.add_incoming(begin, entry)
-        for phi, value in zip(coords, start):
-            phi.add_incoming(value, entry)
-        b.cbranch(b.icmp_signed("<", lane, end), work, done)
-        b.position_at_end(work)
-        self.lower_launch_body(list(coords))
-        carry = ir.Constant(I1, 1)
-        for phi, extent in zip(coords, extents):
-            bumped = b.add(phi, b.zext(carry, I64))
-            wraps = b.icmp_signed("==", bumped, extent)
-            phi.add_incoming(b.select(wraps, ir.Constant(I64, 0), bumped), b.block)
-            carry = b.and_(carry, wraps)
-        lane.add_incoming(b.add(lane, ir.Constant(I64, 1)), b.block)
-        b.branch(loop)
-        b.position_at_end(done)
-        b.ret_void()
-        return fn
-
-
-class _PhasePlan:
-    """Which ops of a host block body synchronise the block (barriers, shuffles, and loops and
-    branches holding them) and which per-thread values must outlive the thread loop that
-    computed them (kept in a per-thread array: a slot)."""
-
-    def __init__(self, region: Block):
-        self.synchronising: set[Op] = set()
-        self._mark(region)
-        self.slot_values: set[Value] = set()
-        self._defined: dict[Value, int] = {}
-        self._next = 0
-        self._walk(region.ops)
-
-    def _mark(self, block: Block) -> bool:
-        found = False
-        for op in block.ops:
-            inner = any([self._mark(r) for r in op.regions])
-            if op.opcode in ("barrier", "shuffle"):
-                found = True
-            elif inner and op.opcode in ("fold", "if"):
-                self.synchronising.add(op)
-                found = True
-        return found
-
-    def _new_stretch(self) -> int:
-        self._next += 1
-        return self._next
-
-    def _use(self, v: Value, stretch: int) -> None:
-        if self._defined.get(v, stretch) != stretch:
-            self.slot_values.add(v)
-
-    def _define(self, op: Op, stretch: int) -> None:
-        for nested in op.walk():
-            for v in nested.results:
-                self._defined[v] = stretch
-            for r in nested.regions:
-                for a in r.args:
-                    self._defined[a] = stretch
-
-    def _walk(self, ops) -> None:
-        stretch = self._new_stretch()
-        for op in ops:
-            if op.opcode == "yield":
-                continue
-            if op.opcode == "barrier" or op in self.synchronising:
-                block_level = self._new_stretch()  # the loop's bounds, the branch's condition, the inits
-                for v in op.operands:
-                    self._use(v, block_level)
-                for region in op.regions:
-                    for arg in region.args[1:] if op.opcode == "fold" else ():
-                        self.slot_values.add(arg)
-                    self._walk(region.ops)
-                    if region.terminator is not None:
-                        for v in region.terminator.operands:
-                            self._use(v, self._new_stretch())
-                for v in op.results:
-                    self.slot_values.add(v)
-                stretch = self._new_stretch()
-                continue
-            if op.opcode == "shuffle":
-                stretch = self._new_stretch()
-                value = op.operands[0]
-                if value in self._defined or value in self.slot_values:  # a thread's own: read at another's index
-                    self.slot_values.add(value)
-            for nested in op.walk():
-                for v in nested.operands:
-                    self._use(v, stretch)
-            self._define(op, stretch)
-
 
 def _suffix(ty: ir.Type) -> str:
     if isinstance(ty, ir.VectorType):
@@ -1349,16 +1071,14 @@ class LoweredModule:
     entry_name: str
     needs_libdevice: bool
     ordinals: tuple[Op, ...]  # op ordinal (as in the status word) -> op
+    chunking: object = None  # host: how the launch splits into units (accy.backends.spmd.Chunking)
 
 
-def lower(graph: Graph, target: Target, block: tuple[int, int, int] = (1, 1, 1)) -> LoweredModule:
-    """Lower ``graph`` for ``target``; ``block`` is the launch's block shape (NVPTX hints)."""
+def lower_nvptx(graph: Graph, target: Target, block: tuple[int, int, int] = (1, 1, 1)) -> LoweredModule:
+    """Lower ``graph`` for NVPTX; ``block`` is the launch's block shape (hints to ptxas)."""
     lw = _Lowering(graph, target)
-    if target.is_nvptx:
-        lw.module.triple = NVPTX_TRIPLE
-        entry = (lw.lower_nvptx_block_kernel() if graph.is_block_launch else lw.lower_nvptx_kernel(block)).name
-    else:
-        entry = (lw.lower_host_block_launcher() if graph.is_block_launch else lw.lower_host_launcher()).name
+    lw.module.triple = NVPTX_TRIPLE
+    entry = (lw.lower_nvptx_block_kernel() if graph.is_block_launch else lw.lower_nvptx_kernel(block)).name
     return LoweredModule(lw.module, entry, lw.needs_libdevice, tuple(graph.body.walk()))
 
 

@@ -1,0 +1,905 @@
+"""The host lowering: SPMD on SIMD, the model ISPC uses.
+
+A launch's logical threads run ``W`` at a time as the lanes of LLVM vectors, ``W``
+the host's vector width in 32-bit lanes (16 with AVX-512, 8 with AVX2, else 4):
+
+* ``for_each``: the threads along x of one row (fixed y and z), a chunk of ``W`` at
+  a time (``row`` chunks); where x is shorter than ``W``, ``W`` consecutive threads
+  of the flattened grid (``flat`` chunks);
+* ``for_each_block``: each block on one core, its threads (x fastest) ``W`` at a
+  time, in loops split at barriers; values that live across a barrier are kept per
+  thread in a slot array.
+
+A value that is the same in every lane (computed from scalars, block indices, a
+row's y and z, or loaded from a uniform index) stays a scalar; the others are
+vectors (:func:`varying_values` decides which, before lowering).  An index that is
+``base + stride * lane`` stays symbolic (:class:`Linear`), so a load or store of
+consecutive elements is one vector access; other accesses are gathers and
+scatters.  Lanes past the launch's extent, and lanes a divergent ``if_`` or a fold
+whose trip count differs per lane has switched off, are masked: they load
+nothing, store nothing and fail no check.  Every lane folds its own loop in
+order, so float results round exactly as one thread at a time would; atomics run
+lane by lane in lane order (the interpreter's thread order), and where several
+lanes store to one element the highest lane's value stays (the interpreter's rule).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import os
+
+import attrs
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..dsl.ir import Block, Graph, Op, Value
+from ..errors import CompileError
+from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
+from .llvm import (
+    I1, I8, I32, I64, LOWER, STRUCTURAL, VECTOR_WIDTHS, VOID, WARP, LoweredModule, Target, _Lowering, constant,
+    host_entry_name, llvm_type, memory_type,
+)
+
+
+def host_vector_width() -> int:
+    """Lanes per chunk on this CPU: its widest vector register in 32-bit lanes
+    (``ACCY_VECTOR_WIDTH`` overrides it for the process: the tests run narrow widths)."""
+    forced = os.environ.get("ACCY_VECTOR_WIDTH")
+    if not forced:
+        return _cpu_vector_width()
+    if forced not in {str(w) for w in VECTOR_WIDTHS[1:]}:
+        raise CompileError(f"ACCY_VECTOR_WIDTH must be one of {', '.join(map(str, VECTOR_WIDTHS[1:]))}, "
+                           f"got {forced!r}")
+    return int(forced)
+
+
+@functools.cache
+def _cpu_vector_width() -> int:
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f"):
+        return 16
+    if features.get("avx2") or features.get("avx"):
+        return 8
+    return 4
+
+
+@attrs.frozen
+class Linear:
+    """An index ``base + stride * lane`` (``base`` a scalar i64, ``lane`` 0..W-1): a thread
+    index along x and what adding uniform values and scaling by constants makes of it."""
+
+    base: ir.Value
+    stride: int
+
+
+class Chunks(enum.Enum):
+    """How a launch's threads are grouped into chunks of ``W`` lanes (see the module doc)."""
+
+    row = "row"
+    flat = "flat"
+    block = "block"
+
+
+@attrs.frozen
+class Chunking:
+    kind: Chunks
+    width: int
+
+    def units(self, extents, block_shape=()) -> int:
+        """How many units of work (chunks, or blocks) a launch of ``extents`` has: the host
+        splits ``[0, units)`` between its threads."""
+        if self.kind is Chunks.block:
+            return math.prod(extents)
+        if self.kind is Chunks.flat:
+            return -(-math.prod(extents) // self.width)
+        return -(-extents[0] // self.width) * math.prod(extents[1:])
+
+
+def chunking(graph: Graph, width: int) -> Chunking:
+    if graph.is_block_launch:
+        return Chunking(Chunks.block, width)
+    x = graph.axes[0].extent
+    return Chunking(Chunks.flat if x is not None and x < width else Chunks.row, width)
+
+
+def varying_values(graph: Graph, kind: Chunks) -> set[Value]:
+    """The values of the launch body that may differ between the lanes of a chunk."""
+    launch = graph.launch_op
+    region = launch.regions[0]
+    if kind is Chunks.block:
+        seeds = region.args[len(launch.operands):]  # the thread coordinates; block indices are uniform
+    elif kind is Chunks.flat:
+        seeds = region.args
+    else:
+        seeds = region.args[:1]  # x; a row's y and z are uniform
+    varying = set(seeds)
+    while True:
+        size = len(varying)
+        for op in region.walk():
+            _propagate(op, varying)
+        if len(varying) == size:
+            return varying
+
+
+def _propagate(op: Op, varying: set[Value]) -> None:
+    if op.opcode == "fold":
+        start, stop, *inits = op.operands
+        (region,) = op.regions
+        iv, *accs = region.args
+        trips_vary = start in varying or stop in varying  # lanes stop at different trips
+        if start in varying:
+            varying.add(iv)
+        for acc, init, new, result in zip(accs, inits, region.terminator.operands, op.results):
+            if trips_vary or init in varying or new in varying:
+                varying.update((acc, result))
+    elif op.opcode == "if":
+        for k, result in enumerate(op.results):
+            if op.operands[0] in varying or any(r.terminator.operands[k] in varying for r in op.regions):
+                varying.add(result)
+    elif op.opcode in ("atomic", "shuffle"):  # each lane gets its own
+        varying.update(op.results)
+    elif op.opcode == "load":
+        if op.operands[0] in varying:
+            varying.add(op.result)
+    elif any(v in varying for v in op.operands):
+        varying.update(op.results)
+
+
+def _is_vector(x) -> bool:
+    return isinstance(x, ir.Value) and isinstance(x.type, ir.VectorType)
+
+
+def _uniform_index(entry):
+    """A scalar index where ``entry`` is the same in every lane, else None."""
+    if isinstance(entry, Linear):
+        return entry.base if entry.stride == 0 else None
+    return None if _is_vector(entry) else entry
+
+
+class SpmdLowering(_Lowering):
+    """Lowers a graph's launch for the host, ``width`` threads per vector."""
+
+    def __init__(self, graph: Graph, target: Target, width: int):
+        super().__init__(graph, target)
+        self.width = width
+        self.chunks = chunking(graph, width)
+        self.varying = varying_values(graph, self.chunks.kind)
+        self.mask: ir.Value | None = None  # <W x i1>: the lanes that run; None outside the launch
+        self.chunk_lane: ir.Value | None = None  # the linear thread number of lane 0
+        self.lane_index: ir.Value | None = None  # inside a lane-by-lane loop: the lane
+        self.chunk_start: ir.Value | None = None  # blocks: the thread number of lane 0
+
+    # -- shapes ----------------------------------------------------------------------
+    def vector_type(self, ty: ir.Type) -> ir.VectorType:
+        return ir.VectorType(ty, self.width)
+
+    def lanes(self, scale: int = 1) -> ir.Constant:
+        """``<0, scale, 2 scale, ...>`` as i64."""
+        return ir.Constant(self.vector_type(I64), [ir.Constant(I64, k * scale) for k in range(self.width)])
+
+    def splat(self, x: ir.Value) -> ir.Value:
+        if _is_vector(x):
+            return x
+        if isinstance(x, ir.Constant):
+            return ir.Constant(self.vector_type(x.type), [x] * self.width)
+        one = self.b.insert_element(ir.Constant(self.vector_type(x.type), None), x, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(one, ir.Constant(one.type, None), ir.Constant(self.vector_type(I32), None))
+
+    def broadcast(self, *values):
+        if any(_is_vector(v) for v in values):
+            return tuple(self.splat(v) for v in values)
+        return values
+
+    def bits(self, mask: ir.Value) -> ir.Value:
+        """A lane mask as an integer, lane k in bit k."""
+        return self.b.bitcast(mask, ir.IntType(self.width))
+
+    def any_lane(self, mask: ir.Value) -> ir.Value:
+        return self.b.icmp_unsigned("!=", self.bits(mask), ir.Constant(ir.IntType(self.width), 0))
+
+    def every_lane(self, condition: ir.Value) -> ir.Value:
+        if not _is_vector(condition):
+            return condition
+        held = self.b.or_(condition, self.b.not_(self.mask)) if self.mask is not None else condition
+        return self.b.icmp_unsigned("==", self.bits(held), ir.Constant(ir.IntType(self.width), -1))
+
+    def first_lane(self, mask: ir.Value) -> ir.Value:
+        """The lowest lane set in ``mask``, as i64."""
+        bits = self.bits(mask)
+        return self.b.zext(self.call("llvm.cttz", [bits, ir.Constant(I1, 0)]), I64)
+
+    def last_lane(self, mask: ir.Value) -> ir.Value:
+        bits = self.bits(mask)
+        leading = self.b.zext(self.call("llvm.ctlz", [bits, ir.Constant(I1, 0)]), I64)
+        return self.b.sub(ir.Constant(I64, self.width - 1), leading)
+
+    # -- values -----------------------------------------------------------------------
+    def operand(self, v: Value):
+        """``v``'s lowered form: a scalar, a vector or a :class:`Linear`."""
+        entry = self.values.get(v)
+        return entry if entry is not None else self._from_slot(v)
+
+    def value(self, v: Value) -> ir.Value:
+        entry = self.operand(v)
+        return self.materialise(entry) if isinstance(entry, Linear) else entry
+
+    def vector(self, v: Value) -> ir.Value:
+        return self.splat(self.value(v))
+
+    def shaped_like(self, v: Value) -> ir.Value:
+        """``v`` as its phi or slot holds it: a vector if it varies, else a scalar."""
+        return self.vector(v) if v in self.varying else self.value(v)
+
+    def phi_type(self, v: Value) -> ir.Type:
+        ty = llvm_type(v.type)
+        return self.vector_type(ty) if v in self.varying else ty
+
+    def materialise(self, entry: Linear) -> ir.Value:
+        base = self.splat(entry.base)
+        return base if entry.stride == 0 else self.b.add(base, self.lanes(entry.stride))
+
+    def lower_op(self, op: Op) -> None:
+        if op.opcode in STRUCTURAL:
+            getattr(self, f"op_{op.opcode}")(op)
+            return
+        entries = [self.operand(v) for v in op.operands]
+        if any(isinstance(e, Linear) for e in entries):
+            linear = self._linear(op, entries)
+            if linear is not None:
+                self.values[op.result] = linear
+                return
+        args = [self.materialise(e) if isinstance(e, Linear) else e for e in entries]
+        self.values[op.result] = LOWER[op.opcode](self, op, list(self.broadcast(*args)))
+
+    def _linear(self, op: Op, entries) -> Linear | None:
+        """Index ``add``, ``sub`` and ``mul`` by a constant keep a :class:`Linear` symbolic."""
+        if op.opcode not in ("add", "sub", "mul") or not op.result.type.is_index:
+            return None
+        forms = [e if isinstance(e, Linear) else None if _is_vector(e) else Linear(e, 0) for e in entries]
+        if None in forms:
+            return None
+        (a, b), bld = forms, self.b
+        if op.opcode == "add":
+            return Linear(bld.add(a.base, b.base), a.stride + b.stride)
+        if op.opcode == "sub":
+            return Linear(bld.sub(a.base, b.base), a.stride - b.stride)
+        if a.stride == 0 and b.stride == 0:
+            return Linear(bld.mul(a.base, b.base), 0)
+        for x, y, other in ((a, b, op.operands[1]), (b, a, op.operands[0])):
+            factor = other.op.attrs["value"] if other.op is not None and other.op.opcode == "const" else None
+            if y.stride == 0 and factor is not None and abs(x.stride * factor) < 2**31:
+                return Linear(bld.mul(x.base, y.base), x.stride * factor)
+        return None
+
+    # -- checks ------------------------------------------------------------------------
+    def lane(self) -> ir.Value:
+        if self.chunk_lane is None:
+            return super().lane()
+        if self.lane_index is not None:
+            return self.b.add(self.chunk_lane, self.lane_index)
+        return self.b.add(self.chunk_lane, self.first_lane(self.mask))
+
+    def check(self, op: Op, ok: ir.Value, kind: int, detail: ir.Value) -> None:
+        if not _is_vector(ok):  # a uniform condition: report the first lane that runs
+            super().check(op, ok, kind, detail)
+            return
+        bad = self.b.and_(self.b.not_(ok), self.mask)
+
+        def report():
+            first = self.first_lane(bad)
+            return self.b.extract_element(detail, first), self.b.add(self.chunk_lane, first)
+
+        self.fail_if(op, self.any_lane(bad), kind, report)
+
+    # -- memory ------------------------------------------------------------------------
+    def _addresses(self, op: Op, indices: ir.Value) -> ir.Value:
+        pointers = self._element(op, indices)
+        pointers.type = self.vector_type(pointers.type)  # llvmlite types a vector GEP as one pointer
+        return pointers
+
+    def _checked_lanes(self, op: Op, indices: ir.Value, kind: int) -> ir.Value:
+        """The lanes that run and whose index is in bounds (a failure is recorded)."""
+        if not self._checked(op):
+            return self.mask
+        ok = self.b.icmp_unsigned("<", indices, self.splat(self._count(op)))
+        proven = self.proven.get(op)
+        if proven is not None:  # the whole loop's range was checked before it
+            ok = self.b.or_(self.splat(proven), ok)
+        self.check(op, ok, kind, indices)
+        return self.b.and_(self.mask, ok)
+
+    def _intrinsic(self, name: str, ret: ir.Type, args) -> ir.Value:
+        return self.b.call(self.declare(name, ret, [a.type for a in args]), list(args))
+
+    def op_load(self, op: Op) -> None:
+        dtype = op.attrs["dtype"]
+        entry = self.operand(op.operands[0])
+        uniform = _uniform_index(entry)
+        if uniform is not None:
+            self.values[op.result] = self.load_at(op, uniform)
+            return
+        ty = self.vector_type(memory_type(dtype))
+        indices = self.materialise(entry) if isinstance(entry, Linear) else entry
+        lanes = self._checked_lanes(op, indices, STATUS_LOAD_OOB)
+        align = ir.Constant(I32, dtype.itemsize)
+        if isinstance(entry, Linear) and entry.stride == 1:  # consecutive elements: one vector load
+            name = f"llvm.masked.load.{_vsuffix(ty)}.p0"
+            loaded = self._intrinsic(name, ty, [self._element(op, entry.base), align, lanes, ir.Constant(ty, None)])
+        else:
+            name = f"llvm.masked.gather.{_vsuffix(ty)}.v{self.width}p0"
+            loaded = self._intrinsic(name, ty, [self._addresses(op, indices), align, lanes, ir.Constant(ty, None)])
+        self.values[op.result] = self.b.trunc(loaded, self.vector_type(I1)) if dtype.is_bool else loaded
+
+    def op_store(self, op: Op) -> None:
+        dtype = op.attrs["dtype"]
+        entry, value = self.operand(op.operands[0]), self.value(op.operands[1])
+        uniform = _uniform_index(entry)
+        if uniform is not None:  # every lane stores to one element: the last lane's value stays
+            if _is_vector(value):
+                value = self.b.extract_element(value, self.last_lane(self.mask))
+            self.store_at(op, uniform, value)
+            return
+        value = self.splat(value)
+        if dtype.is_bool:
+            value = self.b.zext(value, self.vector_type(I8))
+        indices = self.materialise(entry) if isinstance(entry, Linear) else entry
+        lanes = self._checked_lanes(op, indices, STATUS_STORE_OOB)
+        align = ir.Constant(I32, dtype.itemsize)
+        if isinstance(entry, Linear) and entry.stride == 1:
+            name = f"llvm.masked.store.{_vsuffix(value.type)}.p0"
+            self._intrinsic(name, VOID, [value, self._element(op, entry.base), align, lanes])
+        else:  # a scatter stores lanes in order: where two lanes hit one element, the higher wins
+            name = f"llvm.masked.scatter.{_vsuffix(value.type)}.v{self.width}p0"
+            self._intrinsic(name, VOID, [value, self._addresses(op, indices), align, lanes])
+
+    def op_atomic(self, op: Op) -> None:
+        operands = [self.value(v) for v in op.operands]
+        ty = llvm_type(op.attrs["dtype"])
+        self.values[op.result] = self.lane_by_lane(operands, ty, lambda idx, *rest: self.atomic_at(op, idx, rest))
+
+    def lane_by_lane(self, operands, ty: ir.Type, each) -> ir.Value:
+        """``each(*scalars)`` for every lane that runs, in lane order; its results as a vector."""
+        b = self.b
+        entry = b.block
+        header, body, active, after, done = (b.append_basic_block(n) for n in
+                                             ("lanes", "lane", "lane_runs", "lane_next", "lanes_done"))
+        b.branch(header)
+        b.position_at_end(header)
+        k = b.phi(I64, name="k")
+        results = b.phi(self.vector_type(ty))
+        k.add_incoming(ir.Constant(I64, 0), entry)
+        results.add_incoming(ir.Constant(results.type, None), entry)
+        b.cbranch(b.icmp_unsigned("<", k, ir.Constant(I64, self.width)), body, done)
+        b.position_at_end(body)
+        b.cbranch(b.extract_element(self.mask, k), active, after)
+        b.position_at_end(active)
+        self.lane_index = k
+        scalars = [b.extract_element(x, k) if _is_vector(x) else x for x in operands]
+        updated = b.insert_element(results, each(*scalars), k)
+        self.lane_index = None
+        ran = b.block
+        b.branch(after)
+        b.position_at_end(after)
+        merged = b.phi(results.type)
+        merged.add_incoming(results, body)
+        merged.add_incoming(updated, ran)
+        k.add_incoming(b.add(k, ir.Constant(I64, 1)), after)
+        results.add_incoming(merged, after)
+        b.branch(header)
+        b.position_at_end(done)
+        return results
+
+    # -- branches and loops ----------------------------------------------------------
+    def op_if(self, op: Op) -> None:
+        cond = self.value(op.operands[0])
+        if _is_vector(cond):
+            self._masked_if(op, cond)
+            return
+        b = self.b
+        tag = self.ordinals[op]
+        blocks = [b.append_basic_block(f"if_{tag}_{n}") for n in ("then", "else", "end")]
+        b.cbranch(cond, blocks[0], blocks[1])
+        incoming = []
+        for block, region in zip(blocks, (*op.regions, None)[:2]):
+            b.position_at_end(block)
+            values = []
+            if region is not None:
+                self.lower_block(region)
+                values = [self.shaped_like_result(v, r) for v, r in zip(region.terminator.operands, op.results)]
+            incoming.append((values, b.block))
+            b.branch(blocks[2])
+        b.position_at_end(blocks[2])
+        for k, result in enumerate(op.results):
+            phi = b.phi(self.phi_type(result))
+            for values, block in incoming:
+                phi.add_incoming(values[k], block)
+            self.values[result] = phi
+
+    def shaped_like_result(self, v: Value, result: Value) -> ir.Value:
+        return self.vector(v) if result in self.varying else self.value(v)
+
+    def _masked_if(self, op: Op, cond: ir.Value) -> None:
+        """A condition that differs between lanes: each side runs, if any lane takes it,
+        with the lanes that take it; the results are chosen per lane."""
+        b = self.b
+        tag = self.ordinals[op]
+        outer = self.mask
+        sides = []
+        for n, (region, taken) in enumerate(zip(op.regions, (b.and_(outer, cond), b.and_(outer, b.not_(cond))))):
+            entry = b.block
+            body, end = b.append_basic_block(f"if_{tag}_side{n}"), b.append_basic_block(f"if_{tag}_side{n}_end")
+            b.cbranch(self.any_lane(taken), body, end)
+            b.position_at_end(body)
+            self.mask = taken
+            self.lower_block(region)
+            values = [self.vector(v) for v in region.terminator.operands]
+            self.mask = outer
+            ran = b.block
+            b.branch(end)
+            b.position_at_end(end)
+            merged = []
+            for value in values:
+                phi = b.phi(value.type)
+                phi.add_incoming(ir.Constant(value.type, None), entry)
+                phi.add_incoming(value, ran)
+                merged.append(phi)
+            sides.append(merged)
+        if op.results:
+            for result, then, otherwise in zip(op.results, *sides):
+                self.values[result] = b.select(cond, then, otherwise)
+
+    def op_fold(self, op: Op) -> None:
+        b = self.b
+        start, stop = (self.operand(v) for v in op.operands[:2])
+        inits = [self.shaped_like_result(v, a) for v, a in zip(op.operands[2:], op.regions[0].args[1:])]
+        (region,) = op.regions
+        step = op.attrs["step"]
+        tag = self.ordinals[op]
+        lo, hi = _uniform_index(start), _uniform_index(stop)
+        outer = self.mask
+        if lo is not None and hi is not None:  # every lane runs the same trips
+            trips = self._trip_count(lo, hi, step)
+            if self.target.checks:
+                self._prove_loads(region, lo, trips, step)
+        else:
+            first = self.materialise(start) if isinstance(start, Linear) else self.splat(start if lo is None else lo)
+            last = self.materialise(stop) if isinstance(stop, Linear) else self.splat(stop)
+            per_lane = self._trip_count(first, last, step)
+            per_lane = b.select(outer, per_lane, constant(per_lane, 0)) if outer is not None else per_lane
+            if self.target.checks:
+                self._prove_loads(region, first, per_lane, step)
+            trips = self.call("llvm.vector.reduce.umax", [per_lane], ty=I64)
+        preheader = b.block
+        header, body, exit_ = (b.append_basic_block(f"fold_{tag}_{n}") for n in ("header", "body", "exit"))
+        b.branch(header)
+        b.position_at_end(header)
+        counter = b.phi(I64, name=f"trip_{tag}")
+        counter.add_incoming(ir.Constant(I64, 0), preheader)
+        accs = [b.phi(self.phi_type(a)) for a in region.args[1:]]
+        for phi, init in zip(accs, inits):
+            phi.add_incoming(init, preheader)
+        b.cbranch(b.icmp_unsigned("<", counter, trips), body, exit_)
+        b.position_at_end(body)
+        offset = b.mul(counter, ir.Constant(I64, step))
+        if isinstance(start, Linear):
+            self.values[region.args[0]] = Linear(b.add(start.base, offset), start.stride)
+        else:
+            self.values[region.args[0]] = b.add(*self.broadcast(start, offset))
+        if lo is None or hi is None:
+            self.mask = b.icmp_unsigned("<", self.splat(counter), per_lane)  # zero trips where masked
+        for arg, phi in zip(region.args[1:], accs):
+            self.values[arg] = phi
+        self.lower_block(region)
+        new = [self.shaped_like_result(v, a) for v, a in zip(region.terminator.operands, region.args[1:])]
+        if lo is None or hi is None:  # a lane past its last trip keeps its accumulators
+            new = [b.select(self.mask, n, phi) for n, phi in zip(new, accs)]
+        self.mask = outer
+        counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), b.block)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
+        for result, phi in zip(op.results, accs):
+            self.values[result] = phi
+
+    # -- for_each: rows or flat chunks of lanes ---------------------------------------
+    def lower_launcher(self) -> ir.Function:
+        """``void name_host(<the ABI's parameters>, unit_begin, unit_end)`` over units of
+        :meth:`Chunking.units`."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]), host_entry_name(self.graph))
+        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._bind_params(fn)
+        begin, end = fn.args[-2:]
+        begin.name, end.name = "unit_begin", "unit_end"
+        self.lower_top_level()
+        if self.graph.is_block_launch:
+            self._lower_blocks(begin, end)
+        else:
+            self._lower_chunks(begin, end)
+        b.ret_void()
+        return fn
+
+    def _units_loop(self, begin, end, counters, body) -> None:
+        """``for unit in [begin, end)``, stepping an odometer over ``counters`` (pairs of
+        start value and wrap-around extent, fastest first); ``body(unit, digits)``."""
+        b = self.b
+        entry = b.block
+        loop, work, done = (b.append_basic_block(n) for n in ("units", "unit", "units_done"))
+        b.branch(loop)
+        b.position_at_end(loop)
+        unit = b.phi(I64, name="unit")
+        digits = [b.phi(I64) for _ in counters]
+        unit.add_incoming(begin, entry)
+        for phi, (start, _) in zip(digits, counters):
+            phi.add_incoming(start, entry)
+        b.cbranch(b.icmp_signed("<", unit, end), work, done)
+        b.position_at_end(work)
+        body(unit, digits)
+        carry = ir.Constant(I1, 1)
+        for phi, (_, extent) in zip(digits, counters):
+            bumped = b.add(phi, b.zext(carry, I64))
+            wraps = b.icmp_signed("==", bumped, extent)
+            phi.add_incoming(b.select(wraps, ir.Constant(I64, 0), bumped), b.block)
+            carry = b.and_(carry, wraps)
+        unit.add_incoming(b.add(unit, ir.Constant(I64, 1)), b.block)
+        b.branch(loop)
+        b.position_at_end(done)
+
+    def _decode(self, number, extents):
+        """``number``'s digits over ``extents`` (fastest first)."""
+        digits = []
+        for extent in extents:
+            digits.append(self.b.urem(number, extent))
+            number = self.b.udiv(number, extent)
+        return digits
+
+    def _lower_chunks(self, begin, end) -> None:
+        b = self.b
+        width = ir.Constant(I64, self.width)
+        one = ir.Constant(I64, 1)
+        extents = [b.select(b.icmp_signed(">", e, one), e, one) for e in self.extents]
+        region = self.graph.launch_op.regions[0]
+        if self.chunks.kind is Chunks.flat:
+            total = functools.reduce(b.mul, extents)
+
+            def body(unit, _):
+                first = b.mul(unit, width)
+                threads = b.add(self.splat(first), self.lanes())
+                self.mask = b.icmp_unsigned("<", threads, self.splat(total))
+                self.chunk_lane = first
+                self._lower_launch_body(region, self._decode(threads, [self.splat(e) for e in extents]))
+
+            self._units_loop(begin, end, [], body)
+            return
+        per_row = b.udiv(b.add(extents[0], ir.Constant(I64, self.width - 1)), width)
+        start = self._decode(begin, [per_row, *extents[1:]])
+
+        def body(unit, digits):
+            chunk, *row = digits
+            first = b.mul(chunk, width)
+            self.mask = b.icmp_unsigned("<", b.add(self.splat(first), self.lanes()), self.splat(self.extents[0]))
+            row_number = b.udiv(unit, per_row)
+            self.chunk_lane = b.add(b.mul(row_number, extents[0]), first)
+            self._lower_launch_body(region, [Linear(first, 1), *row])
+
+        self._units_loop(begin, end, list(zip(start, [per_row, *extents[1:]])), body)
+
+    def _lower_launch_body(self, region: Block, indices) -> None:
+        before = set(self.values)
+        for arg, value in zip(region.args, indices):
+            self.values[arg] = value
+        self.lower_block(region)
+        for v in set(self.values) - before:  # one chunk's values do not reach the next
+            del self.values[v]
+
+    # -- for_each_block: a block's threads in chunks, split at barriers ------------------
+    def _lower_blocks(self, begin, end) -> None:
+        b = self.b
+        launch = self.graph.launch_op
+        region = launch.regions[0]
+        shape = self.graph.block_shape
+        self.per_block = math.prod(shape)
+        self.chunks_per_block = -(-self.per_block // self.width)
+        padded = self.chunks_per_block * self.width
+        for name, op in self.graph.shared_arrays().items():  # a stack array, reused by each block
+            self.shared_ptrs[name] = _untyped(b.alloca(ir.ArrayType(memory_type(op.attrs["dtype"]), op.attrs["count"]),
+                                                       name=f"shared_{name}"))
+        self.plan = _PhasePlan(region)
+        for v in self.plan.slot_values:
+            self.slots[v] = _untyped(b.alloca(ir.ArrayType(memory_type(v.type), padded)))
+        self.thread_args = region.args[len(launch.operands):]
+        grid_args = region.args[:len(launch.operands)]
+        one = ir.Constant(I64, 1)
+        extents = [b.select(b.icmp_signed(">", e, one), e, one) for e in self.extents]
+
+        def body(unit, coords):
+            for arg, value in zip(grid_args, coords):
+                self.values[arg] = value
+            self.block_id = unit
+            self._lower_phased(region.ops)
+
+        self._units_loop(begin, end, list(zip(self._decode(begin, extents), extents)), body)
+
+    def _slot(self, v: Value, thread: ir.Value) -> ir.Value:
+        """The address of thread ``thread``'s element of ``v``'s slot array."""
+        return self.b.gep(self.slots[v], [thread], source_etype=memory_type(v.type), inbounds=True)
+
+    def _element(self, op: Op, idx: ir.Value) -> ir.Value:
+        if op.attrs.get("space", "global") == "shared":
+            return self.b.gep(self.shared_ptrs[op.attrs["buffer"]], [idx], source_etype=memory_type(op.attrs["dtype"]),
+                              inbounds=True)
+        return super()._element(op, idx)
+
+    def _from_slot(self, v: Value):
+        """A value computed before a barrier: this chunk's lanes of its slot, or thread 0's
+        for a value the whole block shares."""
+        b = self.b
+        ty = memory_type(v.type)
+        if v not in self.varying:
+            loaded = b.load(self._slot(v, ir.Constant(I64, 0)), typ=ty)
+            return b.trunc(loaded, I1) if v.type.is_bool else loaded
+        loaded = b.load(self._slot(v, self.chunk_start), typ=self.vector_type(ty), align=max(1, v.type.itemsize))
+        return b.trunc(loaded, self.vector_type(I1)) if v.type.is_bool else loaded
+
+    def _to_slot(self, v: Value, value: ir.Value, start: ir.Value) -> None:
+        value = self.splat(value)
+        if v.type.is_bool:
+            value = self.b.zext(value, self.vector_type(I8))
+        self.b.store(value, self._slot(v, start), align=max(1, v.type.itemsize))
+
+    def _lower_phased(self, ops) -> None:
+        """Ops between barriers run in one loop over the block's chunks; a loop or branch
+        holding a barrier runs once per block around them."""
+        segment: list[Op] = []
+        for op in ops:
+            if op.opcode == "yield":
+                continue
+            if op.opcode == "barrier" or op in self.plan.synchronising:
+                self._thread_loop(segment)
+                segment = []
+                if op.opcode == "fold":
+                    self._block_fold(op)
+                elif op.opcode == "if":
+                    self._block_if(op)
+                continue
+            if op.opcode == "shuffle":  # every thread's operand must exist first: a new loop starts here
+                self._thread_loop(segment)
+                segment = []
+            segment.append(op)
+        self._thread_loop(segment)
+
+    def _thread_loop(self, ops, after=None) -> None:
+        """``for each chunk of the block's threads: <ops>``, storing what later stretches read
+        into their slots; ``after()`` runs at the end of each chunk."""
+        if not ops and after is None:
+            return
+        b = self.b
+        before = set(self.values)
+        entry = b.block
+        loop, body, done = (b.append_basic_block(n) for n in ("threads", "thread", "threads_done"))
+        b.branch(loop)
+        b.position_at_end(loop)
+        chunk = b.phi(I64, name="chunk")
+        chunk.add_incoming(ir.Constant(I64, 0), entry)
+        b.cbranch(b.icmp_unsigned("<", chunk, ir.Constant(I64, self.chunks_per_block)), body, done)
+        b.position_at_end(body)
+        start = b.mul(chunk, ir.Constant(I64, self.width))
+        threads = b.add(self.splat(start), self.lanes())
+        self.chunk_start = start
+        self.mask = b.icmp_unsigned("<", threads, self.splat(ir.Constant(I64, self.per_block)))
+        self.chunk_lane = b.add(b.mul(self.block_id, ir.Constant(I64, self.per_block)), start)
+        self.thread_vector = threads
+        for arg, coordinate in zip(self.thread_args, self._thread_coordinates(start, threads)):
+            self.values[arg] = coordinate
+        for op in ops:
+            if op.opcode == "shuffle":
+                self._host_shuffle(op, threads)
+            else:
+                self.lower_op(op)
+            for r in op.results:
+                if r in self.slots:
+                    self._to_slot(r, self.value(r), start)
+        if after is not None:
+            after(start)
+        chunk.add_incoming(b.add(chunk, ir.Constant(I64, 1)), b.block)
+        b.branch(loop)
+        b.position_at_end(done)
+        for v in set(self.values) - before:  # this loop's values do not reach past it
+            del self.values[v]
+        self.mask = self.chunk_lane = self.chunk_start = None
+
+    def _thread_coordinates(self, start, threads):
+        """The thread coordinates of a chunk: x consecutive (and y, z the same in every lane)
+        where the block's x extent is a multiple of the width."""
+        shape = self.graph.block_shape
+        if shape[0] % self.width == 0:
+            scalars = self._decode(start, [ir.Constant(I64, e) for e in shape])
+            return [Linear(scalars[0], 1), *(Linear(s, 0) for s in scalars[1:])]
+        return self._decode(threads, [self.splat(ir.Constant(I64, e)) for e in shape])
+
+    def _host_shuffle(self, op: Op, threads: ir.Value) -> None:
+        """Read the source lane's value from the operand's per-thread slot."""
+        b = self.b
+        value, delta = op.operands
+        delta = self.vector(delta)
+        warp = self.splat(ir.Constant(I64, WARP))
+        lane = b.urem(threads, warp)
+        base = b.sub(threads, lane)
+        mode = op.attrs["mode"]
+        if mode == "idx":
+            source = b.add(base, b.and_(delta, self.splat(ir.Constant(I64, WARP - 1))))
+        else:
+            target = {"xor": lambda: b.xor(lane, delta), "down": lambda: b.add(lane, delta),
+                      "up": lambda: b.sub(lane, delta)}[mode]()
+            inside = b.and_(b.icmp_unsigned("<", delta, warp), b.icmp_unsigned("<", target, warp))
+            source = b.select(inside, b.add(base, target), threads)
+        if value not in self.slots:  # the same for every thread
+            self.values[op.result] = self.value(value)
+            return
+        ty = self.vector_type(memory_type(value.type))
+        pointers = self._slot(value, source)
+        pointers.type = self.vector_type(pointers.type)
+        align = ir.Constant(I32, max(1, value.type.itemsize))
+        loaded = self._intrinsic(f"llvm.masked.gather.{_vsuffix(ty)}.v{self.width}p0", ty,
+                                 [pointers, align, self.mask, ir.Constant(ty, None)])
+        self.values[op.result] = b.trunc(loaded, self.vector_type(I1)) if value.type.is_bool else loaded
+
+    def _uniform(self, v: Value) -> ir.Value:
+        """A value the whole block agrees on (a loop's bounds, a branch's condition): thread 0's."""
+        entry = self.values.get(v)
+        if entry is None:
+            return self._from_slot_scalar(v)
+        if isinstance(entry, Linear):
+            return entry.base  # lane 0's
+        return self.b.extract_element(entry, ir.Constant(I32, 0)) if _is_vector(entry) else entry
+
+    def _from_slot_scalar(self, v: Value) -> ir.Value:
+        loaded = self.b.load(self._slot(v, ir.Constant(I64, 0)), typ=memory_type(v.type))
+        return self.b.trunc(loaded, I1) if v.type.is_bool else loaded
+
+    def _store_per_thread(self, targets, sources) -> None:
+        """For every thread, ``targets[k][t] = sources[k](t)`` (all read before any is written)."""
+        def store(start):
+            values = [self.value(v) for v in sources]
+            for target, value in zip(targets, values):
+                self._to_slot(target, value, start)
+
+        self._thread_loop([], after=store)
+
+    def _block_fold(self, op: Op) -> None:
+        """A loop holding a barrier: its bounds are the block's, its accumulators each thread's."""
+        b = self.b
+        (region,) = op.regions
+        start, stop = (self._uniform(v) for v in op.operands[:2])
+        step = op.attrs["step"]
+        accs = region.args[1:]
+        self._store_per_thread(accs, op.operands[2:])
+        trips = self._trip_count(start, stop, step)
+        tag = self.ordinals[op]
+        preheader = b.block
+        header, body, exit_ = (b.append_basic_block(f"block_fold_{tag}_{n}") for n in ("header", "body", "exit"))
+        b.branch(header)
+        b.position_at_end(header)
+        counter = b.phi(I64)
+        iv = b.phi(I64)
+        counter.add_incoming(ir.Constant(I64, 0), preheader)
+        iv.add_incoming(start, preheader)
+        b.cbranch(b.icmp_unsigned("<", counter, trips), body, exit_)
+        b.position_at_end(body)
+        self.values[region.args[0]] = iv
+        self._lower_phased(region.ops)
+        self._store_per_thread(accs, region.terminator.operands)
+        counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), b.block)
+        iv.add_incoming(b.add(iv, ir.Constant(I64, step)), b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
+        del self.values[region.args[0]]
+        for result, acc in zip(op.results, accs):
+            self.slots[result] = self.slots[acc]
+
+    def _block_if(self, op: Op) -> None:
+        """A branch holding a barrier: the block takes it or not, as one."""
+        b = self.b
+        tag = self.ordinals[op]
+        then, otherwise, join = (b.append_basic_block(f"block_if_{tag}_{n}") for n in ("then", "else", "end"))
+        b.cbranch(self._uniform(op.operands[0]), then, otherwise)
+        for block, region in ((then, op.regions[0]), (otherwise, op.regions[1] if len(op.regions) > 1 else None)):
+            b.position_at_end(block)
+            if region is not None:
+                self._lower_phased(region.ops)
+                self._store_per_thread(op.results, region.terminator.operands)
+            b.branch(join)
+        b.position_at_end(join)
+
+
+class _PhasePlan:
+    """Which ops of a host block body synchronise the block (barriers, shuffles, and loops and
+    branches holding them) and which per-thread values must outlive the thread loop that
+    computed them (kept in a per-thread array: a slot)."""
+
+    def __init__(self, region: Block):
+        self.synchronising: set[Op] = set()
+        self._mark(region)
+        self.slot_values: set[Value] = set()
+        self._defined: dict[Value, int] = {}
+        self._next = 0
+        self._walk(region.ops)
+
+    def _mark(self, block: Block) -> bool:
+        found = False
+        for op in block.ops:
+            inner = any([self._mark(r) for r in op.regions])
+            if op.opcode in ("barrier", "shuffle"):
+                found = True
+            elif inner and op.opcode in ("fold", "if"):
+                self.synchronising.add(op)
+                found = True
+        return found
+
+    def _new_stretch(self) -> int:
+        self._next += 1
+        return self._next
+
+    def _use(self, v: Value, stretch: int) -> None:
+        if self._defined.get(v, stretch) != stretch:
+            self.slot_values.add(v)
+
+    def _define(self, op: Op, stretch: int) -> None:
+        for nested in op.walk():
+            for v in nested.results:
+                self._defined[v] = stretch
+            for r in nested.regions:
+                for a in r.args:
+                    self._defined[a] = stretch
+
+    def _walk(self, ops) -> None:
+        stretch = self._new_stretch()
+        for op in ops:
+            if op.opcode == "yield":
+                continue
+            if op.opcode == "barrier" or op in self.synchronising:
+                block_level = self._new_stretch()  # the loop's bounds, the branch's condition, the inits
+                for v in op.operands:
+                    self._use(v, block_level)
+                for region in op.regions:
+                    for arg in region.args[1:] if op.opcode == "fold" else ():
+                        self.slot_values.add(arg)
+                    self._walk(region.ops)
+                    if region.terminator is not None:
+                        for v in region.terminator.operands:
+                            self._use(v, self._new_stretch())
+                for v in op.results:
+                    self.slot_values.add(v)
+                stretch = self._new_stretch()
+                continue
+            if op.opcode == "shuffle":
+                stretch = self._new_stretch()
+                value = op.operands[0]
+                if value in self._defined or value in self.slot_values:  # a thread's own: read at another's index
+                    self.slot_values.add(value)
+            for nested in op.walk():
+                for v in nested.operands:
+                    self._use(v, stretch)
+            self._define(op, stretch)
+
+
+def _untyped(pointer: ir.Value) -> ir.Value:
+    """An alloca as a plain ``ptr`` (llvmlite types it; the module's pointers are opaque), so
+    that it is indexed like a buffer, by element, with scalar or vector indices."""
+    pointer.type = ir.PointerType()
+    return pointer
+
+
+def _vsuffix(ty: ir.VectorType) -> str:
+    element = {"float": "f32", "half": "f16", "bfloat": "bf16", "double": "f64"}.get(str(ty.element))
+    return f"v{ty.count}{element or f'i{ty.element.width}'}"
+
+
+def lower_host(graph: Graph, target: Target) -> LoweredModule:
+    """Lower ``graph`` for the host: the launcher over units of work (see :class:`Chunking`)."""
+    width = target.vector_width or host_vector_width()
+    lw = SpmdLowering(graph, target, width)
+    entry = lw.lower_launcher().name
+    return LoweredModule(lw.module, entry, False, tuple(graph.body.walk()), lw.chunks)
