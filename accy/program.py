@@ -52,7 +52,12 @@ class Program:
         """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
         return optimize(self.traced_graph)
 
-    @property
+    @functools.cached_property
+    def launchers(self) -> dict:
+        """(backend, limits, *options) -> the backend's launcher for repeated calls (a cache)."""
+        return {}
+
+    @functools.cached_property
     def threads(self) -> ThreadBlocks:
         """The block shape: a block launch's own, else the schedule's (or the default for the rank)."""
         graph = self.traced_graph

@@ -19,7 +19,7 @@ from typing import Mapping
 from ..dsl.schedule import Launch, Limits, ThreadBlocks
 from ..errors import ArgumentError, BackendUnavailableError, LaunchError
 from .arguments import Binding, bind_arguments
-from .contract import Backend
+from .contract import NOT_HANDLED, Backend
 from .interpreter import evaluate_extents
 
 # backend name -> the module defining it as BACKEND (imported on first use: cuda needs pycuda)
@@ -46,6 +46,11 @@ def resolve_launch(graph, threads: ThreadBlocks, binding: Binding | None, limits
             if extent < 0:
                 raise LaunchError(f"kernel '{graph.name}': axis '{axis_name}' has extent {extent} at run time; "
                                   "extents must be >= 0")
+    return launch_for(graph, threads, extents, limits)
+
+
+def launch_for(graph, threads: ThreadBlocks, extents, limits: Limits | None) -> Launch:
+    """The launch covering ``extents``, checked against ``limits``."""
     limits = limits or Limits.default
     if graph.is_block_launch:  # the extents count blocks; the block's shape is the launch's own
         pad = lambda values: tuple(values) + (1,) * (3 - len(values))  # noqa: E731
@@ -66,6 +71,18 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
     ``options`` go to the backend: ``checks=False`` (llvm) drops bounds checks;
     ``timing=True`` (cuda) returns the kernel's time in milliseconds.
     """
+    if counts is None and shapes is None:
+        key = (backend, limits, *options.items())
+        try:
+            launcher = program.launchers[key]
+        except KeyError:
+            launcher = program.launchers[key] = _fast_launcher(program, backend, limits, options)
+        except TypeError:  # an option that is not hashable: no fast launcher for it
+            launcher = None
+        if launcher is not None:
+            result = launcher(args)
+            if result is not NOT_HANDLED:
+                return result
     impl = get_backend(backend)
     unknown = sorted(set(options) - impl.options)
     if unknown:
@@ -78,6 +95,18 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
     binding = bind_arguments(graph, args, counts=counts, shapes=shapes, describe=impl.describe)
     launch = resolve_launch(graph, program.threads, binding, limits)
     return impl.execute(graph, binding, launch, **options)
+
+
+def _fast_launcher(program, backend: str, limits, options):
+    """The backend's fast launcher for these settings (made once), or None."""
+    impl = get_backend(backend)
+    if impl.fast is None or set(options) - impl.options:
+        return None
+    impl.check_available(options)
+    graph, threads = program.graph, program.threads
+    if graph.static_extents is not None:
+        program.launch(limits)  # as the general path does first
+    return impl.fast(graph, lambda extents: launch_for(graph, threads, extents, limits), **options)
 
 
 __all__ = ["run", "bind_arguments", "Binding", "BACKENDS", "get_backend", "resolve_launch", "Backend"]

@@ -5,7 +5,7 @@ Parameters, in order: one pointer per buffer (in parameter order; each points at
 8 readable bytes even when the buffer is empty), one ``i64`` element count per
 buffer, each scalar by value as the unsigned integer of its width (its bits;
 a bool is one byte), and a pointer to the status word.  The host launcher adds
-the range of logical lanes it runs, two ``i64``.
+the range of units of work it runs, two ``i64`` (see :mod:`accy.backends.spmd`).
 
 The status word is 4 x i64, zeroed before the launch: ``kind, op ordinal,
 detail, lane``.  The first failing check records itself with a compare-and-swap
@@ -48,12 +48,21 @@ def scalar_words(graph: Graph, scalars: dict) -> list[int]:
     return words
 
 
-def host_signature(graph: Graph):
-    """The ctypes type of a host launcher: the ABI's parameters, then ``lane_begin, lane_end``."""
+def _parameters(graph: Graph) -> list:
     n = len(graph.buffers)
     scalars = [_CTYPES[scalar_bits(p.dtype)] for p in graph.scalars]
-    return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n + [ctypes.c_int64] * n + scalars
-                                    + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]))
+    return [ctypes.c_void_p] * n + [ctypes.c_int64] * n + scalars + [ctypes.c_void_p]
+
+
+def host_signature(graph: Graph):
+    """The ctypes type of a host launcher: the ABI's parameters, then ``unit_begin, unit_end``."""
+    return ctypes.CFUNCTYPE(None, *_parameters(graph), ctypes.c_int64, ctypes.c_int64)
+
+
+def prepare_signature(graph: Graph):
+    """The ctypes type of a host launcher's ``prepare`` entry: the ABI's parameters, then a
+    pointer to the extents it writes; returns whether the whole launch fits."""
+    return ctypes.CFUNCTYPE(ctypes.c_bool, *_parameters(graph), ctypes.c_void_p)
 
 
 def status_error(graph: Graph, ordinals: tuple[Op, ...], status, sizes: dict[str, int],

@@ -16,7 +16,7 @@ import llvmlite.binding as llvm
 from ..dsl.ir import Graph, Op
 from ..errors import CompileError
 from . import cache
-from .abi import host_signature
+from .abi import host_signature, prepare_signature
 from .llvm import NVPTX_TRIPLE, LoweredModule, Target, lower_nvptx
 from .spmd import lower_host
 from .toolchain import find_libdevice
@@ -177,15 +177,20 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
 @attrs.frozen(eq=False)
 class HostKernel:
     """A JIT-compiled host launcher: ``call(pointers, counts, scalars, status, begin, end)`` runs
-    units ``[begin, end)`` of ``chunking.units(extents)``."""
+    units ``[begin, end)`` of ``plan.chunking.units(extents)``; ``prepare(pointers, counts,
+    scalars, status, extents)`` writes the extents and says whether the launch fits."""
 
     ordinals: tuple[Op, ...]
-    chunking: object
-    engine: object  # the MCJIT engine must outlive the function pointer
+    plan: object  # accy.backends.spmd.HostPlan
+    engine: object  # the MCJIT engine must outlive the function pointers
     function: object
+    prepare_function: object
 
     def __call__(self, pointers, counts, scalars, status_pointer, begin: int, end: int) -> None:
         self.function(*pointers, *counts, *scalars, status_pointer, begin, end)
+
+    def prepare(self, pointers, counts, scalars, status_pointer, extents_pointer) -> bool:
+        return bool(self.prepare_function(*pointers, *counts, *scalars, status_pointer, extents_pointer))
 
 
 _host_kernels: dict[tuple[str, Target], HostKernel] = {}
@@ -218,7 +223,9 @@ def _jit(graph: Graph, target: Target) -> HostKernel:
     engine = llvm.create_mcjit_compiler(module, _new_host_machine())
     engine.finalize_object()
     address = engine.get_function_address(lowered.entry_name)
-    if not address:
+    prepare = engine.get_function_address(f"{graph.name}_prepare")
+    if not address or not prepare:
         raise CompileError(f"JIT compilation of {lowered.entry_name} produced no function")
     compilations["host"] += 1
-    return HostKernel(lowered.ordinals, lowered.chunking, engine, host_signature(graph)(address))
+    return HostKernel(lowered.ordinals, lowered.host, engine, host_signature(graph)(address),
+                      prepare_signature(graph)(prepare))

@@ -17,6 +17,9 @@ import attrs
 from .arguments import ArrayInfo, host_info
 
 
+NOT_HANDLED = object()  # a fast launcher's answer for a call the general path must take
+
+
 @attrs.frozen
 class Backend:
     name: str
@@ -26,3 +29,6 @@ class Backend:
     describe: Callable[[str, object], ArrayInfo] = host_info
     # raises BackendUnavailableError when the backend cannot run here (checked before the arguments)
     check_available: Callable[[dict], None] = lambda options: None
+    # fast(graph, resolve, **options) -> a launcher for repeated calls: launcher(args) runs them and
+    # returns the result, or NOT_HANDLED for a call the general path must take
+    fast: Callable | None = None

@@ -335,7 +335,10 @@ class _Lowering:
         self.values: dict[Value, ir.Value] = {}
         self.ordinals = {op: n for n, op in enumerate(graph.body.walk())}
         self.needs_libdevice = False
-        self.proven: dict[Op, ir.Value] = {}  # load -> "all its loop's indices are in bounds"
+        # load -> an i1 that, where true, proves its check passes (its loop's whole range was
+        # checked before the loop): LLVM unswitches loops on it
+        self.proven: dict[Op, ir.Value] = {}
+        self.unchecked: frozenset[Op] = frozenset()  # checks proven before the launch (the host's)
         self.buffers = graph.buffers
         self.b: ir.IRBuilder | None = None
         self.thread: list[ir.Value] | None = None  # the logical indices, inside the launch
@@ -616,7 +619,7 @@ class _Lowering:
         ty = a.type
         zero, one = constant(ty, 0), constant(ty, 1)
         is_zero = bld.icmp_unsigned("==", b_, zero)
-        if self.target.checks:
+        if self.target.checks and op not in self.unchecked:
             wide = shaped(a, I64)
             self.check(op, bld.not_(is_zero), STATUS_DIV_ZERO, bld.sext(a, wide) if ty != wide else a)
         if t.is_unsigned:
@@ -688,13 +691,20 @@ class _Lowering:
         return within(self.ranges.get(op.operands[0], (None, None)),
                       self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
 
+    def within(self, op: Op, idx: ir.Value) -> ir.Value:
+        """``idx`` is inside ``op``'s buffer or shared array (unsigned: negatives fail too), or
+        that was proven before."""
+        ok = self.b.icmp_unsigned("<", *self.broadcast(idx, self._count(op)))
+        proven = self.proven.get(op)
+        return ok if proven is None else self.b.or_(*self.broadcast(proven, ok))
+
     def _count(self, op: Op) -> ir.Value:
         if op.attrs.get("space", "global") == "shared":
             return ir.Constant(I64, self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
         return self.counts[op.attrs["buffer"]]
 
     def _checked(self, op: Op) -> bool:
-        return self.target.checks and not self._statically_inside(op)
+        return self.target.checks and op not in self.unchecked and not self._statically_inside(op)
 
     def op_load(self, op: Op) -> None:
         self.values[op.result] = self.load_at(op, self.value(op.operands[0]))
@@ -706,10 +716,7 @@ class _Lowering:
         if not self._checked(op):
             loaded = self.b.load(self._element(op, idx), typ=ty, align=dtype.itemsize)
         else:
-            ok = self.b.icmp_unsigned("<", idx, self._count(op))  # unsigned: negatives fail too
-            proven = self.proven.get(op)
-            if proven is not None:  # the whole loop's range was checked before it: LLVM unswitches on this
-                ok = self.b.or_(proven, ok)
+            ok = self.within(op, idx)
             self.check(op, ok, STATUS_LOAD_OOB, idx)
             # a failed thread reads element 0 instead (every buffer has one: see the ABI)
             # and goes on with a zero; no branch, so the loop around stays simple
@@ -729,7 +736,7 @@ class _Lowering:
         if not self._checked(op):
             self.b.store(value, self._element(op, idx), align=dtype.itemsize)
             return
-        ok = self.b.icmp_unsigned("<", idx, self._count(op))
+        ok = self.within(op, idx)
         self.check(op, ok, STATUS_STORE_OOB, idx)
         with self.b.if_then(ok):
             self.b.store(value, self._element(op, idx), align=dtype.itemsize)
@@ -761,7 +768,7 @@ class _Lowering:
         ty = llvm_type(dtype)
         if not self._checked(op):
             return self._atomic(kind, dtype, self._element(op, idx), values)
-        ok = self.b.icmp_unsigned("<", idx, self._count(op))
+        ok = self.within(op, idx)
         self.check(op, ok, STATUS_STORE_OOB, idx)
         entry = self.b.block
         with self.b.if_then(ok):
@@ -900,7 +907,7 @@ class _Lowering:
         below = lambda x, y: b.icmp_unsigned("<", *self.broadcast(x, y))  # noqa: E731
         last = add(start, mul(b.sub(trips, constant(trips, 1)), constant(trips, step)))
         for op in region.ops:
-            if op.opcode != "load":
+            if op.opcode != "load" or not self._checked(op):
                 continue
             form = self._affine(op.operands[0], iv, inside)
             if form is None or abs(form[0]) * abs(step) >= 2**31:
@@ -1071,7 +1078,7 @@ class LoweredModule:
     entry_name: str
     needs_libdevice: bool
     ordinals: tuple[Op, ...]  # op ordinal (as in the status word) -> op
-    chunking: object = None  # host: how the launch splits into units (accy.backends.spmd.Chunking)
+    host: object = None  # the host runtime's plan (accy.backends.spmd.HostPlan)
 
 
 def lower_nvptx(graph: Graph, target: Target, block: tuple[int, int, int] = (1, 1, 1)) -> LoweredModule:

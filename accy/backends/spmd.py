@@ -166,7 +166,9 @@ class SpmdLowering(_Lowering):
         self.width = width
         self.chunks = chunking(graph, width)
         self.varying = varying_values(graph, self.chunks.kind)
-        self.mask: ir.Value | None = None  # <W x i1>: the lanes that run; None outside the launch
+        # <W x i1>: the lanes that run; None: all of them (a full chunk, where loads and stores
+        # are plain vector ones: masked ones are much slower on some CPUs)
+        self.mask: ir.Value | None = None
         self.chunk_lane: ir.Value | None = None  # the linear thread number of lane 0
         self.lane_index: ir.Value | None = None  # inside a lane-by-lane loop: the lane
         self.chunk_start: ir.Value | None = None  # blocks: the thread number of lane 0
@@ -196,7 +198,15 @@ class SpmdLowering(_Lowering):
         """A lane mask as an integer, lane k in bit k."""
         return self.b.bitcast(mask, ir.IntType(self.width))
 
-    def any_lane(self, mask: ir.Value) -> ir.Value:
+    def active(self, condition: ir.Value) -> ir.Value | None:
+        """The lanes that run where ``condition`` holds (None: ``condition`` is None too)."""
+        if condition is None or self.mask is None:
+            return condition if condition is not None else self.mask
+        return self.b.and_(self.mask, condition)
+
+    def any_lane(self, mask: ir.Value | None) -> ir.Value:
+        if mask is None:
+            return ir.Constant(I1, 1)
         return self.b.icmp_unsigned("!=", self.bits(mask), ir.Constant(ir.IntType(self.width), 0))
 
     def every_lane(self, condition: ir.Value) -> ir.Value:
@@ -205,12 +215,16 @@ class SpmdLowering(_Lowering):
         held = self.b.or_(condition, self.b.not_(self.mask)) if self.mask is not None else condition
         return self.b.icmp_unsigned("==", self.bits(held), ir.Constant(ir.IntType(self.width), -1))
 
-    def first_lane(self, mask: ir.Value) -> ir.Value:
+    def first_lane(self, mask: ir.Value | None) -> ir.Value:
         """The lowest lane set in ``mask``, as i64."""
+        if mask is None:
+            return ir.Constant(I64, 0)
         bits = self.bits(mask)
         return self.b.zext(self.call("llvm.cttz", [bits, ir.Constant(I1, 0)]), I64)
 
-    def last_lane(self, mask: ir.Value) -> ir.Value:
+    def last_lane(self, mask: ir.Value | None) -> ir.Value:
+        if mask is None:
+            return ir.Constant(I64, self.width - 1)
         bits = self.bits(mask)
         leading = self.b.zext(self.call("llvm.ctlz", [bits, ir.Constant(I1, 0)]), I64)
         return self.b.sub(ir.Constant(I64, self.width - 1), leading)
@@ -285,7 +299,7 @@ class SpmdLowering(_Lowering):
         if not _is_vector(ok):  # a uniform condition: report the first lane that runs
             super().check(op, ok, kind, detail)
             return
-        bad = self.b.and_(self.b.not_(ok), self.mask)
+        bad = self.active(self.b.not_(ok))
 
         def report():
             first = self.first_lane(bad)
@@ -299,16 +313,16 @@ class SpmdLowering(_Lowering):
         pointers.type = self.vector_type(pointers.type)  # llvmlite types a vector GEP as one pointer
         return pointers
 
-    def _checked_lanes(self, op: Op, indices: ir.Value, kind: int) -> ir.Value:
-        """The lanes that run and whose index is in bounds (a failure is recorded)."""
+    def _checked_lanes(self, op: Op, indices: ir.Value, kind: int) -> ir.Value | None:
+        """The lanes that run and whose index is in bounds (a failure is recorded); None: all."""
         if not self._checked(op):
             return self.mask
-        ok = self.b.icmp_unsigned("<", indices, self.splat(self._count(op)))
-        proven = self.proven.get(op)
-        if proven is not None:  # the whole loop's range was checked before it
-            ok = self.b.or_(self.splat(proven), ok)
+        ok = self.within(op, indices)
         self.check(op, ok, kind, indices)
-        return self.b.and_(self.mask, ok)
+        return self.active(ok)
+
+    def _all(self, lanes: ir.Value | None) -> ir.Value:
+        return lanes if lanes is not None else ir.Constant(self.vector_type(I1), [ir.Constant(I1, 1)] * self.width)
 
     def _intrinsic(self, name: str, ret: ir.Type, args) -> ir.Value:
         return self.b.call(self.declare(name, ret, [a.type for a in args]), list(args))
@@ -324,12 +338,15 @@ class SpmdLowering(_Lowering):
         indices = self.materialise(entry) if isinstance(entry, Linear) else entry
         lanes = self._checked_lanes(op, indices, STATUS_LOAD_OOB)
         align = ir.Constant(I32, dtype.itemsize)
-        if isinstance(entry, Linear) and entry.stride == 1:  # consecutive elements: one vector load
+        if isinstance(entry, Linear) and entry.stride == 1 and lanes is None:  # a whole vector
+            loaded = self.b.load(self._element(op, entry.base), typ=ty, align=dtype.itemsize)
+        elif isinstance(entry, Linear) and entry.stride == 1:  # consecutive elements, some lanes
             name = f"llvm.masked.load.{_vsuffix(ty)}.p0"
             loaded = self._intrinsic(name, ty, [self._element(op, entry.base), align, lanes, ir.Constant(ty, None)])
         else:
             name = f"llvm.masked.gather.{_vsuffix(ty)}.v{self.width}p0"
-            loaded = self._intrinsic(name, ty, [self._addresses(op, indices), align, lanes, ir.Constant(ty, None)])
+            loaded = self._intrinsic(name, ty, [self._addresses(op, indices), align, self._all(lanes),
+                                                ir.Constant(ty, None)])
         self.values[op.result] = self.b.trunc(loaded, self.vector_type(I1)) if dtype.is_bool else loaded
 
     def op_store(self, op: Op) -> None:
@@ -347,12 +364,14 @@ class SpmdLowering(_Lowering):
         indices = self.materialise(entry) if isinstance(entry, Linear) else entry
         lanes = self._checked_lanes(op, indices, STATUS_STORE_OOB)
         align = ir.Constant(I32, dtype.itemsize)
-        if isinstance(entry, Linear) and entry.stride == 1:
+        if isinstance(entry, Linear) and entry.stride == 1 and lanes is None:
+            self.b.store(value, self._element(op, entry.base), align=dtype.itemsize)
+        elif isinstance(entry, Linear) and entry.stride == 1:
             name = f"llvm.masked.store.{_vsuffix(value.type)}.p0"
             self._intrinsic(name, VOID, [value, self._element(op, entry.base), align, lanes])
         else:  # a scatter stores lanes in order: where two lanes hit one element, the higher wins
             name = f"llvm.masked.scatter.{_vsuffix(value.type)}.v{self.width}p0"
-            self._intrinsic(name, VOID, [value, self._addresses(op, indices), align, lanes])
+            self._intrinsic(name, VOID, [value, self._addresses(op, indices), align, self._all(lanes)])
 
     def op_atomic(self, op: Op) -> None:
         operands = [self.value(v) for v in op.operands]
@@ -373,7 +392,7 @@ class SpmdLowering(_Lowering):
         results.add_incoming(ir.Constant(results.type, None), entry)
         b.cbranch(b.icmp_unsigned("<", k, ir.Constant(I64, self.width)), body, done)
         b.position_at_end(body)
-        b.cbranch(b.extract_element(self.mask, k), active, after)
+        b.cbranch(b.extract_element(self._all(self.mask), k), active, after)
         b.position_at_end(active)
         self.lane_index = k
         scalars = [b.extract_element(x, k) if _is_vector(x) else x for x in operands]
@@ -427,7 +446,7 @@ class SpmdLowering(_Lowering):
         tag = self.ordinals[op]
         outer = self.mask
         sides = []
-        for n, (region, taken) in enumerate(zip(op.regions, (b.and_(outer, cond), b.and_(outer, b.not_(cond))))):
+        for n, (region, taken) in enumerate(zip(op.regions, (self.active(cond), self.active(b.not_(cond))))):
             entry = b.block
             body, end = b.append_basic_block(f"if_{tag}_side{n}"), b.append_basic_block(f"if_{tag}_side{n}_end")
             b.cbranch(self.any_lane(taken), body, end)
@@ -453,47 +472,62 @@ class SpmdLowering(_Lowering):
     def op_fold(self, op: Op) -> None:
         b = self.b
         start, stop = (self.operand(v) for v in op.operands[:2])
-        inits = [self.shaped_like_result(v, a) for v, a in zip(op.operands[2:], op.regions[0].args[1:])]
         (region,) = op.regions
+        accs = [self.shaped_like_result(v, a) for v, a in zip(op.operands[2:], region.args[1:])]
         step = op.attrs["step"]
-        tag = self.ordinals[op]
         lo, hi = _uniform_index(start), _uniform_index(stop)
-        outer = self.mask
         if lo is not None and hi is not None:  # every lane runs the same trips
             trips = self._trip_count(lo, hi, step)
             if self.target.checks:
                 self._prove_loads(region, lo, trips, step)
+            accs = self._fold_loop(op, start, ir.Constant(I64, 0), trips, accs, None)
         else:
             first = self.materialise(start) if isinstance(start, Linear) else self.splat(start if lo is None else lo)
             last = self.materialise(stop) if isinstance(stop, Linear) else self.splat(stop)
             per_lane = self._trip_count(first, last, step)
-            per_lane = b.select(outer, per_lane, constant(per_lane, 0)) if outer is not None else per_lane
+            if self.mask is not None:  # a lane that does not run takes no trips
+                per_lane = b.select(self.mask, per_lane, constant(per_lane, 0))
             if self.target.checks:
                 self._prove_loads(region, first, per_lane, step)
-            trips = self.call("llvm.vector.reduce.umax", [per_lane], ty=I64)
+            most = self.call("llvm.vector.reduce.umax", [per_lane], ty=I64)
+            counted = b.select(self.mask, per_lane, constant(per_lane, -1)) if self.mask is not None else per_lane
+            least = self.call("llvm.vector.reduce.umin", [counted], ty=I64)
+            # the trips every running lane takes, with the lanes as they are, then the rest masked
+            accs = self._fold_loop(op, start, ir.Constant(I64, 0), least, accs, None)
+            accs = self._fold_loop(op, start, least, most, accs, per_lane)
+        for result, value in zip(op.results, accs):
+            self.values[result] = value
+
+    def _fold_loop(self, op: Op, start, begin: ir.Value, end: ir.Value, inits, per_lane) -> list[ir.Value]:
+        """Trips ``[begin, end)`` of fold ``op`` from accumulators ``inits``; with ``per_lane``
+        trip counts, a lane past its own last trip is switched off and keeps its values."""
+        b = self.b
+        (region,) = op.regions
+        tag = self.ordinals[op]
         preheader = b.block
         header, body, exit_ = (b.append_basic_block(f"fold_{tag}_{n}") for n in ("header", "body", "exit"))
         b.branch(header)
         b.position_at_end(header)
         counter = b.phi(I64, name=f"trip_{tag}")
-        counter.add_incoming(ir.Constant(I64, 0), preheader)
+        counter.add_incoming(begin, preheader)
         accs = [b.phi(self.phi_type(a)) for a in region.args[1:]]
         for phi, init in zip(accs, inits):
             phi.add_incoming(init, preheader)
-        b.cbranch(b.icmp_unsigned("<", counter, trips), body, exit_)
+        b.cbranch(b.icmp_unsigned("<", counter, end), body, exit_)
         b.position_at_end(body)
-        offset = b.mul(counter, ir.Constant(I64, step))
+        offset = b.mul(counter, ir.Constant(I64, op.attrs["step"]))
         if isinstance(start, Linear):
             self.values[region.args[0]] = Linear(b.add(start.base, offset), start.stride)
         else:
             self.values[region.args[0]] = b.add(*self.broadcast(start, offset))
-        if lo is None or hi is None:
+        outer = self.mask
+        if per_lane is not None:
             self.mask = b.icmp_unsigned("<", self.splat(counter), per_lane)  # zero trips where masked
         for arg, phi in zip(region.args[1:], accs):
             self.values[arg] = phi
         self.lower_block(region)
         new = [self.shaped_like_result(v, a) for v, a in zip(region.terminator.operands, region.args[1:])]
-        if lo is None or hi is None:  # a lane past its last trip keeps its accumulators
+        if per_lane is not None:  # a lane past its last trip keeps its accumulators
             new = [b.select(self.mask, n, phi) for n, phi in zip(new, accs)]
         self.mask = outer
         counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), b.block)
@@ -501,8 +535,7 @@ class SpmdLowering(_Lowering):
             phi.add_incoming(value, b.block)
         b.branch(header)
         b.position_at_end(exit_)
-        for result, phi in zip(op.results, accs):
-            self.values[result] = phi
+        return accs
 
     # -- for_each: rows or flat chunks of lanes ---------------------------------------
     def lower_launcher(self) -> ir.Function:
@@ -514,12 +547,44 @@ class SpmdLowering(_Lowering):
         begin, end = fn.args[-2:]
         begin.name, end.name = "unit_begin", "unit_end"
         self.lower_top_level()
-        if self.graph.is_block_launch:
-            self._lower_blocks(begin, end)
+        lower_units = self._lower_blocks if self.graph.is_block_launch else self._lower_chunks
+        fits, covered = (_LaunchProof(self).prove()[:2]) if self.target.checks else (None, None)
+        if covered:  # two versions: the checks proven for the whole launch, or every check
+            fast, checked, done = (b.append_basic_block(n) for n in ("proven", "checked", "done"))
+            b.cbranch(fits, fast, checked)
+            for block, unchecked in ((fast, covered), (checked, frozenset())):
+                b.position_at_end(block)
+                self.unchecked, self.proven = unchecked, {}
+                lower_units(begin, end)
+                b.branch(done)
+            b.position_at_end(done)
         else:
-            self._lower_chunks(begin, end)
+            lower_units(begin, end)
         b.ret_void()
         return fn
+
+    def lower_prepare(self) -> tuple[ir.Function, bool]:
+        """``i1 name_prepare(<the ABI's parameters>, i64* extents)``: writes the launch's
+        extents and returns whether every covered check passes for the whole launch (with
+        whether every check is covered: then the launch cannot fail)."""
+        self.values.clear()
+        self.proven, self.unchecked = {}, frozenset()
+        self.mask = self.chunk_lane = self.lane_index = self.chunk_start = None  # the kernel's scope
+        signature = ir.FunctionType(I1, self._signature() + [ir.PointerType()])
+        fn = ir.Function(self.module, signature, f"{self.graph.name}_prepare")
+        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._bind_params(fn)
+        out = fn.args[-1]
+        out.name = "extents"
+        self.lower_top_level()
+        for k, extent in enumerate(self.extents):
+            b.store(extent, b.gep(out, [ir.Constant(I64, k)], source_etype=I64, inbounds=True))
+        if not self.target.checks:
+            b.ret(ir.Constant(I1, 1))
+            return fn, True
+        fits, _, complete = _LaunchProof(self).prove()
+        b.ret(fits)
+        return fn, complete
 
     def _units_loop(self, begin, end, counters, body) -> None:
         """``for unit in [begin, end)``, stepping an odometer over ``counters`` (pairs of
@@ -567,9 +632,9 @@ class SpmdLowering(_Lowering):
             def body(unit, _):
                 first = b.mul(unit, width)
                 threads = b.add(self.splat(first), self.lanes())
-                self.mask = b.icmp_unsigned("<", threads, self.splat(total))
                 self.chunk_lane = first
-                self._lower_launch_body(region, self._decode(threads, [self.splat(e) for e in extents]))
+                self._full_or_tail(first, total, lambda: self._lower_launch_body(
+                    region, self._decode(threads, [self.splat(e) for e in extents])))
 
             self._units_loop(begin, end, [], body)
             return
@@ -579,12 +644,24 @@ class SpmdLowering(_Lowering):
         def body(unit, digits):
             chunk, *row = digits
             first = b.mul(chunk, width)
-            self.mask = b.icmp_unsigned("<", b.add(self.splat(first), self.lanes()), self.splat(self.extents[0]))
-            row_number = b.udiv(unit, per_row)
-            self.chunk_lane = b.add(b.mul(row_number, extents[0]), first)
-            self._lower_launch_body(region, [Linear(first, 1), *row])
+            self.chunk_lane = b.add(b.mul(b.udiv(unit, per_row), extents[0]), first)
+            self._full_or_tail(first, self.extents[0], lambda: self._lower_launch_body(region, [Linear(first, 1), *row]))
 
         self._units_loop(begin, end, list(zip(start, [per_row, *extents[1:]])), body)
+
+    def _full_or_tail(self, first: ir.Value, extent: ir.Value, lower) -> None:
+        """``lower()`` twice: for a chunk whose lanes ``first + k`` all fall below ``extent``
+        (no mask), and for the last, partial one (a mask)."""
+        b = self.b
+        full, tail, done = (b.append_basic_block(n) for n in ("full_chunk", "tail_chunk", "chunk_done"))
+        b.cbranch(b.icmp_unsigned("<=", b.add(first, ir.Constant(I64, self.width)), extent), full, tail)
+        for block, mask in ((full, None), (tail, True)):
+            b.position_at_end(block)
+            self.mask = b.icmp_unsigned("<", b.add(self.splat(first), self.lanes()), self.splat(extent)) if mask else None
+            lower()
+            b.branch(done)
+        b.position_at_end(done)
+        self.mask = None
 
     def _lower_launch_body(self, region: Block, indices) -> None:
         before = set(self.values)
@@ -676,7 +753,6 @@ class SpmdLowering(_Lowering):
         if not ops and after is None:
             return
         b = self.b
-        before = set(self.values)
         entry = b.block
         loop, body, done = (b.append_basic_block(n) for n in ("threads", "thread", "threads_done"))
         b.branch(loop)
@@ -688,26 +764,33 @@ class SpmdLowering(_Lowering):
         start = b.mul(chunk, ir.Constant(I64, self.width))
         threads = b.add(self.splat(start), self.lanes())
         self.chunk_start = start
-        self.mask = b.icmp_unsigned("<", threads, self.splat(ir.Constant(I64, self.per_block)))
         self.chunk_lane = b.add(b.mul(self.block_id, ir.Constant(I64, self.per_block)), start)
-        self.thread_vector = threads
-        for arg, coordinate in zip(self.thread_args, self._thread_coordinates(start, threads)):
-            self.values[arg] = coordinate
-        for op in ops:
-            if op.opcode == "shuffle":
-                self._host_shuffle(op, threads)
-            else:
-                self.lower_op(op)
-            for r in op.results:
-                if r in self.slots:
-                    self._to_slot(r, self.value(r), start)
-        if after is not None:
-            after(start)
+
+        def lower():
+            inner = set(self.values)
+            for arg, coordinate in zip(self.thread_args, self._thread_coordinates(start, threads)):
+                self.values[arg] = coordinate
+            for op in ops:
+                if op.opcode == "shuffle":
+                    self._host_shuffle(op, threads)
+                else:
+                    self.lower_op(op)
+                for r in op.results:
+                    if r in self.slots:
+                        self._to_slot(r, self.value(r), start)
+            if after is not None:
+                after(start)
+            for v in set(self.values) - inner:  # the full and the tail version each compute their own
+                del self.values[v]
+
+        if self.per_block % self.width == 0:  # every chunk is whole
+            self.mask = None
+            lower()
+        else:
+            self._full_or_tail(start, ir.Constant(I64, self.per_block), lower)
         chunk.add_incoming(b.add(chunk, ir.Constant(I64, 1)), b.block)
         b.branch(loop)
         b.position_at_end(done)
-        for v in set(self.values) - before:  # this loop's values do not reach past it
-            del self.values[v]
         self.mask = self.chunk_lane = self.chunk_start = None
 
     def _thread_coordinates(self, start, threads):
@@ -743,7 +826,7 @@ class SpmdLowering(_Lowering):
         pointers.type = self.vector_type(pointers.type)
         align = ir.Constant(I32, max(1, value.type.itemsize))
         loaded = self._intrinsic(f"llvm.masked.gather.{_vsuffix(ty)}.v{self.width}p0", ty,
-                                 [pointers, align, self.mask, ir.Constant(ty, None)])
+                                 [pointers, align, self._all(self.mask), ir.Constant(ty, None)])
         self.values[op.result] = b.trunc(loaded, self.vector_type(I1)) if value.type.is_bool else loaded
 
     def _uniform(self, v: Value) -> ir.Value:
@@ -812,6 +895,168 @@ class SpmdLowering(_Lowering):
                 self._store_per_thread(op.results, region.terminator.operands)
             b.branch(join)
         b.position_at_end(join)
+
+
+@attrs.frozen
+class _Bounds:
+    """An index's interval over a whole launch, computed before it runs."""
+
+    lo: ir.Value
+    hi: ir.Value
+    valid: ir.Value  # i1: no step overflowed (else nothing is known)
+    reached: ir.Value  # i1: some thread may compute it (false: an empty loop's index)
+
+
+class _LaunchProof:
+    """Checks, once before a launch, every access whose index is made of thread indices, loop
+    indices and kernel-scope values with ``+ - *``, ``min``, ``max``, ``select``, and ``//`` and
+    ``%`` by positive constants: its interval over the whole launch must lie in bounds (and a
+    divisor's must exclude 0).  Conservative: a branch's condition is ignored and a loop's
+    index ranges from its lowest start to its highest stop.  Where it holds, those accesses
+    need no check at run time; where every check of a kernel is covered, the kernel cannot
+    fail, and the host runs it on the caller's arrays with no scratch copies."""
+
+    def __init__(self, lw: "SpmdLowering"):
+        self.lw = lw
+        self.b = lw.b
+        self.bounds: dict[Value, _Bounds | None] = {}
+        launch = lw.graph.launch_op
+        region = launch.regions[0]
+        yes, one = ir.Constant(I1, 1), ir.Constant(I64, 1)
+        if lw.graph.is_block_launch:
+            extents = list(lw.extents) + [ir.Constant(I64, e) for e in lw.graph.block_shape]
+        else:
+            extents = list(lw.extents)
+        for arg, extent in zip(region.args, extents):
+            self.bounds[arg] = _Bounds(ir.Constant(I64, 0), self.b.sub(extent, one), yes, yes)
+
+    def prove(self) -> tuple[ir.Value, frozenset[Op], bool]:
+        """(all covered checks pass, the ops covered, whether every check is covered)."""
+        ok, covered, complete = ir.Constant(I1, 1), set(), True
+        for op in self.lw.graph.launch_op.regions[0].walk():
+            fits = self._fits(op)
+            if fits is False:
+                continue  # no check to cover
+            if fits is None:
+                complete = False
+            else:
+                ok = self.b.and_(ok, fits)
+                covered.add(op)
+        return ok, frozenset(covered), complete
+
+    def _fits(self, op: Op):
+        """An i1 proving ``op``'s check passes everywhere, None if unknown, False if it has none."""
+        b = self.b
+        if op.opcode in ("load", "store", "atomic"):
+            if not self.lw._checked(op):
+                return False
+            bounds = self.of(op.operands[0])
+            if bounds is None:
+                return None
+            inside = b.and_(b.icmp_signed(">=", bounds.lo, ir.Constant(I64, 0)),
+                            b.icmp_signed("<", bounds.hi, self.lw._count(op)))
+        elif op.opcode in ("div", "mod") and op.result.type.is_int:
+            divisor = op.operands[1]
+            if divisor.op is not None and divisor.op.opcode == "const" and divisor.op.attrs["value"] != 0:
+                return False
+            bounds = self.of(divisor)
+            if bounds is None:
+                return None
+            inside = b.or_(b.icmp_signed(">", bounds.lo, ir.Constant(I64, 0)),
+                           b.icmp_signed("<", bounds.hi, ir.Constant(I64, 0)))
+        else:
+            return False
+        return b.and_(bounds.valid, b.or_(b.not_(bounds.reached), inside))
+
+    def of(self, v: Value) -> _Bounds | None:
+        if v not in self.bounds:
+            self.bounds[v] = self._compute(v)
+        return self.bounds[v]
+
+    def _compute(self, v: Value) -> _Bounds | None:
+        b, yes = self.b, ir.Constant(I1, 1)
+        if not v.type.is_index:
+            return None
+        if v.block is self.lw.graph.body:  # kernel scope: one value for the whole launch
+            value = self.lw.values[v]
+            return _Bounds(value, value, yes, yes)
+        op = v.op
+        if op is None:
+            return self._loop_index(v)
+        if op.opcode == "const":
+            c = ir.Constant(I64, op.attrs["value"])
+            return _Bounds(c, c, yes, yes)
+        if op.opcode in ("div", "mod"):
+            return self._by_constant(op)
+        parts = [self.of(x) for x in op.operands[1:] if op.opcode == "select"] if op.opcode == "select" \
+            else [self.of(x) for x in op.operands]
+        if None in parts or op.opcode not in ("add", "sub", "mul", "min", "max", "select"):
+            return None
+        x, y = parts
+        valid, reached = b.and_(x.valid, y.valid), b.and_(x.reached, y.reached)
+        if op.opcode in ("add", "sub"):
+            step = b.sadd_with_overflow if op.opcode == "add" else b.ssub_with_overflow
+            lo = step(x.lo, y.lo if op.opcode == "add" else y.hi)
+            hi = step(x.hi, y.hi if op.opcode == "add" else y.lo)
+            valid = b.and_(valid, b.not_(b.or_(b.extract_value(lo, 1), b.extract_value(hi, 1))))
+            return _Bounds(b.extract_value(lo, 0), b.extract_value(hi, 0), valid, reached)
+        if op.opcode == "mul":
+            corners = [b.smul_with_overflow(p, q) for p in (x.lo, x.hi) for q in (y.lo, y.hi)]
+            for corner in corners:
+                valid = b.and_(valid, b.not_(b.extract_value(corner, 1)))
+            values = [b.extract_value(c, 0) for c in corners]
+            return _Bounds(self._fold("llvm.smin", values), self._fold("llvm.smax", values), valid, reached)
+        if op.opcode == "select":  # either side: their union
+            return _Bounds(self._fold("llvm.smin", [x.lo, y.lo]), self._fold("llvm.smax", [x.hi, y.hi]),
+                           valid, b.or_(x.reached, y.reached))
+        name = "llvm.smin" if op.opcode == "min" else "llvm.smax"
+        return _Bounds(self._fold(name, [x.lo, y.lo]), self._fold(name, [x.hi, y.hi]), valid, reached)
+
+    def _fold(self, name: str, values) -> ir.Value:
+        result = values[0]
+        for value in values[1:]:
+            result = self.lw.call(name, [result, value])
+        return result
+
+    def _by_constant(self, op: Op) -> _Bounds | None:
+        """``x // c`` (floor) and ``x % c`` for a constant ``c > 0``."""
+        divisor = op.operands[1]
+        if divisor.op is None or divisor.op.opcode != "const" or divisor.op.attrs["value"] <= 0:
+            return None
+        x = self.of(op.operands[0])
+        if x is None:
+            return None
+        c = divisor.op.attrs["value"]
+        if op.opcode == "mod":
+            return _Bounds(ir.Constant(I64, 0), ir.Constant(I64, c - 1), x.valid, x.reached)
+        b = self.b
+
+        def floor(n):
+            q = b.sdiv(n, ir.Constant(I64, c))
+            below = b.and_(b.icmp_signed("<", n, ir.Constant(I64, 0)),
+                           b.icmp_signed("!=", b.srem(n, ir.Constant(I64, c)), ir.Constant(I64, 0)))
+            return b.sub(q, b.zext(below, I64))
+
+        return _Bounds(floor(x.lo), floor(x.hi), x.valid, x.reached)
+
+    def _loop_index(self, v: Value) -> _Bounds | None:
+        """A fold's index runs from its lowest start to its highest stop (exclusive)."""
+        owner = v.owner.parent
+        if owner is None or owner.opcode != "fold" or v is not v.owner.args[0]:
+            return None
+        start, stop = (self.of(x) for x in owner.operands[:2])
+        if start is None or stop is None:
+            return None
+        b, one = self.b, ir.Constant(I64, 1)
+        if owner.attrs["step"] > 0:
+            lo, hi = start.lo, b.ssub_with_overflow(stop.hi, one)
+        else:
+            lo, hi = b.sadd_with_overflow(stop.lo, one), start.hi
+        over = b.extract_value(hi if owner.attrs["step"] > 0 else lo, 1)
+        lo, hi = (lo, b.extract_value(hi, 0)) if owner.attrs["step"] > 0 else (b.extract_value(lo, 0), hi)
+        valid = b.and_(b.and_(start.valid, stop.valid), b.not_(over))
+        reached = b.and_(b.and_(start.reached, stop.reached), b.icmp_signed("<=", lo, hi))
+        return _Bounds(lo, hi, valid, reached)
 
 
 class _PhasePlan:
@@ -902,4 +1147,13 @@ def lower_host(graph: Graph, target: Target) -> LoweredModule:
     width = target.vector_width or host_vector_width()
     lw = SpmdLowering(graph, target, width)
     entry = lw.lower_launcher().name
-    return LoweredModule(lw.module, entry, False, tuple(graph.body.walk()), lw.chunks)
+    _, infallible = lw.lower_prepare()
+    return LoweredModule(lw.module, entry, False, tuple(graph.body.walk()), HostPlan(lw.chunks, infallible))
+
+
+@attrs.frozen
+class HostPlan:
+    """What the host runtime needs to know about a lowered launcher."""
+
+    chunking: Chunking
+    infallible: bool  # when the prepare entry says the launch fits, nothing can fail: run in place
