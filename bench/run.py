@@ -1,368 +1,121 @@
-"""accy's benchmark: every attention kernel at named shapes, on every available
-backend, against baselines measured in the same run.
+"""accy's benchmark, every figure a ratio against a baseline measured in the same run.
 
-    python -m bench [--shapes tiny,small,medium,large] [--json out.json] [--quick]
+    python -m bench [--sections targets,attention,launch,ptx,compile] [--quick] [--json out.json]
 
-Baselines:
-- ``numpy-ref``: plain NumPy ``softmax(Q K^T / sqrt(h)) V`` with matmuls;
-- ``numpy-bcast``: broadcast NumPy computing each score once per (b, q, k) and
-  reusing it over v (the reuse the spec's ``reduction_reuse`` declares);
-- ``c-naive``: the entry's own three-pass loop nest in C, ``gcc -O3 -march=native``,
-  one core, built now;
-- ``torch-sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` on the CPU,
-  when torch is installed;
-- for the ``ptx`` backend, Numba's CUDA simulator running the same naive kernel
-  (``bench/numba_sim.py``), when numba is installed.
+Sections:
+- ``targets``: the kernels people write (vector add, Black-Scholes, softmax, layer norm,
+  Jacobi, tiled matmul, histogram, sum, flash and naive attention) on the llvm backend and
+  the interpreter, against plain NumPy (and torch SDPA), with the project's targets
+  (bench/targets.py); drawn as a chart when matplotlib is installed;
+- ``attention``: every attention entry at tiny..large shapes on every CPU backend, against
+  NumPy, einsum, the same loop nest in C and torch SDPA (bench/attention.py);
+- ``launch``: what a cached launch costs on llvm (an empty launch, a 1-element vector add);
+- ``ptx``: the ptx backend against Numba's CUDA simulator running the same kernel;
+- ``compile``: trace, passes, lowering, PTX and host JIT times, cold and cached.
 
-Each figure is the median of several timed runs after a warm-up.  A combination
-whose single run would take over a minute is skipped and marked so.
+Each figure is the median of several timed runs after a warm-up.  The machine's load and
+the other processes using the CPU are recorded before and after: figures measured beside
+other work are slower, and ratios measured in one run less so.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
-import platform
-import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 
 import numpy as np
 
-from accy.library.attention import ScaledDotProduct, reference, scaled_dot_product_f32
+from . import attention, chart, targets
+from .timing import contention, machine, measure
 
-SHAPES = {
-    "tiny": (2, 2, 3, 2, 2),
-    "small": (2, 16, 32, 16, 16),
-    "medium": (4, 64, 64, 32, 32),
-    "large": (8, 256, 256, 64, 64),
-}
-BUDGET_S = 60.0  # skip what would run longer than this once
-TARGET_S = 1.0  # time spent measuring one combination, roughly
+SECTIONS = ("targets", "attention", "launch", "ptx", "compile")
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
-def entries():
-    """The library's attention kernels, by name."""
-    from accy.library import attention
+def bench_launch() -> dict:
+    """Seconds per cached launch on llvm: nothing to do, and one element to add."""
+    import accy
 
-    found = {"naive": scaled_dot_product_f32}
-    if hasattr(attention, "scaled_dot_product_fused_f32"):
-        found["fused"] = attention.scaled_dot_product_fused_f32
-    return found
+    vector_add = targets.example("vector_add").vector_add
 
+    @accy.kernel(dst=accy.dynamic_buffer(accy.f32), n=accy.scalar(accy.index))
+    def nothing(k, a):
+        k.for_each_1d(accy.axis("i", a.n), lambda inner, idx: None)
 
-def inputs(shape, seed=0):
-    b, q, k, h, v = shape
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s, dtype=np.float32) for s in ((b, q, h), (b, k, h), (b, k, v))]
-
-
-# -- baselines ----------------------------------------------------------------------------------
-
-
-def numpy_reference(q, k, v):
-    scores = q @ k.transpose(0, 2, 1) / np.float32(np.sqrt(q.shape[-1]))
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    return (weights / weights.sum(-1, keepdims=True)) @ v
-
-
-def numpy_broadcast(q, k, v):
-    scores = (q[:, :, None, :] * k[:, None, :, :]).sum(-1) * np.float32(1 / np.sqrt(q.shape[-1]))
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    weights /= weights.sum(-1, keepdims=True)
-    return (weights[..., None] * v[:, None, :, :]).sum(2)
-
-
-C_SOURCE = r"""
-#include <math.h>
-/* The accy naive entry's loop nest: per output (b, q, v), three passes over the keys. */
-static float score(const float *Q, const float *K, long b, long q, long k, long nq, long nk, long nh, float scale) {
-    float dot = 0.0f;
-    for (long h = 0; h < nh; h++) dot += Q[(b * nq + q) * nh + h] * K[(b * nk + k) * nh + h];
-    return dot * scale;
-}
-void attention(float *out, const float *Q, const float *K, const float *V,
-               long nb, long nq, long nk, long nh, long nv) {
-    float scale = 1.0f / sqrtf((float)nh);
-    for (long b = 0; b < nb; b++)
-    for (long q = 0; q < nq; q++)
-    for (long v = 0; v < nv; v++) {
-        float m = score(Q, K, b, q, 0, nq, nk, nh, scale);
-        for (long k = 1; k < nk; k++) { float s = score(Q, K, b, q, k, nq, nk, nh, scale); m = s > m ? s : m; }
-        float den = 0.0f;
-        for (long k = 0; k < nk; k++) den += expf(score(Q, K, b, q, k, nq, nk, nh, scale) - m);
-        float acc = 0.0f;
-        for (long k = 0; k < nk; k++)
-            acc += expf(score(Q, K, b, q, k, nq, nk, nh, scale) - m) / den * V[(b * nk + k) * nv + v];
-        out[(b * nq + q) * nv + v] = acc;
-    }
-}
-"""
-
-
-def build_c():
-    """The C loop nest as a callable, or None (with the reason) where gcc is missing."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        return None, "gcc not found"
-    tmp = tempfile.mkdtemp(prefix="accy-bench-")
-    src, lib = os.path.join(tmp, "attention.c"), os.path.join(tmp, "attention.so")
-    with open(src, "w") as f:
-        f.write(C_SOURCE)
-    subprocess.run([gcc, "-O3", "-march=native", "-shared", "-fPIC", src, "-o", lib, "-lm"], check=True)
-    fn = ctypes.CDLL(lib).attention
-    fn.restype = None
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 5
-
-    def run(q, k, v):
-        b, nq, h = q.shape
-        _, nk, nv = v.shape
-        out = np.empty((b, nq, nv), np.float32)
-        fn(out.ctypes.data, q.ctypes.data, k.ctypes.data, v.ctypes.data, b, nq, nk, h, nv)
-        return out
-
-    return run, None
-
-
-def torch_sdpa():
-    try:
-        import torch
-    except ImportError:
-        return None, "torch not installed"
-    torch.set_num_threads(1)  # one core, like the C baseline and the single-threaded backends
-
-    def run(q, k, v):
-        with torch.no_grad():
-            return torch.nn.functional.scaled_dot_product_attention(
-                torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v)).numpy()
-
-    return run, None
-
-
-# -- timing -------------------------------------------------------------------------------------
-
-
-def measure(fn, budget=BUDGET_S):
-    """(median seconds, result) of fn(), or (None, reason) when one run exceeds the budget."""
-    start = time.perf_counter()
-    result = fn()  # warm-up (and compile, for the JIT backends)
-    first = time.perf_counter() - start
-    if first > budget:
-        return None, f"one run took {first:.0f} s (over {budget:.0f} s)"
-    times = []
-    repeats = int(min(20, max(3, TARGET_S / max(first, 1e-6))))
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
-
-
-def projected_too_slow(seconds_at_medium, shape) -> bool:
-    """Scale a medium-shape timing by the work ratio (B Q K (H + V))."""
-    b, q, k, h, v = shape
-    mb, mq, mk, mh, mv = SHAPES["medium"]
-    return seconds_at_medium * (b * q * k * (h + v)) / (mb * mq * mk * (mh + mv)) > BUDGET_S
-
-
-def accy_runner(make_entry, shape, backend, **options):
-    entry = make_entry(ScaledDotProduct(*shape))
-    b, q, _, _, v = shape
-    dst = np.zeros((b, q, v), np.float32)
-
-    def run(qa, ka, va):
-        entry.run([dst, qa, ka, va], backend=backend, **options)
-        return dst
-
-    return run
-
-
-def backends():
-    """(label, backend, options) for each backend that can run here."""
-    found = [("numpy", "numpy", {}), ("llvm-1t", "llvm", {"threads": 1}), ("llvm", "llvm", {}), ("ptx", "ptx", {})]
-    try:
-        from accy.backends.cuda import default_state
-
-        default_state()
-        found.append(("cuda", "cuda", {}))
-    except Exception:
-        pass
-    return found
-
-
-def bench_kernels(shape_names, quick=False):
-    rows = []
-    c_naive, c_reason = build_c()
-    torch_run, torch_reason = torch_sdpa()
-    for name in shape_names:
-        shape = SHAPES[name]
-        args = inputs(shape)
-        expected = reference(*args)
-        baseline_fns = {"numpy-ref": numpy_reference, "numpy-bcast": numpy_broadcast,
-                        "c-naive": c_naive, "torch-sdpa": torch_run}
-        reasons = {"c-naive": c_reason, "torch-sdpa": torch_reason}
-        baselines = {}
-        for label, fn in baseline_fns.items():
-            if fn is None:
-                rows.append(dict(shape=name, kernel="baseline", backend=label, skipped=reasons[label]))
-                continue
-            seconds, result = measure(lambda: fn(*args))
-            baselines[label] = seconds
-            rows.append(dict(shape=name, kernel="baseline", backend=label, seconds=seconds,
-                             max_error=float(np.abs(result - expected).max()) if seconds else None,
-                             skipped=None if seconds else result))
-        for kernel, make_entry in entries().items():
-            for label, backend, options in backends():
-                if quick and kernel == "naive" and label.startswith("llvm") and name == "large":
-                    rows.append(dict(shape=name, kernel=kernel, backend=label, skipped="--quick"))
-                    continue
-                if backend == "ptx" and name == "large":
-                    rows.append(dict(shape=name, kernel=kernel, backend=label,
-                                     skipped="the PTX emulator checks PTX; it is not for speed at this size"))
-                    continue
-                if backend == "llvm" and "threads" in options and not _supports_threads():
-                    continue
-                run = accy_runner(make_entry, shape, backend, **options)
-                seconds, result = measure(lambda: run(*args))
-                row = dict(shape=name, kernel=kernel, backend=label, seconds=seconds,
-                           skipped=None if seconds else result)
-                if seconds:
-                    row["max_error"] = float(np.abs(result - expected).max())
-                    row["ratios"] = {base: seconds / t for base, t in baselines.items() if t}
-                rows.append(row)
-    return rows
-
-
-PTX_SHAPE = (2, 16, 16, 16, 16)
-PTX_TARGET_SPEEDUP = 10.0  # issue 12: at least 10x faster than Numba's simulator
-
-
-def bench_ptx_vs_simulator():
-    """The naive entry on the ``ptx`` backend (the emulator running the PTX cuda
-    would launch) against Numba's CUDA simulator running the same kernel, both
-    at PTX_SHAPE and measured now; the simulator in a subprocess, since it must
-    be switched on before numba is imported."""
-    import importlib.util
-
-    args = inputs(PTX_SHAPE)
-    expected = reference(*args)
-    run = accy_runner(scaled_dot_product_f32, PTX_SHAPE, "ptx")
-    seconds, result = measure(lambda: run(*args))
-    figure = dict(shape=list(PTX_SHAPE), kernel="naive", ptx_seconds=seconds,
-                  ptx_max_error=float(np.abs(result - expected).max()), target_speedup=PTX_TARGET_SPEEDUP)
-    if importlib.util.find_spec("numba") is None:
-        figure["numba_simulator"] = "skipped: numba not installed (pip install numba)"
-        return figure
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    done = subprocess.run([sys.executable, "-m", "bench.numba_sim", ",".join(map(str, PTX_SHAPE))], env=env,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        figure["numba_simulator"] = f"failed: {done.stderr.strip().splitlines()[-1:]}"
-        return figure
-    simulator = json.loads(done.stdout.strip().splitlines()[-1])
-    figure.update(numba_simulator_seconds=simulator["seconds"], numba_simulator_max_error=simulator["max_error"],
-                  speedup=simulator["seconds"] / seconds)
-    return figure
-
-
-def _supports_threads() -> bool:
-    import inspect
-
-    from accy.backends import host
-
-    return "threads" in inspect.signature(host.run_graph).parameters
-
-
-def bench_compile():
-    """Cold and cached costs of the compile path for the naive entry at the medium shape."""
-    from accy.backends import cache, codegen
-    from accy.backends.codegen import lower
-    from accy.backends.llvm import Target
-    from accy.dsl.passes import optimize
-
-    results = {}
-    for kernel, make_entry in entries().items():
-        spec = ScaledDotProduct(*SHAPES["medium"])
-        make_entry.cache_clear() if hasattr(make_entry, "cache_clear") else None
-        timings = {}
-        start = time.perf_counter()
-        entry = make_entry(spec)
-        graph = entry.program.traced_graph
-        timings["trace"] = time.perf_counter() - start
-        start = time.perf_counter()
-        optimised = optimize(graph)
-        timings["passes"] = time.perf_counter() - start
-        block = entry.launch().block
-        target = Target.nvptx("sm_80")
-        start = time.perf_counter()
-        lower(optimised, target, block)
-        timings["llvm_lowering"] = time.perf_counter() - start
-        start = time.perf_counter()
-        codegen.emit_ptx(optimised, target, block, use_cache=False)
-        timings["ptx_cold"] = time.perf_counter() - start
-        with tempfile.TemporaryDirectory() as tmp:
-            old = os.environ.get("ACCY_CACHE_DIR")
-            os.environ["ACCY_CACHE_DIR"] = tmp
-            try:
-                codegen.emit_ptx(optimised, target, block)
-                start = time.perf_counter()
-                codegen.emit_ptx(optimised, target, block)
-                timings["ptx_cache_hit"] = time.perf_counter() - start
-            finally:
-                os.environ.pop("ACCY_CACHE_DIR") if old is None else os.environ.__setitem__("ACCY_CACHE_DIR", old)
-        timings["trace_lower_ptx_cold"] = timings["trace"] + timings["passes"] + timings["ptx_cold"]
-        results[kernel] = timings
-    del cache
-    return results
-
-
-def print_table(rows):
-    print(f"{'shape':7} {'kernel':8} {'backend':12} {'median':>11} {'err':>8}  ratio (time / baseline time)")
-    for row in rows:
-        head = f"{row['shape']:7} {row['kernel']:8} {row['backend']:12}"
-        if row.get("skipped"):
-            print(f"{head} {'skipped':>11}  {row['skipped']}")
-            continue
-        seconds = row["seconds"]
-        err = f"{row['max_error']:.1e}" if row.get("max_error") is not None else ""
-        ratios = "  ".join(f"{base} {r:.2f}x" for base, r in row.get("ratios", {}).items())
-        print(f"{head} {seconds * 1e3:9.3f}ms {err:>8}  {ratios}")
+    one = [np.zeros(1, np.float32), np.ones(1, np.float32), np.ones(1, np.float32)]
+    figures = {}
+    for label, fn in (("empty launch", lambda: nothing.run([one[0], 0], backend="llvm")),
+                      ("1-element vector add", lambda: vector_add.run(one, backend="llvm"))):
+        seconds, _ = measure(fn, 60.0, target=0.5)
+        figures[label] = seconds
+    return figures
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default="tiny,small,medium,large")
-    parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "latest.json"))
-    parser.add_argument("--quick", action="store_true", help="skip the slowest combinations (naive on llvm at large)")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"any of {', '.join(SECTIONS)}")
+    parser.add_argument("--shapes", default="tiny,small,medium,large", help="the attention section's shapes")
+    parser.add_argument("--only", default=None, help="targets whose kernel name contains this")
+    parser.add_argument("--json", default=os.path.join(RESULTS, "latest.json"))
+    parser.add_argument("--chart", default=os.path.join(RESULTS, "latest.png"))
+    parser.add_argument("--budget", type=float, default=30.0, help="seconds one run may take before it is skipped")
+    parser.add_argument("--quick", action="store_true", help="skip the largest workloads")
     ns = parser.parse_args(argv)
-    names = [n for n in ns.shapes.split(",") if n]
-    unknown = [n for n in names if n not in SHAPES]
+    sections = [s for s in ns.sections.split(",") if s]
+    unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
-        parser.error(f"unknown shapes {unknown}; choose from {', '.join(SHAPES)}")
-    print(f"accy benchmark on {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"python {sys.version.split()[0]}, numpy {np.__version__}")
-    rows = bench_kernels(names, quick=ns.quick)
-    print_table(rows)
-    ptx = bench_ptx_vs_simulator()
-    print(f"\nptx backend vs Numba's CUDA simulator, naive entry at {tuple(ptx['shape'])}: "
-          f"ptx {ptx['ptx_seconds'] * 1e3:.1f} ms", end="")
-    if "speedup" in ptx:
-        print(f", simulator {ptx['numba_simulator_seconds'] * 1e3:.0f} ms: {ptx['speedup']:.0f}x faster "
-              f"(target {ptx['target_speedup']:.0f}x)")
-    else:
-        print(f"; simulator {ptx['numba_simulator']}")
-    compile_times = bench_compile()
-    print("\ncompile path (medium shape):")
-    for kernel, timings in compile_times.items():
-        print(f"  {kernel:8} " + "  ".join(f"{k} {v * 1e3:.1f} ms" for k, v in timings.items()))
-    os.makedirs(os.path.dirname(os.path.abspath(ns.json)), exist_ok=True)
-    with open(ns.json, "w") as f:
-        json.dump({"rows": rows, "compile": compile_times, "ptx_vs_numba_simulator": ptx, "shapes": SHAPES}, f, indent=2)
-    print(f"\nwrote {ns.json}")
+        parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
+    shapes = [n for n in ns.shapes.split(",") if n]
+    if [n for n in shapes if n not in attention.SHAPES]:
+        parser.error(f"unknown shapes; choose from {', '.join(attention.SHAPES)}")
+    report = {"machine": machine(), "contention_before": contention()}
+    print("accy benchmark: " + ", ".join(f"{k} {v}" for k, v in report["machine"].items()))
+    print(f"load before: {report['contention_before']}")
+    if "targets" in sections:
+        print("\n== targets: llvm (and the interpreter) against plain NumPy ==")
+        rows = targets.run_workloads(measure, ns.budget, ns.quick, ns.only)
+        targets.print_rows(rows)
+        report["targets"] = rows
+        if ns.chart:
+            os.makedirs(os.path.dirname(os.path.abspath(ns.chart)), exist_ok=True)
+            why = chart.draw(rows, ns.chart)
+            print(f"chart: {why or ns.chart}")
+    if "attention" in sections:
+        print("\n== attention entries on every CPU backend ==")
+        rows = attention.bench_kernels(shapes, quick=ns.quick)
+        attention.print_rows(rows)
+        report["attention"] = rows
+    if "launch" in sections:
+        report["launch"] = bench_launch()
+        print("\n== a cached launch on llvm ==")
+        for label, seconds in report["launch"].items():
+            print(f"  {label}: {seconds * 1e6:.1f} us")
+    if "ptx" in sections:
+        ptx = report["ptx_vs_numba_simulator"] = attention.bench_ptx_vs_simulator()
+        print(f"\n== ptx backend vs Numba's CUDA simulator, naive entry at {tuple(ptx['shape'])} ==")
+        line = f"  ptx {ptx['ptx_seconds'] * 1e3:.1f} ms"
+        if "speedup" in ptx:
+            line += (f", simulator {ptx['numba_simulator_seconds'] * 1e3:.0f} ms: {ptx['speedup']:.0f}x faster "
+                     f"(target {ptx['target_speedup']:.0f}x)")
+        else:
+            line += f"; simulator {ptx['numba_simulator']}"
+        print(line)
+    if "compile" in sections:
+        report["compile"] = attention.bench_compile()
+        print("\n== compile path (medium shape) ==")
+        for kernel, timings in report["compile"].items():
+            print(f"  {kernel:8} " + "  ".join(f"{k} {v * 1e3:.1f} ms" for k, v in timings.items()))
+    report["contention_after"] = contention()
+    print(f"\nload after: {report['contention_after']}")
+    if ns.json:
+        os.makedirs(os.path.dirname(os.path.abspath(ns.json)), exist_ok=True)
+        with open(ns.json, "w") as f:
+            json.dump(report, f, indent=2, default=str)
+        print(f"wrote {ns.json}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
