@@ -113,7 +113,7 @@ def black_scholes(n: int) -> Setup:
 def jacobi(n: int) -> Setup:
     module = example("jacobi")
     src = _rng().standard_normal((n, n), dtype=np.float32)
-    dst, out = src.copy(), src.copy()
+    dst, out = np.zeros_like(src), src.copy()  # NumPy's boundary is copied once, outside the timing
 
     def slicing():
         out[1:-1, 1:-1] = np.float32(0.25) * (src[1:-1, :-2] + src[1:-1, 2:] + src[:-2, 1:-1] + src[2:, 1:-1])

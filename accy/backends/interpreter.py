@@ -35,7 +35,7 @@ import weakref
 import attrs
 import numpy as np
 
-from ..dsl.ir import Axis, Block, Graph, Op, Value
+from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import OPS, REDUCTIONS
 from ..dsl.schedule import Launch
 from ..dsl.types import INDEX_MAX, INDEX_MIN

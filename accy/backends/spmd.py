@@ -683,9 +683,10 @@ class SpmdLowering(_Lowering):
         for name, op in self.graph.shared_arrays().items():  # a stack array, reused by each block
             self.shared_ptrs[name] = _untyped(b.alloca(ir.ArrayType(memory_type(op.attrs["dtype"]), op.attrs["count"]),
                                                        name=f"shared_{name}"))
-        self.plan = _PhasePlan(region)
-        for v in self.plan.slot_values:
-            self.slots[v] = _untyped(b.alloca(ir.ArrayType(memory_type(v.type), padded)))
+        self.plan = _PhasePlan(region, self._chunk_local)
+        for v in self.plan.slot_values:  # a warp's worth of padding on both sides: shuffles up and down
+            array = b.alloca(ir.ArrayType(memory_type(v.type), WARP + padded + WARP))
+            self.slots[v] = _untyped(b.gep(array, [ir.Constant(I64, 0), ir.Constant(I64, WARP)], inbounds=True))
         self.thread_args = region.args[len(launch.operands):]
         grid_args = region.args[:len(launch.operands)]
         one = ir.Constant(I64, 1)
@@ -717,8 +718,7 @@ class SpmdLowering(_Lowering):
         if v not in self.varying:
             loaded = b.load(self._slot(v, ir.Constant(I64, 0)), typ=ty)
             return b.trunc(loaded, I1) if v.type.is_bool else loaded
-        loaded = b.load(self._slot(v, self.chunk_start), typ=self.vector_type(ty), align=max(1, v.type.itemsize))
-        return b.trunc(loaded, self.vector_type(I1)) if v.type.is_bool else loaded
+        return self._slot_vector(v, self.chunk_start)
 
     def _to_slot(self, v: Value, value: ir.Value, start: ir.Value) -> None:
         value = self.splat(value)
@@ -741,8 +741,8 @@ class SpmdLowering(_Lowering):
                 elif op.opcode == "if":
                     self._block_if(op)
                 continue
-            if op.opcode == "shuffle":  # every thread's operand must exist first: a new loop starts here
-                self._thread_loop(segment)
+            if op.opcode == "shuffle" and not self._chunk_local(op):
+                self._thread_loop(segment)  # every thread's operand must exist first: a new loop starts here
                 segment = []
             segment.append(op)
         self._thread_loop(segment)
@@ -802,15 +802,43 @@ class SpmdLowering(_Lowering):
             return [Linear(scalars[0], 1), *(Linear(s, 0) for s in scalars[1:])]
         return self._decode(threads, [self.splat(ir.Constant(I64, e)) for e in shape])
 
+    def _chunk_local(self, op: Op) -> bool:
+        """A shuffle each lane of a chunk sources within the chunk: an xor by a constant below
+        the width (a permutation of the vector's lanes: no slot, no new thread loop)."""
+        delta = _constant(op.operands[1])
+        return op.attrs["mode"] == "xor" and delta is not None and 0 <= delta < min(self.width, WARP)
+
     def _host_shuffle(self, op: Op, threads: ir.Value) -> None:
-        """Read the source lane's value from the operand's per-thread slot."""
+        """The source lane's value: a permutation of this chunk's vector, a vector load from the
+        operand's slot array at a constant offset, or a gather from it."""
         b = self.b
-        value, delta = op.operands
-        delta = self.vector(delta)
+        value = op.operands[0]
+        if value not in self.slots and not self._chunk_local(op):  # the same for every thread
+            self.values[op.result] = self.value(value)
+            return
+        delta, mode = _constant(op.operands[1]), op.attrs["mode"]
+        if delta is not None and mode == "xor" and 0 <= delta < WARP:
+            # lane t reads t ^ delta: the chunk at start ^ (delta's high bits), permuted by its low bits
+            low, high = delta % self.width, delta - delta % self.width
+            source = self.vector(value) if high == 0 else self._slot_vector(value, b.xor(self.chunk_start,
+                                                                                        ir.Constant(I64, high)))
+            self.values[op.result] = self._permute(source, [k ^ low for k in range(self.width)])
+            return
+        if delta is not None and mode in ("down", "up") and 0 <= delta < WARP:
+            # lane t reads t +- delta where that stays in its warp (the slots are padded on both sides)
+            offset = ir.Constant(I64, delta if mode == "down" else -delta)
+            moved = self._slot_vector(value, b.add(self.chunk_start, offset))
+            lane = b.urem(threads, self.splat(ir.Constant(I64, WARP)))
+            if mode == "down":
+                inside = b.icmp_unsigned("<", b.add(lane, self.splat(offset)), self.splat(ir.Constant(I64, WARP)))
+            else:
+                inside = b.icmp_unsigned(">=", lane, self.splat(ir.Constant(I64, delta)))
+            self.values[op.result] = b.select(inside, moved, self.vector(value))
+            return
+        delta = self.vector(op.operands[1])
         warp = self.splat(ir.Constant(I64, WARP))
         lane = b.urem(threads, warp)
         base = b.sub(threads, lane)
-        mode = op.attrs["mode"]
         if mode == "idx":
             source = b.add(base, b.and_(delta, self.splat(ir.Constant(I64, WARP - 1))))
         else:
@@ -818,9 +846,6 @@ class SpmdLowering(_Lowering):
                       "up": lambda: b.sub(lane, delta)}[mode]()
             inside = b.and_(b.icmp_unsigned("<", delta, warp), b.icmp_unsigned("<", target, warp))
             source = b.select(inside, b.add(base, target), threads)
-        if value not in self.slots:  # the same for every thread
-            self.values[op.result] = self.value(value)
-            return
         ty = self.vector_type(memory_type(value.type))
         pointers = self._slot(value, source)
         pointers.type = self.vector_type(pointers.type)
@@ -828,6 +853,18 @@ class SpmdLowering(_Lowering):
         loaded = self._intrinsic(f"llvm.masked.gather.{_vsuffix(ty)}.v{self.width}p0", ty,
                                  [pointers, align, self._all(self.mask), ir.Constant(ty, None)])
         self.values[op.result] = b.trunc(loaded, self.vector_type(I1)) if value.type.is_bool else loaded
+
+    def _slot_vector(self, v: Value, start: ir.Value) -> ir.Value:
+        """Threads ``start .. start + W - 1``'s values of ``v`` from its slot array."""
+        ty = memory_type(v.type)
+        loaded = self.b.load(self._slot(v, start), typ=self.vector_type(ty), align=max(1, v.type.itemsize))
+        return self.b.trunc(loaded, self.vector_type(I1)) if v.type.is_bool else loaded
+
+    def _permute(self, vector: ir.Value, lanes: list[int]) -> ir.Value:
+        if lanes == list(range(self.width)):
+            return vector
+        order = ir.Constant(self.vector_type(I32), [ir.Constant(I32, k) for k in lanes])
+        return self.b.shuffle_vector(vector, ir.Constant(vector.type, None), order)
 
     def _uniform(self, v: Value) -> ir.Value:
         """A value the whole block agrees on (a loop's bounds, a branch's condition): thread 0's."""
@@ -1064,7 +1101,8 @@ class _PhasePlan:
     branches holding them) and which per-thread values must outlive the thread loop that
     computed them (kept in a per-thread array: a slot)."""
 
-    def __init__(self, region: Block):
+    def __init__(self, region: Block, chunk_local=lambda op: False):
+        self.chunk_local = chunk_local  # shuffles that need only the chunk's own lanes
         self.synchronising: set[Op] = set()
         self._mark(region)
         self.slot_values: set[Value] = set()
@@ -1076,7 +1114,7 @@ class _PhasePlan:
         found = False
         for op in block.ops:
             inner = any([self._mark(r) for r in op.regions])
-            if op.opcode in ("barrier", "shuffle"):
+            if op.opcode == "barrier" or (op.opcode == "shuffle" and not self.chunk_local(op)):
                 found = True
             elif inner and op.opcode in ("fold", "if"):
                 self.synchronising.add(op)
@@ -1119,7 +1157,7 @@ class _PhasePlan:
                     self.slot_values.add(v)
                 stretch = self._new_stretch()
                 continue
-            if op.opcode == "shuffle":
+            if op.opcode == "shuffle" and not self.chunk_local(op):
                 stretch = self._new_stretch()
                 value = op.operands[0]
                 if value in self._defined or value in self.slot_values:  # a thread's own: read at another's index
@@ -1128,6 +1166,11 @@ class _PhasePlan:
                 for v in nested.operands:
                     self._use(v, stretch)
             self._define(op, stretch)
+
+
+def _constant(v: Value):
+    """The value of an index constant, else None."""
+    return v.op.attrs["value"] if v.op is not None and v.op.opcode == "const" and v.type.is_int else None
 
 
 def _untyped(pointer: ir.Value) -> ir.Value:
