@@ -107,11 +107,12 @@ def _address(a: np.ndarray) -> int:
 
 
 def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = True,
-              threads: int | None = None) -> None:
-    """Run ``graph`` natively; ``threads`` fixes the thread count (default: as many as pay)."""
+              threads: int | None = None, vector_width: int = 0) -> None:
+    """Run ``graph`` natively; ``threads`` fixes the thread count (default: as many as pay),
+    ``vector_width`` the threads per vector (default: the CPU's widest)."""
     if launch.lanes == 0:
         return
-    kernel = host_kernel(graph, Target.host(checks=checks))
+    kernel = host_kernel(graph, Target.host(checks=checks, vector_width=vector_width))
     scalars = scalar_words(graph, binding.scalars)
     arrays = [binding.flat[p.name] for p in graph.buffers]
     status = np.zeros(STATUS_WORDS, np.int64)
@@ -177,11 +178,11 @@ class FastLauncher:
     array-likes, a check that fails, a kernel that may fail) goes to the general path,
     which does it again in full and words any error."""
 
-    def __init__(self, graph: Graph, resolve, checks: bool, threads: int | None):
+    def __init__(self, graph: Graph, resolve, target: Target, threads: int | None):
         self.graph = graph
         self.resolve = resolve  # extents -> the checked Launch (raises what the general path raises)
         self.threads = threads
-        self.kernel = host_kernel(graph, Target.host(checks=checks))
+        self.kernel = host_kernel(graph, target)
         outputs = graph.stored_buffers()
         self.buffers = []  # (position, dtype, declared count or None, is an output)
         self.scalars = []  # (position, word function)
@@ -247,8 +248,9 @@ class FastLauncher:
         return None
 
 
-def fast_launcher(graph: Graph, resolve, *, checks: bool = True, threads: int | None = None) -> FastLauncher:
-    return FastLauncher(graph, resolve, checks, threads)
+def fast_launcher(graph: Graph, resolve, *, checks: bool = True, threads: int | None = None,
+                  vector_width: int = 0) -> FastLauncher:
+    return FastLauncher(graph, resolve, Target.host(checks=checks, vector_width=vector_width), threads)
 
 
-BACKEND = Backend("llvm", frozenset({"checks", "threads"}), run_graph, fast=fast_launcher)
+BACKEND = Backend("llvm", frozenset({"checks", "threads", "vector_width"}), run_graph, fast=fast_launcher)

@@ -1,0 +1,301 @@
+"""The llvm backend's own machinery (accy/backends/spmd.py, host.py), at every vector width:
+threads as vector lanes with masks, chunks that are full or partial, the checks proven
+once for a whole launch, in-place runs, and the fast launcher.  Every result is compared
+with the interpreter's, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+from accy import axis, dynamic_buffer, f16, f32, i32, index, kernel, scalar
+from accy.backends import codegen
+from accy.backends.llvm import Target
+from accy.errors import ArgumentError, CompileError, LaunchError, OutOfBoundsError
+
+WIDTHS = (2, 4, 8, 16)
+
+
+@pytest.fixture(params=WIDTHS, ids=lambda w: f"w{w}")
+def width(request):
+    return request.param
+
+
+def agree(program, args, width, **options):
+    """Run on the interpreter and on llvm at ``width``; the outputs must be equal bit for bit.
+    (Some of these kernels leave outputs unwritten or collide on purpose: no memory checker.)"""
+    expected = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+    program.run(expected, backend="numpy", check_memory=False)
+    got = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+    program.run(got, backend="llvm", vector_width=width, **options)
+    for e, g in zip(expected, got):
+        if isinstance(e, np.ndarray):
+            np.testing.assert_array_equal(g.view(np.uint8), e.view(np.uint8))
+    return got
+
+
+# -- lanes, masks and chunks ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 3, 16, 17, 33, 100])
+def test_partial_chunks_touch_nothing_past_the_extent(n, width):
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32))
+    def scale(k, a):
+        k.for_each_1d(axis("i", a.x.size), lambda inner, idx: a.dst.__setitem__(idx["i"], a.x[idx["i"]] * 3.0))
+
+    x = np.arange(n, dtype=np.float32)
+    dst = np.full(n + 5, -1.0, np.float32)  # past the extent: must stay -1
+    got = agree(scale, [dst, x], width)[0]
+    assert (got[n:] == -1.0).all()
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (1, 40), (17, 2), (5, 3, 2)])
+def test_grids_narrower_than_a_vector_and_wider(shape, width):
+    """x shorter than the width takes several rows per chunk (flat chunks); longer, a row at a time."""
+    names = "xyz"[:len(shape)]
+    axes = {n: axis(f"a{n}", e) for n, e in zip(names, shape)}
+
+    def body(k, a):
+        def each(inner, idx):
+            flat = 0
+            for n, e in reversed(list(zip(names, shape))):
+                flat = flat * e + idx[f"a{n}"]
+            a.dst[flat] = inner.cast(flat, f32) * 2.0 + a.x[flat] + inner.cast(idx["ax"], f32)
+
+        getattr(k, f"for_each_{len(shape)}d")(**axes, body=each)
+
+    program = accy.Program("grid", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body)
+    n = int(np.prod(shape))
+    agree(program, [np.zeros(n, np.float32), np.linspace(-1, 1, n, dtype=np.float32)], width)
+
+
+def test_divergent_if_loads_nothing_for_the_lanes_it_switches_off(width):
+    """Past n the then-branch would load out of bounds: those lanes never run it."""
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), n=scalar(index))
+    def guarded(k, a):
+        @k.for_each_1d(axis("i", a.dst.size))
+        def each(inner, idx):
+            i = idx["i"]
+            a.dst[i] = inner.if_(i < a.n, lambda inner: a.x[i] + 1.0, lambda inner: -2.0)
+
+    for n in (0, 1, 7, 19):
+        agree(guarded, [np.zeros(23, np.float32), np.arange(n, dtype=np.float32) if n else np.zeros(1, np.float32), n],
+              width)
+
+
+def test_folds_whose_trip_count_differs_per_lane(width):
+    """A triangular loop: lane i runs i trips; with a step of 3 and from a thread-dependent start."""
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32))
+    def triangle(k, a):
+        @k.for_each_1d(axis("i", a.dst.size))
+        def each(inner, idx):
+            i = idx["i"]
+            total = inner.fold_range(0, i, 1, 0.0, lambda inner, j, acc: acc * 0.5 + a.x[j])
+            strided = inner.fold_range(i, a.x.size, 3, 1.0, lambda inner, j, acc: acc + a.x[j] * acc)
+            down = inner.fold_range(i, -1, -2, 0.0, lambda inner, j, acc: acc - a.x[j])
+            a.dst[i] = total + strided * 0.001 + down
+
+    agree(triangle, [np.zeros(37, np.float32), np.linspace(-1, 1, 40, dtype=np.float32)], width)
+
+
+def test_lanes_storing_to_one_element_leave_the_last_threads_value(width):
+    @kernel(dst=dynamic_buffer(f32), where=dynamic_buffer(index))
+    def scatter(k, a):
+        @k.for_each_1d(axis("i", a.where.size))
+        def each(inner, idx):
+            i = idx["i"]
+            a.dst[0] = inner.cast(i, f32)  # every thread: the last one's stays
+            a.dst[a.where[i]] = inner.cast(i, f32) + 100.0  # collisions within and across chunks
+
+    where = np.array([1, 2, 1, 3, 2, 1, 5, 5, 4, 1, 2, 3, 3, 3, 1, 1, 2, 4, 5, 1, 1], np.int64)
+    got = agree(scatter, [np.zeros(6, np.float32), where], width)[0]
+    assert got[0] == len(where) - 1
+
+
+@pytest.mark.parametrize("t, np_type", [(f16, np.float16), (i32, np.int32), (accy.boolean, np.bool_),
+                                        (accy.bf16, None)])
+def test_narrow_and_bool_elements_load_and_store_as_vectors(t, np_type, width):
+    import ml_dtypes
+
+    np_type = np_type or ml_dtypes.bfloat16
+
+    @kernel(dst=dynamic_buffer(t), x=dynamic_buffer(t), perm=dynamic_buffer(index))
+    def shuffle(k, a):
+        @k.for_each_1d(axis("i", a.x.size))
+        def each(inner, idx):
+            i = idx["i"]
+            a.dst[i] = a.x[a.perm[i]]  # a gather
+            a.dst[a.perm[i] + a.x.size] = a.x[i]  # a scatter
+
+    n = 29
+    rng = np.random.default_rng(0)
+    x = (rng.integers(0, 2, n) if t is accy.boolean else rng.standard_normal(n) * 10).astype(np_type)
+    agree(shuffle, [np.zeros(2 * n, np_type), x, rng.permutation(n).astype(np.int64)], width)
+
+
+@pytest.mark.parametrize("threads", [1, 16, 48, 96])
+def test_blocks_whose_size_is_not_a_multiple_of_the_width(threads, width):
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32))
+    def neighbours(k, a):
+        @k.for_each_block(grid=axis("b", 3), threads=axis("t", threads))
+        def body(inner, block, thread):
+            s = inner.shared(f32, threads, "s")
+            t = thread["t"]
+            g = block["b"] * threads + t
+            s[t] = a.x[g] * 2.0
+            inner.barrier()
+            a.dst[g] = s[(t + 1) % threads] + s[threads - 1 - t] + inner.fold_range(0, t % 5, 1, 0.0,
+                                                                                    lambda inner, j, acc: acc + s[j])
+
+    agree(neighbours, [np.zeros(3 * threads, np.float32), np.arange(3 * threads, dtype=np.float32)], width)
+
+
+@pytest.mark.parametrize("mode", ["xor", "down", "up", "idx"])
+def test_shuffles_with_constant_and_varying_deltas(mode, width):
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32))
+    def shuffles(k, a):
+        @k.for_each_block(grid=axis("b", 2), threads=(axis("tx", 32), axis("ty", 2)))
+        def body(inner, block, thread):
+            t = thread["ty"] * 32 + thread["tx"]
+            g = block["b"] * 64 + t
+            v = a.x[g]
+            fn = {"xor": inner.shuffle_xor, "down": inner.shuffle_down, "up": inner.shuffle_up,
+                  "idx": inner.shuffle}[mode]
+            total = v
+            for delta in (0, 1, 3, 8, 16, 31, 32):  # constants, some past the warp
+                total = total + fn(v, delta) * float(delta + 1)
+            total = total + fn(v, t % 7)  # a delta that differs per thread
+            a.dst[g] = total
+
+    agree(shuffles, [np.zeros(128, np.float32), np.linspace(-3, 3, 128, dtype=np.float32)], width)
+
+
+def test_atomics_from_lanes_happen_in_thread_order(width):
+    @kernel(order=dynamic_buffer(i32), counter=dynamic_buffer(i32))
+    def claim(k, a):
+        k.for_each_1d(axis("i", a.order.size),
+                      lambda inner, idx: a.order.__setitem__(idx["i"], inner.atomic_add(a.counter, 0, 1)))
+
+    got = agree(claim, [np.zeros(45, np.int32), np.zeros(1, np.int32)], width)
+    assert got[0].tolist() == list(range(45))
+
+
+# -- checks proven for the whole launch ----------------------------------------------------
+
+
+def _affine(form):
+    """dst[form(i, s)] = x[form(i, s)] for i < n: the proof must bound form's range exactly."""
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), n=scalar(index), s=scalar(index))
+    def affine(k, a):
+        @k.for_each_1d(axis("i", a.n))
+        def each(inner, idx):
+            j = form(inner, idx["i"], a.s)
+            a.dst[j] = a.x[j] + 1.0
+
+    return affine
+
+
+FORMS = {
+    "i*s+3": lambda inner, i, s: i * s + 3,
+    "(n-1-i)*s": lambda inner, i, s: (9 - i) * s,
+    "clamped": lambda inner, i, s: inner.min(inner.max(i - s, 0), 9),
+    "i%s-div": lambda inner, i, s: i // 4 + (i % 4) * s,
+    "select": lambda inner, i, s: inner.select(i < 5, i * s, 20 - i),
+}
+
+
+@pytest.mark.parametrize("name", FORMS)
+def test_a_launch_that_fits_runs_and_one_that_does_not_names_its_thread(name, width):
+    program = _affine(FORMS[name])
+    for s in (0, 1, 2, 3):
+        args = [np.zeros(21, np.float32), np.arange(21, dtype=np.float32), 10, s]
+        try:
+            expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+            program.run(expected, backend="numpy", check_memory=False)
+        except OutOfBoundsError as e:
+            before = args[0].copy()
+            with pytest.raises(OutOfBoundsError) as got:
+                program.run(args, backend="llvm", vector_width=width)
+            assert str(got.value).split(" at ")[0] == str(e).split(" at ")[0]
+            np.testing.assert_array_equal(args[0], before)  # nothing written
+        else:
+            agree(program, args, width)
+
+
+def test_an_empty_loop_with_out_of_bounds_indices_is_never_run(width):
+    @kernel(dst=dynamic_buffer(f32), n=scalar(index), far=scalar(index))
+    def empty(k, a):
+        @k.for_each_1d(axis("i", a.dst.size))
+        def each(inner, idx):
+            i = idx["i"]
+            a.dst[i] = inner.fold_range(a.far, a.n, 1, 1.0, lambda inner, j, acc: acc + a.dst[j])
+
+    agree(empty, [np.zeros(8, np.float32), 5, 10**12], width)
+
+
+def test_an_index_that_overflows_is_not_taken_for_proven(width):
+    """i * s wraps for a huge s: the proof must fail and the checked run report the thread."""
+    program = _affine(FORMS["i*s+3"])
+    args = [np.zeros(21, np.float32), np.arange(21, dtype=np.float32), 10, 2**62]
+    with pytest.raises(OutOfBoundsError, match=r"thread i=1\b"):
+        program.run(args, backend="llvm", vector_width=width)
+
+
+def test_an_unprovable_guarded_kernel_still_runs(width):
+    """The proof ignores if_ conditions: here it fails, and the checked version runs."""
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32))
+    def guarded(k, a):
+        @k.for_each_1d(axis("i", a.dst.size))
+        def each(inner, idx):
+            i = idx["i"]
+            inner.if_(i + 5 < a.x.size, lambda inner: a.dst.__setitem__(i, a.x[i + 5]))
+
+    agree(guarded, [np.zeros(12, np.float32), np.arange(9, dtype=np.float32)], width)
+
+
+def test_an_in_out_buffer_updated_in_place(width):
+    @kernel(acc=dynamic_buffer(f32), x=dynamic_buffer(f32))
+    def accumulate(k, a):
+        k.for_each_1d(axis("i", a.x.size), lambda inner, idx: a.acc.__setitem__(
+            idx["i"], a.acc[idx["i"]] * 0.5 + a.x[idx["i"]]))
+
+    agree(accumulate, [np.ones(50, np.float32), np.arange(50, dtype=np.float32)], width)
+
+
+def test_the_prepare_entry_reports_extents_and_whether_the_launch_fits():
+    program = _affine(FORMS["i*s+3"])
+    kernel_ = codegen.host_kernel(program.graph, Target.host())
+    assert kernel_.plan.infallible
+    x = np.zeros(21, np.float32)
+    for s, fits in ((1, True), (2, False)):  # 9*2+3 = 21 is one past the end
+        status, extents = np.zeros(4, np.int64), np.zeros(3, np.int64)
+        ok = kernel_.prepare([x.ctypes.data, x.ctypes.data], [21, 21], [10, s], status.ctypes.data,
+                             extents.ctypes.data)
+        assert ok is fits and extents[0] == 10 and not status.any()
+
+
+# -- the fast launcher ---------------------------------------------------------------------
+
+
+def test_repeated_launches_with_changing_sizes_and_scalars():
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), a=scalar(f32), n=scalar(index))
+    def axpb(k, p):
+        k.for_each_1d(axis("i", p.n), lambda inner, idx: p.dst.__setitem__(idx["i"], p.x[idx["i"]] * p.a + 1.0))
+
+    for n in (5, 64, 0, 200, 64):
+        x = np.arange(max(n, 1), dtype=np.float32)
+        dst = np.zeros_like(x)
+        axpb.run([dst, x, 1.5, n], backend="llvm")
+        np.testing.assert_array_equal(dst[:n], x[:n] * np.float32(1.5) + 1)
+    with pytest.raises(ArgumentError, match="does not fit index"):
+        axpb.run([dst, x, 1.5, -1 - 2**63], backend="llvm")
+    with pytest.raises(LaunchError, match="extent -3"):
+        axpb.run([dst, x, 1.5, -3], backend="llvm")
+    with pytest.raises(OutOfBoundsError):
+        axpb.run([dst, x, 1.5, 500], backend="llvm")
+
+
+def test_vector_width_must_be_one_the_host_lowering_takes():
+    with pytest.raises(CompileError, match="vector_width must be one of 0, 2, 4"):
+        _affine(FORMS["i*s+3"]).run([np.zeros(3, np.float32)] * 2 + [1, 1], backend="llvm", vector_width=3)
