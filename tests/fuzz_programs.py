@@ -787,12 +787,18 @@ def _float_specials(t):
     values = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, -2.5, math.nan, math.inf, -math.inf, big, -big,
               float(info.tiny), -float(info.tiny), float(info.smallest_subnormal), 1e-3, 0.1, 100.5, -0.75,
               127.5, 128.0, -129.0, 255.5, 256.0, 32767.5, 65504.0, 65536.0, 2.0**31, -(2.0**31), 2.0**32,
-              2.0**63, -(2.0**63), 2.0**64, 16777217.0, 1e30, -1e30, 88.0, -104.0, 710.0, 1e300,
-              # ties and near-ties of the narrower types: where rounding twice differs from once
-              1 + 2**-8, 1 + 2**-8 + 2**-23, -(1 + 2**-8 + 2**-40), 3 * (1 + 2**-8 + 2**-35), 1 + 2**-11,
-              1 + 2**-11 + 2**-23, -(1 + 2**-11 + 2**-40), 1 + 2**-24, 1 + 2**-24 + 2**-50, 2**-25, 2**-25 + 2**-40,
-              1.5 * 2**-24, 2**-134 + 2**-150, 2**-150, 65520.0, 65519.99, 2.0**128 * (1 - 2**-25)]
+              2.0**63, -(2.0**63), 2.0**64, 16777217.0, 1e30, -1e30, 88.0, -104.0, 710.0, 1e300]
     return sorted({round_to(t, v) for v in values if not math.isnan(v)}, key=lambda v: (abs(v), v)) + [math.nan]
+
+
+def _float_ties(t):
+    """Ties and near-ties of the narrower types, where rounding twice differs from rounding once
+    (and the edges of f16's range), as far as ``t`` holds them."""
+    values = [1 + 2**-8, 1 + 2**-8 + 2**-23, -(1 + 2**-8 + 2**-40), 3 * (1 + 2**-8 + 2**-35), 1 + 2**-11,
+              1 + 2**-11 + 2**-23, -(1 + 2**-11 + 2**-40), 1 + 2**-24, 1 + 2**-24 + 2**-50, -(1 + 2**-24 + 2**-60),
+              2**-25, 2**-25 + 2**-40, 1.5 * 2**-24, 2**-134 + 2**-150, 2**-150, 65520.0, 65519.99, -65520.0,
+              2.0**128 * (1 - 2**-25), 2.0**24 + 1, 2.0**31 - 0.5, 2.0**32 - 0.5, -0.5, -1.5]
+    return sorted({round_to(t, v) for v in values}, key=lambda v: (abs(v), v))
 
 
 def _int_specials(t):
@@ -810,8 +816,8 @@ def _float_value(t, small=False):
     if small:
         base = st.one_of(_sampled(COMMON_FLOATS), st.floats(-10, 10, width=width))
     else:
-        base = st.one_of(_sampled(COMMON_FLOATS), _sampled(_float_specials(t)), st.floats(-10, 10, width=width),
-                         st.floats(width=width))
+        base = st.one_of(_sampled(COMMON_FLOATS), _sampled(_float_specials(t)), _sampled(_float_ties(t)),
+                         st.floats(-10, 10, width=width), st.floats(width=width))
     return base.map(lambda v: round_to(t, v))
 
 
@@ -1356,12 +1362,18 @@ class _Gen:
                 out.append(Let(e.e))
                 env[t].append(_Var(t, e.tainted, e.static))
                 _note("let", t)
-            elif kind == "twin":  # the same value twice, or its operands swapped: work for CSE
+            elif kind == "twin":  # a binary op twice, or with its operands swapped: work for CSE
                 t = self.type()
-                e = self.expr(env, t, self.draw(_ints(1, max(depth, 1))))
-                twin = e.e
-                if isinstance(twin, Op) and len(twin.args) == 2 and twin.op != "copysign" and self.draw(BOOLS):
-                    twin = attrs.evolve(twin, args=twin.args[::-1])  # commuted (a different value for sub)
+                ops = ["add", "sub", "mul", "max", "min"] + (["div", "mod"] if is_float(t) else []) \
+                    + (["and", "or", "xor"] if not is_float(t) else []) + (["shl", "shr"] if is_int(t) else [])
+                if is_bool(t):
+                    ops = ["and", "or", "xor", "eq", "ne"]
+                op = self.pick(ops)
+                d = self.draw(_ints(1, max(depth - 1, 1)))
+                keeps = op in KEEPS_ERROR
+                a, b = (self.expr(env, t, d, keeps) for _ in range(2))
+                e = self.op(op, t, (a, b))
+                twin = attrs.evolve(e.e, args=e.e.args[::-1]) if self.draw(BOOLS) else e.e
                 for x in (e.e, twin):
                     out.append(Let(x))
                     env[t].append(_Var(t, e.tainted, e.static))
@@ -1494,7 +1506,14 @@ def programs(draw, exact_math: bool = True, checked: bool = True, max_depth: int
     # every output is stored by every thread at the end, so no element is left unwritten
     # (the suite's interpreter memory checks would flag it); out0 last
     for j in reversed(range(len(outputs))):
-        e = gen.expr(env, outputs[j], draw(_ints(2, max_depth)))
+        t = outputs[j]
+        e = gen.expr(env, t, draw(_ints(2, max_depth)))
+        if draw(_ints(0, 2)):
+            # what this thread stored before shows through: mixed into the last value it stores
+            # (a value that depends on NumPy's math only through max, which keeps its error)
+            mix = "xor" if not is_float(t) else "max" if e.tainted else draw(_sampled(["add", "sub"]))
+            own = _E(LoadOwn(output_name(j)), False, False)
+            e = gen.op(mix, t, (own, e) if draw(BOOLS) else (e, own))
         if e.tainted:
             gen.tainted_outputs.add(j)
         statements.append(Store(output_name(j), e.e))

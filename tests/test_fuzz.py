@@ -11,6 +11,8 @@ sizes, so launches computed at run time differ in size), and each run also
   chunk) and the LLVM backend split over 3 host threads and, for programs that are
   in bounds by construction, with ``checks=False``: each bit-identical to its
   backend's plain run;
+* replays one logical thread alone on the interpreter (as ``debug_thread`` does: every
+  value 0-d, every fold a plain loop), whose elements must equal the whole launch's;
 * emits PTX for sm_80, and for a quarter of the programs sm_90 too (conftest's
   listener assembles every PTX with ptxas).
 
@@ -236,6 +238,22 @@ def _run_traced(program, args):
     return args, None
 
 
+def _run_one_thread(program, args, lane):
+    """The interpreter replaying one logical thread with plain loops (every value 0-d, as
+    ``debug_thread`` does): that thread's own element of each output, or the AccyError."""
+    graph = program.graph
+    try:
+        binding = bind_arguments(graph, _copy(args))
+        extents = program.launch(args=args).extents
+        coords = np.unravel_index(lane, tuple(reversed(extents)))[::-1]  # x fastest
+        buffers = {name: a.copy() for name, a in binding.flat.items()}
+        thread = {name: int(c) for name, c in zip(graph.launch_op.attrs["axes"], coords)}
+        interpreter.Interpreter(graph, buffers, binding.scalars, extents, thread=thread, plain=True).run()
+    except AccyError as e:
+        return None, e
+    return {name: buffers[name][lane:lane + 1] for name in binding.outputs}, None
+
+
 def check_world(desc, program, world, *, checked=True):
     args = make_arguments(desc, world)
     names = [p.name for p in program.graph.params]
@@ -247,6 +265,9 @@ def check_world(desc, program, world, *, checked=True):
     runs["numpy, traced graph"] = _run_traced(program, args)
     runs["numpy, memory_cap=1"] = _run(program, args, "numpy", memory_cap=1)  # a fold iteration per chunk
     runs["llvm, 3 threads"] = _run(program, args, "llvm", threads=3)  # the launch split across host threads
+    threads = desc.threads(world)
+    lane = (desc.fill_seed * 7919) % threads if threads else None
+    one = _run_one_thread(program, args, lane) if lane is not None else None
     if checked:  # in bounds by construction: checks change nothing
         runs["llvm, checks=False"] = _run(program, args, "llvm", checks=False)
 
@@ -278,6 +299,13 @@ def check_world(desc, program, world, *, checked=True):
         problems += [_mismatch(f"world {world}: {name}: {left} vs {right}", x, y,
                                tolerance=tolerant and tainted.get(name, False))
                      for name, x, y in zip(names, ref, got) if isinstance(x, np.ndarray)]
+    # the one thread replayed alone: its elements as the whole launch computed them
+    if one is not None and runs["numpy"][0] is not None:  # (if the launch failed, the thread may too)
+        if one[0] is None:
+            problems.append(f"world {world}: thread {lane} alone raised {one[1]!r}, the whole launch ran")
+        else:
+            problems += [_mismatch(f"world {world}: {name}: numpy vs numpy, thread {lane} alone", x[lane:lane + 1],
+                                   one[0][name]) for name, x in zip(names, runs["numpy"][0]) if name in one[0]]
     problems = [p for p in problems if p]
     assert not problems, "\n".join(problems)
 
