@@ -16,12 +16,15 @@ What is drawn
 * a sequence of *stages* transforming the state, nested at most two deep:
   pointwise math (add, sub, mul, div, max, min, bit ops, select, casts), thread-dependent
   ``if_`` and loops around pointwise stages and global atomics, uniform loops (static,
-  block-dependent or run-time trip counts, steps of either sign) and uniform ``if_``
-  branches around anything, exchanges through shared or global memory (each thread writes
-  its own slot, barrier, reads another thread's, barrier), shuffles (idx, xor, down, up;
-  constant or per-thread lane counts, including counts outside the warp), warp and block
-  reductions, and atomics on global buffers and shared arrays of i32, u32, i64, u64, f32
-  and f64 (an in-block shared array is cleared, barrier, updated, barrier, read, barrier).
+  block-dependent, loaded at a block-uniform index, or run-time trip counts; steps of
+  either sign) and uniform ``if_`` branches around anything, exchanges through shared or
+  global memory (each thread writes its own slot, barrier, reads another thread's,
+  barrier) of f32, f64, f16, bf16, i32, u32, i8 and u16, shuffles (idx, xor, down, up;
+  constant or per-thread lane counts, including counts outside the warp) and warp and
+  block reductions of those and i64, and atomics on global buffers and shared arrays of
+  i32, u32, i64, u64, index, f32, f64, f16 and bf16 (a shared array is cleared, barrier,
+  updated, barrier, read, barrier);
+* the ptx backend's target: sm_75, sm_80 or sm_90 (atomics lower differently).
 
 Race-free and deterministic by construction
 -------------------------------------------
@@ -32,8 +35,9 @@ index for every thread in Python (:meth:`Lin.values`):
 * where every thread updates its own element (the index is injective), any op on any
   value is deterministic, and the returned old value is folded into the state;
 * where threads share an element: integer add/max/min (wrapping sums commute), float
-  max/min (IEEE maximum/minimum commute, NaN included), float add of small integers
-  (``-8..7``: every partial sum is exact), exchange of a value that depends only on the
+  max/min (IEEE maximum/minimum commute, NaN included), f32/f64 add of small integers
+  (``-8..7``: every partial sum is exact; f16 and bf16 atomics, whose sums would round
+  past 2048 and 256, are only drawn one element per thread), exchange of a value that depends only on the
   element, and compare-and-swap from the known initial value to a value that depends
   only on the element (whoever wins, the element ends the same; the number of winners,
   counted by a second atomic, is the number of distinct elements touched).  The old
@@ -69,12 +73,16 @@ import attrs
 import numpy as np
 from hypothesis import strategies as st
 
-from accy import Program, axis, boolean, dynamic_buffer, f32, f64, i32, i64, index, scalar, u32, u64
+from accy import (Program, axis, bf16, boolean, dynamic_buffer, f16, f32, f64, i8, i32, i64, index, scalar, u16, u32,
+                  u64)
 
-DTYPES = {"f32": f32, "f64": f64, "i32": i32, "u32": u32, "i64": i64, "u64": u64}
-EXCHANGE_DTYPES = ("f32", "f64", "i32", "u32")
-SHUFFLE_DTYPES = ("f32", "f64", "i32", "u32", "i64")
-ATOMIC_DTYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
+DTYPES = {"f16": f16, "bf16": bf16, "f32": f32, "f64": f64, "i8": i8, "u16": u16, "i32": i32, "u32": u32,
+          "i64": i64, "u64": u64, "index": index}
+EXCHANGE_DTYPES = ("f32", "f64", "i32", "u32", "f16", "bf16", "i8", "u16")
+SHUFFLE_DTYPES = ("f32", "f64", "i32", "u32", "i64", "f16", "bf16", "i8")
+ATOMIC_DTYPES = ("i32", "u32", "i64", "u64", "index", "f32", "f64", "f16", "bf16")
+NARROW_FLOATS = ("f16", "bf16")  # atomics: add only, one thread per element (their sums round early)
+ARCHS = ("sm_75", "sm_80", "sm_90")
 WARP = 32
 MAX_BLOCKS = 8
 GRID_NAMES = ("bx", "by", "bz")
@@ -85,11 +93,11 @@ TINY = 1e-30  # a single adder's f32 value below this becomes 0 (PTX's atom.add.
 
 
 def is_float(dtype: str) -> bool:
-    return dtype.startswith("f")
+    return dtype in ("f16", "bf16", "f32", "f64")
 
 
 def is_signed(dtype: str) -> bool:
-    return dtype.startswith(("i", "f"))
+    return is_float(dtype) or dtype.startswith("i")
 
 
 # -- the launch --------------------------------------------------------------------------------------
@@ -302,7 +310,8 @@ class Atomic:
 @attrs.frozen
 class Trips:
     """A uniform trip count: ``static`` (``count``), ``block`` (``lin % count`` of block
-    coordinates) or ``scalar`` (the ``trips`` parameter)."""
+    coordinates), ``load`` (``xi[lin % size] % count``: a load at a block-uniform index is
+    uniform too) or ``scalar`` (the ``trips`` parameter)."""
 
     kind: str
     count: int = 1
@@ -314,7 +323,11 @@ class Trips:
             return np.full(blocks.shape, self.count)
         if self.kind == "scalar":
             return np.full(blocks.shape, desc.trips)
-        return np.mod(self.lin.values(coords)[:, 0], self.count)
+        at = self.lin.values(coords)[:, 0]
+        if self.kind == "load":
+            xi = input_data(desc)[1]
+            return np.mod(xi[np.mod(at, xi.size)].astype(np.int64), self.count)
+        return np.mod(at, self.count)
 
 
 @attrs.frozen
@@ -330,7 +343,7 @@ class Loop:
 @attrs.frozen
 class Cond:
     """A uniform condition: ``block`` (``lin % modulus == pick`` of block coordinates),
-    ``flag`` (the bool parameter) or ``scalar`` (``trips > pick``)."""
+    ``load`` (``x[lin % size] > 0``), ``flag`` (the bool parameter) or ``scalar`` (``trips > pick``)."""
 
     kind: str
     lin: Lin | None = None
@@ -343,7 +356,11 @@ class Cond:
             return np.full(blocks.shape, desc.flag)
         if self.kind == "scalar":
             return np.full(blocks.shape, desc.trips > self.pick)
-        return np.mod(self.lin.values(coords)[:, 0], self.modulus) == self.pick
+        at = self.lin.values(coords)[:, 0]
+        if self.kind == "load":
+            x = input_data(desc)[0]
+            return x[np.mod(at, x.size)] > 0
+        return np.mod(at, self.modulus) == self.pick
 
 
 @attrs.frozen
@@ -362,6 +379,7 @@ class CoopProgram:
     seed: int = 0
     floats: str = "normal"  # the data in x: ints eighths normal specials
     ints: str = "small"  # the data in xi: small wide
+    arch: str = "sm_80"  # the ptx backend's target
 
 
 @attrs.frozen
@@ -371,11 +389,19 @@ class Bug:
     kinds: ``drop_barrier`` (the barrier after an exchange's writes, or after a shared
     atomic's clearing, ``phase`` "init", or after its updates, ``phase`` "update"),
     ``racy_store`` (out_f[g // 2]), ``read_first`` (a shared exchange reads before it writes),
-    ``plain_atomic`` (a global atomic as a plain read-modify-write)."""
+    ``plain_atomic`` (a global atomic as a plain read-modify-write).
+
+    A later stage may overwrite the state a racy read fed, and the optimiser then removes
+    the read (as a GPU compiler would): so the read is also stored to an output of its own,
+    ``witness[g]``."""
 
     kind: str
     site: int = -1
     phase: str = ""
+
+    @property
+    def witnessed(self) -> bool:
+        return self.kind == "read_first" or (self.kind == "drop_barrier" and self.phase != "init")
 
 
 @attrs.frozen
@@ -436,10 +462,12 @@ def reach(desc: CoopProgram) -> list[tuple[Any, np.ndarray, bool]]:
 # -- building ------------------------------------------------------------------------------------------------
 
 
-def params_of(desc: CoopProgram) -> dict:
+def params_of(desc: CoopProgram, bug: Bug | None = None) -> dict:
     params = {"out_f": dynamic_buffer(f32), "out_i": dynamic_buffer(i32),
               "x": dynamic_buffer(f32), "xi": dynamic_buffer(i32),
               "trips": scalar(index), "flag": scalar(boolean)}
+    if bug is not None and bug.witnessed:
+        params["witness"] = dynamic_buffer(f64)
     for j, a in enumerate(desc.shape.grid):
         if a.source == "scalar":
             params[f"grid{j}"] = scalar(index)
@@ -456,8 +484,8 @@ def params_of(desc: CoopProgram) -> dict:
     return params
 
 
-def make_arguments(desc: CoopProgram) -> list:
-    """Arrays and scalars in parameter order."""
+def input_data(desc: CoopProgram) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs ``x`` (f32) and ``xi`` (i32), one element per thread."""
     rng = np.random.default_rng(desc.seed)
     n = desc.shape.total
     if desc.floats == "ints":
@@ -474,8 +502,15 @@ def make_arguments(desc: CoopProgram) -> list:
         xi = rng.integers(-2**31, 2**31, n).astype(np.int32)
     else:
         xi = rng.integers(-16, 17, n).astype(np.int32)
+    return x, xi
+
+
+def make_arguments(desc: CoopProgram, bug: Bug | None = None) -> list:
+    """Arrays and scalars in parameter order."""
+    n = desc.shape.total
+    x, xi = input_data(desc)
     values = {"out_f": np.zeros(n, np.float32), "out_i": np.zeros(n, np.int32), "x": x, "xi": xi,
-              "trips": desc.trips, "flag": desc.flag}
+              "trips": desc.trips, "flag": desc.flag, "witness": np.zeros(n, np.float64)}
     for j, a in enumerate(desc.shape.grid):
         if a.source == "scalar":
             values[f"grid{j}"] = a.extent
@@ -489,7 +524,7 @@ def make_arguments(desc: CoopProgram) -> list:
                 values[f"atom{k}"] = np.full(stage.bins, stage.init, DTYPES[stage.dtype].numpy)
             if stage.kind == "cas" and not stage.private:
                 values[f"count{k}"] = np.zeros(1, np.int32)
-    return [values[name] for name in params_of(desc)]
+    return [values[name] for name in params_of(desc, bug)]
 
 
 @attrs.define
@@ -513,6 +548,11 @@ class Env:
     def planted(self, k: int, kind: str, phase: str = "") -> bool:
         b = self.bug
         return b is not None and b.kind == kind and b.site == k and b.phase == phase
+
+    def witness(self, inner, k: int, value) -> None:
+        """Keep a planted bug's read alive (see :class:`Bug`)."""
+        if self.bug is not None and self.bug.site == k and self.bug.witnessed:
+            self.args.witness[self.sources["g"]] = inner.cast(value, f64)
 
 
 def build(desc: CoopProgram, bug: Bug | None = None) -> Program:
@@ -559,7 +599,7 @@ def build(desc: CoopProgram, bug: Bug | None = None) -> Program:
 
         k.for_each_block(grid=grid, threads=threads, body=block_body)
 
-    return Program("coop", params_of(desc), body)
+    return Program("coop", params_of(desc, bug), body)
 
 
 def _shared_need(stage, shape: Shape):
@@ -689,6 +729,8 @@ def build_loop(inner, env, k, s: Loop, state):
         n = trips.count
     elif trips.kind == "scalar":
         n = env.args.trips
+    elif trips.kind == "load":
+        n = inner.cast(env.args.xi[trips.lin.build(env) % env.args.xi.size], index) % trips.count
     else:
         n = trips.lin.build(env) % trips.count
     stop = s.start + n * s.step
@@ -703,6 +745,8 @@ def build_branch(inner, env, k, s: Branch, state):
         cond = env.args.flag
     elif c.kind == "scalar":
         cond = env.args.trips > c.pick
+    elif c.kind == "load":
+        cond = env.args.x[c.lin.build(env) % env.args.x.size] > 0.0
     else:
         cond = (c.lin.build(env) % c.modulus) == c.pick
     init = (state["f"], state["i"])
@@ -730,6 +774,7 @@ def build_exchange(inner, env, k, s: Exchange, state):
         if not env.planted(k, "drop_barrier"):
             inner.barrier()
         got = memory[theirs]
+    env.witness(inner, k, got)
     inner.barrier()  # before anyone writes the slots again
     return combine(inner, state, s.into, s.combine, got, s.dtype)
 
@@ -796,6 +841,7 @@ def build_atomic(inner, env, k, s: Atomic, state):
         if not env.planted(k, "drop_barrier", "update"):
             inner.barrier()
         got = memory[s.read.build(env) % s.bins]
+        env.witness(inner, k, got)
         inner.barrier()  # before the next clearing
         state = combine(inner, state, s.into, "add" if s.keep_old else s.combine, got, s.dtype)
     return state
@@ -828,6 +874,8 @@ def shapes(draw, warps: bool | None = None) -> Shape:
         threads.append(d)
         rest //= d
     threads.append(rest)
+    if len(threads) == 3 and threads[2] > 64:  # CUDA's block z is at most 64 (x and y: 1024)
+        threads[0], threads[2] = threads[2], threads[0]
     n_grid = draw(st.integers(1, 3))
     grid, blocks = [], 1
     for _ in range(n_grid):
@@ -924,11 +972,14 @@ def _injective(values: np.ndarray) -> bool:
 @st.composite
 def atomics(draw, shape: Shape, space: str):
     dtype = draw(st.sampled_from(ATOMIC_DTYPES))
-    kind = draw(st.sampled_from(["add", "add", "max", "min", "exchange", "cas"]))
+    narrow = dtype in NARROW_FLOATS
+    kind = "add" if narrow else draw(st.sampled_from(["add", "add", "max", "min", "exchange", "cas"]))
     n = shape.block_threads if space == "shared" else shape.total
     own = Lin((("t" if space == "shared" else "g", 1),), 0)
-    where = draw(st.one_of(st.just(own), lins(shape)))
-    bins = draw(st.sampled_from(sorted({1, 2, 3, 7, 16, n, n + 3})))
+    if narrow or draw(st.booleans()):  # one element per thread
+        where, bins = own, draw(st.sampled_from([n, n + 3]))
+    else:
+        where, bins = draw(lins(shape)), draw(st.sampled_from(sorted({1, 2, 3, 7, 16, n, n + 3})))
     values = np.mod(where.values(shape.coordinates()), bins)
     private = _injective(values if space == "shared" else values.reshape(1, -1))
     if kind == "add" and is_float(dtype):
@@ -950,16 +1001,16 @@ def atomics(draw, shape: Shape, space: str):
 
 @st.composite
 def trip_counts(draw, shape: Shape):
-    kind = draw(st.sampled_from(["static", "block", "scalar"]))
-    if kind == "block":
+    kind = draw(st.sampled_from(["static", "block", "load", "scalar"]))
+    if kind in ("block", "load"):
         return Trips(kind, draw(st.integers(1, 4)), draw(lins(shape, block_only=True)))
     return Trips(kind, draw(st.integers(0, 3)))
 
 
 @st.composite
 def conditions(draw, shape: Shape):
-    kind = draw(st.sampled_from(["block", "block", "flag", "scalar"]))
-    if kind == "block":
+    kind = draw(st.sampled_from(["block", "block", "load", "flag", "scalar"]))
+    if kind in ("block", "load"):
         modulus = draw(st.integers(2, 3))
         return Cond(kind, draw(lins(shape, block_only=True)), modulus, draw(st.integers(0, modulus - 1)))
     return Cond(kind, pick=draw(st.integers(0, 2)))
@@ -974,7 +1025,7 @@ def stage_lists(draw, shape: Shape, depth: int = 0, in_loop: bool = False, diver
     if not divergent:
         kinds += ["exchange", "exchange", "shared_atomic"]
         if shape.warps:
-            kinds += ["shuffle", "shuffle", "reduce"]
+            kinds += ["shuffle", "shuffle", "reduce", "reduce"]
     if depth < 2:
         kinds += ["diverge"] + ([] if divergent else ["loop", "branch"])
     out = []
@@ -1011,7 +1062,7 @@ def programs(draw, warps: bool | None = None) -> CoopProgram:
     shape = draw(shapes(warps))
     return CoopProgram(shape, draw(stage_lists(shape)), draw(st.integers(0, 3)), draw(st.booleans()),
                        draw(st.integers(0, 2**32 - 1)), draw(st.sampled_from(["ints", "eighths", "normal", "specials"])),
-                       draw(st.sampled_from(["small", "wide"])))
+                       draw(st.sampled_from(["small", "wide"])), draw(st.sampled_from(ARCHS)))
 
 
 # -- planted bugs ---------------------------------------------------------------------------------------------
