@@ -16,11 +16,12 @@ What is drawn
 * a sequence of *stages* transforming the state, nested at most two deep:
   pointwise math (add, sub, mul, div, max, min, bit ops, select, casts), thread-dependent
   ``if_`` and loops around pointwise stages and global atomics, uniform loops (static,
-  block-dependent, loaded at a block-uniform index, or run-time trip counts; steps of
-  either sign) and uniform ``if_`` branches around anything, exchanges through shared or
+  block-dependent, loaded at a block-uniform index, broadcast by thread 0 through shared
+  memory, or run-time trip counts; steps of either sign) and uniform ``if_`` branches
+  (conditions of the same kinds) around anything, exchanges through shared or
   global memory (each thread writes its own slot, barrier, reads another thread's,
   barrier) of f32, f64, f16, bf16, i32, u32, i8 and u16, shuffles (idx, xor, down, up;
-  constant or per-thread lane counts, including counts outside the warp) and warp and
+  constant, per-thread or per-iteration lane counts, including counts outside the warp) and warp and
   block reductions of those and i64, and atomics on global buffers and shared arrays of
   i32, u32, i64, u64, index, f32, f64, f16 and bf16 (a shared array is cleared, barrier,
   updated, barrier, read, barrier);
@@ -165,7 +166,9 @@ class Shape:
 
 @attrs.frozen
 class Lin:
-    """``sum(coef * source) + const``, an index, reduced floor-modulo where it is used."""
+    """``sum(coef * source) + const``, an index, reduced floor-modulo where it is used.
+    The source ``loop`` (the innermost uniform loop's counter, 0 outside loops) cannot be
+    evaluated in Python: such expressions are only drawn where nothing needs their values."""
 
     terms: tuple[tuple[str, int], ...]
     const: int = 0
@@ -311,14 +314,18 @@ class Atomic:
 class Trips:
     """A uniform trip count: ``static`` (``count``), ``block`` (``lin % count`` of block
     coordinates), ``load`` (``xi[lin % size] % count``: a load at a block-uniform index is
-    uniform too) or ``scalar`` (the ``trips`` parameter)."""
+    uniform too), ``broadcast`` (thread 0 publishes ``state.i % count`` through shared
+    memory: barrier, every thread reads it, barrier) or ``scalar`` (the ``trips`` parameter)."""
 
     kind: str
     count: int = 1
     lin: Lin | None = None
 
-    def values(self, coords, desc) -> np.ndarray:
+    def values(self, coords, desc) -> np.ndarray | None:
+        """Per block; None where Python cannot tell (``broadcast``)."""
         blocks = coords["b"][:, 0]
+        if self.kind == "broadcast":
+            return None
         if self.kind == "static":
             return np.full(blocks.shape, self.count)
         if self.kind == "scalar":
@@ -343,15 +350,19 @@ class Loop:
 @attrs.frozen
 class Cond:
     """A uniform condition: ``block`` (``lin % modulus == pick`` of block coordinates),
-    ``load`` (``x[lin % size] > 0``), ``flag`` (the bool parameter) or ``scalar`` (``trips > pick``)."""
+    ``load`` (``x[lin % size] > 0``), ``broadcast`` (thread 0's ``state.f > 0``, published
+    through shared memory as for :class:`Trips`), ``flag`` (the bool parameter) or
+    ``scalar`` (``trips > pick``)."""
 
     kind: str
     lin: Lin | None = None
     modulus: int = 2
     pick: int = 0
 
-    def values(self, coords, desc) -> np.ndarray:
+    def values(self, coords, desc) -> np.ndarray | None:
         blocks = coords["b"][:, 0]
+        if self.kind == "broadcast":
+            return None
         if self.kind == "flag":
             return np.full(blocks.shape, desc.flag)
         if self.kind == "scalar":
@@ -445,12 +456,13 @@ def reach(desc: CoopProgram) -> list[tuple[Any, np.ndarray, bool]]:
     def visit(stages, mask, divergent):
         for stage in stages:
             out.append((stage, mask, divergent))
-            if isinstance(stage, Loop):
-                visit(stage.body, mask & (stage.trips.values(coords, desc) >= 1), divergent)
+            if isinstance(stage, Loop):  # unknown trip counts and conditions: reached by no block
+                trips = stage.trips.values(coords, desc)
+                visit(stage.body, mask & (False if trips is None else trips >= 1), divergent)
             elif isinstance(stage, Branch):
                 cond = stage.cond.values(coords, desc)
-                visit(stage.then, mask & cond, divergent)
-                visit(stage.otherwise, mask & ~cond, divergent)
+                visit(stage.then, mask & (False if cond is None else cond), divergent)
+                visit(stage.otherwise, mask & (False if cond is None else ~cond), divergent)
             elif isinstance(stage, Diverge):
                 visit(stage.body, mask, True)
                 visit(stage.otherwise, mask, True)
@@ -540,6 +552,8 @@ class Env:
     counter: int = 0
 
     def source(self, name: str):
+        if name == "loop":
+            return self.loops[-1] if self.loops else self.sources["zero"]
         return self.sources[name]
 
     def index_const(self, value: int):
@@ -608,6 +622,10 @@ def build(desc: CoopProgram, bug: Bug | None = None) -> Program:
 
 
 def _shared_need(stage, shape: Shape):
+    if isinstance(stage, Loop) and stage.trips.kind == "broadcast":
+        return "i32", 1
+    if isinstance(stage, Branch) and stage.cond.kind == "broadcast":
+        return "f32", 1
     if isinstance(stage, Exchange) and stage.space == "shared":
         return stage.dtype, shape.block_threads + stage.offset + stage.pad
     if isinstance(stage, Atomic) and stage.space == "shared":
@@ -728,9 +746,22 @@ def build_diverge(inner, env, k, s: Diverge, state):
     return {"f": f, "i": i}
 
 
+def broadcast(inner, env: Env, k: int, value):
+    """Thread 0's ``value`` for every thread of the block, through shared memory: a load at
+    a uniform index, so a barrier may depend on it."""
+    cell = env.shared[k]
+    inner.if_(env.source("t") == 0, lambda inner: cell.__setitem__(0, value))
+    inner.barrier()
+    got = cell[0]
+    inner.barrier()  # everyone has read it before thread 0 may write it again
+    return got
+
+
 def build_loop(inner, env, k, s: Loop, state):
     trips = s.trips
-    if trips.kind == "static":
+    if trips.kind == "broadcast":
+        n = inner.cast(broadcast(inner, env, k, state["i"] % trips.count), index)
+    elif trips.kind == "static":
         n = trips.count
     elif trips.kind == "scalar":
         n = env.args.trips
@@ -746,7 +777,9 @@ def build_loop(inner, env, k, s: Loop, state):
 
 def build_branch(inner, env, k, s: Branch, state):
     c = s.cond
-    if c.kind == "flag":
+    if c.kind == "broadcast":
+        cond = broadcast(inner, env, k, state["f"]) > 0.0
+    elif c.kind == "flag":
         cond = env.args.flag
     elif c.kind == "scalar":
         cond = env.args.trips > c.pick
@@ -893,8 +926,8 @@ def shapes(draw, warps: bool | None = None) -> Shape:
     return Shape(tuple(grid), tuple(threads))
 
 
-def lins(shape: Shape, *, block_only: bool = False, max_terms: int = 2):
-    sources = shape.sources(block_only)
+def lins(shape: Shape, *, block_only: bool = False, max_terms: int = 2, in_loop: bool = False):
+    sources = shape.sources(block_only) + (("loop",) if in_loop else ())
     generic = st.builds(Lin, st.lists(st.tuples(st.sampled_from(sources), st.integers(-3, 5)), min_size=0 if
                                       block_only else 1, max_size=max_terms).map(tuple), st.integers(-8, 40))
     if block_only:
@@ -923,7 +956,7 @@ def operands(shape: Shape, target: str, in_loop: bool):
         if kind == "const":
             return Operand(kind, draw(const))
         if kind in ("lin", "x", "xi"):
-            return Operand(kind, lin=draw(lins(shape)))
+            return Operand(kind, lin=draw(lins(shape, in_loop=in_loop)))
         return Operand(kind)
 
     return draw_operand()
@@ -944,19 +977,19 @@ def _combines(dtype: str):
 
 
 @st.composite
-def exchanges(draw, shape: Shape):
+def exchanges(draw, shape: Shape, in_loop: bool = False):
     dtype = draw(st.sampled_from(EXCHANGE_DTYPES))
     return Exchange(draw(st.sampled_from(["shared", "shared", "global"])), dtype, draw(st.sampled_from("fi")),
-                    draw(lins(shape)), draw(st.sampled_from("fi")), draw(_combines(dtype)),
+                    draw(lins(shape, in_loop=in_loop)), draw(st.sampled_from("fi")), draw(_combines(dtype)),
                     draw(st.integers(0, 3)), draw(st.integers(0, 2)))
 
 
 @st.composite
-def shuffles(draw, shape: Shape):
+def shuffles(draw, shape: Shape, in_loop: bool = False):
     dtype = draw(st.sampled_from(SHUFFLE_DTYPES))
     mode = draw(st.sampled_from(["idx", "xor", "down", "up"]))
     per_thread = draw(st.booleans())
-    lin = draw(lins(shape)) if per_thread else None
+    lin = draw(lins(shape, in_loop=in_loop)) if per_thread else None
     delta = draw(st.integers(-3, 40)) if not per_thread else 0
     return Shuffle(mode, dtype, draw(st.sampled_from("fi")), draw(st.sampled_from("fi")), draw(_combines(dtype)),
                    delta, lin)
@@ -1010,15 +1043,17 @@ def atomics(draw, shape: Shape, space: str):
 
 @st.composite
 def trip_counts(draw, shape: Shape):
-    kind = draw(st.sampled_from(["static", "block", "load", "scalar"]))
+    kind = draw(st.sampled_from(["static", "block", "load", "broadcast", "scalar"]))
     if kind in ("block", "load"):
         return Trips(kind, draw(st.integers(1, 4)), draw(lins(shape, block_only=True)))
+    if kind == "broadcast":  # a modulus
+        return Trips(kind, draw(st.integers(1, 4)))
     return Trips(kind, draw(st.integers(0, 3)))
 
 
 @st.composite
 def conditions(draw, shape: Shape):
-    kind = draw(st.sampled_from(["block", "block", "load", "flag", "scalar"]))
+    kind = draw(st.sampled_from(["block", "block", "load", "broadcast", "flag", "scalar"]))
     if kind in ("block", "load"):
         modulus = draw(st.integers(2, 3))
         return Cond(kind, draw(lins(shape, block_only=True)), modulus, draw(st.integers(0, modulus - 1)))
@@ -1047,16 +1082,16 @@ def stage_lists(draw, shape: Shape, depth: int = 0, in_loop: bool = False, diver
         elif kind == "shared_atomic":
             out.append(draw(atomics(shape, "shared")))
         elif kind == "exchange":
-            out.append(draw(exchanges(shape)))
+            out.append(draw(exchanges(shape, in_loop)))
         elif kind == "shuffle":
-            out.append(draw(shuffles(shape)))
+            out.append(draw(shuffles(shape, in_loop)))
         elif kind == "reduce":
             out.append(draw(reduces(shape)))
         elif kind == "diverge":
             split_kind = draw(st.sampled_from(["if", "loop"]))
             body = draw(stage_lists(shape, depth + 1, in_loop, True))
             other = draw(stage_lists(shape, depth + 1, in_loop, True)) if split_kind == "if" else ()
-            out.append(Diverge(split_kind, draw(lins(shape)), draw(st.integers(2, 4)), body, other))
+            out.append(Diverge(split_kind, draw(lins(shape, in_loop=in_loop)), draw(st.integers(2, 4)), body, other))
         elif kind == "loop":
             out.append(Loop(draw(trip_counts(shape)), draw(stage_lists(shape, depth + 1, True, divergent)),
                             draw(st.integers(-2, 3)), draw(st.sampled_from([1, 2, -1, -3]))))
@@ -1091,8 +1126,8 @@ def bug_sites(desc: CoopProgram) -> list[tuple[Bug, str]]:
             continue
         ran = {name: v[blocks] for name, v in coords.items()}
         if isinstance(stage, Exchange):
-            slots = np.mod(stage.read.values(ran), n)
-            if (slots != ran["t"]).any():  # someone reads another thread's slot
+            slots = None if "loop" in stage.read.sources() else np.mod(stage.read.values(ran), n)
+            if slots is not None and (slots != ran["t"]).any():  # someone reads another thread's slot
                 sites.append((Bug("drop_barrier", k), "RaceError"))
             if stage.space == "shared":
                 sites.append((Bug("read_first", k), "UninitializedError"))
