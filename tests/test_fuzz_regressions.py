@@ -8,7 +8,7 @@ is open, tests/fuzz_programs.py avoids generating its construct when
 import numpy as np
 import pytest
 
-from accy import Program, axis, dynamic_buffer, f32, index
+from accy import Program, axis, dynamic_buffer, f32, f64, index, scalar
 from accy.backends import bind_arguments
 from accy.backends import interpreter
 from accy.backends.codegen import emit_ptx
@@ -17,7 +17,7 @@ from accy.errors import AccyError, OutOfBoundsError
 
 
 def _run(program, args, backend):
-    args = [a.copy() for a in args]
+    args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     program.run(args, backend=backend)
     return args
 
@@ -167,3 +167,58 @@ def test_bug4_store_in_a_fold_outside_the_launch_is_rejected():
     program = Program("store_outside", {"dst": dynamic_buffer(f32)}, body)
     with pytest.raises(AccyError, match="outside for_each"):
         program.graph
+
+
+# -- bug 5: f64 fma of uniform values crashes the interpreter ----------------------------------------
+# numerics.py _fma64 finds the lanes it must compute exactly with
+# `zip(*np.nonzero(finite & ~safe))`; NumPy >= 2.1 refuses np.nonzero on a 0-d array
+# ("Calling nonzero on 0d arrays is not allowed"), and the interpreter evaluates a value
+# that is the same for every thread (scalars, constants, anything computed from them at
+# the kernel's top level or in a uniform loop) as a 0-d array.  LLVM runs it.
+
+
+def _uniform_fma():
+    def body(k, a):
+        v = k.fma(a.x, a.x, a.x)  # kernel scope: one value for every thread
+        k.for_each_1d(axis("i", 2), lambda inner, idx: a.dst.__setitem__(idx["i"], v))
+
+    return Program("fma_uniform", {"dst": dynamic_buffer(f64), "x": scalar(f64)}, body)
+
+
+@pytest.mark.xfail(strict=True, reason="bug 5: numerics._fma64 calls np.nonzero on 0-d operands; "
+                                       "fix described in the fuzz report")
+def test_bug5_fma_of_uniform_f64_values_runs_on_the_interpreter():
+    for x in (1.5, 1e300, 1e-310):  # 1e300 and 1e-310 take the exact (Fraction) path
+        expected = _run(_uniform_fma(), [np.zeros(2), x], "llvm")[0]
+        np.testing.assert_array_equal(_run(_uniform_fma(), [np.zeros(2), x], "numpy")[0], expected)
+
+
+# -- bug 6: a failing kernel-scope op in an empty launch crashes the interpreter ---------------------
+# llvm and cuda run nothing when the launch has no threads (host.run_graph and cuda.execute
+# return at once for `launch.lanes == 0`), so a kernel-scope load out of bounds (or a
+# division by zero) there is never executed.  The interpreter runs the kernel's top-level
+# ops anyway; the failing check then calls Interpreter._first_bad, which broadcasts the
+# condition to the empty grid and takes np.argmax of it: "ValueError: attempt to get argmax
+# of an empty sequence" escapes (not even an AccyError).
+
+
+def _top_level_load():
+    def body(k, a):
+        v = a.src[5]  # out of bounds for a 2-element src, at the kernel's top level
+        k.for_each_1d(axis("i", a.n), lambda inner, idx: a.dst.__setitem__(idx["i"], v))
+
+    return Program("top_oob", {"dst": dynamic_buffer(f32), "src": dynamic_buffer(f32), "n": scalar(index)}, body)
+
+
+@pytest.mark.xfail(strict=True, reason="bug 6: the interpreter runs kernel-scope ops of an empty launch and "
+                                       "crashes in _first_bad; fix described in the fuzz report")
+def test_bug6_an_empty_launch_runs_nothing_on_the_interpreter_either():
+    args = [np.zeros(0, np.float32), np.ones(2, np.float32), 0]
+    _run(_top_level_load(), args, "llvm")  # runs nothing
+    _run(_top_level_load(), args, "numpy")
+
+
+def test_bug6_a_launch_with_threads_reports_the_kernel_scope_failure_on_both():
+    for backend in ("numpy", "llvm"):
+        with pytest.raises(OutOfBoundsError, match="index 5 is out of bounds for 2 elements"):
+            _run(_top_level_load(), [np.zeros(2, np.float32), np.ones(2, np.float32), 2], backend)
