@@ -69,7 +69,8 @@ timeout 120 "$py" -m bench.gpu --compare --backends "$backends" --json "$out/ent
 entries_rc=$?
 
 echo "== fuzz corpus on $backends"
-ACCY_FUZZ_BACKENDS="$backends" timeout 180 "$py" -m pytest -q -p no:cacheprovider tests/test_fuzz.py \
+ACCY_FUZZ_BACKENDS="$backends" timeout 240 "$py" -m pytest -q -p no:cacheprovider tests/test_fuzz.py \
+  tests/test_fuzz_cooperative.py tests/test_fuzz_regressions.py \
   --junitxml="$out/fuzz.xml"
 fuzz_rc=$?
 

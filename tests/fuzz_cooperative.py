@@ -1014,11 +1014,7 @@ def atomics(draw, shape: Shape, space: str):
     kind = "add" if narrow else draw(st.sampled_from(["add", "add", "max", "min", "exchange", "cas"]))
     n = shape.block_threads if space == "shared" else shape.total
     own = Lin((("t" if space == "shared" else "g", 1),), 0)
-    if narrow and space == "global":
-        # an even length: on the last element of an odd-length buffer the 32-bit CAS that a
-        # 16-bit atomic becomes reads past the end (test_f16_atomic_add_on_the_last_element_...)
-        where, bins = own, draw(st.sampled_from([n + n % 2, n + 4 - n % 2]))
-    elif narrow or draw(st.booleans()):  # one element per thread
+    if narrow or draw(st.booleans()):  # one element per thread
         where, bins = own, draw(st.sampled_from([n, n + 3]))
     else:
         where, bins = draw(lins(shape)), draw(st.sampled_from(sorted({1, 2, 3, 7, 16, n, n + 3})))

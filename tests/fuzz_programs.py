@@ -40,17 +40,16 @@ Every description is valid by construction:
 Inexact math functions (exp exp2 expm1 log log2 log1p erf tanh sigmoid sin cos pow)
 are drawn in one of two modes:
 
-* ``exact_math=True``: the test makes the interpreter call the same C library
-  functions LLVM calls, so every result must agree bit for bit.  One thing still
-  differs: LLVM evaluates a math function of a *constant* at compile time (in
-  double precision, then rounded), not with the C library.  So where the argument
-  might be a compile-time constant for LLVM, the generator wraps it in
-  :class:`Opaque` (``x + negz``, with the scalar parameter ``negz = -0.0`` that
-  changes no value, NaN and signed zeros included).  "Might be constant" is
-  tracked conservatively (``static``): any integer or bool op counts as possibly
-  constant (LLVM simplifies ``x - x``, ``x * 0``, shifts past the width, ...).
-* ``exact_math=False`` (NumPy's own float64 functions, a few ulps away from the C
-  library's): a value that depends on one (``tainted``) may only flow into ops
+* ``exact_math=True``: the test makes the interpreter compute them with the same
+  routines the LLVM host inlines (accy.backends.vecmath), so every result must agree
+  bit for bit.  Where the argument might be a compile-time constant for LLVM, the
+  generator still wraps it in :class:`Opaque` (``x + negz``, with the scalar parameter
+  ``negz = -0.0`` that changes no value, NaN and signed zeros included), so that what
+  runs is the routine, not a fold of it.  "Might be constant" is tracked conservatively
+  (``static``): any integer or bool op counts as possibly constant (LLVM simplifies
+  ``x - x``, ``x * 0``, shifts past the width, ...).
+* ``exact_math=False`` (NumPy's own float64 functions, a few ulps away from
+  vecmath's): a value that depends on one (``tainted``) may only flow into ops
   that keep its *relative* error bounded (``neg``, ``abs``, ``max``, ``min``,
   ``sqrt``, ``rsqrt``, widening float casts, ``select`` and ``if_`` branches, max/min
   accumulators) and into stores; outputs that receive a tainted store are compared
@@ -82,6 +81,14 @@ def add_fuzz_option(parser) -> None:
     parser.addoption("--fuzz-long", action="store_true", default=False,
                      help=f"run the differential fuzzer with many more examples per test "
                           f"(about {LONG_EXAMPLES // DEFAULT_EXAMPLES} times the default)")
+
+
+# The backends each fuzzed program runs on (ACCY_FUZZ_BACKENDS, comma-separated): numpy is
+# the reference; scripts/gpu_check.sh adds cuda on a GPU.
+FUZZ_BACKENDS = tuple(os.environ.get("ACCY_FUZZ_BACKENDS", "numpy,llvm,ptx").split(","))
+if "numpy" not in FUZZ_BACKENDS or set(FUZZ_BACKENDS) - {"numpy", "llvm", "ptx", "cuda"}:
+    raise ValueError(f"ACCY_FUZZ_BACKENDS: expected numpy and any of llvm, ptx, cuda, got {FUZZ_BACKENDS}")
+DEVICE_BACKENDS = tuple(b for b in FUZZ_BACKENDS if b in ("ptx", "cuda"))
 
 
 def fuzz_examples(config, default: int = DEFAULT_EXAMPLES, long: int = LONG_EXAMPLES) -> int:
@@ -840,11 +847,6 @@ def value_of(t: str, small: bool = False):
 # the loop-step candidates, simplest first; huge steps keep loops between the index edges short
 STEPS = [1, 2, -1, 3, -2, 4, -3, 7, -4, 2**62, -(2**62), INDEX_MAX, -INDEX_MAX, INDEX_MIN]
 
-# True: don't generate the constructs of the open bugs listed in test_fuzz_regressions.py,
-# to fuzz past them (ACCY_FUZZ_AVOID_KNOWN_BUGS=0 generates everything).  Each place that
-# avoids one names its bug.
-AVOID_KNOWN_BUGS = os.environ.get("ACCY_FUZZ_AVOID_KNOWN_BUGS", "1") not in ("0", "no", "false", "off", "")
-
 SMALL_LO, SMALL_HI = -8, 16  # the interval small clamps live in
 EDGE_OFFSET = 16
 MAX_TRIPS = (24, 8, 4)  # per nesting depth of the fold
@@ -897,12 +899,6 @@ class _Gen:
         self.exact_math = exact_math
         self.checked = checked  # False: loads and divisions may fail at run time
         self.tainted_outputs = set()
-        self.empty_launch = False  # some world launches no thread
-
-    def avoid_failing_here(self, env) -> bool:
-        """An op that may fail at the kernel's top level, in a program some world launches
-        with no thread: bug 6 in test_fuzz_regressions.py."""
-        return AVOID_KNOWN_BUGS and self.empty_launch and env["kernel_scope"]
 
     # -- helpers
     def pick(self, options):
@@ -982,7 +978,7 @@ class _Gen:
         modes = ["clamp", "mod", "rem", "affine"]
         if any(v.loop and v.interval is not None for v in env["index"]):
             modes += ["affine", "affine"]  # the loop patterns backends optimise
-        if not self.checked and not self.avoid_failing_here(env):
+        if not self.checked:
             modes += ["raw", "raw"]
         mode = self.pick(modes)
         if mode == "raw":
@@ -1102,7 +1098,7 @@ class _Gen:
             guards = ["max1", "select", "or1", "const"]
             if t == "index" and env["spans"]:
                 guards += ["span", "span"]
-            if not self.checked and not self.avoid_failing_here(env):
+            if not self.checked:
                 guards += ["none", "none"]
             guard = self.pick(guards)
             _note("op", op, t)
@@ -1118,12 +1114,15 @@ class _Gen:
                 b = self.expr(env, t, d, False).e
             return _E(IDiv(op, a.e, b, guard, self.pick(["method", "named", "operator", "ufunc"])))
         if kind == "unary":
+            # f64 rsqrt is inexact (the interpreter's 1 / sqrt(x) rounds twice, vecmath's once)
+            inexact = t == "f64" and not self.exact_math
             if is_float(t):
-                op = self.pick(["neg", "abs", "sqrt", "rsqrt"])
+                op = self.pick(["neg", "abs", "sqrt"] + (["rsqrt"] if allow_taint or not inexact else []))
             else:
                 op = self.pick(["neg", "abs", "not"])
             a = self.expr(env, t, d, allow_taint)
-            return self.op(op, t, (a,))
+            result = self.op(op, t, (a,))
+            return attrs.evolve(result, tainted=True) if op == "rsqrt" and inexact else result
         if kind == "rounding":
             return self.op(self.pick(ROUNDING), t, (self.expr(env, t, d, False),))
         if kind == "math":
@@ -1480,7 +1479,6 @@ def programs(draw, exact_math: bool = True, checked: bool = True, max_depth: int
     gen = _Gen(draw, parts, exact_math, checked, favoured)
     desc0 = ProgramDesc(extents, block, inputs, outputs, scalars, (), (), 0, worlds)
     sizes = [desc0.extent_values(w) for w in range(worlds)]
-    gen.empty_launch = any(math.prod(s) == 0 for s in sizes)
 
     # kernel scope: the scalars, no thread indices, no own element
     env = {t: [] for t in TYPES}

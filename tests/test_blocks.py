@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import accy
-from accy import Program, axis, dynamic_buffer, f16, f32, f64, i32, i64, index, kernel, scalar, u32
-from accy.errors import LaunchError, OutOfBoundsError, TraceError
+from accy import axis, dynamic_buffer, f16, f32, f64, i32, i64, index, kernel, scalar, u32
+from accy.errors import OutOfBoundsError
 
 
 # -- kernels people write (what the block level refuses is in test_bad_inputs.py's tables) ------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Differential fuzzing: random well-typed programs (tests/fuzz_programs.py) run on the
-NumPy interpreter and on the LLVM host backend with the same arguments, and must agree.
+NumPy interpreter, the LLVM host backend and the PTX emulator with the same arguments, and
+must agree.
 
 Each example runs once per *world* (one or two argument sets: scalar values and input
 sizes, so launches computed at run time differ in size), and each run also
@@ -13,6 +14,11 @@ sizes, so launches computed at run time differ in size), and each run also
   backend's plain run;
 * replays one logical thread alone on the interpreter (as ``debug_thread`` does: every
   value 0-d, every fold a plain loop), whose elements must equal the whole launch's;
+* runs on ``ptx`` (the PTX the cuda backend would launch, for the drawn arch, on the
+  emulator) and, on a GPU, ``cuda``: ``ACCY_FUZZ_BACKENDS`` lists the backends
+  (default ``numpy,llvm,ptx``; scripts/gpu_check.sh adds ``cuda``).  NVPTX computes the
+  math functions with libdevice, so a device backend's outputs are compared where no
+  math function is drawn, or in the numpy-math test (tainted outputs within tolerance);
 * emits PTX for sm_80, and for a quarter of the programs sm_90 too (conftest's
   listener assembles every PTX with ptxas).
 
@@ -20,20 +26,20 @@ Agreement.  Every op but the inexact math functions (exp exp2 expm1 log log2 log
 erf tanh sigmoid sin cos pow) is specified bit for bit (docs/ir.md,
 accy/backends/numerics.py): integer and bool results, f16 and bf16 (arithmetic
 rounds once from f32; math functions compute in f32 and round once), and f32/f64
-add, sub, mul, div, mod, fma, sqrt, rsqrt, rounding, casts.  The math functions
-differ: the interpreter computes in float64 with NumPy and rounds, LLVM calls the C
-library (a few ulps apart, tests/test_math_accuracy.py), and a one-ulp difference is
-unbounded after a cast to an integer, a comparison or a cancelling subtraction.  So:
+add, sub, mul, div, mod, fma, sqrt, rounding, casts (and f32 rsqrt).  The math functions
+differ: the interpreter computes in float64 with NumPy and rounds, the llvm host inlines
+vecmath's routines (within the ulp bounds docs/ir.md states, tests/test_math_accuracy.py),
+and a one-ulp difference is unbounded after a cast to an integer, a comparison or a
+cancelling subtraction.  So:
 
 * ``test_numpy_and_llvm_agree`` (the main fuzzer) and
   ``test_numpy_and_llvm_agree_on_failing_programs`` patch the interpreter's op table
-  (``interpreter.EVAL``) for the test so that it calls the C library's functions,
-  exactly as the LLVM lowering does (``expf`` for f32 and, widened, for f16/bf16;
-  ``exp`` for f64; sigmoid with the C library's ``exp`` in double).  Then every output
-  must agree bit for bit (NaN payloads aside).  LLVM folds a math function of a
-  constant at compile time in double precision, which is not the C library's
-  ``expf``, so the generator hides possibly-constant arguments behind ``x + negz``
-  (see fuzz_programs.py).
+  (``interpreter.EVAL``) for the test so that it computes each math function with
+  vecmath's routine, JIT-compiled on its own (tests/host_math.py: f32 and f64; f16 and
+  bf16 widened to f32 and rounded once, as the lowering does).  Then every output must
+  agree bit for bit (NaN payloads aside).  The generator still hides possibly-constant
+  arguments of math functions behind ``x + negz`` (see fuzz_programs.py), so that a
+  compile-time fold can never stand in for the routine.
 * ``test_numpy_and_llvm_agree_with_numpy_math`` keeps NumPy's functions and lets a
   value that depends on one flow only into ops that keep its relative error bounded
   and into stores; the outputs it reaches are compared within ``rtol=2e-2`` (two
@@ -54,14 +60,12 @@ arguments of each world and what each run did.
 from __future__ import annotations
 
 import collections
-import ctypes
-import ctypes.util
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 
 import fuzz_programs
+import host_math as host_math_module
 from accy.backends import bind_arguments
 from accy.backends import interpreter
 from accy.backends.codegen import emit_ptx
@@ -70,106 +74,30 @@ from accy.dsl.ops import OPS, OpTypeError, infer
 from accy.dsl.types import DTYPES
 from accy.errors import AccyError
 
-from fuzz_programs import build, fuzz_examples, make_arguments, programs
+from fuzz_programs import DEVICE_BACKENDS, FUZZ_BACKENDS, build, fuzz_examples, make_arguments, programs
 
 # tolerance for outputs a NumPy math function reaches (test_numpy_and_llvm_agree_with_numpy_math)
 RTOL, ATOL = 2e-2, 1e-7
 
-# -- the C library's math functions, as the LLVM host lowering calls them ---------------------------
+# NVPTX computes these with libdevice (f32 rsqrt too, to 1.5 ulp): neither the interpreter's
+# nor vecmath's bits, so a program with one is compared on a device backend only where the
+# generator tracked the error (numpy math, tainted outputs within tolerance)
+NVPTX_INEXACT = frozenset(fuzz_programs.INEXACT) | {"pow", "rsqrt"}
 
-_libm = ctypes.CDLL(ctypes.util.find_library("m"))
-LIBM_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "erf", "tanh", "sin", "cos")
-
-
-def _c_function(name, ctype, arity):
-    fn = getattr(_libm, name)
-    fn.restype = ctype
-    fn.argtypes = [ctype] * arity
-    return fn
-
-
-def _elementwise(fn, dtype, xs):
-    """``fn`` on each element of the broadcast ``xs`` (NumPy arrays of ``dtype``)."""
-    xs = np.broadcast_arrays(*xs)
-    flat = [x.reshape(-1).tolist() for x in xs]
-    memo = {}
-    out = np.empty(len(flat[0]), dtype)
-    for n, key in enumerate(zip(*flat)):
-        if key not in memo:
-            memo[key] = fn(*key)
-        out[n] = memo[key]
-    return out.reshape(xs[0].shape)
-
-
-def libm_function(name: str, arity: int = 1):
-    """The interpreter's op ``name`` computed with the C library: ``namef`` for f32 (and, on
-    values widened exactly to f32 and rounded back once, f16 and bf16), ``name`` for f64."""
-    single = _c_function(name + "f", ctypes.c_float, arity)
-    double = _c_function(name, ctypes.c_double, arity)
-
-    def op(*xs):
-        xs = [np.asarray(x) for x in xs]
-        dtype = xs[0].dtype
-        if dtype == np.float64:
-            out = _elementwise(double, np.float64, xs)
-        else:
-            out = _elementwise(single, np.float32, [x.astype(np.float32) for x in xs]).astype(dtype)
-        return out[()] if out.ndim == 0 else out
-
-    op.__name__ = f"libm_{name}"
-    return op
-
-
-def libm_sigmoid(x):
-    """The LLVM host lowering's sigmoid: in double (f32 and narrower widened to it), with the
-    C library's ``exp``: 1 / (1 + e) for x >= 0, e / (1 + e) below, e = exp(-|x|)."""
-    x = np.asarray(x)
-    dtype = x.dtype
-    wide = (x if dtype == np.float64 else x.astype(np.float32)).astype(np.float64)
-    e = _elementwise(_c_function("exp", ctypes.c_double, 1), np.float64, [-np.abs(wide)])
-    with np.errstate(all="ignore"):
-        out = np.where(wide >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-    if dtype != np.float64:
-        out = out.astype(np.float32).astype(dtype)
-    return out[()] if out.ndim == 0 else out
-
-
-LIBM_EVAL = {**{name: libm_function(name) for name in LIBM_UNARY}, "pow": libm_function("pow", 2),
-             "sigmoid": libm_sigmoid}
+# -- the math functions as the LLVM host lowering computes them ----------------------------------
 
 
 @pytest.fixture
-def libm_math(monkeypatch):
-    """The interpreter computes the inexact math functions with the C library, for this test."""
-    for name, fn in LIBM_EVAL.items():
+def host_math(monkeypatch):
+    """The interpreter computes the inexact math functions as the llvm host does (vecmath's
+    routines), for this test."""
+    for name in HOST_MATH:
         assert name in interpreter.EVAL and name not in interpreter.STRUCTURAL, \
-            f"the interpreter's {name} moved: update LIBM_EVAL's patch"
-        monkeypatch.setitem(interpreter.EVAL, name, fn)
-    assert set(fuzz_programs.INEXACT) | {"pow"} == set(LIBM_EVAL)
+            f"the interpreter's {name} moved: update the host_math patch"
+        monkeypatch.setitem(interpreter.EVAL, name, host_math_module.interpreter_op(name))
 
 
-# -- open bugs: fuzz past them ----------------------------------------------------------------------------
-
-
-def _fma_of_0d_operands(fma):
-    """Bug 5 (test_fuzz_regressions.py): numerics.fma crashes on 0-d f64 operands (uniform
-    values); give it 1-d ones and take the 0-d result back."""
-
-    def op(a, b, c):
-        shape = np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(c))
-        if shape:
-            return fma(a, b, c)
-        return fma(*(np.reshape(x, (1,)) for x in (a, b, c))).reshape(())
-
-    return op
-
-
-@pytest.fixture(autouse=True)
-def fuzz_past_known_bugs(monkeypatch):
-    """While fuzz_programs.AVOID_KNOWN_BUGS is on, work around the open bugs that the generator
-    cannot avoid without losing an op or type; each names its regression test."""
-    if fuzz_programs.AVOID_KNOWN_BUGS:
-        monkeypatch.setitem(interpreter.EVAL, "fma", _fma_of_0d_operands(interpreter.EVAL["fma"]))
+HOST_MATH = (*fuzz_programs.INEXACT, "pow", "rsqrt")  # f64 rsqrt: the interpreter rounds twice
 
 
 # -- running and comparing -----------------------------------------------------------------------------
@@ -254,22 +182,28 @@ def _run_one_thread(program, args, lane):
     return {name: buffers[name][lane:lane + 1] for name in binding.outputs}, None
 
 
-def check_world(desc, program, world, *, checked=True):
+def check_world(desc, program, world, *, checked=True, exact_math=True):
     args = make_arguments(desc, world)
     names = [p.name for p in program.graph.params]
     note(f"world {world}: extents {desc.extent_values(world)}, arguments:\n"
          + "\n".join(f"  {n} = {a!r}" for n, a in zip(names, args)))
 
-    runs = {"numpy": _run(program, args, "numpy"), "llvm": _run(program, args, "llvm")}
+    runs = {"numpy": _run(program, args, "numpy")}
     # the unoptimised graph on the interpreter: the passes must not change any bit
     runs["numpy, traced graph"] = _run_traced(program, args)
     runs["numpy, memory_cap=1"] = _run(program, args, "numpy", memory_cap=1)  # a fold iteration per chunk
-    runs["llvm, 3 threads"] = _run(program, args, "llvm", threads=3)  # the launch split across host threads
+    if "llvm" in FUZZ_BACKENDS:
+        runs["llvm"] = _run(program, args, "llvm")
+        runs["llvm, 3 threads"] = _run(program, args, "llvm", threads=3)  # the launch split across host threads
+        if checked:  # in bounds by construction: checks change nothing
+            runs["llvm, checks=False"] = _run(program, args, "llvm", checks=False)
+    device = {}  # device backend -> whether its outputs are compared (see NVPTX_INEXACT)
+    for backend in DEVICE_BACKENDS:
+        runs[backend] = _run(program, args, backend, **({"arch": desc.arch} if backend == "ptx" else {}))
+        device[backend] = not exact_math or not any(op.opcode in NVPTX_INEXACT for op in program.graph.body.walk())
     threads = desc.threads(world)
     lane = (desc.fill_seed * 7919) % threads if threads else None
     one = _run_one_thread(program, args, lane) if lane is not None else None
-    if checked:  # in bounds by construction: checks change nothing
-        runs["llvm, checks=False"] = _run(program, args, "llvm", checks=False)
 
     outcomes = {name: (f"raised {type(err).__name__}: {err}" if err is not None else "ran")
                 for name, (_, err) in runs.items()}
@@ -280,7 +214,8 @@ def check_world(desc, program, world, *, checked=True):
     else:
         # dead-code removal may drop a failing load or division of the traced graph, so
         # the traced graph may fail where the optimised one runs, never the other way
-        optimised = {err is None for name, (_, err) in runs.items() if name != "numpy, traced graph"}
+        optimised = {err is None for name, (_, err) in runs.items()
+                     if name != "numpy, traced graph" and device.get(name, True)}
         assert len(optimised) == 1, f"world {world}: backends disagree on failing: {outcomes}"
         traced_err = runs["numpy, traced graph"][1]
         assert traced_err is not None or optimised == {True}, f"the passes made a program fail: {outcomes}"
@@ -289,8 +224,8 @@ def check_world(desc, program, world, *, checked=True):
 
     # numpy vs llvm; each against its own variants bit for bit
     tainted = dict(zip((fuzz_programs.output_name(j) for j in range(len(desc.outputs))), desc.tainted))
-    pairs = [("numpy", "llvm", True)] + [(run_name.split(",")[0], run_name, False)
-                                          for run_name in runs if "," in run_name]
+    pairs = [("numpy", name, True) for name in ("llvm", *device) if name in runs and device.get(name, True)]
+    pairs += [(run_name.split(",")[0], run_name, False) for run_name in runs if "," in run_name]
     problems = []
     for left, right, tolerant in pairs:
         (ref, _), (got, _) = runs[left], runs[right]
@@ -310,14 +245,14 @@ def check_world(desc, program, world, *, checked=True):
     assert not problems, "\n".join(problems)
 
 
-def check_program(desc, *, checked=True):
+def check_program(desc, *, checked=True, exact_math=True):
     """Build, run (in each world) and compare one description; ``checked=False`` programs
     may fail at run time, and then every run must fail."""
     note(f"description: {desc!r}")
     program = build(desc)
     note(f"program (optimised graph):\n{program.graph.text()}")
     for world in range(desc.worlds):
-        check_world(desc, program, world, checked=checked)
+        check_world(desc, program, world, checked=checked, exact_math=exact_math)
     block = program.threads.block
     emit_ptx(program.graph, Target.nvptx("sm_80"), block)
     if desc.arch != "sm_80":
@@ -327,7 +262,7 @@ def check_program(desc, *, checked=True):
 # -- the fuzzers ---------------------------------------------------------------------------------------
 
 
-def test_numpy_and_llvm_agree(request, libm_math):
+def test_numpy_and_llvm_agree(request, host_math):
     @_fuzz_settings(request, 150, 2000)
     @given(programs(exact_math=True))
     def fuzz(desc):
@@ -336,7 +271,7 @@ def test_numpy_and_llvm_agree(request, libm_math):
     fuzz()
 
 
-def test_numpy_and_llvm_agree_on_failing_programs(request, libm_math):
+def test_numpy_and_llvm_agree_on_failing_programs(request, host_math):
     """Loads that may be out of bounds, divisions that may divide by zero: either every
     run fails or none does, and then they agree."""
 
@@ -352,7 +287,7 @@ def test_numpy_and_llvm_agree_with_numpy_math(request):
     @_fuzz_settings(request, 40, 500)
     @given(programs(exact_math=False))
     def fuzz(desc):
-        check_program(desc)
+        check_program(desc, exact_math=False)
 
     fuzz()
 
@@ -373,7 +308,7 @@ def _walk(node):
 
 def test_generator_covers_the_language(request, monkeypatch):
     """Descriptions only (nothing is built or run): what the generator reaches.  By default
-    (300 descriptions): every pointwise op and every dtype (as input, output, scalar and
+    (500 descriptions): every pointwise op and every dtype (as input, output, scalar and
     value), casts, each form of if_, fold, extent, spelling and guard.  With --fuzz-long
     (2000): every pointwise op on every operand type its type rule accepts, and at least 90%
     of the cast pairs."""
@@ -381,9 +316,10 @@ def test_generator_covers_the_language(request, monkeypatch):
     seen = collections.Counter()
     monkeypatch.setattr(fuzz_programs, "COVERAGE", seen)
 
-    @_fuzz_settings(request, 300, 2000)
+    @_fuzz_settings(request, 500, 2000)
     @given(programs(exact_math=True, checked=False))
     def draw(desc):
+        seen["descriptions"] += 1
         seen.update(("input", b.type) for b in desc.inputs)
         seen.update(("output", t) for t in desc.outputs)
         seen.update(("scalar", s.type) for s in desc.scalars)
@@ -403,9 +339,9 @@ def test_generator_covers_the_language(request, monkeypatch):
              if _accepts(name, opdef, t)]
     missing = [f"{name}({t})" for name, t in pairs if not seen[("op", name, t)]]
     casts = sum(1 for s in DTYPES for d in DTYPES if seen[("cast", s, d)])
-    print(f"\ngenerator coverage over {fuzz_examples(request.config, 300, 2000)} descriptions: "
+    print(f"\ngenerator coverage over {fuzz_examples(request.config, 500, 2000)} descriptions: "
           f"{len(pairs) - len(missing)} of {len(pairs)} (op, operand type) pairs, {casts} of {len(DTYPES) ** 2} "
-          f"cast pairs; never drawn: {missing}")
+          f"cast pairs; never drawn: {missing}; drawn {seen['descriptions']}")
     if long:
         assert not missing, f"never generated: {missing}"
         assert casts >= 0.9 * len(DTYPES) ** 2, casts

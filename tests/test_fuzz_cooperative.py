@@ -16,7 +16,9 @@ Each program runs on
   bounds by construction, so dropping the bounds checks changes nothing);
 * ``ptx``: the PTX the cuda backend would launch for the drawn ``arch`` (sm_75, sm_80 or
   sm_90: atomics lower differently), on accy's emulator (conftest's listener assembles it
-  with ptxas).
+  with ptxas);
+* ``cuda`` on a GPU.  ``ACCY_FUZZ_BACKENDS`` (tests/fuzz_programs.py) chooses among llvm,
+  ptx and cuda (default ``numpy,llvm,ptx``).
 
 Tolerance: none (see the generator's docstring): every output, atomics' targets included,
 must be bit-identical across the runs, with any NaN equal to any NaN and the sign of zero
@@ -29,15 +31,32 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fuzz_cooperative import (
+    Arith,
+    Atomic,
+    CoopProgram,
+    Exchange,
+    GridAxis,
+    Lin,
+    Loop,
+    Operand,
+    Reduce,
+    Shape,
+    Shuffle,
+    Trips,
+    bug_sites,
+    build,
+    make_arguments,
+    params_of,
+    planted_programs,
+    programs,
+)
+from fuzz_programs import FUZZ_BACKENDS
 from hypothesis import HealthCheck, given, note, settings
 
 from accy import axis, bf16, dynamic_buffer, f16, kernel
 from accy.backends import bind_arguments, interpreter, resolve_launch
-from accy.backends.ptx.errors import PtxMemoryError
 from accy.errors import AccyError, RaceError, UninitializedError
-
-from fuzz_cooperative import (Arith, Atomic, CoopProgram, Exchange, GridAxis, Lin, Loop, Operand, Reduce, Shape,
-                              Shuffle, Trips, build, bug_sites, make_arguments, params_of, planted_programs, programs)
 
 ERRORS = {"RaceError": RaceError, "UninitializedError": UninitializedError}
 
@@ -110,12 +129,16 @@ def check_program(desc: CoopProgram, log=note) -> None:
     runs = {
         "numpy": run_program(program, args, "numpy", check_memory=True),
         "numpy, traced graph": run_traced(program, args),
-        "llvm": run_program(program, args, "llvm"),
         "numpy, memory_cap=1": run_program(program, args, "numpy", memory_cap=1),
-        "llvm, 3 threads": run_program(program, args, "llvm", threads=3),
-        "llvm, checks=False": run_program(program, args, "llvm", checks=False),  # in bounds by construction
-        f"ptx, {desc.arch}": run_program(program, args, "ptx", arch=desc.arch),
     }
+    if "llvm" in FUZZ_BACKENDS:
+        runs["llvm"] = run_program(program, args, "llvm")
+        runs["llvm, 3 threads"] = run_program(program, args, "llvm", threads=3)
+        runs["llvm, checks=False"] = run_program(program, args, "llvm", checks=False)  # in bounds by construction
+    if "ptx" in FUZZ_BACKENDS:
+        runs[f"ptx, {desc.arch}"] = run_program(program, args, "ptx", arch=desc.arch)
+    if "cuda" in FUZZ_BACKENDS:
+        runs["cuda"] = run_program(program, args, "cuda")
     failed = {name: f"{type(r).__name__}: {r}" for name, r in runs.items() if isinstance(r, Exception)}
     assert not failed, f"a race-free, in-bounds program failed: {failed}"
     reference = runs.pop("numpy")
@@ -184,13 +207,12 @@ def test_a_hand_written_description_covers_every_stage_and_agrees():
     assert {b.kind for b, _ in bug_sites(desc)} == {"racy_store", "drop_barrier", "read_first", "plain_atomic"}
 
 
-# -- bugs the fuzzer found (strict xfails: each passes once accy is fixed, and then fails
-# -- until its mark is removed) -----------------------------------------------------------------------
+# -- bugs the fuzzer found -------------------------------------------------------------------------------
+# A 16-bit atomic add was a CAS loop on the aligned 32-bit word (LLVM widens a 16-bit cmpxchg),
+# which reached 2 bytes past the end of an odd-length buffer (PtxMemoryError on the ptx backend).
+# Fixed: atom.add.noftz.f16 (sm_70+) and .bf16 (sm_90+), else a loop of atom.cas.b16.
 
 
-@pytest.mark.xfail(strict=True, raises=PtxMemoryError, reason="a 16-bit atomic_add on global memory is a CAS loop on the aligned 32-bit "
-                                       "word, which reaches 2 bytes past the end of an odd-length buffer: the ptx "
-                                       "backend raises PtxMemoryError (the generator keeps such buffers even)")
 @pytest.mark.parametrize("dtype", [f16, bf16], ids=str)
 def test_f16_atomic_add_on_the_last_element_of_an_odd_length_buffer(dtype):
     @kernel(out=dynamic_buffer(dtype), x=dynamic_buffer(dtype))
@@ -199,6 +221,7 @@ def test_f16_atomic_add_on_the_last_element_of_an_odd_length_buffer(dtype):
         def each(inner, idx):
             inner.atomic_add(a.out, idx["i"], a.x[idx["i"]])
 
-    out, x = np.zeros(5, dtype.numpy), np.ones(5, dtype.numpy)
-    accumulate.run([out, x], backend="ptx")  # PtxMemoryError: out-of-bounds global load of 4 bytes at offset 8
-    np.testing.assert_array_equal(out, x)
+    for arch in ("sm_80", "sm_90"):
+        out, x = np.zeros(5, dtype.numpy), np.ones(5, dtype.numpy)
+        accumulate.run([out, x], backend="ptx", arch=arch)
+        np.testing.assert_array_equal(out, x)

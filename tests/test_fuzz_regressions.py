@@ -1,8 +1,6 @@
 """Regressions found by the differential fuzzer (tests/test_fuzz.py), minimised by hand.
 
-Each test is deterministic and small; each names the bug it pins down.  While a bug
-is open, tests/fuzz_programs.py avoids generating its construct when
-``AVOID_KNOWN_BUGS`` is true (the comments there name the bug number).
+Each test is deterministic and small; each names the bug it pins down.
 """
 
 import numpy as np
@@ -175,6 +173,7 @@ def test_bug4_store_in_a_fold_outside_the_launch_is_rejected():
 # ("Calling nonzero on 0d arrays is not allowed"), and the interpreter evaluates a value
 # that is the same for every thread (scalars, constants, anything computed from them at
 # the kernel's top level or in a uniform loop) as a 0-d array.  LLVM runs it.
+# Fixed: the exact lanes are found in flat views.
 
 
 def _uniform_fma():
@@ -185,8 +184,6 @@ def _uniform_fma():
     return Program("fma_uniform", {"dst": dynamic_buffer(f64), "x": scalar(f64)}, body)
 
 
-@pytest.mark.xfail(strict=True, reason="bug 5: numerics._fma64 calls np.nonzero on 0-d operands; "
-                                       "fix described in the fuzz report")
 def test_bug5_fma_of_uniform_f64_values_runs_on_the_interpreter():
     for x in (1.5, 1e300, 1e-310):  # 1e300 and 1e-310 take the exact (Fraction) path
         expected = _run(_uniform_fma(), [np.zeros(2), x], "llvm")[0]
@@ -200,6 +197,7 @@ def test_bug5_fma_of_uniform_f64_values_runs_on_the_interpreter():
 # ops anyway; the failing check then calls Interpreter._first_bad, which broadcasts the
 # condition to the empty grid and takes np.argmax of it: "ValueError: attempt to get argmax
 # of an empty sequence" escapes (not even an AccyError).
+# Fixed: an empty launch runs nothing on the interpreter either.
 
 
 def _top_level_load():
@@ -210,12 +208,10 @@ def _top_level_load():
     return Program("top_oob", {"dst": dynamic_buffer(f32), "src": dynamic_buffer(f32), "n": scalar(index)}, body)
 
 
-@pytest.mark.xfail(strict=True, reason="bug 6: the interpreter runs kernel-scope ops of an empty launch and "
-                                       "crashes in _first_bad; fix described in the fuzz report")
 def test_bug6_an_empty_launch_runs_nothing_on_the_interpreter_either():
     args = [np.zeros(0, np.float32), np.ones(2, np.float32), 0]
-    _run(_top_level_load(), args, "llvm")  # runs nothing
-    _run(_top_level_load(), args, "numpy")
+    for backend in ("llvm", "numpy", "ptx"):
+        _run(_top_level_load(), args, backend)  # runs nothing
 
 
 def test_bug6_a_launch_with_threads_reports_the_kernel_scope_failure_on_both():

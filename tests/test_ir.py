@@ -203,7 +203,7 @@ def test_dead_code_elimination():
         def each(inner, idx):
             i = idx["i"]
             unused = args.x[i] * 3.0
-            unused_fold = inner.fold_range(0, 4, 1, 0.0, lambda inner, j, acc: acc + unused)
+            inner.fold_range(0, 4, 1, 0.0, lambda inner, j, acc: acc + unused)
             args.dst[i] = args.y[i]
         k.for_each_1d(axis("i", 2), each)
 

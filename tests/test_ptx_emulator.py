@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 from accy.backends import toolchain
-from accy.backends.arguments import bind_arguments
 from accy.backends.codegen import emit_ptx
 from accy.backends import run
 from accy.backends.llvm import Target

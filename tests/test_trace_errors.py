@@ -213,7 +213,7 @@ import sys  # noqa: E402
 import numpy as np  # noqa: E402
 
 import accy  # noqa: E402
-from accy import i32, index  # noqa: E402
+from accy import i32  # noqa: E402
 from accy.errors import UnknownOpError  # noqa: E402
 
 

@@ -29,7 +29,7 @@ from llvmlite.ir import types as _ir_types
 from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import OPS
 from ..dsl.ranges import index_ranges, within
-from ..dsl.types import DType, f32, f64
+from ..dsl.types import DType, bf16, f32, f64
 from ..errors import CompileError
 from . import vecmath
 from .abi import STATUS_DIV_ZERO, STATUS_LOAD_OOB, STATUS_STORE_OOB, scalar_bits
@@ -125,6 +125,11 @@ class Target:
     @property
     def is_nvptx(self) -> bool:
         return self.kind == "nvptx"
+
+    @property
+    def sm(self) -> int:
+        """The NVPTX compute capability as a number (80 for sm_80); 0 on the host."""
+        return int(self.arch[3:].rstrip("a")) if self.is_nvptx else 0
 
     @property
     def pointer(self) -> ir.PointerType:
@@ -796,7 +801,7 @@ class _Lowering:
             return b.atomic_rmw(op_name, ptr, value, "monotonic")
         if kind == "exchange":
             return b.atomic_rmw("xchg", ptr, value, "monotonic")
-        if kind == "add" and dtype.bits >= 32:
+        if kind == "add" and (dtype.bits >= 32 or self._native_16_bit_add(dtype)):
             return b.atomic_rmw("fadd", ptr, value, "monotonic")
         # f16/bf16 add, float max and min: a compare-and-swap loop with accy's own arithmetic
         combine = {"add": lambda a, v: self.in_f32(dtype, b.fadd, [a, v]),
@@ -812,12 +817,30 @@ class _Lowering:
         seen = b.phi(bits)
         seen.add_incoming(initial, start)
         new = b.bitcast(combine(b.bitcast(seen, llvm_type(dtype)), value), bits)
-        pair = b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
-        current = b.extract_value(pair, 0)
+        if self.target.sm >= 70 and dtype.bits == 16:
+            current = self._nvptx_cas16(ptr, seen, new)
+            swapped = b.icmp_unsigned("==", current, seen)
+        else:
+            pair = b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
+            current, swapped = b.extract_value(pair, 0), b.extract_value(pair, 1)
         seen.add_incoming(current, loop)
-        b.cbranch(b.extract_value(pair, 1), after, loop)
+        b.cbranch(swapped, after, loop)
         b.position_at_end(after)
         return b.bitcast(seen, llvm_type(dtype))
+
+    def _native_16_bit_add(self, dtype: DType) -> bool:
+        """PTX adds f16 atomically from sm_70 and bf16 from sm_90 (``atom.add.noftz``, which
+        rounds as accy's f16/bf16 add does)."""
+        return self.target.sm >= (90 if dtype == bf16 else 70)
+
+    def _nvptx_cas16(self, ptr: ir.Value, compare: ir.Value, new: ir.Value) -> ir.Value:
+        """``atom.cas.b16`` (sm_70+): LLVM widens a 16-bit cmpxchg to the aligned 32-bit word,
+        which reaches two bytes past the end of an odd-length array."""
+        space = {1: ".global", 3: ".shared"}.get(ptr.type.addrspace, "")
+        i16 = ir.IntType(16)
+        asm = ir.InlineAsm(ir.FunctionType(i16, [I64, i16, i16]), f"atom{space}.cas.b16 $0, [$1], $2, $3;",
+                           "=h,l,h,h,~{memory}", side_effect=True)
+        return self.b.call(asm, [self.b.ptrtoint(ptr, I64), compare, new])
 
     def op_shuffle(self, op: Op) -> None:
         """NVPTX: shfl.sync over the full warp, 32 bits at a time."""

@@ -149,12 +149,13 @@ def _fma64(a, b, c):
     safe = finite & (np.abs(a) < 2.0**995) & (np.abs(b) < 2.0**995) & (np.abs(c) < 2.0**1000) & (
         (ph == 0) | (np.abs(ph) > 2.0**-960)) & ((c == 0) | (np.abs(c) > 2.0**-960)) & np.isfinite(result)
     out = np.where(finite, result, a * b + c)  # inf and NaN follow the plain formula
-    for position in zip(*np.nonzero(finite & ~safe)):
-        exact = Fraction(float(a[position])) * Fraction(float(b[position])) + Fraction(float(c[position]))
+    flat, fa, fb, fc = out.reshape(-1), a.reshape(-1), b.reshape(-1), c.reshape(-1)  # 0-d operands too
+    for i in np.flatnonzero(finite & ~safe):
+        exact = Fraction(float(fa[i])) * Fraction(float(fb[i])) + Fraction(float(fc[i]))
         try:
-            out[position] = float(exact)  # Fraction -> float rounds correctly
+            flat[i] = float(exact)  # Fraction -> float rounds correctly
         except OverflowError:
-            out[position] = math.inf if exact > 0 else -math.inf
+            flat[i] = math.inf if exact > 0 else -math.inf
     return out
 
 
