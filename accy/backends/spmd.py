@@ -35,6 +35,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..dsl.ir import Block, Graph, Op, Value
+from ..dsl.ops import OPS
 from ..errors import CompileError
 from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
 from .llvm import (
@@ -770,6 +771,9 @@ class SpmdLowering(_Lowering):
             inner = set(self.values)
             for arg, coordinate in zip(self.thread_args, self._thread_coordinates(start, threads)):
                 self.values[arg] = coordinate
+            for v in self.plan.recomputed:  # at the top, where they dominate every use; unused ones are dropped
+                if v not in self.values and all(x in self.values or x in self.slots for x in v.op.operands):
+                    self.lower_op(v.op)
             for op in ops:
                 if op.opcode == "shuffle":
                     self._host_shuffle(op, threads)
@@ -1107,8 +1111,22 @@ class _PhasePlan:
         self._mark(region)
         self.slot_values: set[Value] = set()
         self._defined: dict[Value, int] = {}
+        self._block_level: set[Value] = set()  # read outside any thread loop
         self._next = 0
         self._walk(region.ops)
+        # integer index arithmetic of the thread coordinates is computed again in each thread
+        # loop that reads it, not kept in a slot: it keeps its form (a scalar per chunk, or
+        # consecutive lanes), so the accesses it indexes stay vector loads and stores
+        roots = {v for v in self.slot_values - self._block_level if self._recomputable(v)}
+        self.slot_values -= roots
+        closure: set[Value] = set()  # with the values they are computed from
+        stack = list(roots)
+        while stack:
+            v = stack.pop()
+            if v.op is not None and v in self._defined and v not in closure:
+                closure.add(v)
+                stack.extend(v.op.operands)
+        self.recomputed = [v for op in region.walk() for v in op.results if v in closure]  # in order
 
     def _mark(self, block: Block) -> bool:
         found = False
@@ -1120,6 +1138,24 @@ class _PhasePlan:
                 self.synchronising.add(op)
                 found = True
         return found
+
+    def _recomputable(self, v: Value, depth: int = 8) -> bool:
+        """``v`` is integer or bool arithmetic that cannot fail, down to values every thread
+        loop has at hand (region arguments, values from outside the launch) in ``depth`` ops."""
+        op = v.op
+        if op is None:  # the launch's and a block loop's indices, not the accumulators in slots
+            return v not in self.slot_values and v not in self._defined
+        if v not in self._defined:
+            return True
+        if v.type.is_float or depth == 0:
+            return False
+        if op.opcode == "const":
+            return True
+        opdef = OPS.get(op.opcode)
+        if opdef is None or not opdef.pointwise or not opdef.pure or opdef.math or \
+                any(opdef.can_fail(x.type) for x in op.operands):
+            return False
+        return all(self._recomputable(x, depth - 1) for x in op.operands)
 
     def _new_stretch(self) -> int:
         self._next += 1
@@ -1146,6 +1182,7 @@ class _PhasePlan:
                 block_level = self._new_stretch()  # the loop's bounds, the branch's condition, the inits
                 for v in op.operands:
                     self._use(v, block_level)
+                    self._block_level.add(v)
                 for region in op.regions:
                     for arg in region.args[1:] if op.opcode == "fold" else ():
                         self.slot_values.add(arg)
@@ -1153,6 +1190,7 @@ class _PhasePlan:
                     if region.terminator is not None:
                         for v in region.terminator.operands:
                             self._use(v, self._new_stretch())
+                            self._block_level.add(v)
                 for v in op.results:
                     self.slot_values.add(v)
                 stretch = self._new_stretch()

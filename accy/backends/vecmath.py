@@ -77,19 +77,21 @@ _ARITY = {"pow": 2}
 # smaller samples (every 997th float32 for exp, log, sin, cos).  The f32 routines round
 # a value good to about 2^-34 once, so they are correctly rounded but for rare near-ties.
 # f64 erf and pow (all arguments) and sin/cos with |x| >= 2^30 are the C library's
-# (glibc documents 1 ulp for them), measured here with glibc.
+# (glibc documents 1 ulp for them), measured here with glibc.  f64 sigmoid of a negative x
+# is e / (1 + e) with e = exp(x): exp's error counts double where e and the result lie in
+# different binades (1.49 ulp over 10 million random x in [-40, -0.5], against long double).
 MEASURED = {
     "f32": {"exp": 0.5000, "exp2": 0.5000, "expm1": 0.5002, "log": 0.5001, "log2": 0.5002,
             "log1p": 0.5002, "erf": 0.5000, "tanh": 0.5001, "sigmoid": 0.5000, "sin": 0.5002,
             "cos": 0.5002, "pow": 0.5000, "rsqrt": 0.5000},
     "f64": {"exp": 0.7483, "exp2": 0.7497, "expm1": 0.7829, "log": 0.7681, "log2": 0.7059,
-            "log1p": 0.7521, "erf": 0.8790, "tanh": 0.7522, "sigmoid": 0.9677, "sin": 0.6769,
+            "log1p": 0.7521, "erf": 0.8790, "tanh": 0.7522, "sigmoid": 1.4902, "sin": 0.6769,
             "cos": 0.6974, "pow": 0.5031, "rsqrt": 0.5000},
 }
 _MAX_ULP = {
     "f32": dict.fromkeys(MEASURED["f32"], 0.501),
     "f64": {"exp": 0.8, "exp2": 0.8, "expm1": 0.85, "log": 0.8, "log2": 0.75, "log1p": 0.8,
-            "erf": 1.0, "tanh": 0.8, "sigmoid": 1.0, "sin": 1.0, "cos": 1.0, "pow": 1.0,
+            "erf": 1.0, "tanh": 0.8, "sigmoid": 1.5, "sin": 1.0, "cos": 1.0, "pow": 1.0,
             "rsqrt": 0.51},
 }
 
