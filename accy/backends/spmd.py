@@ -1117,13 +1117,14 @@ class _PhasePlan:
         # integer index arithmetic of the thread coordinates is computed again in each thread
         # loop that reads it, not kept in a slot: it keeps its form (a scalar per chunk, or
         # consecutive lanes), so the accesses it indexes stay vector loads and stores
+        self._results = {v for op in region.walk() for v in op.results}
         roots = {v for v in self.slot_values - self._block_level if self._recomputable(v)}
         self.slot_values -= roots
         closure: set[Value] = set()  # with the values they are computed from
         stack = list(roots)
         while stack:
             v = stack.pop()
-            if v.op is not None and v in self._defined and v not in closure:
+            if v.op is not None and v in self._results and v not in closure:
                 closure.add(v)
                 stack.extend(v.op.operands)
         self.recomputed = [v for op in region.walk() for v in op.results if v in closure]  # in order
@@ -1144,8 +1145,8 @@ class _PhasePlan:
         loop has at hand (region arguments, values from outside the launch) in ``depth`` ops."""
         op = v.op
         if op is None:  # the launch's and a block loop's indices, not the accumulators in slots
-            return v not in self.slot_values and v not in self._defined
-        if v not in self._defined:
+            return v not in self.slot_values
+        if v not in self._results:  # computed before the launch
             return True
         if v.type.is_float or depth == 0:
             return False
