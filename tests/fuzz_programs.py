@@ -1114,8 +1114,9 @@ class _Gen:
                 b = self.expr(env, t, d, False).e
             return _E(IDiv(op, a.e, b, guard, self.pick(["method", "named", "operator", "ufunc"])))
         if kind == "unary":
-            # f64 rsqrt is inexact (the interpreter's 1 / sqrt(x) rounds twice, vecmath's once)
-            inexact = t == "f64" and not self.exact_math
+            # rsqrt is inexact: the interpreter's f64 1 / sqrt(x) rounds twice, vecmath's once,
+            # and NVPTX's rounds twice at every type
+            inexact = not self.exact_math
             if is_float(t):
                 op = self.pick(["neg", "abs", "sqrt"] + (["rsqrt"] if allow_taint or not inexact else []))
             else:

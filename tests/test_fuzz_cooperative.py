@@ -210,7 +210,7 @@ def test_a_hand_written_description_covers_every_stage_and_agrees():
 # -- bugs the fuzzer found -------------------------------------------------------------------------------
 # A 16-bit atomic add was a CAS loop on the aligned 32-bit word (LLVM widens a 16-bit cmpxchg),
 # which reached 2 bytes past the end of an odd-length buffer (PtxMemoryError on the ptx backend).
-# Fixed: atom.add.noftz.f16 (sm_70+) and .bf16 (sm_90+), else a loop of atom.cas.b16.
+# Fixed: atom.add.noftz.f16 (sm_75+: PTX 6.3) and .bf16 (sm_90+), else a loop of atom.cas.b16.
 
 
 @pytest.mark.parametrize("dtype", [f16, bf16], ids=str)
@@ -221,7 +221,7 @@ def test_f16_atomic_add_on_the_last_element_of_an_odd_length_buffer(dtype):
         def each(inner, idx):
             inner.atomic_add(a.out, idx["i"], a.x[idx["i"]])
 
-    for arch in ("sm_80", "sm_90"):
+    for arch in ("sm_75", "sm_80", "sm_90"):
         out, x = np.zeros(5, dtype.numpy), np.ones(5, dtype.numpy)
         accumulate.run([out, x], backend="ptx", arch=arch)
         np.testing.assert_array_equal(out, x)

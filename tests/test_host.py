@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy import axis, dynamic_buffer, f16, f32, i32, index, kernel, scalar
+from accy import axis, dynamic_buffer, f16, f32, i32, i64, index, kernel, scalar
 from accy.backends import codegen
 from accy.backends.llvm import Target
 from accy.errors import ArgumentError, CompileError, LaunchError, OutOfBoundsError
@@ -169,6 +169,26 @@ def test_shuffles_with_constant_and_varying_deltas(mode, width):
             a.dst[g] = total
 
     agree(shuffles, [np.zeros(128, np.float32), np.linspace(-3, 3, 128, dtype=np.float32)], width)
+
+
+@pytest.mark.parametrize("mode", ["xor", "down", "up", "idx"])
+def test_shuffles_of_thread_coordinates_and_index_arithmetic(mode, width):
+    """Values a thread loop could recompute (a coordinate, index arithmetic of it, a comparison)
+    are read at other threads by a shuffle: they must be each thread's own, from a slot."""
+    @kernel(dst=dynamic_buffer(i64))
+    def shuffles(k, a):
+        @k.for_each_block(grid=axis("b", 2), threads=axis("t", 64))
+        def body(inner, block, thread):
+            t = thread["t"]
+            fn = {"xor": inner.shuffle_xor, "down": inner.shuffle_down, "up": inner.shuffle_up,
+                  "idx": inner.shuffle}[mode]
+            total = inner.cast(t, i64) * 0
+            for delta in (3, 5, 17):
+                total = total + inner.cast(fn(t, delta), i64) + inner.cast(fn(t * 2 + 1, delta), i64) * 100 \
+                    + inner.cast(fn(t + 7 < 40, delta), i64) * 10000
+            a.dst[block["b"] * 64 + t] = total
+
+    agree(shuffles, [np.zeros(128, np.int64)], width)
 
 
 def test_atomics_from_lanes_happen_in_thread_order(width):

@@ -817,7 +817,7 @@ class _Lowering:
         seen = b.phi(bits)
         seen.add_incoming(initial, start)
         new = b.bitcast(combine(b.bitcast(seen, llvm_type(dtype)), value), bits)
-        if self.target.sm >= 70 and dtype.bits == 16:
+        if self.target.sm >= 75 and dtype.bits == 16:  # atom.cas.b16: sm_70 and PTX 6.3
             current = self._nvptx_cas16(ptr, seen, new)
             swapped = b.icmp_unsigned("==", current, seen)
         else:
@@ -830,11 +830,11 @@ class _Lowering:
 
     def _native_16_bit_add(self, dtype: DType) -> bool:
         """PTX adds f16 atomically from sm_70 and bf16 from sm_90 (``atom.add.noftz``, which
-        rounds as accy's f16/bf16 add does)."""
-        return self.target.sm >= (90 if dtype == bf16 else 70)
+        rounds as accy's f16/bf16 add does); LLVM emits PTX 6.3, which f16 needs, from sm_75."""
+        return self.target.sm >= (90 if dtype == bf16 else 75)
 
     def _nvptx_cas16(self, ptr: ir.Value, compare: ir.Value, new: ir.Value) -> ir.Value:
-        """``atom.cas.b16`` (sm_70+): LLVM widens a 16-bit cmpxchg to the aligned 32-bit word,
+        """``atom.cas.b16``: LLVM widens a 16-bit cmpxchg to the aligned 32-bit word,
         which reaches two bytes past the end of an odd-length array."""
         space = {1: ".global", 3: ".shared"}.get(ptr.type.addrspace, "")
         i16 = ir.IntType(16)

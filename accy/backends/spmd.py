@@ -684,7 +684,7 @@ class SpmdLowering(_Lowering):
         for name, op in self.graph.shared_arrays().items():  # a stack array, reused by each block
             self.shared_ptrs[name] = _untyped(b.alloca(ir.ArrayType(memory_type(op.attrs["dtype"]), op.attrs["count"]),
                                                        name=f"shared_{name}"))
-        self.plan = _PhasePlan(region, self._chunk_local)
+        self.plan = _PhasePlan(region, self._chunk_local, region.args[len(launch.operands):])
         for v in self.plan.slot_values:  # a warp's worth of padding on both sides: shuffles up and down
             array = b.alloca(ir.ArrayType(memory_type(v.type), WARP + padded + WARP))
             self.slots[v] = _untyped(b.gep(array, [ir.Constant(I64, 0), ir.Constant(I64, WARP)], inbounds=True))
@@ -697,6 +697,10 @@ class SpmdLowering(_Lowering):
             for arg, value in zip(grid_args, coords):
                 self.values[arg] = value
             self.block_id = unit
+            shuffled = [arg for arg in self.thread_args if arg in self.slots]
+            if shuffled:  # a shuffle reads coordinates at other threads: every thread's, first
+                self._thread_loop([], after=lambda start: [self._to_slot(arg, self.value(arg), start)
+                                                           for arg in shuffled])
             self._lower_phased(region.ops)
 
         self._units_loop(begin, end, list(zip(self._decode(begin, extents), extents)), body)
@@ -1105,8 +1109,10 @@ class _PhasePlan:
     branches holding them) and which per-thread values must outlive the thread loop that
     computed them (kept in a per-thread array: a slot)."""
 
-    def __init__(self, region: Block, chunk_local=lambda op: False):
+    def __init__(self, region: Block, chunk_local=lambda op: False, thread_args=()):
         self.chunk_local = chunk_local  # shuffles that need only the chunk's own lanes
+        self.thread_args = frozenset(thread_args)
+        self._shuffled: set[Value] = set()  # read at other threads' indices: always in a slot
         self.synchronising: set[Op] = set()
         self._mark(region)
         self.slot_values: set[Value] = set()
@@ -1118,7 +1124,7 @@ class _PhasePlan:
         # loop that reads it, not kept in a slot: it keeps its form (a scalar per chunk, or
         # consecutive lanes), so the accesses it indexes stay vector loads and stores
         self._results = {v for op in region.walk() for v in op.results}
-        roots = {v for v in self.slot_values - self._block_level if self._recomputable(v)}
+        roots = {v for v in self.slot_values - self._block_level - self._shuffled if self._recomputable(v)}
         self.slot_values -= roots
         closure: set[Value] = set()  # with the values they are computed from
         stack = list(roots)
@@ -1199,8 +1205,9 @@ class _PhasePlan:
             if op.opcode == "shuffle" and not self.chunk_local(op):
                 stretch = self._new_stretch()
                 value = op.operands[0]
-                if value in self._defined or value in self.slot_values:  # a thread's own: read at another's index
-                    self.slot_values.add(value)
+                if value in self._defined or value in self.slot_values or value in self.thread_args:
+                    self.slot_values.add(value)  # a thread's own: read at another's index
+                    self._shuffled.add(value)
             for nested in op.walk():
                 for v in nested.operands:
                     self._use(v, stretch)
