@@ -262,8 +262,55 @@ def test_an_index_that_overflows_is_not_taken_for_proven(width):
         program.run(args, backend="llvm", vector_width=width)
 
 
+def _stencil(lo, hi):
+    """dst[at] = the mean of x's four neighbours where ``lo(row, n) < row < hi(row, n)`` and
+    0 < col < n - 1, else x[at]: the guard is what keeps the neighbours' indices in bounds."""
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), n=scalar(index))
+    def stencil(k, a):
+        @k.for_each_2d(x=axis("col", a.n), y=axis("row", a.n))
+        def each(inner, idx):
+            row, col = idx["row"], idx["col"]
+            at = row * a.n + col
+            inside = (row > lo(a.n)) & (hi(a.n) > row) & (col > 0) & (col < a.n - 1)
+            a.dst[at] = inner.if_(inside, lambda inner: 0.25 * (a.x[at - 1] + a.x[at + 1] + a.x[at - a.n] + a.x[at + a.n]),
+                                  lambda inner: a.x[at])
+
+    return stencil
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 9, 40])
+def test_a_guard_narrows_the_launch_proof(n, width):
+    """Comparisons of a thread index in an if_'s condition narrow it inside the branch: the
+    whole launch is proven in bounds and runs in place."""
+    program = _stencil(lambda n: 0, lambda n: n - 1)
+    kernel_ = codegen.host_kernel(program.graph, Target.host(vector_width=width))
+    assert kernel_.plan.infallible
+    x = np.arange(n * n, dtype=np.float32)
+    status, extents = np.zeros(4, np.int64), np.zeros(3, np.int64)
+    assert kernel_.prepare([x.ctypes.data, x.ctypes.data], [n * n, n * n], [n], status.ctypes.data,
+                           extents.ctypes.data) is True
+    agree(program, [np.zeros(n * n, np.float32), x, n], width)
+
+
+def test_a_guard_too_weak_for_the_proof_still_fails_where_it_should(width):
+    """row < n lets the last row read x[at + n], past the end: not proven, and the checked
+    version names the thread, as the interpreter does."""
+    program = _stencil(lambda n: 0, lambda n: n)
+    kernel_ = codegen.host_kernel(program.graph, Target.host(vector_width=width))
+    x = np.arange(36, dtype=np.float32)
+    status, extents = np.zeros(4, np.int64), np.zeros(3, np.int64)
+    assert kernel_.prepare([x.ctypes.data, x.ctypes.data], [36, 36], [6], status.ctypes.data,
+                           extents.ctypes.data) is False
+    for backend in ("numpy", "llvm"):
+        dst = np.full(36, 7.0, np.float32)
+        with pytest.raises(OutOfBoundsError, match=r"index 37 is out of bounds for 36 elements \(thread col=1 row=5\)"):
+            program.run([dst, x, 6], backend=backend, **({"vector_width": width} if backend == "llvm" else {}))
+        assert (dst == 7.0).all()  # nothing half-written
+
+
 def test_an_unprovable_guarded_kernel_still_runs(width):
-    """The proof ignores if_ conditions: here it fails, and the checked version runs."""
+    """The proof narrows plain index comparisons only (``i + 5 < n`` is not one): here it
+    fails, and the checked version runs."""
     @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32))
     def guarded(k, a):
         @k.for_each_1d(axis("i", a.dst.size))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import functools
-import math
 import os
 import struct
 import time
@@ -38,7 +37,6 @@ from .llvm import Target
 
 _EMPTY = np.zeros(1, np.int64)  # an empty buffer still points at 8 readable bytes (the ABI's promise)
 SPLIT_SECONDS = 100e-6  # a launch expected to take longer is split between the cores
-STATIC_SPLIT_WORK = 200_000  # before a kernel has been timed: threads x ops above which it splits
 
 
 CORES = os.cpu_count() or 1
@@ -50,37 +48,46 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 class _Timing:
-    """One kernel's seconds per unit of work on one thread, from its launches so far."""
+    """One kernel's seconds per unit of work on one thread: the least a launch on one thread
+    took (a first launch touching fresh pages takes longer).  A split launch's time times
+    its threads bounds it from above, the split's overhead included, so it may only lower it."""
+
+    FIRST_ON_ONE = 2  # launches timed on one thread before any split
+    RECHECK = 64  # a kernel that splits runs every RECHECK-th launch on one thread again
 
     def __init__(self):
         self.per_unit: float | None = None
+        self.on_one = 0
+        self.launches = 0
 
     def record(self, seconds: float, units: int, threads: int) -> None:
-        sample = seconds * threads / units  # as if on one thread: the split's overhead counts against it
-        self.per_unit = sample if self.per_unit is None else 0.5 * (self.per_unit + sample)
+        self.launches += 1
+        sample = seconds * threads / units
+        if threads == 1:
+            self.on_one += 1
+            self.per_unit = sample if self.per_unit is None else min(self.per_unit, sample)
+        elif self.per_unit is not None:
+            self.per_unit = min(self.per_unit, sample)
 
 
 _timings: dict[HostKernel, _Timing] = {}  # kernels are compiled once per process and kept
 
 
-def _threads_for(kernel: HostKernel, graph: Graph, units: int, threads: int | None) -> int:
+def _threads_for(kernel: HostKernel, units: int, threads: int | None) -> int:
     """How many host threads share ``units``: ``threads`` when given, else one per core for a
-    launch expected (from this kernel's earlier launches) to take over SPLIT_SECONDS on one."""
+    launch expected (from this kernel's launches on one thread) to take over SPLIT_SECONDS."""
     if threads is not None:
         return max(1, min(int(threads), units))
     timing = _timings.get(kernel)
-    if timing is None or timing.per_unit is None:
-        width = kernel.plan.chunking.width
-        big = units * width * graph.op_count * math.prod(graph.block_shape) >= STATIC_SPLIT_WORK
-    else:
-        big = timing.per_unit * units > SPLIT_SECONDS
-    return min(CORES, units) if big else 1
+    if timing is None or timing.on_one < _Timing.FIRST_ON_ONE or timing.per_unit * units <= SPLIT_SECONDS:
+        return 1
+    return 1 if timing.launches % _Timing.RECHECK == 0 else min(CORES, units)
 
 
-def _launch(kernel: HostKernel, graph: Graph, pointers, counts, scalars, status, units: int,
+def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
             threads: int | None) -> None:
     """Run ``units`` units of ``kernel``: on this thread, or split between the pool and this one."""
-    n = _threads_for(kernel, graph, units, threads)
+    n = _threads_for(kernel, units, threads)
     address = _address(status)
     start = time.perf_counter()
     if n == 1:
@@ -122,7 +129,7 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = 
     fits = kernel.prepare(pointers, counts, scalars, status.ctypes.data, extents.ctypes.data)
     units = kernel.plan.chunking.units(launch.extents)
     if kernel.plan.infallible and fits and not status[0]:  # nothing can fail: run on the caller's arrays
-        _launch(kernel, graph, pointers, counts, scalars, status, units, threads)
+        _launch(kernel, pointers, counts, scalars, status, units, threads)
         return
     _run_on_scratch(kernel, graph, binding, launch, scalars, units, threads)
 
@@ -134,7 +141,7 @@ def _run_on_scratch(kernel: HostKernel, graph: Graph, binding: Binding, launch: 
     status = np.zeros(STATUS_WORDS, np.int64)
     pointers = [_address(a) for a in arrays]
     counts = [a.size for a in arrays]
-    _launch(kernel, graph, pointers, counts, scalars, status, units, threads)
+    _launch(kernel, pointers, counts, scalars, status, units, threads)
     error = status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
     if error is not None:
         raise error
@@ -235,10 +242,10 @@ class FastLauncher:
             return None
         units = self.kernel.plan.chunking.units(extents)
         if fits and self.infallible:
-            _launch(self.kernel, self.graph, pointers, counts, scalars, status, units, self.threads)
+            _launch(self.kernel, pointers, counts, scalars, status, units, self.threads)
             return None
         scratch = [a.copy() if spec[3] else a for a, spec in zip(arrays, self.buffers)]
-        _launch(self.kernel, self.graph, [_address(a) for a in scratch], counts, scalars, status, units,
+        _launch(self.kernel, [_address(a) for a in scratch], counts, scalars, status, units,
                 self.threads)
         if status[0]:
             sizes = {p.name: a.size for p, a in zip(self.graph.buffers, arrays)}

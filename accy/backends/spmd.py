@@ -75,6 +75,10 @@ class Linear:
     stride: int
 
 
+UNMASKED_COPY_OPS = 100  # a divergent if_'s side this small also gets a copy without a mask
+SEGMENT = 64  # row chunks: a unit of work is up to this many chunks of one row, in an inner loop
+
+
 class Chunks(enum.Enum):
     """How a launch's threads are grouped into chunks of ``W`` lanes (see the module doc)."""
 
@@ -95,7 +99,7 @@ class Chunking:
             return math.prod(extents)
         if self.kind is Chunks.flat:
             return -(-math.prod(extents) // self.width)
-        return -(-extents[0] // self.width) * math.prod(extents[1:])
+        return -(-extents[0] // (self.width * SEGMENT)) * math.prod(extents[1:])
 
 
 def chunking(graph: Graph, width: int) -> Chunking:
@@ -441,29 +445,44 @@ class SpmdLowering(_Lowering):
         return self.vector(v) if result in self.varying else self.value(v)
 
     def _masked_if(self, op: Op, cond: ir.Value) -> None:
-        """A condition that differs between lanes: each side runs, if any lane takes it,
-        with the lanes that take it; the results are chosen per lane."""
+        """A condition that differs between lanes: each side runs, if any lane takes it, with
+        the lanes that take it (without a mask when every lane of a full chunk does: the
+        common case of a guard, and masked memory accesses cost more); the results are
+        chosen per lane."""
         b = self.b
         tag = self.ordinals[op]
         outer = self.mask
         sides = []
         for n, (region, taken) in enumerate(zip(op.regions, (self.active(cond), self.active(b.not_(cond))))):
             entry = b.block
-            body, end = b.append_basic_block(f"if_{tag}_side{n}"), b.append_basic_block(f"if_{tag}_side{n}_end")
-            b.cbranch(self.any_lane(taken), body, end)
-            b.position_at_end(body)
-            self.mask = taken
-            self.lower_block(region)
-            values = [self.vector(v) for v in region.terminator.operands]
-            self.mask = outer
-            ran = b.block
-            b.branch(end)
+            end = b.append_basic_block(f"if_{tag}_side{n}_end")
+            variants = [(taken, b.append_basic_block(f"if_{tag}_side{n}"))]
+            if outer is None and sum(1 for _ in region.walk()) <= UNMASKED_COPY_OPS:
+                variants.insert(0, (None, b.append_basic_block(f"if_{tag}_side{n}_all")))
+                some = b.append_basic_block(f"if_{tag}_side{n}_some")
+                b.cbranch(self.any_lane(taken), some, end)
+                b.position_at_end(some)
+                b.cbranch(self.every_lane(taken), variants[0][1], variants[1][1])
+            else:
+                b.cbranch(self.any_lane(taken), variants[0][1], end)
+            incoming = []
+            for mask, body in variants:
+                before = set(self.values)
+                b.position_at_end(body)
+                self.mask = mask
+                self.lower_block(region)
+                incoming.append(([self.vector(v) for v in region.terminator.operands], b.block))
+                self.mask = outer
+                b.branch(end)
+                for v in set(self.values) - before:  # each variant computes its own
+                    del self.values[v]
             b.position_at_end(end)
             merged = []
-            for value in values:
-                phi = b.phi(value.type)
-                phi.add_incoming(ir.Constant(value.type, None), entry)
-                phi.add_incoming(value, ran)
+            for k, result in enumerate(op.results):
+                phi = b.phi(incoming[0][0][k].type)
+                phi.add_incoming(ir.Constant(phi.type, None), entry)
+                for values, block in incoming:
+                    phi.add_incoming(values[k], block)
                 merged.append(phi)
             sides.append(merged)
         if op.results:
@@ -639,16 +658,44 @@ class SpmdLowering(_Lowering):
 
             self._units_loop(begin, end, [], body)
             return
+        # a unit: up to SEGMENT chunks of one row, so what depends only on the row is computed
+        # once for them (LLVM hoists it out of the inner loop)
         per_row = b.udiv(b.add(extents[0], ir.Constant(I64, self.width - 1)), width)
-        start = self._decode(begin, [per_row, *extents[1:]])
+        segment = ir.Constant(I64, SEGMENT)
+        segments = b.udiv(b.add(per_row, ir.Constant(I64, SEGMENT - 1)), segment)
+        start = self._decode(begin, [segments, *extents[1:]])
 
         def body(unit, digits):
-            chunk, *row = digits
-            first = b.mul(chunk, width)
-            self.chunk_lane = b.add(b.mul(b.udiv(unit, per_row), extents[0]), first)
-            self._full_or_tail(first, self.extents[0], lambda: self._lower_launch_body(region, [Linear(first, 1), *row]))
+            seg, *row = digits
+            row_start = b.mul(b.udiv(unit, segments), extents[0])  # the row's first linear thread
+            lo = b.mul(seg, segment)
+            hi = b.add(lo, segment)
+            hi = b.select(b.icmp_unsigned("<", hi, per_row), hi, per_row)
 
-        self._units_loop(begin, end, list(zip(start, [per_row, *extents[1:]])), body)
+            def chunk_body(chunk):
+                first = b.mul(chunk, width)
+                self.chunk_lane = b.add(row_start, first)
+                self._full_or_tail(first, self.extents[0],
+                                   lambda: self._lower_launch_body(region, [Linear(first, 1), *row]))
+
+            self._count_loop(lo, hi, chunk_body)
+
+        self._units_loop(begin, end, list(zip(start, [segments, *extents[1:]])), body)
+
+    def _count_loop(self, lo, hi, body) -> None:
+        """``for i in [lo, hi): body(i)`` (``lo < hi``)."""
+        b = self.b
+        entry = b.block
+        loop, after = b.append_basic_block("chunks"), b.append_basic_block("chunks_done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        i = b.phi(I64, name="chunk")
+        i.add_incoming(lo, entry)
+        body(i)
+        bumped = b.add(i, ir.Constant(I64, 1))
+        i.add_incoming(bumped, b.block)
+        b.cbranch(b.icmp_unsigned("<", bumped, hi), loop, after)
+        b.position_at_end(after)
 
     def _full_or_tail(self, first: ir.Value, extent: ir.Value, lower) -> None:
         """``lower()`` twice: for a chunk whose lanes ``first + k`` all fall below ``extent``
@@ -956,15 +1003,20 @@ class _LaunchProof:
     """Checks, once before a launch, every access whose index is made of thread indices, loop
     indices and kernel-scope values with ``+ - *``, ``min``, ``max``, ``select``, and ``//`` and
     ``%`` by positive constants: its interval over the whole launch must lie in bounds (and a
-    divisor's must exclude 0).  Conservative: a branch's condition is ignored and a loop's
-    index ranges from its lowest start to its highest stop.  Where it holds, those accesses
-    need no check at run time; where every check of a kernel is covered, the kernel cannot
-    fail, and the host runs it on the caller's arrays with no scratch copies."""
+    divisor's must exclude 0).  Conservative: a loop's index ranges from its lowest start to
+    its highest stop, and of a branch's condition only comparisons of a thread or loop index
+    (``and``-ed together) narrow that index inside the ``then`` side (``row > 0`` and
+    ``row < n - 1`` guarding ``x[row - 1]`` and ``x[row + 1]``).  Where it holds, those
+    accesses need no check at run time; where every check of a kernel is covered, the
+    kernel cannot fail, and the host runs it on the caller's arrays with no scratch copies."""
 
-    def __init__(self, lw: "SpmdLowering"):
+    def __init__(self, lw: "SpmdLowering", narrowed: dict | None = None):
         self.lw = lw
         self.b = lw.b
         self.bounds: dict[Value, _Bounds | None] = {}
+        if narrowed is not None:  # inside a branch: the narrowed indices, the rest computed again
+            self.bounds.update(narrowed)
+            return
         launch = lw.graph.launch_op
         region = launch.regions[0]
         yes, one = ir.Constant(I1, 1), ir.Constant(I64, 1)
@@ -978,16 +1030,58 @@ class _LaunchProof:
     def prove(self) -> tuple[ir.Value, frozenset[Op], bool]:
         """(all covered checks pass, the ops covered, whether every check is covered)."""
         ok, covered, complete = ir.Constant(I1, 1), set(), True
-        for op in self.lw.graph.launch_op.regions[0].walk():
-            fits = self._fits(op)
-            if fits is False:
-                continue  # no check to cover
-            if fits is None:
-                complete = False
-            else:
-                ok = self.b.and_(ok, fits)
-                covered.add(op)
+
+        def walk(proof: "_LaunchProof", block: Block) -> None:
+            nonlocal ok, complete
+            for op in block.ops:
+                fits = proof._fits(op)
+                if fits is None:
+                    complete = False
+                elif fits is not False:  # (False: no check to cover)
+                    ok = self.b.and_(ok, fits)
+                    covered.add(op)
+                for k, region in enumerate(op.regions):
+                    walk(proof._narrowed(op.operands[0]) if op.opcode == "if" and k == 0 else proof, region)
+
+        walk(self, self.lw.graph.launch_op.regions[0])
         return ok, frozenset(covered), complete
+
+    def _narrowed(self, condition: Value) -> "_LaunchProof":
+        """The proof inside a branch taken where ``condition`` holds: each thread or loop index
+        it compares with a value of known bounds narrowed (``i < e``: i <= e.hi - 1, ...)."""
+        narrowed: dict[Value, _Bounds] = {}
+        b, one = self.b, ir.Constant(I64, 1)
+        conjuncts, facts = [condition], []
+        while conjuncts:
+            c = conjuncts.pop()
+            if c.op is not None and c.op.opcode == "and" and c.type.is_bool:
+                conjuncts.extend(c.op.operands)
+            elif c.op is not None and c.op.opcode in ("lt", "le", "gt", "ge") and c.op.operands[0].type.is_index:
+                x, y = c.op.operands
+                opcode = c.op.opcode
+                facts.append((x, opcode, y))  # and the same fact seen from y's side
+                facts.append((y, {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[opcode], x))
+        for x, opcode, y in facts:
+            if x.op is not None or x.block is self.lw.graph.body:
+                continue  # only thread and loop indices
+            bx = narrowed.get(x) or self.of(x)
+            by = self.of(y)
+            if bx is None or by is None:
+                continue
+            if opcode in ("lt", "le"):  # x < y <= y.hi
+                limit = b.ssub_with_overflow(by.hi, one) if opcode == "lt" else None
+                hi = by.hi if limit is None else b.extract_value(limit, 0)
+                valid = by.valid if limit is None else b.and_(by.valid, b.not_(b.extract_value(limit, 1)))
+                lo, hi = bx.lo, self.lw.call("llvm.smin", [bx.hi, hi])
+            else:  # x > y >= y.lo
+                limit = b.sadd_with_overflow(by.lo, one) if opcode == "gt" else None
+                lo = by.lo if limit is None else b.extract_value(limit, 0)
+                valid = by.valid if limit is None else b.and_(by.valid, b.not_(b.extract_value(limit, 1)))
+                lo, hi = self.lw.call("llvm.smax", [bx.lo, lo]), bx.hi
+            # where the narrowed interval is empty, no thread takes the branch
+            narrowed[x] = _Bounds(lo, hi, b.and_(bx.valid, valid),
+                                  b.and_(b.and_(bx.reached, by.reached), b.icmp_signed("<=", lo, hi)))
+        return _LaunchProof(self.lw, narrowed) if narrowed else self
 
     def _fits(self, op: Op):
         """An i1 proving ``op``'s check passes everywhere, None if unknown, False if it has none."""
