@@ -191,6 +191,22 @@ def test_shuffles_of_thread_coordinates_and_index_arithmetic(mode, width):
     agree(shuffles, [np.zeros(128, np.int64)], width)
 
 
+def test_chunk_local_shuffles_inside_a_loop_and_a_branch(width):
+    """An xor by a small constant needs only the chunk's lanes, so it may sit in a loop or a
+    uniform branch that holds no barrier (found by the cooperative fuzzer)."""
+    @kernel(out=dynamic_buffer(i32), x=dynamic_buffer(i32), trips=scalar(index))
+    def nested(k, a):
+        @k.for_each_block(grid=axis("b", 2), threads=axis("t", 32))
+        def body(inner, block, thread):
+            t = thread["t"]
+            g = block["b"] * 32 + t
+            v = inner.fold_range(0, a.trips, 1, a.x[g],
+                                 lambda inner, i, acc: acc + inner.shuffle_xor(acc, 1) + inner.shuffle_xor(acc, 0))
+            a.out[g] = inner.if_(a.trips > 1, lambda inner: v + inner.shuffle_xor(v, 1), lambda inner: v)
+
+    agree(nested, [np.zeros(64, np.int32), np.arange(64, dtype=np.int32), 3], width)
+
+
 def test_atomics_from_lanes_happen_in_thread_order(width):
     @kernel(order=dynamic_buffer(i32), counter=dynamic_buffer(i32))
     def claim(k, a):

@@ -175,6 +175,7 @@ class SpmdLowering(_Lowering):
         # are plain vector ones: masked ones are much slower on some CPUs)
         self.mask: ir.Value | None = None
         self.chunk_lane: ir.Value | None = None  # the linear thread number of lane 0
+        self.chunk_threads: ir.Value | None = None  # a block's thread loop: the lanes' thread numbers
         self.lane_index: ir.Value | None = None  # inside a lane-by-lane loop: the lane
         self.chunk_start: ir.Value | None = None  # blocks: the thread number of lane 0
 
@@ -815,7 +816,7 @@ class SpmdLowering(_Lowering):
         b.position_at_end(body)
         start = b.mul(chunk, ir.Constant(I64, self.width))
         threads = b.add(self.splat(start), self.lanes())
-        self.chunk_start = start
+        self.chunk_start, self.chunk_threads = start, threads
         self.chunk_lane = b.add(b.mul(self.block_id, ir.Constant(I64, self.per_block)), start)
 
         def lower():
@@ -826,10 +827,7 @@ class SpmdLowering(_Lowering):
                 if v not in self.values and all(x in self.values or x in self.slots for x in v.op.operands):
                     self.lower_op(v.op)
             for op in ops:
-                if op.opcode == "shuffle":
-                    self._host_shuffle(op, threads)
-                else:
-                    self.lower_op(op)
+                self.lower_op(op)
                 for r in op.results:
                     if r in self.slots:
                         self._to_slot(r, self.value(r), start)
@@ -862,6 +860,9 @@ class SpmdLowering(_Lowering):
         the width (a permutation of the vector's lanes: no slot, no new thread loop)."""
         delta = _constant(op.operands[1])
         return op.attrs["mode"] == "xor" and delta is not None and 0 <= delta < min(self.width, WARP)
+
+    def op_shuffle(self, op: Op) -> None:  # in a thread loop, or a loop or branch inside one
+        self._host_shuffle(op, self.chunk_threads)
 
     def _host_shuffle(self, op: Op, threads: ir.Value) -> None:
         """The source lane's value: a permutation of this chunk's vector, a vector load from the
