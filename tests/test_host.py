@@ -324,9 +324,8 @@ def test_a_guard_too_weak_for_the_proof_still_fails_where_it_should(width):
         assert (dst == 7.0).all()  # nothing half-written
 
 
-def test_an_unprovable_guarded_kernel_still_runs(width):
-    """The proof narrows plain index comparisons only (``i + 5 < n`` is not one): here it
-    fails, and the checked version runs."""
+def test_a_guard_on_an_index_expression_narrows_it(width):
+    """i + 5 < n narrows the value i + 5 itself: x[i + 5] is proven."""
     @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32))
     def guarded(k, a):
         @k.for_each_1d(axis("i", a.dst.size))
@@ -334,7 +333,27 @@ def test_an_unprovable_guarded_kernel_still_runs(width):
             i = idx["i"]
             inner.if_(i + 5 < a.x.size, lambda inner: a.dst.__setitem__(i, a.x[i + 5]))
 
+    kernel_ = codegen.host_kernel(guarded.graph, Target.host(vector_width=width))
+    assert kernel_.plan.infallible
     agree(guarded, [np.zeros(12, np.float32), np.arange(9, dtype=np.float32)], width)
+
+
+def test_an_unprovable_guarded_kernel_still_runs(width):
+    """A guard on a loaded value tells the proof nothing about x[i + 5]: the checked version runs
+    (and the access stays in bounds because of what the data says)."""
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), ok=dynamic_buffer(i32))
+    def guarded(k, a):
+        @k.for_each_1d(axis("i", a.dst.size))
+        def each(inner, idx):
+            i = idx["i"]
+            inner.if_(a.ok[i] > 0, lambda inner: a.dst.__setitem__(i, a.x[i + 5]))
+
+    kernel_ = codegen.host_kernel(guarded.graph, Target.host(vector_width=width))
+    dst, x, ok = np.zeros(12, np.float32), np.arange(9, dtype=np.float32), (np.arange(12) + 5 < 9).astype(np.int32)
+    status, extents = np.zeros(4, np.int64), np.zeros(3, np.int64)
+    assert kernel_.prepare([a.ctypes.data for a in (dst, x, ok)], [12, 9, 12], [], status.ctypes.data,
+                           extents.ctypes.data) is False
+    agree(guarded, [dst, x, ok], width)
 
 
 def test_an_in_out_buffer_updated_in_place(width):

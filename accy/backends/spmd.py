@@ -1005,9 +1005,9 @@ class _LaunchProof:
     indices and kernel-scope values with ``+ - *``, ``min``, ``max``, ``select``, and ``//`` and
     ``%`` by positive constants: its interval over the whole launch must lie in bounds (and a
     divisor's must exclude 0).  Conservative: a loop's index ranges from its lowest start to
-    its highest stop, and of a branch's condition only comparisons of a thread or loop index
-    (``and``-ed together) narrow that index inside the ``then`` side (``row > 0`` and
-    ``row < n - 1`` guarding ``x[row - 1]`` and ``x[row + 1]``).  Where it holds, those
+    its highest stop, and of a branch's condition only comparisons of indices (``and``-ed
+    together) narrow them inside the ``then`` side, for every value computed from them there
+    (``row > 0`` and ``row < n - 1`` guarding ``x[row - 1]`` and ``x[row + 1]``).  Where it holds, those
     accesses need no check at run time; where every check of a kernel is covered, the
     kernel cannot fail, and the host runs it on the caller's arrays with no scratch copies."""
 
@@ -1048,8 +1048,8 @@ class _LaunchProof:
         return ok, frozenset(covered), complete
 
     def _narrowed(self, condition: Value) -> "_LaunchProof":
-        """The proof inside a branch taken where ``condition`` holds: each thread or loop index
-        it compares with a value of known bounds narrowed (``i < e``: i <= e.hi - 1, ...)."""
+        """The proof inside a branch taken where ``condition`` holds: each index it compares
+        with a value of known bounds narrowed (``i < e``: i <= e.hi - 1, ...)."""
         narrowed: dict[Value, _Bounds] = {}
         b, one = self.b, ir.Constant(I64, 1)
         conjuncts, facts = [condition], []
@@ -1063,8 +1063,6 @@ class _LaunchProof:
                 facts.append((x, opcode, y))  # and the same fact seen from y's side
                 facts.append((y, {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[opcode], x))
         for x, opcode, y in facts:
-            if x.op is not None or x.block is self.lw.graph.body:
-                continue  # only thread and loop indices
             bx = narrowed.get(x) or self.of(x)
             by = self.of(y)
             if bx is None or by is None:
@@ -1082,7 +1080,10 @@ class _LaunchProof:
             # where the narrowed interval is empty, no thread takes the branch
             narrowed[x] = _Bounds(lo, hi, b.and_(bx.valid, valid),
                                   b.and_(b.and_(bx.reached, by.reached), b.icmp_signed("<=", lo, hi)))
-        return _LaunchProof(self.lw, narrowed) if narrowed else self
+        if not narrowed:
+            return self
+        indices = {v: bounds for v, bounds in self.bounds.items() if v.op is None}  # the launch's own
+        return _LaunchProof(self.lw, {**indices, **narrowed})
 
     def _fits(self, op: Op):
         """An i1 proving ``op``'s check passes everywhere, None if unknown, False if it has none."""
