@@ -4,7 +4,8 @@ for the same job, with the targets the project holds the llvm backend to.
 Each workload runs an example kernel (``examples/``) or a library entry on the llvm
 backend and, where it fits the time budget, on the interpreter (``numpy``); every result
 is checked against a float64 reference.  A target reads ``accy's time / the baseline's
-time <= at_most``.
+time <= at_most``.  Each workload also runs on llvm with ``checks=False``
+(``llvm-unchecked``): the bounds checks may cost at most 10%.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import numpy as np
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 BACKENDS = {"llvm": "llvm", "interpreter": "numpy"}  # a row's label -> accy's backend name
+UNCHECKED = "llvm-unchecked"  # the llvm backend with checks=False: what the checks cost
+CHECKS_COST = 1.10  # the target: checks cost at most 10%
 
 
 @attrs.frozen
@@ -281,7 +284,13 @@ def run_workloads(measure, budget: float, quick: bool = False, only: str | None 
             row["errors"][backend] = error = max_error(result, setup.expected)
             if error > setup.rtol:
                 row["skipped"][backend] = f"WRONG: error {error:.2g} over {setup.rtol:.2g}"
-        for t in w.targets:
+        checks = ()
+        if "llvm" in row["seconds"]:  # what the bounds checks cost: the same kernel without them
+            seconds, _ = measure(lambda: setup.run("llvm", checks=False), budget)
+            if seconds is not None:
+                row["seconds"][UNCHECKED] = seconds
+                checks = (Target(UNCHECKED, CHECKS_COST),)
+        for t in (*w.targets, *checks):
             accy, base = row["seconds"].get(t.backend), row["seconds"].get(t.baseline)
             ratio = accy / base if accy and base else None
             row["targets"].append({"backend": t.backend, "baseline": t.baseline, "at_most": t.at_most,
