@@ -684,7 +684,7 @@ class SpmdLowering(_Lowering):
         self._units_loop(begin, end, list(zip(start, [segments, *extents[1:]])), body)
 
     def _count_loop(self, lo, hi, body) -> None:
-        """``for i in [lo, hi): body(i)`` (``lo < hi``)."""
+        """``for i in [lo, hi): body(i)`` (``lo < hi``: the body runs at least once)."""
         b = self.b
         entry = b.block
         loop, after = b.append_basic_block("chunks"), b.append_basic_block("chunks_done")
@@ -805,15 +805,13 @@ class SpmdLowering(_Lowering):
         into their slots; ``after()`` runs at the end of each chunk."""
         if not ops and after is None:
             return
+        self._count_loop(ir.Constant(I64, 0), ir.Constant(I64, self.chunks_per_block),
+                         lambda chunk: self._chunk_of_threads(chunk, ops, after))
+        self.mask = self.chunk_lane = self.chunk_start = self.chunk_threads = None
+
+    def _chunk_of_threads(self, chunk, ops, after) -> None:
+        """One chunk of :meth:`_thread_loop`: the whole chunk, or a full and a tail version."""
         b = self.b
-        entry = b.block
-        loop, body, done = (b.append_basic_block(n) for n in ("threads", "thread", "threads_done"))
-        b.branch(loop)
-        b.position_at_end(loop)
-        chunk = b.phi(I64, name="chunk")
-        chunk.add_incoming(ir.Constant(I64, 0), entry)
-        b.cbranch(b.icmp_unsigned("<", chunk, ir.Constant(I64, self.chunks_per_block)), body, done)
-        b.position_at_end(body)
         start = b.mul(chunk, ir.Constant(I64, self.width))
         threads = b.add(self.splat(start), self.lanes())
         self.chunk_start, self.chunk_threads = start, threads
@@ -841,10 +839,6 @@ class SpmdLowering(_Lowering):
             lower()
         else:
             self._full_or_tail(start, ir.Constant(I64, self.per_block), lower)
-        chunk.add_incoming(b.add(chunk, ir.Constant(I64, 1)), b.block)
-        b.branch(loop)
-        b.position_at_end(done)
-        self.mask = self.chunk_lane = self.chunk_start = None
 
     def _thread_coordinates(self, start, threads):
         """The thread coordinates of a chunk: x consecutive (and y, z the same in every lane)
