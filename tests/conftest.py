@@ -69,7 +69,7 @@ def elementwise(name, fn, n, *, dtypes=(f32, f32), out=f32):
 import hashlib  # noqa: E402
 
 from accy.backends import codegen, toolchain  # noqa: E402
-from accy.backends.ptx import instruction_forms, unsupported  # noqa: E402
+from accy.emulator import instruction_forms, unsupported  # noqa: E402
 
 ASSEMBLED: dict[str, str] = {}
 FORMS: dict[str, str] = {}  # every PTX instruction form the suite emitted -> a kernel that used it

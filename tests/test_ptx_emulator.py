@@ -1,4 +1,4 @@
-"""The PTX emulator (accy.backends.ptx): PTX executed on the CPU must compute what the
+"""The PTX emulator (accy.emulator): PTX executed on the CPU must compute what the
 GPU computes.
 
 PTX comes three ways: (1) accy's own emission (``emit_ptx``) of the suite kernels
@@ -26,9 +26,9 @@ from accy.backends import toolchain
 from accy.backends.codegen import emit_ptx
 from accy.backends import run
 from accy.backends.llvm import Target
-from accy.backends.ptx import (Device, PtxBarrierError, PtxError, PtxMemoryError, instruction_forms,
+from accy.emulator import (Device, PtxBarrierError, PtxError, PtxMemoryError, instruction_forms,
                                unsupported)
-from accy.backends.ptx import numerics as N
+from accy.emulator import numerics as N
 from accy.errors import AccyError, OutOfBoundsError
 from accy.library.attention import (ScaledDotProduct, ThreadBlocks, reference, scaled_dot_product_f32,
                                     scaled_dot_product_fused_f32)

@@ -1,5 +1,5 @@
 """The ``ptx`` backend: the PTX the ``cuda`` backend would launch, run on the CPU by the
-emulator in :mod:`accy.backends.ptx`.
+emulator in :mod:`accy.emulator`.
 
 It compiles exactly as ``backend="cuda"`` does (:func:`accy.backends.gpu.kernel_ptx`:
 the same function, options and block shape; ``arch`` defaults to ``sm_80``) and
@@ -7,7 +7,7 @@ launches through the same host half (:class:`accy.backends.gpu.DeviceLaunch`:
 marshalling, the status word, copy-back on success); only the final call goes to the
 emulated device instead of the driver.  The emulator checks every global, shared and
 local access against its allocation, so a wrong bounds-check wrapper shows up here as a
-:class:`~accy.backends.ptx.PtxMemoryError` naming the PTX line, the address and the
+:class:`~accy.emulator.PtxMemoryError` naming the PTX line, the address and the
 thread, which the kernel's own checks could not catch.
 """
 
@@ -21,7 +21,7 @@ from ..dsl.schedule import Launch
 from .arguments import Binding
 from .contract import Backend
 from .gpu import DeviceLaunch, kernel_ptx
-from .ptx import Device
+from ..emulator import Device
 
 _lock = threading.Lock()  # one emulated GPU per process, one launch at a time
 

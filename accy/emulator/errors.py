@@ -7,7 +7,7 @@ the PTX and reproduced.
 
 from __future__ import annotations
 
-from ...errors import AccyError
+from ..errors import AccyError
 
 
 class PtxError(AccyError, RuntimeError):

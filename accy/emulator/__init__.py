@@ -1,6 +1,6 @@
 """A PTX emulator: runs PTX text on the CPU, vectorised over threads with NumPy.
 
-    from accy.backends.ptx import Device
+    from accy.emulator import Device
     dev = Device()
     x = dev.alloc(4 * n)
     dev.copy_to_device(x, host)
