@@ -1,8 +1,11 @@
 """Bad programs are rejected while tracing, naming the op, the types and the user's line."""
 
+import math
+
 import pytest
 
 from accy import Program, axis, dynamic_buffer, f32
+from accy.dsl.types import DTYPES
 from accy.errors import AccyError, TraceError
 
 
@@ -280,6 +283,46 @@ def test_constants_must_fit_the_type():
     params = {"dst": dynamic_buffer(accy.u8), "x": dynamic_buffer(accy.u8)}
     with pytest.raises(TraceError, match=r"constant 300 is outside the u8 range \[0, 255\]"):
         trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, args.x[i] + 300)), params)
+
+
+def test_a_float_constant_that_overflows_its_type_names_the_constant_type_and_line():
+    params = {"dst": dynamic_buffer(accy.f16), "x": dynamic_buffer(accy.f16)}
+
+    def each(inner, i, args):
+        args.dst[i] = args.x[i] * 70000.0  # MARK-f16-overflow
+
+    with pytest.raises(TraceError, match=r"constant 70000\.0 overflows f16: .* largest finite f16, 65504\.0") as err:
+        trace(in_launch(each), params)
+    assert err.value.location.lineno == this_line_is("MARK-f16-overflow")
+
+
+FLOATS = [t for t in DTYPES.values() if t.is_float]  # every float type of the dtype table, new ones too
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_every_float_type_refuses_a_finite_constant_past_its_largest_finite_value(dtype):
+    params = {"dst": dynamic_buffer(dtype), "x": dynamic_buffer(dtype)}
+    too_big = int(dtype.max) * 2  # a Python int: finite even past f64's range
+    for value in (too_big, -too_big, float(too_big) if too_big < 2**1000 else too_big):
+        with pytest.raises(TraceError, match=rf"overflows {dtype}: .*largest finite {dtype}"):
+            trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, args.x[i] + value)), params)
+    with pytest.raises(TraceError, match=rf"overflows {dtype}"):
+        trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, inner.constant(too_big, dtype))), params)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_infinite_nan_and_largest_finite_constants_stay_legal(dtype):
+    params = {"dst": dynamic_buffer(dtype), "x": dynamic_buffer(dtype)}
+    for value in (float("-inf"), math.inf, math.nan, dtype.max, -dtype.max):
+        graph = trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, args.x[i] + value)), params)
+        (const,) = [op for op in graph.body.walk() if op.opcode == "const" and op.result.type == dtype]
+        assert str(const.attrs["value"]) == str(float(value))
+
+
+def test_a_constant_that_rounds_down_to_the_largest_finite_value_is_that_value():
+    params = {"dst": dynamic_buffer(accy.f16), "x": dynamic_buffer(accy.f16)}
+    graph = trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, args.x[i] + 65519.0)), params)
+    assert "const 65504.0 : f16" in graph.text()
 
 
 KERNEL_SOURCE = """

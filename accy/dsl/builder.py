@@ -518,9 +518,24 @@ class Builder:
         else:
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
                 raise _error(f"{what}: expected a Python number, got {value!r}")
-            with np.errstate(all="ignore"):
-                value = float(np.asarray(float(value)).astype(dtype.numpy))  # rounded to the type
+            value = self._rounded_float(value, dtype)
         return self._traced(self._record("const", (), {"value": value, "dtype": dtype}))
+
+    @staticmethod
+    def _rounded_float(value, dtype: DType) -> float:
+        """``value`` rounded to ``dtype``; a finite number that has no finite value there is an
+        error, not a silent infinity (or NaN, in a type without infinities)."""
+        try:
+            exact = float(value)
+        except OverflowError:  # a Python int past f64's range
+            exact = None
+        with np.errstate(all="ignore"):
+            rounded = float(np.asarray(exact).astype(dtype.numpy)) if exact is not None else math.inf
+        if (exact is None or math.isfinite(exact)) and not math.isfinite(rounded):
+            shown = repr(value) if len(repr(value)) <= 24 else f"{str(value)[:8]}... ({len(str(value))} digits)"
+            raise _error(f"constant {shown} overflows {dtype}: it is past the largest finite {dtype}, "
+                         f"{dtype.max!r}; write float('inf') for an infinity, or compute in a wider type")
+        return rounded
 
     def constant_index(self, value: int) -> Traced:
         return self.constant(value, index)
@@ -551,8 +566,8 @@ class Builder:
         if isinstance(x, numbers.Real):
             if like is not None and not like.is_float:
                 raise _error(
-                    f"{opcode}({like}, Python float): the constant {float(x)!r} cannot combine with a {like} "
-                    f"value; make that value a float first: cast(value, f32)"
+                    f"{opcode}({like}, Python float): the constant {float(x)!r} cannot combine with {like} "
+                    f"values; make that value a float first: cast(value, f32)"
                 )
             return self.constant(float(x), like if like is not None else f32).value
         raise _error(f"{opcode}: operand {x!r} is neither a traced value nor a number")
