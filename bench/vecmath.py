@@ -24,31 +24,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from accy.backends import vecmath
-
-# The host target as accy's codegen makes it (host CPU name and features, O3); kept here
-# so these scripts do not depend on codegen's private helpers.
-llvm.initialize_native_target()
-llvm.initialize_native_asmprinter()
-
-
-def _own_machine():
-    """A host target machine for one engine: an MCJIT engine takes ownership of its
-    machine and frees it with itself, so a shared machine must not be given to one."""
-    return llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True)
-
-
-_MACHINE = _own_machine()
-
-
-def host_machine():
-    return _MACHINE
-
-
-def _optimise(module, machine):
-    """LLVM's O3 module pipeline for ``machine``."""
-    builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
-    builder.getModulePassManager().run(module, builder)
+from accy.backends.codegen import jit_host_module
 
 # the C function per element for the baseline: an LLVM intrinsic where one exists
 LIBM = {"exp": "llvm.exp", "exp2": "llvm.exp2", "expm1": "expm1", "log": "llvm.log", "log2": "llvm.log2",
@@ -115,13 +91,7 @@ def compile_map(name: str, dtype: str, width: int, libm: bool = False):
     b.cbranch(b.icmp_signed("<", nxt, fn.args[-1]), loop, done)
     b.position_at_end(done)
     b.ret_void()
-    machine = host_machine()
-    mod = llvm.parse_assembly(str(module))
-    mod.triple = machine.triple
-    mod.data_layout = str(machine.target_data)
-    _optimise(mod, machine)
-    engine = llvm.create_mcjit_compiler(mod, _own_machine())
-    engine.finalize_object()
+    engine = jit_host_module(str(module))  # host CPU, O3: as the llvm backend compiles
     cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (arity + 1) + [ctypes.c_int64]))(
         engine.get_function_address("kernel"))
     cfn.engine = engine

@@ -7,38 +7,13 @@ from __future__ import annotations
 import ctypes
 import functools
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
 from accy.backends import vecmath
-
-# The host target as accy's codegen makes it (host CPU name and features, O3); kept here
-# so these scripts do not depend on codegen's private helpers.
-llvm.initialize_native_target()
-llvm.initialize_native_asmprinter()
+from accy.backends.codegen import jit_host_module
 
 NP = {"f32": np.float32, "f64": np.float64}
-
-
-def _own_machine():
-    """A host target machine for one engine: an MCJIT engine takes ownership of its
-    machine and frees it with itself, so a shared machine must not be given to one."""
-    return llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True)
-
-
-_MACHINE = _own_machine()
-
-
-def host_machine():
-    return _MACHINE
-
-
-def optimise(module, machine):
-    """LLVM's O3 module pipeline for ``machine``."""
-    builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
-    builder.getModulePassManager().run(module, builder)
 
 
 def compile_routine(name: str, dtype: str, width: int):
@@ -70,14 +45,7 @@ def compile_routine(name: str, dtype: str, width: int):
     b.position_at_end(done)
     b.ret_void()
 
-    machine = host_machine()
-    mod = llvm.parse_assembly(str(module))
-    mod.triple = machine.triple
-    mod.data_layout = str(machine.target_data)
-    mod.verify()
-    optimise(mod, machine)
-    engine = llvm.create_mcjit_compiler(mod, _own_machine())
-    engine.finalize_object()
+    engine = jit_host_module(str(module))  # host CPU, O3: as the llvm backend compiles
     cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (arity + 1) + [ctypes.c_int64]))(
         engine.get_function_address("kernel"))
     npdt = NP[dtype]

@@ -17,14 +17,14 @@ from __future__ import annotations
 import decimal
 import math
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 import pytest
 
 from accy.backends import vecmath
+from accy.backends.codegen import optimised_host_module
 
-from host_math import compile_routine, host_machine, kernel, optimise as _optimise
+from host_math import compile_routine, kernel
 
 F32_WIDTHS = (1, 8, 16)
 F64_WIDTHS = (1, 4, 8)
@@ -343,12 +343,7 @@ def test_one_definition_per_type_shared_by_functions():
         assert f.linkage == "internal" and "alwaysinline" in f.attributes
     external = [f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")]
     assert external == []
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    machine = host_machine()
-    parsed.triple = machine.triple
-    parsed.data_layout = str(machine.target_data)
-    _optimise(parsed, machine)
+    parsed = optimised_host_module(str(module))
     assert {f.name for f in parsed.functions if not f.is_declaration} == {"k1", "k2"}   # all inlined
 
 

@@ -65,6 +65,33 @@ def _optimise(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
     builder.getModulePassManager().run(module, builder)
 
 
+def optimised_host_module(ir_text: str) -> llvm.ModuleRef:
+    """``ir_text`` parsed for the host target machine (the host CPU's name and features) and
+    run through LLVM's O3 pipeline, as accy's own host kernels are: for benchmarks and tests
+    that compile LLVM IR of their own (vecmath's routines alone)."""
+    with _lock:
+        machine = host_machine()
+        try:
+            module = llvm.parse_assembly(ir_text)
+            module.triple = machine.triple
+            module.data_layout = str(machine.target_data)
+            module.verify()
+        except RuntimeError as e:
+            raise CompileError(f"LLVM rejected the module: {e}") from None
+        _optimise(module, machine)
+        return module
+
+
+def jit_host_module(ir_text: str) -> llvm.ExecutionEngine:
+    """:func:`optimised_host_module`, JIT-compiled: the engine holds the machine code, so keep
+    it alive while its functions are called."""
+    with _lock:
+        # the engine owns (and frees with itself) the target machine it is given: give it its own
+        engine = llvm.create_mcjit_compiler(optimised_host_module(ir_text), _new_host_machine())
+        engine.finalize_object()
+        return engine
+
+
 def _drop_unused(module: llvm.ModuleRef) -> None:
     """Global dead-code elimination before O3, which would otherwise optimise all of libdevice."""
     passes = llvm.create_new_module_pass_manager()
