@@ -26,7 +26,7 @@ from ..errors import TraceError, UnknownOpError
 from . import context
 from .ir import Axis, Block, Op, Param, Value
 from .ops import OPS, REDUCTIONS, OpTypeError, infer
-from .types import INDEX_MAX, DType, as_dtype, boolean, f32, from_numpy, index
+from .types import INDEX_MAX, DType, as_dtype, boolean, f32, from_numpy, index, u32
 
 _NO_CTX = object()
 
@@ -1152,12 +1152,219 @@ class Builder:
         self.barrier()  # every thread has read the partials before any reuses the scratch
         return total
 
+    # -- warp votes ------------------------------------------------------------------
+    def _ballot_bits(self, what: str, cond) -> Traced:
+        """The warp's ballot in every lane: an or-butterfly of shuffles of each lane's bit, so
+        every backend computes it from ops it already has (with the shuffles' rules)."""
+        info = self._warps(what)
+        self._check_uniform(what, info)
+        cond = self._lift(cond, boolean, what)
+        if not cond.type.is_bool:
+            raise _error(f"{what}: the condition is {cond.type}; it must be a bool (use a comparison)")
+        bit = self.shl(self.constant(1, u32), self.cast(self.lane, u32))
+        bits = self.select(Traced(cond), bit, self.constant(0, u32))
+        for offset in (16, 8, 4, 2, 1):
+            bits = self.bitwise_or(bits, self.shuffle_xor(bits, offset))
+        return bits
+
+    def ballot(self, cond) -> Traced:
+        """A u32 with bit ``lane`` set for each lane of this warp where ``cond`` holds; every lane
+        gets it.  As shuffles: whole warps, reached by the whole block."""
+        return self._ballot_bits("ballot", cond)
+
+    def vote_any(self, cond) -> Traced:
+        """True in every lane when ``cond`` holds in any lane of this warp."""
+        return self.ne(self._ballot_bits("vote_any", cond), self.constant(0, u32))
+
+    def vote_all(self, cond) -> Traced:
+        """True in every lane when ``cond`` holds in every lane of this warp."""
+        return self.eq(self._ballot_bits("vote_all", cond), self.constant(0xFFFFFFFF, u32))
+
+    # -- block scans and arg-reductions ------------------------------------------------
+    def _block_number(self, what: str, value) -> tuple[_LaunchInfo, Traced]:
+        info = self._block_launch(what)
+        self._check_uniform(what, info)
+        value = self._lift(value, None, what)
+        if value.type.is_bool:
+            raise _error(f"{what}: the value is bool; it takes a number type (select(cond, 1, 0) counts)")
+        return info, Traced(value)
+
+    def _group_scan(self, lanes: "_Neighbours", values: tuple, combine) -> tuple:
+        """The inclusive scan of ``values`` within each group of 32 consecutive threads
+        (a warp): Hillis-Steele steps 1, 2, 4, 8, 16, each thread at ``lane >= d`` taking
+        ``combine(values of the thread d before, its own)``."""
+        d = 1
+        while d < min(WARP, lanes.info.threads):
+            before = lanes.earlier(values, d)
+            step = combine(self, before, values)
+            far = self.ge(lanes.lane, d)
+            values = tuple(self.select(far, s, v) for s, v in zip(step, values))
+            d *= 2
+        return values
+
+    def _group_totals(self, lanes: "_Neighbours", values: tuple, stem: str) -> list:
+        """Shared arrays holding, at ``g``, ``values`` of the last thread of group ``g``."""
+        info = lanes.info
+        groups = -(-info.threads // WARP)
+        totals = [info.body._declare_shared(info, v.type, groups, f"{stem}{len(info.shared_names)}", first=True)
+                  for v in values]
+        last = self.logical_or(self.eq(lanes.lane, WARP - 1), self.eq(lanes.linear, info.threads - 1))
+        group = self.floor_div(lanes.linear, WARP)
+
+        def write(inner):
+            for array, v in zip(totals, values):
+                inner.store(array, v, group)
+
+        self.if_(last, write)
+        self.barrier()
+        return totals
+
+    def block_scan(self, value, op: str = "sum", inclusive: bool = True) -> Traced:
+        """The scan of ``value`` over the block's threads in linear order (x fastest): thread
+        ``t`` gets ``op`` ("sum", "max" or "min") over threads ``0..t`` (``inclusive=True``) or
+        ``0..t-1`` (else; thread 0 gets the op's identity: 0, or the type's lowest or highest
+        value, -inf or +inf for floats).
+
+        Floats combine in one order on every backend (so results agree bit for bit): within
+        each group of 32 threads, Hillis-Steele steps of 1, 2, 4, 8 and 16 (a thread at lane
+        ``>= d`` combines the partial of the thread ``d`` before it with its own, earlier
+        operand first); then a thread of group ``g`` combines the groups' totals in order,
+        ``((T0 + T1) + ...) + T(g-1)``, and that with its group's partial.  An exclusive scan
+        is the inclusive scan of the thread before (the same bits).  Blocks of any size; whole
+        warps exchange with shuffles, other blocks through shared memory."""
+        info, value = self._block_number("block_scan", value)
+        method = self._combine("block_scan", op)
+        if not isinstance(inclusive, (bool, np.bool_)):
+            raise _error(f"block_scan: inclusive must be True or False, got {inclusive!r}")
+
+        def combine(b, earlier, later):
+            return (getattr(b, method)(earlier[0], later[0]),)
+
+        lanes = _Neighbours(self, info, "scan")
+        (local,) = self._group_scan(lanes, (value,), combine)
+        shifted = None
+        if not inclusive:  # each thread's local scan moves one thread on (thread 0's is replaced below)
+            shifted = local if info.threads == 1 else lanes.earlier((local,), 1)[0]
+        if info.threads <= WARP:
+            result = local if inclusive else shifted
+            prefix = None
+        else:
+            (totals,) = self._group_totals(lanes, (local,), "scan")
+            group = self.floor_div(lanes.linear, WARP)
+            prefix = self.fold_range(1, group, 1, totals[0],
+                                     lambda inner, w, acc: getattr(inner, method)(acc, totals[w]))
+            later = self.gt(group, 0)
+            result = self.select(later, getattr(self, method)(prefix, local if inclusive else shifted),
+                                 local if inclusive else shifted)
+        if not inclusive:
+            first = self._identity(op, value.type)
+            at_lane0 = first if prefix is None else self.select(self.gt(self.floor_div(lanes.linear, WARP), 0),
+                                                                prefix, first)
+            result = self.select(self.eq(lanes.lane, 0), at_lane0, result)
+        if lanes.used_shared:
+            self.barrier()  # every thread has read the scratch before any reuses it (in a loop)
+        return result
+
+    def _identity(self, op: str, dtype: DType) -> Traced:
+        """What ``op`` leaves a value as: 0, or the lowest (highest) value of ``dtype``;
+        -inf (+inf) for a float type that has infinities."""
+        if op == "sum":
+            return self.constant(0, dtype)
+        low = op == "max"
+        if dtype.is_float:
+            with np.errstate(all="ignore"):
+                inf = float(np.asarray(-math.inf if low else math.inf).astype(dtype.numpy))
+            return self.constant(inf if math.isinf(inf) else (dtype.min if low else dtype.max), dtype)
+        return self.constant(dtype.min if low else dtype.max, dtype)
+
+    def block_argmax(self, value) -> tuple[Traced, Traced]:
+        """``(value, thread)``: the block's largest ``value`` and the linear index (x fastest,
+        an index) of the first thread holding it, as NumPy's argmax: ties go to the lowest
+        index, and a NaN counts as largest (the first NaN wins)."""
+        return self._block_arg("block_argmax", value, largest=True)
+
+    def block_argmin(self, value) -> tuple[Traced, Traced]:
+        """``(value, thread)``: the block's smallest ``value`` and the lowest linear index holding
+        it, as NumPy's argmin (ties to the lowest index; the first NaN wins)."""
+        return self._block_arg("block_argmin", value, largest=False)
+
+    def _block_arg(self, what: str, value, largest: bool) -> tuple[Traced, Traced]:
+        info, value = self._block_number(what, value)
+        floats = value.type.is_float
+
+        def combine(b, p, q):  # symmetric: the better pair, of equals the lower index
+            (pv, pi), (qv, qi) = p, q
+            better = b.gt(qv, pv) if largest else b.lt(qv, pv)
+            tie = b.eq(qv, pv)
+            if floats:  # NaN beats numbers; two NaNs tie
+                pn, qn = b.isnan(pv), b.isnan(qv)
+                better = b.logical_or(better, b.logical_and(qn, b.logical_not(pn)))
+                tie = b.logical_or(tie, b.logical_and(pn, qn))
+            take = b.logical_or(better, b.logical_and(tie, b.lt(qi, pi)))
+            return b.select(take, qv, pv), b.select(take, qi, pi)
+
+        lanes = _Neighbours(self, info, "arg")
+        pair = (value, lanes.linear)
+        if lanes.shuffles:  # every lane gets its warp's pair from a butterfly
+            for offset in (16, 8, 4, 2, 1):
+                pair = combine(self, pair, tuple(self.shuffle_xor(v, offset) for v in pair))
+            if info.threads == WARP:
+                return pair
+        else:
+            pair = self._group_scan(lanes, pair, combine)
+        totals = self._group_totals(lanes, pair, "arg")
+        groups = -(-info.threads // WARP)
+        first = tuple(array[0] for array in totals)
+        pair = self.fold_range(1, groups, 1, first,
+                               lambda inner, w, acc: combine(inner, acc, tuple(array[w] for array in totals)))
+        self.barrier()  # every thread has read the totals before any reuses them (in a loop)
+        return tuple(pair)
+
+
     # the seed's camelCase spellings, so seed kernels port line by line
     constantIndex = constant_index
     constantFloat = constant_float
     forEach1D = for_each_1d
     forEach2D = for_each_2d
     forEach3D = for_each_3d
+
+
+class _Neighbours:
+    """What a thread reads of the thread ``d`` before it in its group of 32 (a warp): a
+    ``shuffle_up`` where the block is whole warps, else a round through shared memory.  The
+    rounds alternate between two sets of arrays, so one barrier a round orders each round's
+    writes after the reads of the round before it."""
+
+    def __init__(self, builder: Builder, info: _LaunchInfo, stem: str):
+        self.builder, self.info, self.stem = builder, info, stem
+        self.linear = builder._linear_thread(info)
+        self.lane = builder.mod(self.linear, WARP)
+        self.shuffles = info.threads % WARP == 0
+        self.sets: list[list[SharedArray]] = []
+        self.rounds = 0
+
+    @property
+    def used_shared(self) -> bool:
+        return bool(self.sets)
+
+    def earlier(self, values: tuple, d: int) -> tuple:
+        """``values`` as the thread ``d`` before holds them, where ``lane >= d`` (elsewhere the
+        thread's own)."""
+        b = self.builder
+        if self.shuffles:
+            return tuple(b.shuffle_up(v, d) for v in values)
+        if not self.sets:
+            info = self.info
+            self.sets = [[info.body._declare_shared(info, v.type, info.threads,
+                                                    f"{self.stem}{len(info.shared_names)}", first=True)
+                          for v in values] for _ in range(2)]
+        arrays = self.sets[self.rounds % 2]
+        self.rounds += 1
+        for array, v in zip(arrays, values):
+            b.store(array, v, self.linear)
+        b.barrier()
+        source = b.select(b.ge(self.lane, d), b.sub(self.linear, d), self.linear)
+        return tuple(b.load(array, source) for array in arrays)
 
 
 def _pointwise_method(opcode: str, method: str, arity: int):
