@@ -2,6 +2,7 @@
 Each is shown catching a planted bug."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -155,6 +156,37 @@ def test_debug_thread_values_match_a_hand_computation():
     assert any("DEBUG-LINE" in e.location for e in trace.entries)
 
 
+def test_debug_thread_shows_every_result_of_a_tuple_fold_the_loop_variables_and_the_threads_index():
+    def body(k, a):
+        def each(inner, idx):
+            i = idx["i"]
+            total, peak = inner.fold_range(0, 3, 1, (0.0, a.x[i]),
+                                           lambda inner, j, acc: (acc[0] + a.x[j], inner.max(acc[1], a.x[j])))
+            a.dst[i] = total + peak
+
+        k.for_each_1d(axis("i", 4), each)
+
+    program = Program("dbg_tuple", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body)
+    x = np.array([5.0, 1.0, 2.0, 0.5], np.float32)
+    trace = program.run([np.zeros(4, np.float32), x], debug_thread={"i": 3})
+    (fold,) = [e for e in trace.entries if " = fold " in e.op]
+    results = fold.op.split(" = ")[0]
+    assert re.fullmatch(r"%\d+, %\d+", results) and fold.value == (8.0, 5.0)  # both results, not just the first
+    # the thread's own index: the launch's value for this thread, before anything reads it
+    (coordinate,) = [e for e in trace.entries if "thread's i" in e.op]
+    index = coordinate.op.split(" = ")[0]
+    assert coordinate.value == 3 and f"load %x[{index}]" in str(trace)
+    assert trace.entries.index(coordinate) < trace.entries.index(next(e for e in trace.entries if "load" in e.op))
+    # each iteration starts with the loop variable and the accumulators it gets
+    starts = [e for e in trace.entries if e.op.startswith("^(")]
+    assert len(starts) == 3 and all(re.fullmatch(r"\^\(%\d+: index, %\d+: f32, %\d+: f32\)", e.op) for e in starts)
+    assert [e.value for e in starts] == [(0, 0.0, 0.5), (1, 5.0, 5.0), (2, 6.0, 5.0)]
+    assert [e.iterations for e in starts] == [((results, j),) for j in range(3)]
+    text = str(trace)
+    assert f"{results} = fold " in text and "-> (f32, f32) -> (8.0, 5.0)" in text
+    assert f"[fold {results} i=1] {starts[1].op} -> (1, 5.0, 5.0)" in text
+
+
 def test_debug_thread_cap_and_bad_threads():
     entry = scaled_dot_product_f32(ScaledDotProduct(1, 1, 8, 8, 1))
     trace = entry.run(attention_args((1, 1, 8, 8, 1)), debug_thread={"b": 0, "q": 0, "v": 0}, debug_cap=10)
@@ -181,6 +213,16 @@ def test_ir_as_dot(tmp_path, capsys):
         out = tmp_path / "g.svg"
         subprocess.run(["dot", "-Tsvg", "-o", str(out)], input=dot, text=True, check=True)
         assert out.stat().st_size > 0
+
+
+def test_a_library_entry_has_its_programs_graphs():
+    """``entry.graph`` as ``program.graph``: what the tools take (dot, text) works on an entry."""
+    from accy.dsl.dot import graph_to_dot
+
+    entry = scaled_dot_product_f32(ScaledDotProduct(2, 3, 4, 2, 3))
+    assert entry.graph is entry.program.graph and entry.traced_graph is entry.program.traced_graph
+    assert entry.graph.text().startswith(f"kernel @{entry.name}(")
+    assert graph_to_dot(entry.graph).startswith(f'digraph "{entry.name}"')
 
 
 # -- poisoned memory and races -----------------------------------------------------------------

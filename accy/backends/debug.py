@@ -4,8 +4,10 @@
 graph for that one thread on copies of the arguments (so the real, vectorised
 launch of every thread is not slowed down), with plain loops so each fold
 iteration shows.  A :class:`Recorder` listens to the interpreter and keeps each
-op's text form, its value and the line of the user's source that recorded it;
-past ``cap`` entries it only counts.
+op's text form, its values (every result of a tuple fold) and the line of the
+user's source that recorded it, the thread's own coordinates as the launch's
+values, and each loop iteration's variable and accumulators; past ``cap``
+entries it only counts.
 """
 
 from __future__ import annotations
@@ -15,18 +17,20 @@ from typing import Protocol
 import attrs
 import numpy as np
 
-from ..dsl.ir import Axis, Graph, Op, op_lines
+from ..dsl.ir import Axis, Block, Graph, Op, Value, op_lines, value_names
 from ..errors import ArgumentError
 
 
 class Observer(Protocol):
     """What the interpreter reports to an observer."""
 
+    env: dict[Value, object] | None  # the values of the interpreter it listens to (run_graph hands them over)
+
     def op(self, op: Op, value) -> None:
-        """``op`` ran; ``value`` is its first result, or None."""
+        """``op`` ran; ``value`` is its first result, or None (the others are in ``env``)."""
 
     def enter(self, fold: Op, i: int) -> None:
-        """An iteration of ``fold`` starts (plain loops only)."""
+        """An iteration of ``fold`` starts (plain loops only); its region's arguments are in ``env``."""
 
     def leave(self) -> None:
         """That iteration ended."""
@@ -35,7 +39,7 @@ class Observer(Protocol):
 @attrs.frozen
 class TraceEntry:
     op: str  # the op's line in the text form
-    value: object  # its result (a Python number or bool), None for stores and loops
+    value: object  # its result (a Python number or bool), a tuple of them for several, None for none
     location: str  # the user's source line
     iterations: tuple[tuple[str, int], ...]  # enclosing folds: (the fold's result name, i)
 
@@ -90,18 +94,46 @@ class Recorder:
         self.entries: list[TraceEntry] = []
         self.omitted = 0
         self.loops: list[tuple[str, int]] = []
+        self.names = value_names(graph)
+        self.launch = graph.launch_op
+        self.env: dict[Value, object] | None = None
+        self.shown_thread = False
+
+    def _keep(self, text: str, value, op: Op) -> None:
+        if len(self.entries) < self.cap:
+            self.entries.append(TraceEntry(text, value, str(op.location) if op.location else "", tuple(self.loops)))
+        else:
+            self.omitted += 1
+
+    def _values(self, values: tuple[Value, ...], first=None):
+        """Plain values of ``values``: one, a tuple of several, or None for none."""
+        if self.env is None:  # an interpreter that does not share its values: the first result only
+            return None if first is None else _plain(first)
+        plain = tuple(_plain(self.env[v]) for v in values if v in self.env)
+        return plain[0] if len(plain) == 1 else plain or None
+
+    def _thread_coordinates(self, block: Block) -> None:
+        """Before the first op inside the launch: its region arguments, the thread's coordinates."""
+        if self.shown_thread or self.launch is None or block is self.launch.block:
+            return
+        self.shown_thread = True
+        region = self.launch.regions[0]
+        for arg, axis_name in zip(region.args, self.launch.attrs["axes"]):
+            self._keep(f"{self.names.get(arg, '%?')} = thread's {axis_name}", self.thread.get(axis_name), self.launch)
 
     def op(self, op: Op, value) -> None:
         if op.opcode in ("for_each", "yield"):
             return
-        if len(self.entries) < self.cap:
-            self.entries.append(TraceEntry(self.lines.get(op, op.opcode), None if value is None else _plain(value),
-                                           str(op.location) if op.location else "", tuple(self.loops)))
-        else:
-            self.omitted += 1
+        self._thread_coordinates(op.block)
+        text = self.lines.get(op, op.opcode).removesuffix(" {")  # a loop's header line
+        self._keep(text, self._values(op.results, value), op)
 
     def enter(self, fold: Op, i: int) -> None:
-        self.loops.append((self.lines.get(fold, "fold").split(" = ")[0], i))
+        self._thread_coordinates(fold.block)
+        self.loops.append((", ".join(self.names.get(r, "%?") for r in fold.results) or "loop", i))
+        (region,) = fold.regions
+        args = ", ".join(f"{self.names.get(v, '%?')}: {v.type}" for v in region.args)
+        self._keep(f"^({args})", self._values(region.args, i), fold)
 
     def leave(self) -> None:
         self.loops.pop()

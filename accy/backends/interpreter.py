@@ -712,8 +712,10 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, memory_cap: int
         return None
     # replay the one thread on copies, with plain loops, so each fold iteration shows
     recorder = Recorder(graph, debug_thread, cap=debug_cap)
-    Interpreter(graph, before, binding.scalars, launch.extents, thread=debug_thread, plain=True,
-                observer=recorder).run()
+    replay = Interpreter(graph, before, binding.scalars, launch.extents, thread=debug_thread, plain=True,
+                         observer=recorder)
+    recorder.env = replay.env  # every result of an op, every loop's variable and accumulators
+    replay.run()
     return recorder.trace()
 
 

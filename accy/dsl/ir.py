@@ -385,3 +385,11 @@ def op_lines(graph: Graph) -> dict[Op, str]:
     printer = _Printer(graph)
     printer.block(graph.body, "  ")
     return printer.lines
+
+
+def value_names(graph: Graph) -> dict[Value, str]:
+    """Each value's name in the text form (``%3``; ``%n`` for a scalar parameter), region
+    arguments included: what a tool showing values calls them."""
+    printer = _Printer(graph)
+    printer.block(graph.body, "  ")
+    return printer.names

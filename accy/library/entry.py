@@ -13,7 +13,7 @@ from typing import Sequence
 
 import attrs
 
-from ..dsl.ir import Axis
+from ..dsl.ir import Axis, Graph
 from ..dsl.schedule import Launch, Limits, ThreadBlocks
 from ..dsl.types import DType
 from ..backends import run
@@ -276,6 +276,16 @@ class Entry:
     def name(self) -> str:
         """The kernel's entry-point symbol (its program's name)."""
         return self.program.name
+
+    @property
+    def graph(self) -> Graph:
+        """The optimised graph of its program, as ``Program.graph``."""
+        return self.program.graph
+
+    @property
+    def traced_graph(self) -> Graph:
+        """The graph as its program's body recorded it, as ``Program.traced_graph``."""
+        return self.program.traced_graph
 
     @property
     def argument_shapes(self) -> dict[str, Shape]:
