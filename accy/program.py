@@ -81,7 +81,7 @@ class Program:
     def ptx(self, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> str:
         """The kernel's PTX for ``arch``, exactly as the cuda backend compiles it."""
         from .backends.codegen import emit_ptx
-        from .backends.llvm import Target
+        from .backends.targets import Target
 
         return emit_ptx(self.graph, Target.nvptx(arch, fast_math=fast_math, checks=checks), self.threads.block)
 
@@ -89,7 +89,7 @@ class Program:
                 checks: bool = True) -> str:
         """The LLVM IR the kernel lowers to, for ``target`` "host" or "nvptx" (before optimisation)."""
         from .backends.codegen import llvm_ir
-        from .backends.llvm import Target
+        from .backends.targets import Target
 
         if target not in ("host", "nvptx"):
             raise TraceError(f"llvm_ir: target must be 'host' or 'nvptx', got {target!r}")

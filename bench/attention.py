@@ -242,7 +242,7 @@ def bench_compile():
     """Cold and cached costs of the compile path for each entry at the medium shape."""
     from accy.backends import codegen
     from accy.backends.codegen import lower
-    from accy.backends.llvm import Target
+    from accy.backends.targets import Target
     from accy.dsl.passes import optimize
 
     results = {}

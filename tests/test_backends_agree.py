@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from accy.backends.codegen import emit_ptx
-from accy.backends.llvm import Target
+from accy.backends.targets import Target
 from accy.library.attention import (
     ScaledDotProduct,
     Threads3D,

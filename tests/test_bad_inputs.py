@@ -18,7 +18,7 @@ from accy.errors import (
     OutOfBoundsError,
     TraceError,
 )
-from accy.backends.llvm import Target
+from accy.backends.targets import Target
 from accy.library.attention import ScaledDotProduct, Threads3D, scaled_dot_product_f32
 
 SDPA = scaled_dot_product_f32(ScaledDotProduct(2, 2, 3, 2, 2, threads=Threads3D(2, 2, 1)))
@@ -309,7 +309,7 @@ def test_tracing_is_reentrant():
 
 def test_corrupt_cache_entry_rebuilds_with_warning(tmp_path, monkeypatch):
     from accy.backends.codegen import emit_ptx
-    from accy.backends.llvm import Target
+    from accy.backends.targets import Target
 
     monkeypatch.setenv("ACCY_CACHE_DIR", str(tmp_path))
     ptx = emit_ptx(SDPA.program.graph, Target.nvptx(), SDPA.launch().block)
@@ -322,7 +322,7 @@ def test_corrupt_cache_entry_rebuilds_with_warning(tmp_path, monkeypatch):
 
 def test_unusable_cache_directory_runs_without_cache(tmp_path, monkeypatch):
     from accy.backends.codegen import emit_ptx
-    from accy.backends.llvm import Target
+    from accy.backends.targets import Target
 
     not_a_dir = tmp_path / "cache"
     not_a_dir.write_text("")

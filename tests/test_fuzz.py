@@ -69,7 +69,7 @@ import host_math as host_math_module
 from accy.backends import bind_arguments
 from accy.backends import interpreter
 from accy.backends.codegen import emit_ptx
-from accy.backends.llvm import Target
+from accy.backends.targets import Target
 from accy.dsl.ops import OPS, OpTypeError, infer
 from accy.dsl.types import DTYPES
 from accy.errors import AccyError

@@ -10,7 +10,7 @@ from accy import Program, axis, dynamic_buffer, f32, f64, index, scalar
 from accy.backends import bind_arguments
 from accy.backends import interpreter
 from accy.backends.codegen import emit_ptx
-from accy.backends.llvm import Target
+from accy.backends.targets import Target
 from accy.errors import AccyError, OutOfBoundsError
 
 
@@ -21,7 +21,7 @@ def _run(program, args, backend):
 
 
 # -- bug 1: a load indexed by a loop-carried value crashes the LLVM lowering ------------------------
-# llvm.py _Lowering._affine (the loop range check of _prove_loads) takes every value in
+# llvm.py Lowering._affine (the loop range check of _prove_loads) takes every value in
 # `inside` (the fold's region arguments included) to be an op result and reads
 # v.owner.opcode; for an accumulator v.owner is the region's Block: AttributeError.
 
@@ -59,7 +59,7 @@ def test_bug1_load_indexed_by_an_accumulator_expression_emits_ptx():
 
 
 # -- bug 2: the loop range check treats i * (i + c) as affine, and skips the per-load check ----------
-# llvm.py _Lowering._affine, the `mul` case: it scales by `_constant_term(other)` but
+# llvm.py Lowering._affine, the `mul` case: it scales by `_constant_term(other)` but
 # discards the other operand's coefficient of i (`(_, other)`), so for i * (i + 3) the
 # other side (1*i + 3) counts as the constant 3 and the index as 3*i.  _prove_loads then
 # proves 3*i in bounds for i in [0, 4) and the real indices 0, 4, 10, 18 are read with no

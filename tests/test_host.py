@@ -11,7 +11,7 @@ import pytest
 import accy
 from accy import axis, dynamic_buffer, f16, f32, i32, i64, index, kernel, scalar
 from accy.backends import codegen
-from accy.backends.llvm import Target
+from accy.backends.targets import Target
 from accy.errors import ArgumentError, CompileError, LaunchError, OutOfBoundsError
 
 WIDTHS = (2, 4, 8, 16)

@@ -25,7 +25,7 @@ import pytest
 from accy.backends import toolchain
 from accy.backends.codegen import emit_ptx
 from accy.backends import run
-from accy.backends.llvm import Target
+from accy.backends.targets import Target
 from accy.emulator import (Device, PtxBarrierError, PtxError, PtxMemoryError, instruction_forms,
                                unsupported)
 from accy.emulator import numerics as N

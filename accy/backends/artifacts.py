@@ -27,7 +27,7 @@ from ..dsl.types import DType
 from . import toolchain
 from .abi import ABI
 from .codegen import emit_ptx
-from .llvm import Target
+from .targets import Target
 
 
 class BackendKind(enum.Enum):

@@ -17,8 +17,10 @@ from ..dsl.ir import Graph, Op
 from ..errors import CompileError
 from . import cache
 from .abi import host_signature, prepare_signature
-from .llvm import NVPTX_TRIPLE, LoweredModule, Target, lower_nvptx
+from .llvm import LoweredModule
+from .nvptx import NVPTX_TRIPLE, lower_nvptx
 from .spmd import lower_host
+from .targets import HostTarget, NvptxTarget, Target
 from .toolchain import find_libdevice
 
 _lock = threading.RLock()  # LLVM's context is not safe to use from several threads at once
@@ -122,13 +124,36 @@ def _cut_libdevice(path: str, wanted: frozenset[str]) -> bytes:
     return module.as_bitcode()
 
 
+@attrs.frozen
+class TargetCodegen:
+    """How a target's graphs become machine code: its lowering and its LLVM target machine."""
+
+    lower: object  # (graph, target, block) -> LoweredModule
+    machine: object  # target -> llvm.TargetMachine
+
+
+# the one target registry: every target class and what serves it
+TARGETS: dict[type, TargetCodegen] = {
+    HostTarget: TargetCodegen(lambda graph, target, block: lower_host(graph, target), lambda target: host_machine()),
+    NvptxTarget: TargetCodegen(lower_nvptx, lambda target: _nvptx_machine(target.arch)),
+}
+
+
+def _codegen(target: Target) -> TargetCodegen:
+    try:
+        return TARGETS[type(target)]
+    except KeyError:
+        raise CompileError(f"no code generator for target {target!r}; targets: "
+                           f"{', '.join(t.name for t in TARGETS)}") from None
+
+
 def _machine(target: Target) -> llvm.TargetMachine:
-    return _nvptx_machine(target.arch) if target.is_nvptx else host_machine()
+    return _codegen(target).machine(target)
 
 
 def lower(graph: Graph, target: Target, block=(1, 1, 1)) -> LoweredModule:
     """Lower ``graph`` for ``target`` (``block``: the launch's block shape, for NVPTX)."""
-    return lower_nvptx(graph, target, block) if target.is_nvptx else lower_host(graph, target)
+    return _codegen(target).lower(graph, target, block)
 
 
 def _lower(graph: Graph, target: Target, block=(1, 1, 1)) -> LoweredModule:
@@ -161,8 +186,8 @@ def ptx_options(target: Target, block) -> str:
 
 def emit_ptx(graph: Graph, target: Target, block=(1, 1, 1), *, use_cache: bool = True) -> str:
     """PTX for ``graph``, from the disk cache when it holds this exact build."""
-    if not target.is_nvptx:
-        raise CompileError(f"emit_ptx needs an NVPTX target, got {target.kind}")
+    if not isinstance(target, NvptxTarget):
+        raise CompileError(f"emit_ptx needs an NVPTX target, got {target.name}")
     key = cache.cache_key("ptx", graph.text(), ptx_options(target, block))
     build = lambda: _build_ptx(graph, target, block).encode()  # noqa: E731
     ptx = (cache.cached(key, build) if use_cache else build()).decode()

@@ -25,7 +25,7 @@ from ..dsl.schedule import Launch
 from .abi import STATUS_WORDS, scalar_words, status_error
 from .arguments import Binding
 from .codegen import emit_ptx
-from .llvm import Target
+from .targets import Target
 
 
 def kernel_ptx(graph: Graph, launch: Launch, arch: str, fast_math: bool = False) -> str:

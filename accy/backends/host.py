@@ -33,7 +33,7 @@ from .abi import STATUS_WORDS, scalar_words, status_error
 from .arguments import Binding
 from .codegen import HostKernel, host_kernel
 from .contract import NOT_HANDLED, Backend
-from .llvm import Target
+from .targets import Target
 
 _EMPTY = np.zeros(1, np.int64)  # an empty buffer still points at 8 readable bytes (the ABI's promise)
 SPLIT_SECONDS = 100e-6  # a launch expected to take longer is split between the cores

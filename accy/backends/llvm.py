@@ -1,14 +1,12 @@
-"""Lowering the typed SSA graph to LLVM IR with ``llvmlite.ir``.
+"""Lowering the typed SSA graph to LLVM IR with ``llvmlite.ir``: the target-neutral part.
 
-The op table and the numerics serve two targets.  The kernel's top-level ops
+The op table (:data:`LOWER`) and the numerics serve every target; a target's
+subclass of :class:`Lowering` adds its entry points and answers the hooks (math
+functions, float remainder and division, 16-bit atomics, shared memory, barriers,
+shuffles): :mod:`accy.backends.nvptx` for NVPTX, :mod:`accy.backends.spmd` for the
+host, where the threads run as the lanes of vectors.  The kernel's top-level ops
 (constants, sizes, scalars and what the launch extents are computed from) are
-lowered once at the entry of a thin wrapper, then the launch region runs:
-
-* NVPTX (``nvptx64-nvidia-cuda``, here): a ``ptx_kernel`` where each CUDA thread
-  computes its logical index from ``ctaid * ntid + tid`` and does nothing past
-  the logical extent;
-* host (:mod:`accy.backends.spmd`, a subclass): the threads as the lanes of
-  vectors, a chunk at a time, over a range of the grid in one native call.
+lowered once at the entry of a thin wrapper, then the launch region runs.
 
 Both take the parameters of :mod:`accy.backends.abi`.  Every op is lowered from
 its operands' :class:`~accy.dsl.types.DType`: the LLVM type, the intrinsic suffix
@@ -29,15 +27,13 @@ from llvmlite.ir import types as _ir_types
 from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import OPS
 from ..dsl.ranges import index_ranges, within
-from ..dsl.types import DType, bf16, f32, f64
-from ..errors import CompileError
-from . import vecmath
+from ..dsl.types import DType, f32, f64
 from .abi import STATUS_DIV_ZERO, STATUS_LOAD_OOB, STATUS_STORE_OOB, scalar_bits
+from .targets import Target
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 WARP = 32
 VOID = ir.VoidType()
-NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 
 
 class BFloatType(_ir_types._BaseFloatType):
@@ -89,51 +85,6 @@ def constant(like, value, element: ir.Type | None = None) -> ir.Constant:
     if isinstance(ty, ir.VectorType):
         return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
     return ir.Constant(ty, value)
-
-
-VECTOR_WIDTHS = (0, 2, 4, 8, 16, 32, 64)  # host threads per vector (LLVM mislowers <1 x bfloat>)
-
-
-@attrs.frozen
-class Target:
-    """What to lower for: ``Target.host()`` or ``Target.nvptx("sm_90")``.
-
-    ``fast_math`` selects NVPTX's approximate instructions (``ex2.approx``,
-    ``lg2.approx``, ``sin/cos.approx``, ``tanh.approx``, ``rsqrt.approx``) for f32
-    math instead of libdevice; ``checks`` turns bounds and division checks on.
-    """
-
-    kind: str  # "host" or "nvptx"
-    arch: str = ""
-    fast_math: bool = False
-    checks: bool = True
-    vector_width: int = 0  # host: threads per vector (0: the CPU's widest, see accy.backends.spmd)
-
-    @classmethod
-    def host(cls, *, checks: bool = True, vector_width: int = 0) -> "Target":
-        if vector_width not in VECTOR_WIDTHS:
-            raise CompileError(f"vector_width must be one of {', '.join(map(str, VECTOR_WIDTHS))} "
-                               f"(0: the CPU's own), got {vector_width!r}")
-        return cls("host", checks=checks, vector_width=vector_width)
-
-    @classmethod
-    def nvptx(cls, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> "Target":
-        if not (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].rstrip("a").isdigit()):
-            raise CompileError(f"arch must look like sm_80 or sm_90, got {arch!r}")
-        return cls("nvptx", arch, fast_math, checks)
-
-    @property
-    def is_nvptx(self) -> bool:
-        return self.kind == "nvptx"
-
-    @property
-    def sm(self) -> int:
-        """The NVPTX compute capability as a number (80 for sm_80); 0 on the host."""
-        return int(self.arch[3:].rstrip("a")) if self.is_nvptx else 0
-
-    @property
-    def pointer(self) -> ir.PointerType:
-        return ir.PointerType(addrspace=1) if self.is_nvptx else ir.PointerType()
 
 
 def host_entry_name(graph: Graph) -> str:
@@ -242,11 +193,7 @@ def _mod(lw, op, args):
     def mod(a, b):
         bld = lw.b
         ty = a.type
-        if lw.target.is_nvptx:  # NVPTX's frem divides and truncates: inexact for large quotients
-            lw.needs_libdevice = True
-            r = lw.call(f"__nv_fmod{'f' if element_type(ty) == llvm_type(f32) else ''}", [a, b])
-        else:
-            r = bld.frem(a, b)  # the C library's fmod: exact
+        r = lw.float_remainder(a, b)
         zero = constant(ty, 0.0)
         # Python's %: a non-zero remainder takes the divisor's sign; a zero one too
         differs = bld.and_(bld.fcmp_ordered("!=", r, zero),
@@ -260,9 +207,7 @@ def _mod(lw, op, args):
 def _div(lw, op, args):
     t = op.result.type
     if t.is_float:
-        if lw.target.fast_math and lw.target.is_nvptx and t == f32:
-            return lw.call("llvm.nvvm.div.approx.f", args, ty=llvm_type(f32))
-        return lw.in_f32(t, lw.b.fdiv, args)
+        return lw.float_divide(t, args)
     return lw.integer_division(op, args, remainder=False)
 
 
@@ -310,28 +255,22 @@ LOWER = {
     "cast": _cast,
 }
 # math functions: libdevice's name for each (__nv_<name>[f]; the host inlines vecmath's
-# routine of the op's name); None where the lowering composes it (see _Lowering.math)
+# routine of the op's name); None where the target's lowering composes it (math_function)
 MATH = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log1p": "log1p",
         "erf": "erf", "tanh": "tanh", "sin": "sin", "cos": "cos", "pow": "pow",
         "sqrt": None, "rsqrt": None, "sigmoid": None}
 LOWER.update({name: _math(name) for name in MATH})
-assert set(MATH) - {"sqrt"} <= set(vecmath.FUNCTIONS)
-# const, size, load, store, fold, if, for_each and yield need the lowering's state: _Lowering.op_*
+# const, size, load, store, fold, if, for_each and yield need the lowering's state: Lowering.op_*
 STRUCTURAL = frozenset({"const", "size", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle"})
 IMPLEMENTED = frozenset(LOWER) | STRUCTURAL
 assert IMPLEMENTED >= set(OPS), sorted(set(OPS) - IMPLEMENTED)
 
-# the NVPTX approximate instruction fast_math uses for an f32 math function, if any
-_APPROX = {"exp2": "llvm.nvvm.ex2.approx.ftz.f", "log2": "llvm.nvvm.lg2.approx.ftz.f",
-           "sin": "llvm.nvvm.sin.approx.ftz.f", "cos": "llvm.nvvm.cos.approx.ftz.f",
-           "rsqrt": "llvm.nvvm.rsqrt.approx.ftz.f", "sqrt": "llvm.nvvm.sqrt.approx.ftz.f",
-           "tanh": "llvm.nvvm.tanh.approx.f32"}
-LOG2E, LN2 = math.log2(math.e), math.log(2.0)
-
-
-class _Lowering:
-    """Lowers one graph into one LLVM module."""
+class Lowering:
+    """Lowers one graph into one LLVM module: the target-neutral part.  A target's
+    subclass (:class:`accy.backends.spmd.SpmdLowering` for the host,
+    :class:`accy.backends.nvptx.NvptxLowering`) adds its entry points and the hooks
+    below that say ``NotImplementedError``."""
 
     def __init__(self, graph: Graph, target: Target):
         self.graph = graph
@@ -567,53 +506,31 @@ class _Lowering:
         return b.bitcast(b.add(bits, b.select(fix, step, constant(bits, 0))), r.type)
 
     def math(self, name: str, t: DType, args) -> ir.Value:
-        """A math function of a float type; f16 and bf16 compute in f32 and round once.
-        The host inlines :mod:`.vecmath`'s routines (vector code, no libm call in a loop);
-        NVPTX calls libdevice, or the approximate instructions with ``fast_math``."""
+        """A math function of a float type; f16 and bf16 compute in f32 and round once."""
         if t.bits == 16:
             return self.in_f32(t, lambda *xs: self.math(name, f32, xs), args)
-        b = self.b
-        x = args[0]
-        if name == "sqrt" and not (self.target.fast_math and self.target.is_nvptx and t == f32):
-            return self.call("llvm.sqrt", args)
-        if name == "rsqrt" and not self.target.is_nvptx and t == f32:
-            # correctly rounded: exact in double, rounded once
-            wide = b.fpext(x, shaped(x, llvm_type(f64)))
-            return b.fptrunc(b.fdiv(constant(wide, 1.0), self.call("llvm.sqrt", [wide])), x.type)
-        if not self.target.is_nvptx:
-            return vecmath.emit(b, name, args)
-        if name == "sigmoid":
-            return self._sigmoid(t, x)
-        if self.target.fast_math and t == f32:
-            approx = self._approx(name, args)
-            if approx is not None:
-                return approx
-        if name == "rsqrt":
-            return b.fdiv(constant(x, 1.0), self.call("llvm.sqrt", args))
-        self.needs_libdevice = True
-        return self.call(f"__nv_{MATH[name]}{t.libdevice_suffix}", args)
+        return self.math_function(name, t, args)
 
-    def _approx(self, name: str, args) -> ir.Value | None:
-        b = self.b
-        (x, *rest) = args
-        scale = lambda v, c: b.fmul(v, ir.Constant(v.type, c))  # noqa: E731
-        if name == "exp":
-            return self.call(_APPROX["exp2"], [scale(x, LOG2E)])
-        if name == "log":
-            return scale(self.call(_APPROX["log2"], [x]), LN2)
-        if name in _APPROX:
-            return self.call(_APPROX[name], [x])
-        return None
+    # -- the target's hooks -------------------------------------------------------------
+    def math_function(self, name: str, t: DType, args) -> ir.Value:
+        """Math function ``name`` of f32 or f64 ``args``."""
+        raise NotImplementedError
 
-    def _sigmoid(self, t: DType, x: ir.Value) -> ir.Value:
-        """NVPTX: 1 / (1 + e**-x), as e**x / (1 + e**x) for negative x so tiny results stay
-        accurate."""
-        b = self.b
-        e = self.math("exp", t, [b.fneg(self.call("llvm.fabs", [x]))])
-        one = constant(x, 1.0)
-        positive = b.fdiv(one, b.fadd(one, e))
-        negative = b.fdiv(e, b.fadd(one, e))
-        return b.select(b.fcmp_ordered(">=", x, constant(x, 0.0)), positive, negative)
+    def float_remainder(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        """C's ``fmod`` (exact): LLVM's ``frem``."""
+        return self.b.frem(a, b)
+
+    def float_divide(self, t: DType, args) -> ir.Value:
+        return self.in_f32(t, self.b.fdiv, args)
+
+    def native_atomic_add(self, dtype: DType) -> bool:
+        """Whether ``atomicrmw fadd`` adds ``dtype`` as accy rounds (else a CAS loop does)."""
+        return dtype.bits >= 32
+
+    def compare_exchange(self, ptr: ir.Value, seen: ir.Value, new: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """One relaxed compare-and-swap: (the old value, whether it swapped)."""
+        pair = self.b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
+        return self.b.extract_value(pair, 0), self.b.extract_value(pair, 1)
 
     def integer_division(self, op: Op, args, *, remainder: bool) -> ir.Value:
         """Floor division and Python's remainder for integers, checked for a zero divisor;
@@ -750,19 +667,6 @@ class _Lowering:
     def op_shared(self, op: Op) -> None:
         pass  # allocated by the wrapper: a module-level array in shared memory, or a stack array per block
 
-    def _declare_shared(self) -> None:
-        """NVPTX: each shared array is a module-level array in addrspace(3)."""
-        for name, op in self.graph.shared_arrays().items():
-            ty = ir.ArrayType(memory_type(op.attrs["dtype"]), op.attrs["count"])
-            var = ir.GlobalVariable(self.module, ty, f"shared_{name}", addrspace=3)
-            var.linkage = "internal"
-            var.align = 16
-            var.initializer = ir.Constant(ty, ir.Undefined)
-            self.shared_ptrs[name] = var
-
-    def op_barrier(self, op: Op) -> None:
-        self.call("llvm.nvvm.barrier0", [], ty=VOID)
-
     def op_atomic(self, op: Op) -> None:
         idx, *values = (self.value(v) for v in op.operands)
         self.values[op.result] = self.atomic_at(op, idx, values)
@@ -801,7 +705,7 @@ class _Lowering:
             return b.atomic_rmw(op_name, ptr, value, "monotonic")
         if kind == "exchange":
             return b.atomic_rmw("xchg", ptr, value, "monotonic")
-        if kind == "add" and (dtype.bits >= 32 or self._native_16_bit_add(dtype)):
+        if kind == "add" and self.native_atomic_add(dtype):
             return b.atomic_rmw("fadd", ptr, value, "monotonic")
         # f16/bf16 add, float max and min: a compare-and-swap loop with accy's own arithmetic
         combine = {"add": lambda a, v: self.in_f32(dtype, b.fadd, [a, v]),
@@ -817,58 +721,11 @@ class _Lowering:
         seen = b.phi(bits)
         seen.add_incoming(initial, start)
         new = b.bitcast(combine(b.bitcast(seen, llvm_type(dtype)), value), bits)
-        if self.target.sm >= 75 and dtype.bits == 16:  # atom.cas.b16: sm_70 and PTX 6.3
-            current = self._nvptx_cas16(ptr, seen, new)
-            swapped = b.icmp_unsigned("==", current, seen)
-        else:
-            pair = b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
-            current, swapped = b.extract_value(pair, 0), b.extract_value(pair, 1)
+        current, swapped = self.compare_exchange(ptr, seen, new)
         seen.add_incoming(current, loop)
         b.cbranch(swapped, after, loop)
         b.position_at_end(after)
         return b.bitcast(seen, llvm_type(dtype))
-
-    def _native_16_bit_add(self, dtype: DType) -> bool:
-        """PTX adds f16 atomically from sm_70 and bf16 from sm_90 (``atom.add.noftz``, which
-        rounds as accy's f16/bf16 add does); LLVM emits PTX 6.3, which f16 needs, from sm_75."""
-        return self.target.sm >= (90 if dtype == bf16 else 75)
-
-    def _nvptx_cas16(self, ptr: ir.Value, compare: ir.Value, new: ir.Value) -> ir.Value:
-        """``atom.cas.b16``: LLVM widens a 16-bit cmpxchg to the aligned 32-bit word,
-        which reaches two bytes past the end of an odd-length array."""
-        space = {1: ".global", 3: ".shared"}.get(ptr.type.addrspace, "")
-        i16 = ir.IntType(16)
-        asm = ir.InlineAsm(ir.FunctionType(i16, [I64, i16, i16]), f"atom{space}.cas.b16 $0, [$1], $2, $3;",
-                           "=h,l,h,h,~{memory}", side_effect=True)
-        return self.b.call(asm, [self.b.ptrtoint(ptr, I64), compare, new])
-
-    def op_shuffle(self, op: Op) -> None:
-        """NVPTX: shfl.sync over the full warp, 32 bits at a time."""
-        value, delta = (self.value(v) for v in op.operands)
-        self.values[op.result] = self._nvptx_shuffle(op.attrs["mode"], value, delta)
-
-    def _nvptx_shuffle(self, mode: str, value: ir.Value, delta: ir.Value) -> ir.Value:
-        b = self.b
-        # up/down/xor by a count outside [0, 32) give the thread's own value: clamp it to 32
-        # (past every lane); idx takes the source lane modulo 32, as PTX does
-        if mode != "idx":
-            delta = b.select(b.icmp_unsigned("<", delta, ir.Constant(I64, WARP)), delta, ir.Constant(I64, WARP))
-        lane = b.trunc(delta, I32)
-        name = {"idx": "idx", "xor": "bfly", "down": "down", "up": "up"}[mode]
-        clamp = ir.Constant(I32, 0 if mode == "up" else WARP - 1)
-        fn = self.declare(f"llvm.nvvm.shfl.sync.{name}.i32", I32, [I32, I32, I32, I32])
-        full = ir.Constant(I32, -1)
-        width = value.type.width if isinstance(value.type, ir.IntType) else _float_bits(value.type)
-        bits = b.bitcast(value, ir.IntType(width)) if not isinstance(value.type, ir.IntType) else value
-        if width <= 32:
-            word = b.zext(bits, I32) if width < 32 else bits
-            result = b.call(fn, [full, word, lane, clamp])
-            result = b.trunc(result, ir.IntType(width)) if width < 32 else result
-        else:
-            low = b.call(fn, [full, b.trunc(bits, I32), lane, clamp])
-            high = b.call(fn, [full, b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32), lane, clamp])
-            result = b.or_(b.zext(low, I64), b.shl(b.zext(high, I64), ir.Constant(I64, 32)))
-        return result if isinstance(value.type, ir.IntType) else b.bitcast(result, value.type)
 
     # -- branches ---------------------------------------------------------------------
     def op_if(self, op: Op) -> None:
@@ -1006,81 +863,6 @@ class _Lowering:
         for result, phi in zip(op.results, accs):
             self.values[result] = phi
 
-    # -- entry points -------------------------------------------------------------------
-    def lower_nvptx_kernel(self, block: tuple[int, int, int]) -> ir.Function:
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
-        fn.calling_convention = "ptx_kernel"
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
-        self._bind_params(fn)
-        self.lower_top_level()
-        inside = ir.Constant(I1, 1)
-        indices = []
-        for dim, extent in zip("xyz", self.extents):
-            sreg = lambda reg: b.zext(self.call(f"llvm.nvvm.read.ptx.sreg.{reg}.{dim}", [], ty=I32), I64)  # noqa: E731
-            idx = b.add(b.mul(sreg("ctaid"), sreg("ntid")), sreg("tid"))
-            inside = b.and_(inside, b.icmp_unsigned("<", idx, extent))
-            indices.append(idx)
-        with b.if_then(inside):  # threads past the logical extent do nothing
-            self.lower_launch_body(indices)
-        b.ret_void()
-        self._annotate(fn, block)
-        return fn
-
-    def lower_nvptx_block_kernel(self) -> ir.Function:
-        """A block launch on NVPTX: one CUDA block per block, its threads the block's threads."""
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
-        fn.calling_convention = "ptx_kernel"
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
-        self._bind_params(fn)
-        self._declare_shared()
-        self.lower_top_level()
-        launch = self.graph.launch_op
-        sreg = lambda reg, dim: b.zext(self.call(f"llvm.nvvm.read.ptx.sreg.{reg}.{dim}", [], ty=I32), I64)  # noqa: E731
-        blocks = [sreg("ctaid", dim) for dim in "xyz"[:len(self.extents)]]
-        threads = [sreg("tid", dim) for dim in "xyz"[:len(self.graph.block_shape)]]
-        inside = ir.Constant(I1, 1)
-        for idx, extent in zip(blocks, self.extents):  # a grid larger than the extents does nothing
-            inside = b.and_(inside, b.icmp_unsigned("<", idx, extent))
-        per_block = math.prod(self.graph.block_shape)
-
-        def lane():
-            block_lane, stride = ir.Constant(I64, 0), ir.Constant(I64, 1)
-            for idx, extent in zip(blocks, self.extents):
-                block_lane = b.add(block_lane, b.mul(idx, stride))
-                stride = b.mul(stride, extent)
-            return b.add(b.mul(block_lane, ir.Constant(I64, per_block)), self._linear(threads))
-
-        self.lane_of = lane
-        with b.if_then(inside):
-            for arg, value in zip(launch.regions[0].args, blocks + threads):
-                self.values[arg] = value
-            self.lower_block(launch.regions[0])
-        b.ret_void()
-        # aim at 512 resident threads per SM (at most 128 registers each): without a hint ptxas
-        # trades registers for occupancy on its own and may spill
-        self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)),
-                       min_blocks=max(1, 512 // per_block))
-        return fn
-
-    def _linear(self, threads: list[ir.Value]) -> ir.Value:
-        """A block's thread coordinates as one number, x fastest."""
-        linear, stride = ir.Constant(I64, 0), 1
-        for idx, extent in zip(threads, self.graph.block_shape):
-            linear = self.b.add(linear, self.b.mul(idx, ir.Constant(I64, stride)))
-            stride *= extent
-        return linear
-
-    def _annotate(self, fn: ir.Function, block: tuple[int, int, int], min_blocks: int | None = None) -> None:
-        # the calling convention marks the kernel for LLVM >= 20; the annotations keep
-        # older NVVM readers informed and bound the block size the kernel is built for
-        annotations = [("kernel", 1)] + [(f"maxntid{dim}", threads) for dim, threads in zip("xyz", block)]
-        if min_blocks is not None:
-            annotations.append(("minctasm", min_blocks))
-        for key, number in annotations:
-            self.module.add_named_metadata(
-                "nvvm.annotations", [fn, ir.MetaDataString(self.module, key), ir.Constant(I32, number)])
-
-
 def _suffix(ty: ir.Type) -> str:
     if isinstance(ty, ir.VectorType):
         return f"v{ty.count}{_suffix(ty.element)}"
@@ -1102,14 +884,6 @@ class LoweredModule:
     needs_libdevice: bool
     ordinals: tuple[Op, ...]  # op ordinal (as in the status word) -> op
     host: object = None  # the host runtime's plan (accy.backends.spmd.HostPlan)
-
-
-def lower_nvptx(graph: Graph, target: Target, block: tuple[int, int, int] = (1, 1, 1)) -> LoweredModule:
-    """Lower ``graph`` for NVPTX; ``block`` is the launch's block shape (hints to ptxas)."""
-    lw = _Lowering(graph, target)
-    lw.module.triple = NVPTX_TRIPLE
-    entry = (lw.lower_nvptx_block_kernel() if graph.is_block_launch else lw.lower_nvptx_kernel(block)).name
-    return LoweredModule(lw.module, entry, lw.needs_libdevice, tuple(graph.body.walk()))
 
 
 def _constant_term(form) -> int | None:

@@ -38,10 +38,15 @@ from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import OPS
 from ..errors import CompileError
 from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
+from ..dsl.types import DType, f32, f64
+from . import vecmath
 from .llvm import (
-    I1, I8, I32, I64, LOWER, STRUCTURAL, VECTOR_WIDTHS, VOID, WARP, LoweredModule, Target, _Lowering, constant,
-    host_entry_name, llvm_type, memory_type,
+    I1, I8, I32, I64, LOWER, MATH, STRUCTURAL, VOID, WARP, LoweredModule, Lowering, constant, host_entry_name,
+    llvm_type, memory_type, shaped,
 )
+from .targets import VECTOR_WIDTHS, HostTarget
+
+assert set(MATH) - {"sqrt"} <= set(vecmath.FUNCTIONS)
 
 
 def host_vector_width() -> int:
@@ -163,10 +168,10 @@ def _uniform_index(entry):
     return None if _is_vector(entry) else entry
 
 
-class SpmdLowering(_Lowering):
+class SpmdLowering(Lowering):
     """Lowers a graph's launch for the host, ``width`` threads per vector."""
 
-    def __init__(self, graph: Graph, target: Target, width: int):
+    def __init__(self, graph: Graph, target: HostTarget, width: int):
         super().__init__(graph, target)
         self.width = width
         self.chunks = chunking(graph, width)
@@ -178,6 +183,16 @@ class SpmdLowering(_Lowering):
         self.chunk_threads: ir.Value | None = None  # a block's thread loop: the lanes' thread numbers
         self.lane_index: ir.Value | None = None  # inside a lane-by-lane loop: the lane
         self.chunk_start: ir.Value | None = None  # blocks: the thread number of lane 0
+
+    def math_function(self, name: str, t: DType, args) -> ir.Value:
+        """:mod:`.vecmath`'s routines, inlined: vector code, no libm call in a loop."""
+        if name == "sqrt":
+            return self.call("llvm.sqrt", args)
+        if name == "rsqrt" and t == f32:  # correctly rounded: exact in double, rounded once
+            x = args[0]
+            wide = self.b.fpext(x, shaped(x, llvm_type(f64)))
+            return self.b.fptrunc(self.b.fdiv(constant(wide, 1.0), self.call("llvm.sqrt", [wide])), x.type)
+        return vecmath.emit(self.b, name, args)
 
     # -- shapes ----------------------------------------------------------------------
     def vector_type(self, ty: ir.Type) -> ir.VectorType:
@@ -1321,7 +1336,7 @@ def _vsuffix(ty: ir.VectorType) -> str:
     return f"v{ty.count}{element or f'i{ty.element.width}'}"
 
 
-def lower_host(graph: Graph, target: Target) -> LoweredModule:
+def lower_host(graph: Graph, target: HostTarget) -> LoweredModule:
     """Lower ``graph`` for the host: the launcher over units of work (see :class:`Chunking`)."""
     width = target.vector_width or host_vector_width()
     lw = SpmdLowering(graph, target, width)

@@ -1,0 +1,83 @@
+"""What a graph is lowered for: one attrs class per target.
+
+``Target.host()`` and ``Target.nvptx("sm_90")`` build them; which lowering and which
+LLVM target machine serve each is :data:`accy.backends.codegen.TARGETS`' business,
+and what differs in the lowering is the target's :class:`~accy.backends.llvm.Lowering`
+subclass (:mod:`accy.backends.spmd` for the host, :mod:`accy.backends.nvptx`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+from llvmlite import ir
+
+from ..errors import CompileError
+
+VECTOR_WIDTHS = (0, 2, 4, 8, 16, 32, 64)  # host threads per vector (LLVM mislowers <1 x bfloat>)
+
+
+@attrs.frozen(kw_only=True)
+class Target:
+    """A lowering target; ``checks`` turns bounds and division checks on."""
+
+    name: ClassVar[str]
+    checks: bool = True
+
+    @staticmethod
+    def host(*, checks: bool = True, vector_width: int = 0) -> "HostTarget":
+        return HostTarget(checks=checks, vector_width=vector_width)
+
+    @staticmethod
+    def nvptx(arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> "NvptxTarget":
+        return NvptxTarget(arch=arch, fast_math=fast_math, checks=checks)
+
+    @property
+    def pointer(self) -> ir.PointerType:
+        """The type of a pointer to a global buffer."""
+        raise NotImplementedError
+
+
+def _vector_width(instance, attribute, value) -> None:
+    if value not in VECTOR_WIDTHS:
+        raise CompileError(f"vector_width must be one of {', '.join(map(str, VECTOR_WIDTHS))} "
+                           f"(0: the CPU's own), got {value!r}")
+
+
+def _arch(instance, attribute, value) -> None:
+    if not (isinstance(value, str) and value.startswith("sm_") and value[3:].rstrip("a").isdigit()):
+        raise CompileError(f"arch must look like sm_80 or sm_90, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class HostTarget(Target):
+    """This CPU: a launch's threads run as the lanes of vectors, ``vector_width`` at a
+    time (0: the CPU's widest, see :func:`accy.backends.spmd.host_vector_width`)."""
+
+    name: ClassVar[str] = "host"
+    vector_width: int = attrs.field(default=0, validator=_vector_width)
+
+    @property
+    def pointer(self) -> ir.PointerType:
+        return ir.PointerType()
+
+
+@attrs.frozen(kw_only=True)
+class NvptxTarget(Target):
+    """``nvptx64-nvidia-cuda`` for ``arch``.  ``fast_math`` selects NVPTX's approximate
+    instructions (``ex2.approx``, ``lg2.approx``, ``sin/cos.approx``, ``tanh.approx``,
+    ``rsqrt.approx``) for f32 math instead of libdevice."""
+
+    name: ClassVar[str] = "nvptx"
+    arch: str = attrs.field(default="sm_80", validator=_arch)
+    fast_math: bool = False
+
+    @property
+    def sm(self) -> int:
+        """The compute capability as a number (80 for sm_80)."""
+        return int(self.arch[3:].rstrip("a"))
+
+    @property
+    def pointer(self) -> ir.PointerType:
+        return ir.PointerType(addrspace=1)  # global memory
