@@ -1,12 +1,27 @@
-"""Code samples in the README and docs/ run as written."""
+"""Code samples in the README and docs/ run as written, as a user runs them, and print
+what they say they print.
 
+A user's environment has no ``ACCY_CHECK_MEMORY``, so the samples run without the
+suite's default of it (tests/conftest.py turns it on for every other test). A comment
+after a ``print(...)`` is that line's output: ``...`` stands for any text, further
+comment lines aligned under it continue it, and a ``  # `` inside it starts a note that
+is not output.
+"""
+
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
+import attrs
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+PRINT = re.compile(r"^(?P<indent>\s*)print\((?P<args>.*?)\)\s+(?P<hash>#)\s?(?P<quote>.*)$")
+NOTE = "  # "
 
 
 def python_samples():
@@ -15,7 +30,103 @@ def python_samples():
             yield pytest.param(code, id=f"{path.name}-{n}")
 
 
+@attrs.frozen
+class Quoted:
+    line: int  # in the sample, from 1
+    call: str  # the print's arguments
+    text: str  # what the comment says it prints
+
+    def matches(self, printed: str) -> bool:
+        pattern = ".*?".join(re.escape(part) for part in self.text.split("..."))
+        return re.fullmatch(pattern, printed, re.S) is not None
+
+
+def quoted_outputs(code: str) -> tuple[str, dict[int, Quoted]]:
+    """The sample with each commented ``print(...)`` turned into a call that records what it
+    printed, and the quoted outputs by line."""
+    lines = code.splitlines()
+    quotes = {}
+    for n, line in enumerate(lines):
+        m = PRINT.match(line)
+        if m is None:
+            continue
+        column = m.start("hash")
+        text = [m["quote"]]
+        for follow in lines[n + 1:]:
+            if len(follow) <= column or follow[column] != "#" or follow[:column].strip():
+                break
+            text.append(follow[column + 1:].removeprefix(" "))
+        quote = "\n".join(t.split(NOTE)[0].rstrip() for t in text)
+        quotes[n + 1] = Quoted(n + 1, m["args"], quote)
+        lines[n] = f"{m['indent']}__quoted__({n + 1}, {m['args']})"
+    return "\n".join(lines) + "\n", quotes
+
+
+def run_sample(code: str) -> None:
+    source, quotes = quoted_outputs(code)
+    printed: dict[int, str] = {}
+
+    def record(line, *values):
+        printed[line] = " ".join(map(str, values))
+        print(*values)
+
+    exec(compile(source, "<doc sample>", "exec"), {"__quoted__": record})
+    wrong = []
+    for line, quote in quotes.items():
+        if line not in printed:
+            wrong.append(f"line {line}: print({quote.call}) never ran, so its quoted output is unchecked")
+        elif not quote.matches(printed[line]):
+            wrong.append(f"line {line}: print({quote.call}) printed\n{printed[line]}\nbut the sample says\n{quote.text}")
+    if wrong:
+        raise AssertionError("\n\n".join(wrong))
+
+
+@pytest.fixture
+def as_a_user_runs_it(monkeypatch):
+    """No memory checks unless the sample asks: what a user's environment has."""
+    monkeypatch.delenv("ACCY_CHECK_MEMORY", raising=False)
+
+
 @pytest.mark.parametrize("code", list(python_samples()))
-def test_sample_runs(code):
-    env = {}
-    exec(compile(code, "<doc sample>", "exec"), env)
+def test_sample_runs(code, as_a_user_runs_it):
+    run_sample(code)
+
+
+def test_samples_run_without_the_suites_memory_checks(as_a_user_runs_it):
+    from accy.backends.interpreter import check_memory_default
+
+    assert not check_memory_default()
+
+
+def _planted_bug_sample() -> str:
+    (code,) = [p.values[0] for p in python_samples() if 'Program("neighbour"' in p.values[0]]  # docs/tools.md
+    return code
+
+
+@pytest.mark.parametrize("width", ["16", "8"])
+def test_the_planted_bug_sample_catches_its_bug_at_every_vector_width(width):
+    """docs/tools.md's planted bug is caught by comparing the backends, whatever the CPU's
+    vector width, in a fresh process with the user's environment (no memory checks)."""
+    env = {k: v for k, v in os.environ.items() if k != "ACCY_CHECK_MEMORY"} | {"ACCY_VECTOR_WIDTH": width}
+    check = ("import sys, test_docs\n"
+             "from accy.backends.spmd import host_vector_width\n"
+             f"assert host_vector_width() == {width}\n"
+             "test_docs.run_sample(sys.stdin.read())\n")
+    done = subprocess.run([sys.executable, "-c", check], input=_planted_bug_sample(), text=True, env=env,
+                          cwd=ROOT / "tests", capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DISAGREE" in done.stdout
+
+
+def test_quoted_outputs_are_checked():
+    """The checker itself: a wrong quote fails, ``...`` and notes and continued lines work."""
+    sample = ("x = 3\nprint(x, x + 1)   # 3 4  # a note\n"
+              "print('a\\nb')      # a\n"
+              "                   # b\n"
+              "print([x] * 9)     # [3, ..., 3]\n")
+    assert [q.text for q in quoted_outputs(sample)[1].values()] == ["3 4", "a\nb", "[3, ..., 3]"]
+    run_sample(sample)
+    with pytest.raises(AssertionError, match="printed\n3 4\nbut the sample says\n3 5"):
+        run_sample("x = 3\nprint(x, x + 1)   # 3 5\n")
+    with pytest.raises(AssertionError, match="never ran"):
+        run_sample("if False:\n    print(1)   # 1\n")
