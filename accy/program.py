@@ -12,6 +12,7 @@ from .backends import resolve_launch, run
 from .backends.arguments import bind_arguments
 from .dsl.ir import Graph, Param
 from .dsl.passes import optimize
+from .dsl.context import user_location
 from .dsl.schedule import DEFAULT_THREADS, Launch, Limits, ThreadBlocks
 from .dsl.trace import parameters, trace
 from .errors import TraceError
@@ -19,7 +20,8 @@ from .errors import TraceError
 
 def _check_name(instance, attribute, value):
     if not isinstance(value, str) or not value.isidentifier():
-        raise TraceError(f"program name must be an identifier (it names the GPU entry point), got {value!r}")
+        raise TraceError(f"program name must be an identifier (it names the GPU entry point), got {value!r}",
+                         user_location())
 
 
 @attrs.frozen(eq=False)

@@ -1,6 +1,8 @@
 """Bad input, tried on purpose: one table, each row with the exact error type and the
 words its message must hold, run on every backend; plus concurrency and re-entrancy."""
 
+import os
+import sys
 import threading
 
 import numpy as np
@@ -329,3 +331,81 @@ def test_unusable_cache_directory_runs_without_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCY_CACHE_DIR", str(not_a_dir))
     with pytest.warns(RuntimeWarning, match="running without the cache"):
         assert ".entry" in emit_ptx(SDPA.program.graph, Target.nvptx("sm_90"), SDPA.launch().block)
+
+
+# -- issue 17 §5: what an adversarial trial broke --------------------------------------------------
+
+def _line_of(err) -> str:
+    """The ``file:line`` an error names (the user's line of code)."""
+    location = err.value.location
+    assert location is not None, str(err.value)
+    return f"{os.path.basename(location.filename)}:{location.lineno}"
+
+
+def _here(offset: int = 0) -> str:
+    frame = sys._getframe(1)
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno + offset}"
+
+
+def test_a_misspelt_parameter_names_the_users_line():
+    def body(k, args):
+        k.for_each_1d(axis("i", 4), lambda inner, idx: args.dts.store(inner, 1.0, idx["i"]))
+        # the line above is the user's
+
+    where = _here(-3)
+    with pytest.raises(TraceError, match=r"no parameter named 'dts'; parameters are dst") as err:
+        Program("typo", {"dst": dynamic_buffer(f32)}, body).traced_graph
+    assert _line_of(err) == where and f"at {where}" in str(err.value)
+
+
+def test_a_bad_program_name_names_the_users_line():
+    with pytest.raises(TraceError, match=r"program name must be an identifier .* got 'bad name'") as err:
+        Program("bad name", {}, lambda k, a: None)
+    assert _line_of(err) == _here(-1)
+    with pytest.raises(TraceError, match=r"program name must be an identifier .* got 'bad-name'") as err:
+        accy.kernel("bad-name")(lambda k, a: None)
+    assert _line_of(err) == _here(-1)
+
+
+@pytest.mark.parametrize("name", ["param", "__class__", "_handles"])
+def test_a_parameter_named_like_the_arguments_own_attribute_is_refused_at_creation(name):
+    with pytest.raises(TraceError, match=rf"parameter name '{name}' is taken: args\.{name} is the kernel "
+                                         r"arguments' own (method|attribute); rename the parameter") as err:
+        Program("taken", {name: dynamic_buffer(f32)}, lambda k, a: None)
+    assert _line_of(err) == _here(-1)
+
+
+def test_a_parameter_with_a_leading_underscore_is_found_by_attribute(backend):
+    program = Program("private", {"_dst": dynamic_buffer(f32)}, lambda k, a: k.for_each_1d(
+        axis("i", 4), lambda inner, idx: a._dst.store(inner, 2.0, idx["i"])))
+    dst = np.zeros(4, np.float32)
+    program.run([dst], backend=backend)
+    assert (dst == 2.0).all()
+
+
+def _forever(inner, x):
+    return _forever(inner, x * 2.0)  # no Python-level end
+
+
+def test_a_recursive_helper_is_a_trace_error_naming_its_line():
+    program = Program("recursive", {"dst": dynamic_buffer(f32)}, lambda k, a: k.for_each_1d(
+        axis("i", 4), lambda inner, idx: a.dst.store(inner, _forever(inner, a.dst[idx["i"]]), idx["i"])))
+    with pytest.raises(TraceError, match=r"kernel 'recursive': the body recursed past Python's limit") as err:
+        program.traced_graph
+    assert _line_of(err).startswith("test_bad_inputs.py:")
+    assert "return _forever(inner, x * 2.0)" in str(err.value)
+    assert not isinstance(err.value, RecursionError)
+
+
+def test_a_body_reading_its_own_graph_is_a_trace_error_naming_the_line():
+    def body(k, args):
+        program.graph  # the program being traced
+        k.for_each_1d(axis("i", 4), lambda inner, idx: args.dst.store(inner, 1.0, idx["i"]))
+
+    program = Program("selfish", {"dst": dynamic_buffer(f32)}, body)
+    where = _here(-4)
+    with pytest.raises(TraceError, match=r"kernel 'selfish': its body uses its own program's graph") as err:
+        program.graph
+    assert _line_of(err) == where
+    with pytest.raises(TraceError, match=r"its body uses its own program's graph"):
+        program.run([np.zeros(4, np.float32)], backend="llvm")  # tried again: the same error, no hang

@@ -40,7 +40,8 @@ def current():
 
 def _is_machinery(filename: str) -> bool:
     if filename.startswith("<"):  # exec, stdin, a notebook cell, a doctest: user code
-        return filename.startswith("<frozen ")
+        # ... but not Python's frozen modules, nor the methods attrs writes for accy's classes
+        return filename.startswith("<frozen ") or (filename.startswith("<attrs generated ") and " accy." in filename)
     path = os.path.abspath(filename)
     if path.startswith(_KERNEL_DIRS):
         return False

@@ -3,14 +3,20 @@ with a builder and its arguments, and what it records becomes a graph."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import linecache
 import re
+import sys
+import threading
 from typing import Callable, Mapping
 
 import attrs
 
 from ..errors import TraceError
 from .builder import Builder, BufferHandle, Traced
-from .ir import Block, Graph, Param, ParamKind
+from .context import _is_machinery, user_location
+from .ir import Block, Graph, Param, ParamKind, SourceLocation
 from .passes import verify
 from .types import DType, as_dtype
 
@@ -66,14 +72,19 @@ def parameters(declared: Mapping[str, BufferSpec | ScalarSpec]) -> tuple[Param, 
     params = []
     for name, spec in dict(declared).items():
         if not isinstance(name, str) or not _IDENT.match(name):
-            raise TraceError(f"parameter name {name!r} is not an identifier")
+            raise TraceError(f"parameter name {name!r} is not an identifier", user_location())
+        if name.startswith("__") or name == "_handles" or hasattr(KernelArgs, name):
+            # args.<name> would find the arguments object's own attribute, never the parameter
+            raise TraceError(f"parameter name {name!r} is taken: args.{name} is the kernel arguments' own "
+                             f"{'method' if inspect.isfunction(getattr(KernelArgs, name, None)) else 'attribute'}; "
+                             "rename the parameter", user_location())
         if isinstance(spec, ScalarSpec):
             params.append(Param(name, spec.dtype, kind=ParamKind.scalar))
         elif isinstance(spec, BufferSpec):
             params.append(Param(name, spec.dtype, spec.count))
         else:
             raise TraceError(f"parameter '{name}': expected dynamic_buffer(dtype), buffer(dtype, n) or "
-                             f"scalar(dtype), got {spec!r}")
+                             f"scalar(dtype), got {spec!r}", user_location())
     return tuple(params)
 
 
@@ -89,12 +100,16 @@ class KernelArgs:
         try:
             return self._handles[name]
         except KeyError:
-            raise TraceError(f"no parameter named {name!r}; parameters are {', '.join(self._handles)}") from None
+            raise TraceError(f"no parameter named {name!r}; parameters are {', '.join(self._handles)}",
+                             user_location()) from None
 
     __getitem__ = param
 
     def __getattr__(self, name: str):
-        if name.startswith("_"):
+        if name.startswith("_"):  # a parameter "_x" is found; other private names are not parameters
+            handles = self.__dict__.get("_handles", {})
+            if name in handles:
+                return handles[name]
             raise AttributeError(name)
         return self.param(name)
 
@@ -102,17 +117,59 @@ class KernelArgs:
         return iter(self._handles.values())
 
 
+_tracing = threading.local()  # the bodies this thread is tracing now, innermost last
+
+
+def _user_frame(frames) -> SourceLocation | None:
+    """The innermost of ``frames`` (outermost first) that is the user's code: not accy's,
+    nor functools' (``cached_property`` sits between a body and ``Program.graph``)."""
+    for frame, line in reversed(frames):
+        filename = frame.f_code.co_filename
+        if not _is_machinery(filename) and filename != functools.__file__:
+            code = linecache.getline(filename, line, frame.f_globals).strip()
+            return SourceLocation(filename, line, frame.f_code.co_name, code)
+    return None
+
+
+def _caller_frames() -> list:
+    frames, frame = [], sys._getframe(1)
+    while frame is not None:
+        frames.append((frame, frame.f_lineno))
+        frame = frame.f_back
+    return frames[::-1]
+
+
+def _traceback_frames(tb) -> list:
+    frames = []
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return frames
+
+
 def trace(name: str, params: tuple[Param, ...], body: Callable) -> Graph:
     """Call ``body(k, args)`` once and return the verified graph it recorded."""
+    active = _tracing.__dict__.setdefault("bodies", [])
+    if any(b is body for b in active):  # the body asked for its own graph: it would trace itself forever
+        raise TraceError(f"kernel '{name}': its body uses its own program's graph (.graph, .traced_graph, "
+                         "a run or a launch of it) while accy traces it; a kernel cannot contain itself",
+                         _user_frame(_caller_frames()))
     block = Block([p.dtype for p in params if p.is_scalar])
     k = Builder(block)
+    active.append(body)
     try:
         with k:
             body(k, KernelArgs(params, block.args))
+    except RecursionError as e:
+        raise TraceError(f"kernel '{name}': the body recursed past Python's limit of {sys.getrecursionlimit()} "
+                         "frames while accy traced it (a helper calling itself without end? a traced value "
+                         "cannot stop a Python recursion)", _user_frame(_traceback_frames(e.__traceback__))) from None
     except Exception as e:
         if not isinstance(e, TraceError):
             e.add_note(f"(raised by the body of kernel '{name}' while accy traced it)")
         raise
+    finally:
+        active.pop()
     graph = Graph(name, params, block)
     if graph.launch_op is None:
         raise TraceError(f"kernel '{name}': the body never opened a launch with for_each_1d/2d/3d")
