@@ -1261,7 +1261,7 @@ class Builder:
             at_lane0 = first if prefix is None else self.select(self.gt(self.floor_div(lanes.linear, WARP), 0),
                                                                 prefix, first)
             result = self.select(self.eq(lanes.lane, 0), at_lane0, result)
-        if lanes.used_shared:
+        if lanes.used_shared or prefix is not None:
             self.barrier()  # every thread has read the scratch before any reuses it (in a loop)
         return result
 
