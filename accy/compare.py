@@ -16,8 +16,8 @@ from typing import Mapping, Sequence
 import attrs
 import numpy as np
 
-from .backends import BACKENDS
-from .errors import AccyError, ArgumentError, BackendUnavailableError
+from .backends import BACKENDS, toolchain
+from .errors import AccyError, ArgumentError, BackendUnavailableError, CompileError
 
 FIRST = 5  # disagreeing elements listed per output and pair
 # computed to within documented ulps, not bit for bit, so backends may differ in the last bits
@@ -85,6 +85,16 @@ class CompareReport:
         return "\n".join(lines)
 
 
+def unavailable(error: AccyError) -> str | None:
+    """Why a backend cannot run here, when ``error`` says that it cannot, else None: a missing
+    package or device, or the libdevice that math functions need on NVPTX (``ptx``, ``cuda``)."""
+    if isinstance(error, BackendUnavailableError):
+        return str(error).split(":")[0]  # the reason; the full message says how to fix it
+    if isinstance(error, CompileError) and "libdevice" in str(error) and toolchain.find_libdevice() is None:
+        return "its math functions need libdevice, which is not installed (pip install nvidia-cuda-nvcc)"
+    return None
+
+
 def _program_and_shapes(kernel):
     """(program, run function, output axis names per parameter or None)."""
     from .library.entry import Entry
@@ -144,11 +154,12 @@ def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1
         copies = {n: np.array(a, copy=True) for n, a in named.items()}
         try:
             run(copies, backend=backend, **(options or {}).get(backend, {}))
-        except BackendUnavailableError as e:
-            skipped[backend] = str(e).split(":")[0]
-            continue
         except AccyError as e:
-            failed[backend] = f"{type(e).__name__}: {e}"
+            why = unavailable(e)
+            if why is not None:
+                skipped[backend] = why
+            else:
+                failed[backend] = f"{type(e).__name__}: {e}"
             continue
         results[backend] = copies
     pairs = tuple(

@@ -1,17 +1,102 @@
 """The command line: `accy demo`, `accy ir`, and usage errors instead of tracebacks."""
 
+import json
+import pathlib
+import re
 import subprocess
 import sys
+import tomllib
+import warnings
 
+import numpy as np
 import pytest
 
+import accy
+from accy.backends import BACKENDS
 from accy.cli import main
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-def test_demo_runs_and_checks_against_numpy(capsys):
+
+def demo_rows(out: str) -> dict[str, str]:
+    """The demo's line for each backend, by name."""
+    return {m[1]: m[2] for m in re.finditer(r"^  (\w+) +(.*)$", out, re.M) if m[1] in BACKENDS}
+
+
+def test_demo_runs_numpy_llvm_and_ptx_times_each_and_says_they_agree(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "B=2 Q=16 K=32 H=16 V=16" in out and "ok" in out and "ms" in out
+    assert "B=2 Q=16 K=32 H=16 V=16" in out
+    rows = demo_rows(out)
+    assert list(rows) == ["numpy", "llvm", "ptx"]
+    for backend, row in rows.items():  # the first run (tracing, compiling) and the launch again, both timed
+        assert re.fullmatch(r"\d+\.\d ms +\d+\.\d\d ms +\S+ \(ok\)", row), (backend, row)
+    assert re.search(r"^  backends numpy, llvm, ptx agree: they differ by at most \S+ \(tolerance 1e-04\)$", out, re.M)
+
+
+def test_demo_without_libdevice_says_why_ptx_cannot_run_and_goes_on(monkeypatch, capsys):
+    """A plain `pip install .` has no nvidia-cuda-nvcc: ptx cannot link exp, and the demo says so."""
+    from accy.backends import codegen, toolchain
+
+    monkeypatch.setattr(toolchain, "find_libdevice", lambda: None)
+    monkeypatch.setattr(codegen, "find_libdevice", lambda: None)
+    monkeypatch.setenv("ACCY_CACHE", "0")  # no PTX from the disk cache either
+    assert main(["demo", "--batch", "1", "--queries", "3", "--keys", "5", "--qk", "4", "--value", "3"]) == 0
+    rows = demo_rows(capsys.readouterr().out)
+    assert rows["ptx"] == "skipped: its math functions need libdevice, which is not installed (pip install nvidia-cuda-nvcc)"
+    assert rows["numpy"].endswith("(ok)") and rows["llvm"].endswith("(ok)")
+
+
+def test_demo_fails_on_a_backend_that_disagrees(monkeypatch, capsys):
+    from accy.library.entry import Entry
+
+    real = Entry.run
+
+    def off_by_one_on_llvm(self, args, backend="numpy", **options):
+        result = real(self, args, backend=backend, **options)
+        if backend == "llvm":
+            args[0] += 1.0
+        return result
+
+    monkeypatch.setattr(Entry, "run", off_by_one_on_llvm)
+    assert main(["demo", "--backends", "numpy,llvm"]) == 1
+    out = capsys.readouterr().out
+    assert demo_rows(out)["llvm"].endswith("(MISMATCH)") and "backends numpy, llvm DISAGREE" in out
+
+
+def test_cli_backend_names_come_from_the_registry(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", "attention", "--backends", "numpy,gpu"])
+    assert exit_.value.code == 2
+    assert f"expected backends from {', '.join(BACKENDS)} separated by commas, got 'numpy,gpu'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["demo", "--backends", "llvm,nope"])
+    assert ", ".join(BACKENDS) in capsys.readouterr().err
+
+
+def test_compare_by_default_runs_every_backend_as_accy_compare_does(capsys):
+    from accy.library.attention import ScaledDotProduct, scaled_dot_product_f32
+
+    assert main(["compare", "attention", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    rng = np.random.default_rng(0)  # the CLI's inputs for its default attention shape and seed
+    args = [np.zeros((2, 4, 2), np.float32)] + [rng.standard_normal(s, dtype=np.float32)
+                                                for s in ((2, 4, 3), (2, 5, 3), (2, 5, 2))]
+    api = json.loads(accy.compare(scaled_dot_product_f32(ScaledDotProduct(2, 4, 5, 3, 2)), args).to_json())
+    assert "ptx" in cli["ran"] and set(cli["ran"]) | set(cli["skipped"]) | set(cli["failed"]) == set(BACKENDS)
+    assert (cli["ran"], cli["skipped"], cli["pairs"]) == (api["ran"], api["skipped"], api["pairs"])
+
+
+def test_the_version_has_one_source():
+    """pyproject.toml takes the version from accy.__version__ (setuptools' dynamic attr)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "accy.__version__"}
+    config = pytest.importorskip("setuptools.config.pyprojecttoml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # setuptools may call [tool.setuptools] beta
+        expanded = config.read_configuration(ROOT / "pyproject.toml", expand=True)
+    assert expanded["project"]["version"] == accy.__version__ == "0.2.0"
 
 
 def test_ir_prints_the_graph(capsys):
@@ -83,7 +168,7 @@ def test_bad_arch_is_a_usage_error(capsys):
 
 def test_demo_on_llvm(capsys):
     assert main(["demo", "--backend", "llvm"]) == 0
-    assert "backend  llvm" in capsys.readouterr().out
+    assert list(demo_rows(capsys.readouterr().out)) == ["llvm"]
 
 
 def test_a_users_module_with_sibling_imports_and_per_buffer_sizes(tmp_path, capsys):

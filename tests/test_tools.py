@@ -64,6 +64,24 @@ def test_compare_catches_the_planted_cross_thread_bug():
     assert "DISAGREE" in str(report)
 
 
+def test_compare_skips_a_backend_that_lacks_libdevice_and_says_why(monkeypatch):
+    """Without nvidia-cuda-nvcc (a plain `pip install .`) ptx cannot link exp: skipped, not failed."""
+    from accy.backends import codegen, toolchain
+
+    monkeypatch.setattr(toolchain, "find_libdevice", lambda: None)
+    monkeypatch.setattr(codegen, "find_libdevice", lambda: None)
+    monkeypatch.setenv("ACCY_CACHE", "0")
+
+    def body(k, a):
+        k.for_each_1d(axis("i", 5), lambda inner, idx: a.dst.store(inner, inner.exp(a.x[idx["i"]]) * 0.5, idx["i"]))
+
+    program = Program("no_libdevice", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body)
+    report = accy.compare(program, [np.zeros(5, np.float32), np.ones(5, np.float32)], backends=("numpy", "ptx"))
+    assert report.ran == ("numpy",) and not report.failed and report.agree
+    assert report.skipped == {"ptx": "its math functions need libdevice, which is not installed "
+                                     "(pip install nvidia-cuda-nvcc)"}
+
+
 def test_compare_names_entry_coordinates():
     """A perturbed copy of the entry's output shows up as b=.. q=.. v=.. coordinates."""
     from accy.compare import _compare_arrays
