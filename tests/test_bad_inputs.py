@@ -409,3 +409,77 @@ def test_a_body_reading_its_own_graph_is_a_trace_error_naming_the_line():
     assert _line_of(err) == where
     with pytest.raises(TraceError, match=r"its body uses its own program's graph"):
         program.run([np.zeros(4, np.float32)], backend="llvm")  # tried again: the same error, no hang
+
+
+def _fill():
+    return Program("fill", {"dst": dynamic_buffer(f32)}, lambda k, a: k.for_each_1d(
+        axis("i", a.dst.size), lambda inner, idx: a.dst.store(inner, 1.0, idx["i"])))
+
+
+# (backend, options, the words of the error): each option checked against what it takes
+BAD_OPTIONS = [
+    ("llvm", {"threads": [2]}, r"option threads=\[2\]: threads takes None \(as many as pay, up to one per core\) "
+                               r"or a whole number >= 1"),
+    ("llvm", {"threads": "2"}, r"option threads='2': threads takes None"),
+    ("llvm", {"threads": 2.5}, r"option threads=2\.5: threads takes"),
+    ("llvm", {"threads": 2.0}, r"option threads=2\.0: threads takes"),
+    ("llvm", {"threads": 0}, r"option threads=0: threads takes"),
+    ("llvm", {"threads": True}, r"option threads=True: threads takes"),
+    ("llvm", {"checks": "no"}, r"backend 'llvm': option checks='no': checks takes True or False"),
+    ("llvm", {"checks": 1}, r"option checks=1: checks takes True or False"),
+    ("llvm", {"vector_width": 3}, r"option vector_width=3: vector_width takes one of 0, 2, 4, 8, 16, 32, 64"),
+    ("numpy", {"memory_cap": -1}, r"backend 'numpy': option memory_cap=-1: memory_cap takes a whole number of bytes"),
+    ("numpy", {"check_memory": "yes"}, r"option check_memory='yes': check_memory takes True, False or None"),
+    ("numpy", {"debug_cap": 0}, r"option debug_cap=0: debug_cap takes a whole number >= 1"),
+    ("numpy", {"debug_thread": [1]}, r"option debug_thread=\[1\]: debug_thread takes None or a dict"),
+    ("ptx", {"fast_math": "yes"}, r"backend 'ptx': option fast_math='yes': fast_math takes True or False"),
+    ("ptx", {"arch": "sm_7"}, r"option arch='sm_7': arch takes an NVPTX processor LLVM knows: sm_\d+.*sm_80, .*sm_90a"),
+    ("ptx", {"arch": 80}, r"option arch=80: arch takes an NVPTX processor LLVM knows"),
+    ("ptx", {"arch": "compute_80"}, r"option arch='compute_80': arch takes"),
+    ("llvm", {"limits": "big"}, r"limits='big': limits takes None \(CUDA's\) or an accy\.Limits .* got str"),
+    ("numpy", {"limits": "big"}, r"limits='big': limits takes None"),
+    ("ptx", {"limits": 1024}, r"limits=1024: limits takes None"),
+    ("llvm", {"nope": 1}, r"backend 'llvm' takes no option 'nope'; its options are checks, threads, vector_width"),
+]
+
+
+@pytest.mark.parametrize("backend_name, options, message", [pytest.param(*row, id=f"{row[0]}-{row[1]}")
+                                                          for row in BAD_OPTIONS])
+def test_launch_options_are_checked(backend_name, options, message):
+    program = _fill()
+    dst = np.zeros(8, np.float32)
+    with pytest.raises(ArgumentError, match=message):
+        program.run([dst], backend=backend_name, **options)
+    with pytest.raises(ArgumentError, match=message):  # the general path (counts given) checks them the same
+        accy.backends.run(program, [dst], backend=backend_name, counts={}, **options)
+    assert (dst == 0).all()
+
+
+def test_an_option_value_equal_to_a_taken_one_is_still_checked():
+    """2.0 == 2 and 1 == True hash alike: a launcher made for threads=2 must not serve threads=2.0."""
+    program, dst = _fill(), np.zeros(8, np.float32)
+    program.run([dst], backend="llvm", threads=2, checks=True)
+    with pytest.raises(ArgumentError, match=r"option threads=2\.0"):
+        program.run([dst], backend="llvm", threads=2.0, checks=True)
+    with pytest.raises(ArgumentError, match=r"option checks=1"):
+        program.run([dst], backend="llvm", threads=2, checks=1)
+
+
+def test_options_that_are_taken_run():
+    program = _fill()
+    for backend_name, options in [("llvm", {"threads": np.int64(2), "checks": np.bool_(False), "vector_width": 4}),
+                                  ("llvm", {"threads": None}), ("numpy", {"memory_cap": 1 << 20, "check_memory": None}),
+                                  ("ptx", {"arch": "sm_90a", "fast_math": True}), ("ptx", {"arch": "sm_75"})]:
+        dst = np.zeros(8, np.float32)
+        program.run([dst], backend=backend_name, limits=accy.Limits.default, **options)
+        assert (dst == 1.0).all(), (backend_name, options)
+
+
+def test_every_backend_option_has_a_check():
+    from accy.backends.contract import OPTIONS, Backend
+
+    for name in accy.backends.BACKENDS:
+        backend = accy.backends.get_backend(name)
+        assert all(option is OPTIONS[option.name] for option in backend.options), name
+    with pytest.raises(TypeError, match=r"no option colour in accy.backends.contract.OPTIONS"):
+        Backend("toy", frozenset({"colour"}), lambda *a: None)

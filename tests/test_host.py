@@ -399,5 +399,7 @@ def test_repeated_launches_with_changing_sizes_and_scalars():
 
 
 def test_vector_width_must_be_one_the_host_lowering_takes():
-    with pytest.raises(CompileError, match="vector_width must be one of 0, 2, 4"):
+    with pytest.raises(ArgumentError, match="option vector_width=3: vector_width takes one of 0, 2, 4"):
         _affine(FORMS["i*s+3"]).run([np.zeros(3, np.float32)] * 2 + [1, 1], backend="llvm", vector_width=3)
+    with pytest.raises(CompileError, match="vector_width must be one of 0, 2, 4"):
+        Target.host(vector_width=3)

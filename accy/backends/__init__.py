@@ -51,6 +51,7 @@ def resolve_launch(graph, threads: ThreadBlocks, binding: Binding | None, limits
 
 def launch_for(graph, threads: ThreadBlocks, extents, limits: Limits | None) -> Launch:
     """The launch covering ``extents``, checked against ``limits``."""
+    _check_limits(limits)
     limits = limits or Limits.default
     if graph.is_block_launch:  # the extents count blocks; the block's shape is the launch's own
         pad = lambda values: tuple(values) + (1,) * (3 - len(values))  # noqa: E731
@@ -68,11 +69,13 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
         counts: Mapping[str, int] | None = None, shapes: Mapping[str, str] | None = None, **options):
     """Run ``program`` on ``backend``; outputs are written in place into the argument arrays.
 
-    ``options`` go to the backend: ``checks=False`` (llvm) drops bounds checks;
+    ``options`` go to the backend, each checked against its table (an :class:`ArgumentError`
+    names one it does not take): ``checks=False`` (llvm) drops bounds checks;
     ``timing=True`` (cuda) returns the kernel's time in milliseconds.
     """
     if counts is None and shapes is None:
-        key = (backend, limits, *options.items())
+        # the types too: 2 == 2.0 and True == 1 share a hash, but only one of each pair is taken
+        key = (backend, limits, *options.items(), *map(type, options.values()))
         try:
             launcher = program.launchers[key]
         except KeyError:
@@ -84,10 +87,7 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
             if result is not NOT_HANDLED:
                 return result
     impl = get_backend(backend)
-    unknown = sorted(set(options) - impl.options)
-    if unknown:
-        raise ArgumentError(f"backend {backend!r} takes no option {', '.join(map(repr, unknown))}; "
-                            f"its options are {', '.join(sorted(impl.options)) or 'none'}")
+    options = _checked(impl, limits, options)
     impl.check_available(options)
     graph = program.graph
     if graph.static_extents is not None:
@@ -97,10 +97,24 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
     return impl.execute(graph, binding, launch, **options)
 
 
+def _checked(impl: Backend, limits, options) -> dict:
+    """The options as ``impl`` runs with them, and the limits, checked: an ArgumentError
+    naming the first that is not taken."""
+    _check_limits(limits)
+    return impl.checked_options(options)
+
+
+def _check_limits(limits) -> None:
+    if limits is not None and not isinstance(limits, Limits):
+        raise ArgumentError(f"limits={limits!r}: limits takes None (CUDA's) or an accy.Limits (such as "
+                            f"Limits.default or Limits.testing), got {type(limits).__name__}")
+
+
 def _fast_launcher(program, backend: str, limits, options):
-    """The backend's fast launcher for these settings (made once), or None."""
+    """The backend's fast launcher for these settings (made once; they are checked first), or None."""
     impl = get_backend(backend)
-    if impl.fast is None or set(options) - impl.options:
+    options = _checked(impl, limits, options)
+    if impl.fast is None:
         return None
     impl.check_available(options)
     graph, threads = program.graph, program.threads
