@@ -33,7 +33,7 @@ CUDA_PARAM = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
 
 
 def pytest_addoption(parser):
-    from fuzz_programs import add_fuzz_option
+    from fuzz_scaffold import add_fuzz_option
 
     add_fuzz_option(parser)  # --fuzz-long: many more fuzzer examples
 

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Any
 
 import attrs
@@ -69,35 +68,6 @@ from hypothesis import strategies as st
 
 from accy import Program, axis, dynamic_buffer, scalar, schedule
 from accy.dsl.types import DTYPES, INDEX_MAX, INDEX_MIN
-
-# -- the --fuzz-long option ----------------------------------------------------------------------
-
-DEFAULT_EXAMPLES = 150
-LONG_EXAMPLES = 2000
-
-
-def add_fuzz_option(parser) -> None:
-    """Register ``--fuzz-long`` (call from ``pytest_addoption`` in tests/conftest.py)."""
-    parser.addoption("--fuzz-long", action="store_true", default=False,
-                     help=f"run the differential fuzzer with many more examples per test "
-                          f"(about {LONG_EXAMPLES // DEFAULT_EXAMPLES} times the default)")
-
-
-# The backends each fuzzed program runs on (ACCY_FUZZ_BACKENDS, comma-separated): numpy is
-# the reference; scripts/gpu_check.sh adds cuda on a GPU.
-FUZZ_BACKENDS = tuple(os.environ.get("ACCY_FUZZ_BACKENDS", "numpy,llvm,ptx").split(","))
-if "numpy" not in FUZZ_BACKENDS or set(FUZZ_BACKENDS) - {"numpy", "llvm", "ptx", "cuda"}:
-    raise ValueError(f"ACCY_FUZZ_BACKENDS: expected numpy and any of llvm, ptx, cuda, got {FUZZ_BACKENDS}")
-DEVICE_BACKENDS = tuple(b for b in FUZZ_BACKENDS if b in ("ptx", "cuda"))
-
-
-def fuzz_examples(config, default: int = DEFAULT_EXAMPLES, long: int = LONG_EXAMPLES) -> int:
-    try:
-        is_long = config.getoption("--fuzz-long", default=False)
-    except ValueError:
-        is_long = False
-    return long if is_long else default
-
 
 # -- types ------------------------------------------------------------------------------------------
 # types are the dtype names: "f16" ... "index", "bool"

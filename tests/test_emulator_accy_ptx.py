@@ -13,7 +13,7 @@ import pytest
 
 from accy.backends.codegen import emit_ptx
 from accy.backends import run
-from accy.backends.llvm import Target
+from accy.backends.targets import Target
 from accy.emulator import Device, instruction_forms, unsupported
 from accy.errors import OutOfBoundsError
 from accy.library.attention import (ScaledDotProduct, ThreadBlocks, reference, scaled_dot_product_f32,

@@ -54,7 +54,9 @@ or every run must succeed and agree, except that the traced graph may fail where
 the optimised one runs (dead-code removal drops unused loads and divisions).
 
 A failure prints (hypothesis ``note``) the description, the program's text form, the
-arguments of each world and what each run did.
+arguments of each world and what each run did.  Every test here carries the ``fuzz``
+marker (``pytest -m "not fuzz"``, the quick subset, leaves them out); the running and
+comparing both fuzzers share is tests/fuzz_scaffold.py.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from __future__ import annotations
 import collections
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import given, note
 
 import fuzz_programs
 import host_math as host_math_module
@@ -74,7 +76,12 @@ from accy.dsl.ops import OPS, OpTypeError, infer
 from accy.dsl.types import DTYPES
 from accy.errors import AccyError
 
-from fuzz_programs import DEVICE_BACKENDS, FUZZ_BACKENDS, build, fuzz_examples, make_arguments, programs
+from fuzz_programs import build, make_arguments, programs
+from fuzz_scaffold import (DEVICE_BACKENDS, TRACED, Outcome, backend_runs, compare, copies, failures, fuzz_examples,
+                           fuzz_settings, mismatch, pairs)
+
+# every test here fuzzes (the generator's coverage test draws 500 descriptions): not in the quick subset
+pytestmark = pytest.mark.fuzz
 
 # tolerance for outputs a NumPy math function reaches (test_numpy_and_llvm_agree_with_numpy_math)
 RTOL, ATOL = 2e-2, 1e-7
@@ -100,70 +107,7 @@ def host_math(monkeypatch):
 HOST_MATH = (*fuzz_programs.INEXACT, "pow", "rsqrt")  # f64 rsqrt: the interpreter rounds twice
 
 
-# -- running and comparing -----------------------------------------------------------------------------
-
-
-def _fuzz_settings(request, default, long):
-    return settings(
-        max_examples=fuzz_examples(request.config, default, long),
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-    )
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
-def _mismatch(name, expected, got, *, tolerance=False) -> str | None:
-    """None if the arrays agree, else a description of the first disagreement.
-
-    Floats: equal bits, or both NaN (a zero's sign counts), or with ``tolerance`` within
-    ``ATOL + RTOL * |expected|``; integers and bools: equal."""
-    if expected.dtype.kind in "fV":
-        wide_e, wide_g = expected.astype(np.float64), got.astype(np.float64)
-        ok = (_bits(expected) == _bits(got)) | (np.isnan(wide_e) & np.isnan(wide_g))
-        if tolerance:
-            with np.errstate(all="ignore"):
-                ok |= (wide_e == wide_g) | (np.abs(wide_e - wide_g) <= ATOL + RTOL * np.abs(wide_e))
-    else:
-        ok = expected == got
-    if ok.all():
-        return None
-    bad = np.flatnonzero(~ok)
-    i = int(bad[0])
-    bits = ""
-    if expected.dtype.kind in "fV":
-        bits = f" (bits {int(_bits(expected)[i]):#x} vs {int(_bits(got)[i]):#x})"
-    return (f"{name}: {bad.size} of {ok.size} elements differ; first at [{i}]: "
-            f"{expected[i]!r} vs {got[i]!r}{bits}\n  expected {expected!r}\n  got      {got!r}")
-
-
-def _copy(args):
-    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-
-
-def _run(program, args, backend, **options):
-    """(outputs, None) or (None, the AccyError it raised)."""
-    args = _copy(args)
-    try:
-        program.run(args, backend=backend, **options)
-    except AccyError as e:
-        return None, e
-    return args, None
-
-
-def _run_traced(program, args):
-    """The interpreter on the unoptimised graph."""
-    args = _copy(args)
-    try:
-        launch = program.launch(args=args)
-        interpreter.run_graph(program.traced_graph, bind_arguments(program.traced_graph, args), launch)
-    except AccyError as e:
-        return None, e
-    return args, None
+# -- running and comparing (the shared part: tests/fuzz_scaffold.py) ------------------------------------
 
 
 def _run_one_thread(program, args, lane):
@@ -171,15 +115,15 @@ def _run_one_thread(program, args, lane):
     ``debug_thread`` does): that thread's own element of each output, or the AccyError."""
     graph = program.graph
     try:
-        binding = bind_arguments(graph, _copy(args))
+        binding = bind_arguments(graph, copies(args))
         extents = program.launch(args=args).extents
         coords = np.unravel_index(lane, tuple(reversed(extents)))[::-1]  # x fastest
         buffers = {name: a.copy() for name, a in binding.flat.items()}
         thread = {name: int(c) for name, c in zip(graph.launch_op.attrs["axes"], coords)}
         interpreter.Interpreter(graph, buffers, binding.scalars, extents, thread=thread, plain=True).run()
     except AccyError as e:
-        return None, e
-    return {name: buffers[name][lane:lane + 1] for name in binding.outputs}, None
+        return Outcome(error=e)
+    return Outcome({name: buffers[name][lane:lane + 1] for name in binding.outputs})
 
 
 def check_world(desc, program, world, *, checked=True, exact_math=True):
@@ -188,59 +132,42 @@ def check_world(desc, program, world, *, checked=True, exact_math=True):
     note(f"world {world}: extents {desc.extent_values(world)}, arguments:\n"
          + "\n".join(f"  {n} = {a!r}" for n, a in zip(names, args)))
 
-    runs = {"numpy": _run(program, args, "numpy")}
-    # the unoptimised graph on the interpreter: the passes must not change any bit
-    runs["numpy, traced graph"] = _run_traced(program, args)
-    runs["numpy, memory_cap=1"] = _run(program, args, "numpy", memory_cap=1)  # a fold iteration per chunk
-    if "llvm" in FUZZ_BACKENDS:
-        runs["llvm"] = _run(program, args, "llvm")
-        runs["llvm, 3 threads"] = _run(program, args, "llvm", threads=3)  # the launch split across host threads
-        if checked:  # in bounds by construction: checks change nothing
-            runs["llvm, checks=False"] = _run(program, args, "llvm", checks=False)
-    device = {}  # device backend -> whether its outputs are compared (see NVPTX_INEXACT)
-    for backend in DEVICE_BACKENDS:
-        runs[backend] = _run(program, args, backend, **({"arch": desc.arch} if backend == "ptx" else {}))
-        device[backend] = not exact_math or not any(op.opcode in NVPTX_INEXACT for op in program.graph.body.walk())
+    runs = backend_runs(program, args, arch=desc.arch, checks_off=checked)  # unchecked: checks may fire
+    # a device backend's outputs are compared only where no math function runs there (NVPTX_INEXACT)
+    device_compared = not exact_math or not any(op.opcode in NVPTX_INEXACT for op in program.graph.body.walk())
+    compared = lambda name: name not in DEVICE_BACKENDS or device_compared  # noqa: E731
     threads = desc.threads(world)
     lane = (desc.fill_seed * 7919) % threads if threads else None
     one = _run_one_thread(program, args, lane) if lane is not None else None
 
-    outcomes = {name: (f"raised {type(err).__name__}: {err}" if err is not None else "ran")
-                for name, (_, err) in runs.items()}
+    outcomes = {name: r.describe() for name, r in runs.items()}
     note(f"world {world} outcomes:\n" + "\n".join(f"  {k}: {v}" for k, v in outcomes.items()))
     if checked:
-        failed = {name: err for name, (_, err) in runs.items() if err is not None}
-        assert not failed, f"world {world}: a valid program failed: {failed}"
+        assert not failures(runs), f"world {world}: a valid program failed: {failures(runs)}"
     else:
         # dead-code removal may drop a failing load or division of the traced graph, so
         # the traced graph may fail where the optimised one runs, never the other way
-        optimised = {err is None for name, (_, err) in runs.items()
-                     if name != "numpy, traced graph" and device.get(name, True)}
+        optimised = {r.error is None for name, r in runs.items() if name != TRACED and compared(name)}
         assert len(optimised) == 1, f"world {world}: backends disagree on failing: {outcomes}"
-        traced_err = runs["numpy, traced graph"][1]
+        traced_err = runs[TRACED].error
         assert traced_err is not None or optimised == {True}, f"the passes made a program fail: {outcomes}"
         if traced_err is not None:
-            del runs["numpy, traced graph"]
+            del runs[TRACED]
 
-    # numpy vs llvm; each against its own variants bit for bit
-    tainted = dict(zip((fuzz_programs.output_name(j) for j in range(len(desc.outputs))), desc.tainted))
-    pairs = [("numpy", name, True) for name in ("llvm", *device) if name in runs and device.get(name, True)]
-    pairs += [(run_name.split(",")[0], run_name, False) for run_name in runs if "," in run_name]
+    # numpy vs each backend (tainted outputs within tolerance); each against its own variants bit for bit
+    tainted = {fuzz_programs.output_name(j): (RTOL, ATOL) for j, t in enumerate(desc.tainted) if t}
     problems = []
-    for left, right, tolerant in pairs:
-        (ref, _), (got, _) = runs[left], runs[right]
-        if ref is None:
-            continue
-        problems += [_mismatch(f"world {world}: {name}: {left} vs {right}", x, y,
-                               tolerance=tolerant and tainted.get(name, False))
-                     for name, x, y in zip(names, ref, got) if isinstance(x, np.ndarray)]
+    for left, right in pairs(runs, compared):
+        problems += compare(names, runs, left, right, prefix=f"world {world}: ",
+                            tolerance=tainted if "," not in right else None)
     # the one thread replayed alone: its elements as the whole launch computed them
-    if one is not None and runs["numpy"][0] is not None:  # (if the launch failed, the thread may too)
-        if one[0] is None:
-            problems.append(f"world {world}: thread {lane} alone raised {one[1]!r}, the whole launch ran")
+    whole = runs["numpy"].outputs
+    if one is not None and whole is not None:  # (if the launch failed, the thread may too)
+        if one.error is not None:
+            problems.append(f"world {world}: thread {lane} alone raised {one.error!r}, the whole launch ran")
         else:
-            problems += [_mismatch(f"world {world}: {name}: numpy vs numpy, thread {lane} alone", x[lane:lane + 1],
-                                   one[0][name]) for name, x in zip(names, runs["numpy"][0]) if name in one[0]]
+            problems += [mismatch(f"world {world}: {name}: numpy vs numpy, thread {lane} alone", x[lane:lane + 1],
+                                  one.outputs[name]) for name, x in zip(names, whole) if name in one.outputs]
     problems = [p for p in problems if p]
     assert not problems, "\n".join(problems)
 
@@ -263,7 +190,7 @@ def check_program(desc, *, checked=True, exact_math=True):
 
 
 def test_numpy_and_llvm_agree(request, host_math):
-    @_fuzz_settings(request, 150, 2000)
+    @fuzz_settings(request, 150, 2000, derandomize=True)
     @given(programs(exact_math=True))
     def fuzz(desc):
         check_program(desc)
@@ -275,7 +202,7 @@ def test_numpy_and_llvm_agree_on_failing_programs(request, host_math):
     """Loads that may be out of bounds, divisions that may divide by zero: either every
     run fails or none does, and then they agree."""
 
-    @_fuzz_settings(request, 50, 700)
+    @fuzz_settings(request, 50, 700, derandomize=True)
     @given(programs(exact_math=True, checked=False))
     def fuzz(desc):
         check_program(desc, checked=False)
@@ -284,7 +211,7 @@ def test_numpy_and_llvm_agree_on_failing_programs(request, host_math):
 
 
 def test_numpy_and_llvm_agree_with_numpy_math(request):
-    @_fuzz_settings(request, 40, 500)
+    @fuzz_settings(request, 40, 500, derandomize=True)
     @given(programs(exact_math=False))
     def fuzz(desc):
         check_program(desc, exact_math=False)
@@ -316,7 +243,7 @@ def test_generator_covers_the_language(request, monkeypatch):
     seen = collections.Counter()
     monkeypatch.setattr(fuzz_programs, "COVERAGE", seen)
 
-    @_fuzz_settings(request, 500, 2000)
+    @fuzz_settings(request, 500, 2000, derandomize=True)
     @given(programs(exact_math=True, checked=False))
     def draw(desc):
         seen["descriptions"] += 1

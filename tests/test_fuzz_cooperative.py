@@ -17,14 +17,15 @@ Each program runs on
 * ``ptx``: the PTX the cuda backend would launch for the drawn ``arch`` (sm_75, sm_80 or
   sm_90: atomics lower differently), on accy's emulator (conftest's listener assembles it
   with ptxas);
-* ``cuda`` on a GPU.  ``ACCY_FUZZ_BACKENDS`` (tests/fuzz_programs.py) chooses among llvm,
+* ``cuda`` on a GPU.  ``ACCY_FUZZ_BACKENDS`` (tests/fuzz_scaffold.py) chooses among llvm,
   ptx and cuda (default ``numpy,llvm,ptx``).
 
 Tolerance: none (see the generator's docstring): every output, atomics' targets included,
 must be bit-identical across the runs, with any NaN equal to any NaN and the sign of zero
 counted.
 
-``--fuzz-long`` runs many more examples.
+``--fuzz-long`` runs many more examples; the three fuzzers carry the ``fuzz`` marker
+(``pytest -m "not fuzz"``, the quick subset, leaves them out; the deterministic tests stay in).
 """
 
 from __future__ import annotations
@@ -51,71 +52,13 @@ from fuzz_cooperative import (
     planted_programs,
     programs,
 )
-from fuzz_programs import FUZZ_BACKENDS
-from hypothesis import HealthCheck, given, note, settings
+from fuzz_scaffold import backend_runs, compare, copies, failures, fuzz_settings, pairs, run_traced
+from hypothesis import given, note
 
 from accy import axis, bf16, dynamic_buffer, f16, kernel
-from accy.backends import bind_arguments, interpreter, resolve_launch
-from accy.errors import AccyError, RaceError, UninitializedError
+from accy.errors import RaceError, UninitializedError
 
 ERRORS = {"RaceError": RaceError, "UninitializedError": UninitializedError}
-
-
-def long_run(config) -> bool:
-    try:
-        return bool(config.getoption("--fuzz-long", default=False))
-    except ValueError:
-        return False
-
-
-def fuzz_settings(request, default: int, long: int):
-    return settings(max_examples=long if long_run(request.config) else default, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much])
-
-
-def copies(args):
-    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-
-
-def run_program(program, args, backend, **options):
-    """The arrays after the run, or the AccyError it raised."""
-    args = copies(args)
-    try:
-        program.run(args, backend=backend, **options)
-    except AccyError as e:
-        return e
-    return args
-
-
-def run_traced(program, args):
-    """The interpreter (with the race detector) on the unoptimised graph."""
-    args = copies(args)
-    graph = program.traced_graph
-    try:
-        binding = bind_arguments(graph, args)
-        interpreter.run_graph(graph, binding, resolve_launch(graph, program.threads, binding, None),
-                              check_memory=True)
-    except AccyError as e:
-        return e
-    return args
-
-
-def mismatch(name: str, expected: np.ndarray, got: np.ndarray) -> str | None:
-    """None if bit-identical (NaNs equal to NaNs), else the first difference."""
-    if expected.dtype.name == "bfloat16":  # ml_dtypes' kind is "V"; widening to f32 is exact
-        expected, got = expected.astype(np.float32), got.astype(np.float32)
-    if expected.dtype.kind == "f":
-        with np.errstate(all="ignore"):
-            ok = ((expected == got) & (np.signbit(expected) == np.signbit(got))) | (np.isnan(expected) & np.isnan(got))
-    else:
-        ok = expected == got
-    if ok.all():
-        return None
-    bad = np.flatnonzero(~ok)
-    i = int(bad[0])
-    return (f"{name}: {bad.size} of {ok.size} elements differ; first at [{i}]: {expected[i]!r} vs {got[i]!r}\n"
-            f"  expected {expected!r}\n  got      {got!r}")
 
 
 def check_program(desc: CoopProgram, log=note) -> None:
@@ -126,28 +69,13 @@ def check_program(desc: CoopProgram, log=note) -> None:
     log(f"program (optimised graph):\n{program.graph.text()}")
     args = make_arguments(desc)
     names = list(params_of(desc))
-    runs = {
-        "numpy": run_program(program, args, "numpy", check_memory=True),
-        "numpy, traced graph": run_traced(program, args),
-        "numpy, memory_cap=1": run_program(program, args, "numpy", memory_cap=1),
-    }
-    if "llvm" in FUZZ_BACKENDS:
-        runs["llvm"] = run_program(program, args, "llvm")
-        runs["llvm, 3 threads"] = run_program(program, args, "llvm", threads=3)
-        runs["llvm, checks=False"] = run_program(program, args, "llvm", checks=False)  # in bounds by construction
-    if "ptx" in FUZZ_BACKENDS:
-        runs[f"ptx, {desc.arch}"] = run_program(program, args, "ptx", arch=desc.arch)
-    if "cuda" in FUZZ_BACKENDS:
-        runs["cuda"] = run_program(program, args, "cuda")
-    failed = {name: f"{type(r).__name__}: {r}" for name, r in runs.items() if isinstance(r, Exception)}
-    assert not failed, f"a race-free, in-bounds program failed: {failed}"
-    reference = runs.pop("numpy")
-    problems = [mismatch(f"{name}: numpy vs {run}", x, y) for run, outputs in runs.items()
-                for name, x, y in zip(names, reference, outputs) if isinstance(x, np.ndarray)]
-    problems = [p for p in problems if p]
+    runs = backend_runs(program, args, arch=desc.arch)  # in bounds by construction: checks=False too
+    assert not failures(runs), f"a race-free, in-bounds program failed: {failures(runs)}"
+    problems = [p for left, right in pairs(runs) for p in compare(names, runs, left, right)]
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.fuzz
 def test_backends_agree_on_cooperative_programs(request):
     @fuzz_settings(request, 40, 1000)
     @given(programs())
@@ -157,6 +85,7 @@ def test_backends_agree_on_cooperative_programs(request):
     fuzz()
 
 
+@pytest.mark.fuzz
 def test_backends_agree_on_warp_programs(request):
     """Blocks of whole warps, so shuffles and reductions are drawn often."""
     @fuzz_settings(request, 20, 500)
@@ -167,6 +96,7 @@ def test_backends_agree_on_warp_programs(request):
     fuzz()
 
 
+@pytest.mark.fuzz
 def test_the_race_detector_catches_planted_bugs(request):
     @fuzz_settings(request, 60, 1500)
     @given(planted_programs())
@@ -178,7 +108,7 @@ def test_the_race_detector_catches_planted_bugs(request):
         args = make_arguments(planted.program, planted.bug)
         with pytest.raises(ERRORS[planted.expect]):
             program.run(copies(args), backend="numpy", check_memory=True)
-        assert isinstance(run_traced(program, args), ERRORS[planted.expect]), "the traced graph hid the bug"
+        assert isinstance(run_traced(program, args).error, ERRORS[planted.expect]), "the traced graph hid the bug"
 
     fuzz()
 
