@@ -26,7 +26,7 @@ from llvmlite.ir import types as _ir_types
 
 from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import OPS
-from ..dsl.ranges import index_ranges, within
+from ..dsl.analysis.intervals import index_ranges, within
 from ..dsl.types import DType, f32, f64
 from .abi import STATUS_DIV_ZERO, STATUS_LOAD_OOB, STATUS_STORE_OOB, scalar_bits
 from .targets import Target

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import TraceError, UnknownOpError
 from . import context
+from .analysis import uniformity
 from .ir import Axis, Block, Op, Param, Value
 from .ops import OPS, REDUCTIONS, OpTypeError, infer
 from .types import INDEX_MAX, DType, as_dtype, boolean, f32, from_numpy, index, u32
@@ -280,26 +281,11 @@ class _LaunchInfo:
     def threads(self) -> int:
         return math.prod(self.thread_extents)
 
-    def varies(self, value: Value, seen: set | None = None) -> bool:
-        """Can ``value`` differ between the threads of one block?  Thread indices, shuffles,
-        atomics' results and what depends on them do; so does, conservatively, the accumulator
-        of a loop that is still being traced."""
-        seen = set() if seen is None else seen
-        if value in seen:
-            return False
-        seen.add(value)
-        if value in self.thread_values or value in self.open_accumulators:
-            return True
-        op = value.op
-        if op is None:
-            return any(self.varies(v, seen) for v in self.sources.get(value, ()))
-        if op.opcode in ("shuffle", "atomic"):
-            return True
-        inputs = list(op.operands)
-        for region in op.regions:  # a loop's or branch's results also come from what it yields
-            if region.terminator is not None:
-                inputs += region.terminator.operands
-        return any(self.varies(v, seen) for v in inputs)
+    def varies(self, value: Value) -> bool:
+        """Can ``value`` differ between the threads of one block (:mod:`.analysis.uniformity`)?
+        Conservatively, so does the accumulator of a loop that is still being traced."""
+        return uniformity.varies(value, lambda v: v in self.thread_values or v in self.open_accumulators,
+                                 self.sources)
 
 
 @attrs.frozen

@@ -9,7 +9,7 @@ range lies inside a shared array (whose size is static) needs no run-time check.
 
 from __future__ import annotations
 
-from .ir import Graph, Op, Value, constant_of
+from ..ir import Graph, Op, Value, constant_of
 
 Interval = tuple[int | None, int | None]
 _UNKNOWN: Interval = (None, None)
