@@ -130,3 +130,28 @@ def test_quoted_outputs_are_checked():
         run_sample("x = 3\nprint(x, x + 1)   # 3 5\n")
     with pytest.raises(AssertionError, match="never ran"):
         run_sample("if False:\n    print(1)   # 1\n")
+
+
+def test_backends_md_names_every_reduction_a_vectorised_fold_combines_with():
+    from accy.dsl.ops import REDUCTIONS
+
+    text = (ROOT / "docs" / "backends.md").read_text()
+    vectorised = text[text.index("- **vectorised**"):text.index("- **uniform**")]
+    assert [op for op in REDUCTIONS.values() if f"`{op}`" not in vectorised] == []
+
+
+def test_the_docs_index_names_the_ptx_backend_and_every_attention_entry():
+    from accy.backends import BACKENDS
+
+    index = (ROOT / "docs" / "index.md").read_text()
+    assert "ptx" in BACKENDS and "`ptx` backend" in index
+    for kind in ("naive", "fused", "flash"):
+        assert kind in index
+
+
+def test_user_docs_explain_the_seed_or_do_not_say_it():
+    """"the seed" means the original Zig implementation; only the porting guide uses the word."""
+    for path in DOCS:
+        if path.name != "porting.md":
+            said = re.findall(r"[^\n]*\bseed(?:'s| kernels|\b(?! *=))[^\n]*", path.read_text())
+            assert [line for line in said if not re.search(r"--seed|random seed|seed of the inputs", line)] == [], path.name
