@@ -1,5 +1,6 @@
-"""The PyCUDA backend. GPU tests are marked `cuda` and skip, with the reason, where
-pycuda or a GPU is missing; the checks that need neither run everywhere."""
+"""The cuda backend on a GPU (through cuda.core or PyCUDA: ACCY_CUDA_DRIVER). GPU tests are
+marked `cuda` and skip, with the reason, where a driver library or a GPU is missing; the checks
+that need neither run everywhere (tests/test_cuda_drivers.py drives both drivers with fakes)."""
 
 import subprocess
 import sys
@@ -24,18 +25,20 @@ def requires_gpu(test):
     return test
 
 
-def test_importing_accy_never_imports_pycuda():
+def test_importing_accy_never_imports_a_gpu_driver():
     code = ("import accy, numpy as np, sys; from accy.library.attention import ScaledDotProductAttention2x2x3x2x2F32 as e; "
             "e.run([np.zeros(8, np.float32), np.ones(8, np.float32), np.ones(12, np.float32), np.ones(12, np.float32)]); "
-            "print('pycuda' in sys.modules)")
+            "e.run([np.zeros(8, np.float32), np.ones(8, np.float32), np.ones(12, np.float32), np.ones(12, np.float32)], "
+            "backend='ptx'); print(sorted(m for m in ('pycuda', 'cuda.core', 'cuda.bindings') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    assert out.strip() == "[]"
 
 
 @pytest.mark.skipif(CUDA_UNAVAILABLE is None, reason="a GPU is present")
 def test_without_gpu_the_error_says_why_and_how_to_fix():
     entry = scaled_dot_product_f32(ScaledDotProduct(1, 1, 1, 1, 1))
-    with pytest.raises(BackendUnavailableError, match=r"backend 'cuda' (needs pycuda|found no)") as err:
+    with pytest.raises(BackendUnavailableError, match=r"backend 'cuda' (needs cuda.core or pycuda|found no|with "
+                                                      r"ACCY_CUDA_DRIVER=)") as err:
         entry.run([np.zeros(1, np.float32)] * 4, backend="cuda")
     assert "pip install" in str(err.value) or "NVIDIA" in str(err.value)
 
@@ -95,16 +98,45 @@ def test_device_arrays_are_used_in_place_and_untouched_on_failure():
 
 
 @requires_gpu
-def test_gpuarray_arguments_and_timing():
-    import pycuda.gpuarray as gpuarray
-
+def test_torch_tensors_in_place_timing_and_a_torch_stream():
+    torch = pytest.importorskip("torch", reason="torch provides the CUDA tensors and streams of this test")
     from accy.backends.cuda import default_state
+
+    if default_state().driver.name != "cuda-core":
+        pytest.skip("torch streams need the cuda-core driver (ACCY_CUDA_DRIVER=cuda-core)")
+    src = torch.arange(8, dtype=torch.float32, device="cuda")
+    dst = torch.zeros(8, dtype=torch.float32, device="cuda")
+    off = torch.zeros(1, dtype=torch.int64, device="cuda")
+    ms = _copy_program(8).run([dst, src, off], backend="cuda", timing=True)
+    assert isinstance(ms, float) and ms >= 0
+    assert dst.cpu().tolist() == [2.0 * i for i in range(8)]
+    # on a side stream: torch's work before the launch is seen by it, and torch's after sees its result
+    stream = torch.cuda.Stream()
+    big = 1 << 22
+    src, dst = torch.empty(big, device="cuda"), torch.empty(big, device="cuda")
+    with torch.cuda.stream(stream):
+        src.fill_(3.0)
+        _copy_program(big).run([dst, src, off], backend="cuda", stream=stream)
+        total = dst.sum()
+    stream.synchronize()
+    assert total.item() == 6.0 * big
+
+
+@requires_gpu
+def test_gpuarray_arguments_with_the_pycuda_driver():
+    from accy.backends.cuda import default_state
+
+    if default_state().driver.name != "pycuda":
+        pytest.skip("pycuda GPUArrays: with ACCY_CUDA_DRIVER=pycuda")
+    import pycuda.driver as drv
+    import pycuda.gpuarray as gpuarray
 
     with default_state():
         src = gpuarray.to_gpu(np.arange(8, dtype=np.float32))
         dst = gpuarray.zeros(8, np.float32)
         off = gpuarray.zeros(1, np.int64)
-    ms = _copy_program(8).run([dst, src, off], backend="cuda", timing=True)
+        stream = drv.Stream()
+    ms = _copy_program(8).run([dst, src, off], backend="cuda", timing=True, stream=stream)
     assert isinstance(ms, float) and ms >= 0
     with default_state():
         assert dst.get().tolist() == [2.0 * i for i in range(8)]

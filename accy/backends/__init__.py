@@ -8,7 +8,7 @@ limits), then hands graph, binding and launch to the backend:
 - ``numpy``: the reference interpreter (:mod:`accy.backends.interpreter`);
 - ``llvm``: native code for this CPU through LLVM (:mod:`accy.backends.host`);
 - ``ptx``: the PTX ``cuda`` would launch, run on the CPU by an emulator (:mod:`accy.backends.emulated`);
-- ``cuda``: PTX on an NVIDIA GPU through PyCUDA (:mod:`accy.backends.cuda`).
+- ``cuda``: PTX on an NVIDIA GPU through cuda.core or PyCUDA (:mod:`accy.backends.cuda`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .arguments import Binding, bind_arguments
 from .contract import NOT_HANDLED, Backend
 from .interpreter import evaluate_extents
 
-# backend name -> the module defining it as BACKEND (imported on first use: cuda needs pycuda)
+# backend name -> the module defining it as BACKEND (imported on first use; cuda imports its driver only when run)
 _MODULES = {"numpy": "interpreter", "llvm": "host", "ptx": "emulated", "cuda": "cuda"}
 BACKENDS = tuple(_MODULES)
 

@@ -1,22 +1,25 @@
-"""The PyCUDA backend: the graph's PTX loaded and launched on an NVIDIA GPU.
+"""The ``cuda`` backend: the graph's PTX loaded and launched on an NVIDIA GPU.
 
-:class:`CudaBackendState` implements the recording state's interface for real:
-it compiles PTX for the device's compute capability, loads it with
-``module_from_buffer`` (modules cached per context), and launches the entry
-with the artifact's grid and block.
+:class:`CudaBackendState` implements the recording state's interface for real: it
+compiles PTX for the device's compute capability, loads it through its driver (modules
+cached per state), and launches the entry with the artifact's grid and block.  The
+driver is cuda.core or PyCUDA (:mod:`accy.backends.drivers`; ``ACCY_CUDA_DRIVER`` picks,
+default the one installed, cuda.core first).
 
-Arguments may be NumPy arrays (copied to the device and back), PyCUDA
-``GPUArray``s, or any object with ``__cuda_array_interface__`` (CuPy arrays,
-PyTorch CUDA tensors), used in place with no host copy.  The checks are the
-CPU backends' (dtype, element count, contiguity, read-only and aliased outputs).
-The launch itself is :class:`accy.backends.gpu.DeviceLaunch`, shared with the
-``ptx`` backend: outputs are computed into device scratch buffers and copied to
-the caller's arrays only after the status word says the launch succeeded, so a
-failing launch leaves every argument untouched, on the host and on the device.
+Arguments may be NumPy arrays (copied to the device and back) or any object with
+``__cuda_array_interface__`` (PyTorch CUDA tensors, CuPy arrays, PyCUDA ``GPUArray``s),
+used in place with no host copy.  The checks are the CPU backends' (dtype, element count,
+contiguity, read-only and aliased outputs).  The launch itself is
+:class:`accy.backends.gpu.DeviceLaunch`, shared with the ``ptx`` backend: outputs are
+computed into device scratch buffers and copied to the caller's arrays only after the
+status word says the launch succeeded, so a failing launch leaves every argument
+untouched, on the host and on the device.  ``stream=`` (a torch or CuPy stream, or the
+driver's own) puts every copy and the launch on that stream; the call returns once
+they are done.
 
-Importing accy never imports pycuda; ``backend="cuda"`` without pycuda or
-without a device raises :class:`~accy.errors.BackendUnavailableError` saying
-which, and how to fix it.
+Importing accy imports neither driver; ``backend="cuda"`` without one, or without a
+device, raises :class:`~accy.errors.BackendUnavailableError` saying which, and how to
+fix it.
 """
 
 from __future__ import annotations
@@ -30,33 +33,15 @@ import numpy as np
 
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
-from ..errors import ArgumentError, BackendUnavailableError
-from .abi import scalar_bits
+from ..errors import ArgumentError
 from .arguments import ArrayInfo, Binding, host_info
 from .artifacts import ArtifactFormat, BackendKind, KernelArtifact, build_artifact
 from .contract import Backend
-from .gpu import DeviceLaunch, PycudaDevice, kernel_ptx
+from .drivers import Driver, open_driver
+from .gpu import DeviceLaunch, kernel_ptx
 
 _state_lock = threading.Lock()
 _states: dict[int, "CudaBackendState"] = {}
-
-
-def _driver():
-    try:
-        import pycuda.driver as drv
-    except ImportError as e:
-        raise BackendUnavailableError(
-            f"backend 'cuda' needs pycuda, which could not be imported ({e}): pip install 'accy[cuda]' "
-            "on a machine with an NVIDIA driver and the CUDA toolkit (pycuda builds against it)"
-        ) from None
-    try:
-        drv.init()
-        count = drv.Device.count()
-    except Exception as e:  # pycuda raises its own LogicError/RuntimeError types
-        raise BackendUnavailableError(f"backend 'cuda' found no usable NVIDIA driver: {e}") from None
-    if count == 0:
-        raise BackendUnavailableError("backend 'cuda' found no NVIDIA GPU (the driver reports 0 devices)")
-    return drv
 
 
 def _c_contiguous(shape, strides, itemsize) -> bool:
@@ -77,8 +62,8 @@ def device_info(name: str, a) -> ArrayInfo:
         if isinstance(a, np.ndarray):
             return host_info(name, a)
         raise ArgumentError(
-            f"argument '{name}': expected a numpy.ndarray, a pycuda GPUArray or an object with "
-            f"__cuda_array_interface__, got {type(a).__name__}"
+            f"argument '{name}': expected a numpy.ndarray or a device array with __cuda_array_interface__ "
+            f"(a torch CUDA tensor, a CuPy array, a pycuda GPUArray), got {type(a).__name__}"
         )
     shape = tuple(int(n) for n in interface["shape"])
     dtype = np.dtype(interface["typestr"])
@@ -96,36 +81,32 @@ class LoadedKernel:
 
 @attrs.define(eq=False)
 class CudaBackendState:
-    """One device's context, its compiled and loaded modules."""
+    """One device through one driver: its compiled and loaded modules."""
 
     device: int = 0
+    # a Driver (accy.backends.drivers); None: the one ACCY_CUDA_DRIVER picks, opened on ``device``
+    driver: Driver | None = None
     kind: BackendKind = BackendKind.cuda
     format: ArtifactFormat = ArtifactFormat.cuda_ptx
     fast_math: bool = False
-    _drv: object = None
-    _context: object = None
     _modules: dict = attrs.field(factory=dict)
     artifacts: weakref.WeakKeyDictionary = attrs.field(factory=weakref.WeakKeyDictionary)
     _lock: threading.RLock = attrs.field(factory=threading.RLock)
 
     def __attrs_post_init__(self):
-        self._drv = _driver()
-        if not 0 <= self.device < self._drv.Device.count():
-            raise BackendUnavailableError(f"backend 'cuda': no device {self.device} "
-                                          f"(the driver reports {self._drv.Device.count()})")
-        self._context = self._drv.Device(self.device).retain_primary_context()
+        if self.driver is None:
+            self.driver = open_driver(self.device)
 
     @property
     def arch(self) -> str:
-        major, minor = self._drv.Device(self.device).compute_capability()
-        return f"sm_{major}{minor}"
+        return self.driver.arch
 
     def __enter__(self):
-        self._context.push()
+        self.driver.push_context()
         return self
 
     def __exit__(self, *exc):
-        self._drv.Context.pop()
+        self.driver.pop_context()
 
     def compile(self, graph: Graph, block: tuple[int, int, int]) -> tuple[str, str]:
         arch = self.arch
@@ -136,35 +117,18 @@ class CudaBackendState:
         with self._lock, self:
             loaded = self._modules.get(key)
             if loaded is None:
-                module = self._drv.module_from_buffer(artifact.payload.encode() + b"\0")  # the driver wants C text
-                function = module.get_function(artifact.entry_name)
-                graph = artifact.graph
-                n = len(graph.buffers)
-                scalars = "".join(_SCALAR_FORMATS[scalar_bits(p.dtype)] for p in graph.scalars)
-                function.prepare("P" * n + "q" * n + scalars + "P")
-                loaded = self._modules[key] = LoadedKernel(artifact, (module, function))
+                kernel = self.driver.load(artifact.payload, artifact.entry_name)
+                loaded = self._modules[key] = LoadedKernel(artifact, kernel)
             return loaded
 
-    def launch(self, handle: LoadedKernel, binding: Binding, launch: Launch, *, timing: bool = False) -> float | None:
-        """Run on checked arguments; returns the kernel's time in ms with ``timing``."""
-        drv = self._drv
-        _, function = handle.function
-
-        def call(grid, block, args):
-            start, end = (drv.Event(), drv.Event()) if timing else (None, None)
-            if start is not None:
-                start.record()
-            function.prepared_call(grid, block, *args)
-            if end is not None:
-                end.record()
-            drv.Context.synchronize()
-            return start.time_till(end) if timing else None
-
+    def launch(self, handle: LoadedKernel, binding: Binding, launch: Launch, *, timing: bool = False,
+               stream=None) -> float | None:
+        """Run on checked arguments, on ``stream`` (see the module); returns the kernel's time in
+        ms with ``timing``."""
         with self._lock, self:
-            return DeviceLaunch(PycudaDevice(drv), handle.artifact.graph, binding, launch).run(call)
-
-
-_SCALAR_FORMATS = {8: "B", 16: "H", 32: "I", 64: "Q"}
+            native = self.driver.stream(stream)
+            return DeviceLaunch(self.driver, handle.artifact.graph, binding, launch, native).run(
+                handle.function, timing=timing)
 
 
 def default_state(device: int = 0) -> CudaBackendState:
@@ -177,17 +141,19 @@ def default_state(device: int = 0) -> CudaBackendState:
 
 
 def execute(graph: Graph, binding: Binding, launch: Launch, *, device: int = 0,
-            timing: bool = False) -> float | None:
-    """Run ``graph`` on the GPU; returns the kernel time in ms when ``timing``."""
+            timing: bool = False, stream=None) -> float | None:
+    """Run ``graph`` on the GPU, on ``stream`` when given; returns the kernel time in ms when ``timing``."""
     state = default_state(device)
     if launch.lanes == 0:
+        with state:
+            state.driver.stream(stream)  # checked all the same
         return 0.0 if timing else None
     per_graph = state.artifacts.setdefault(graph, {})
     artifact = per_graph.get(launch.block)
     if artifact is None:  # compile once per graph and block shape, not per launch
         artifact = per_graph[launch.block] = build_artifact(graph, None, launch.block, state, target=graph.name)
-    return state.launch(state.load(artifact), binding, launch, timing=timing)
+    return state.launch(state.load(artifact), binding, launch, timing=timing, stream=stream)
 
 
-BACKEND = Backend("cuda", frozenset({"device", "timing"}), execute, device_info,
+BACKEND = Backend("cuda", frozenset({"device", "timing", "stream"}), execute, device_info,
                   lambda options: default_state(options.get("device", 0)))

@@ -4,9 +4,11 @@ emulator in :mod:`accy.emulator`.
 It compiles exactly as ``backend="cuda"`` does (:func:`accy.backends.gpu.kernel_ptx`:
 the same function, options and block shape; ``arch`` defaults to ``sm_80``) and
 launches through the same host half (:class:`accy.backends.gpu.DeviceLaunch`:
-marshalling, the status word, copy-back on success); only the final call goes to the
-emulated device instead of the driver.  The emulator checks every global, shared and
-local access against its allocation, so a wrong bounds-check wrapper shows up here as a
+marshalling, the status word, copy-back on success); only the driver differs: the
+emulator behind the same interface as cuda.core and PyCUDA
+(:class:`accy.backends.drivers.emulator.EmulatorDriver`).  The emulator checks every
+global, shared and local access against its allocation, so a wrong bounds-check
+wrapper shows up here as a
 :class:`~accy.emulator.PtxMemoryError` naming the PTX line, the address and the
 thread, which the kernel's own checks could not catch.
 """
@@ -20,6 +22,7 @@ from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from .arguments import Binding
 from .contract import Backend
+from .drivers.emulator import EmulatorDriver
 from .gpu import DeviceLaunch, kernel_ptx
 from ..emulator import Device
 
@@ -38,9 +41,8 @@ def execute(graph: Graph, binding: Binding, launch: Launch, *, arch: str = "sm_8
         return None
     ptx = kernel_ptx(graph, launch, arch, fast_math)
     with _lock:
-        function = device().load_module(ptx).function(graph.name)
-        return DeviceLaunch(device(), graph, binding, launch).run(
-            lambda grid, block, args: function.launch(grid, block, args))
+        driver = EmulatorDriver(device(), arch)
+        return DeviceLaunch(driver, graph, binding, launch).run(driver.load(ptx, graph.name))
 
 
 BACKEND = Backend("ptx", frozenset({"arch", "fast_math"}), execute)

@@ -1,31 +1,28 @@
-"""The host side of a GPU launch, shared by the ``cuda`` backend (a real GPU through
-PyCUDA) and the ``ptx`` backend (the same PTX on the emulator in :mod:`.ptx`).
+"""The host side of a device launch, shared by the ``cuda`` backend (a GPU through
+cuda.core or PyCUDA) and the ``ptx`` backend (the same PTX on accy's emulator).
 
 Both compile with :func:`kernel_ptx`, then one :class:`DeviceLaunch` stages the
 arguments (a device buffer per host array, every buffer at least 8 bytes as the ABI
 promises, device inputs used in place, device outputs through scratch), zeroes the
-status word, marshals the parameters in ABI order, calls the driver, reads the status
-word back and copies outputs back only when the launch succeeded.  Only the final
-driver call differs, so a bug in this half shows on the emulator, without a GPU.
-
-A device here is anything with the emulator's memory interface: ``alloc(nbytes) ->
-address``, ``free(address)``, ``copy_to_device(address, array)``,
-``copy_from_device(array, address)``, ``copy_device(dst, src, nbytes)`` and
-``memset(address, byte, nbytes)``; :class:`PycudaDevice` adapts PyCUDA's driver to it.
+status word, marshals the parameters in ABI order (:class:`~.drivers.KernelLaunch`),
+calls the driver, reads the status word back and copies outputs back only when the
+launch succeeded.  Only the driver differs (:mod:`accy.backends.drivers`: cuda.core,
+PyCUDA, the emulator), so a bug in this half shows on the emulator, without a GPU.
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 import numpy as np
 
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
-from .abi import STATUS_WORDS, scalar_words, status_error
+from .abi import STATUS_WORDS, scalar_bits, scalar_words, status_error
 from .arguments import Binding
 from .codegen import emit_ptx
+from .drivers import Driver, KernelLaunch
 from .targets import Target
+
+_UNSIGNED = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
 def kernel_ptx(graph: Graph, launch: Launch, arch: str, fast_math: bool = False) -> str:
@@ -33,43 +30,17 @@ def kernel_ptx(graph: Graph, launch: Launch, arch: str, fast_math: bool = False)
     return emit_ptx(graph, Target.nvptx(arch, fast_math=fast_math), launch.block)
 
 
-class PycudaDevice:
-    """PyCUDA's driver behind the device interface (addresses are ints)."""
-
-    def __init__(self, drv):
-        self.drv = drv
-        self.live: dict[int, object] = {}
-
-    def alloc(self, nbytes: int) -> int:
-        allocation = self.drv.mem_alloc(max(nbytes, 8))
-        self.live[int(allocation)] = allocation
-        return int(allocation)
-
-    def free(self, address: int) -> None:
-        self.live.pop(address).free()
-
-    def copy_to_device(self, address: int, host: np.ndarray) -> None:
-        self.drv.memcpy_htod(address, np.ascontiguousarray(host))
-
-    def copy_from_device(self, host: np.ndarray, address: int) -> None:
-        self.drv.memcpy_dtoh(host, address)
-
-    def copy_device(self, dst: int, src: int, nbytes: int) -> None:
-        self.drv.memcpy_dtod(dst, src, nbytes)
-
-    def memset(self, address: int, value: int, nbytes: int) -> None:
-        self.drv.memset_d8(address, value, nbytes)
-
-
 class DeviceLaunch:
-    """Device buffers for one launch: staged, run, checked, copied back, freed."""
+    """Device buffers for one launch on ``driver``: staged, run, checked, copied back, freed.
+    Every call goes on ``stream`` (the driver's own object; None for its default)."""
 
-    def __init__(self, device, graph: Graph, binding: Binding, launch: Launch):
-        self.device, self.graph, self.binding, self.launch = device, graph, binding, launch
+    def __init__(self, driver: Driver, graph: Graph, binding: Binding, launch: Launch, stream=None):
+        self.driver, self.graph, self.binding, self.launch = driver, graph, binding, launch
+        self.stream = stream
         self.allocations: list[int] = []
 
     def _alloc(self, nbytes: int) -> int:
-        address = self.device.alloc(max(nbytes, 8))  # even an empty buffer: 8 readable bytes
+        address = self.driver.alloc(max(nbytes, 8))  # even an empty buffer: 8 readable bytes
         self.allocations.append(address)
         return address
 
@@ -79,48 +50,56 @@ class DeviceLaunch:
             return self._alloc(8)
         if info.space == "host":
             address = self._alloc(info.nbytes)
-            self.device.copy_to_device(address, np.ascontiguousarray(array))
+            self.driver.copy_to_device(address, np.ascontiguousarray(array), self.stream)
             return address
         if name not in self.binding.outputs:
             return info.address  # device inputs are read in place
         scratch = self._alloc(info.nbytes)
-        self.device.copy_device(scratch, info.address, info.nbytes)
+        self.driver.copy_device(scratch, info.address, info.nbytes, self.stream)
         return scratch
 
-    def arguments(self) -> tuple[list, dict[str, int], int]:
-        """The kernel's parameters in ABI order, each buffer's device address, the status word's."""
+    def parameters(self) -> tuple[KernelLaunch, dict[str, int], int]:
+        """The launch the driver gets (the kernel's parameters in ABI order, each its exact
+        width), each buffer's device address, the status word's."""
         buffers = [p.name for p in self.graph.buffers]
         pointers = {name: self._stage(name) for name in buffers}
         status = self._alloc(STATUS_WORDS * 8)
-        self.device.memset(status, 0, STATUS_WORDS * 8)
-        counts = [np.int64(self.binding.infos[n].size) for n in buffers]
-        args = [pointers[n] for n in buffers] + counts + scalar_words(self.graph, self.binding.scalars) + [status]
-        return args, pointers, status
+        self.driver.memset(status, 0, STATUS_WORDS * 8, self.stream)
+        scalars = [_UNSIGNED[scalar_bits(p.dtype)](word)
+                   for p, word in zip(self.graph.scalars, scalar_words(self.graph, self.binding.scalars))]
+        params = (*(np.uint64(pointers[n]) for n in buffers), *(np.int64(self.binding.infos[n].size) for n in buffers),
+                  *scalars, np.uint64(status))
+        grid, block = (tuple(int(n) for n in dims) for dims in (self.launch.grid, self.launch.block))
+        return KernelLaunch(grid, block, params), pointers, status
 
-    def run(self, call: Callable[[tuple, tuple, list], object]):
-        """Stage, ``call(grid, block, args)`` (the driver's launch), check, copy back, free;
-        returns what ``call`` returns (a timing)."""
+    def run(self, kernel, *, timing: bool = False) -> float | None:
+        """Stage, launch ``kernel`` (a handle from the driver's ``load``), check, copy back,
+        free; returns the kernel's time in ms with ``timing`` (events around the launch alone)."""
+        driver, stream = self.driver, self.stream
         try:
-            args, pointers, status = self.arguments()
-            result = call(self.launch.grid, self.launch.block, args)
+            spec, pointers, status = self.parameters()
+            start = driver.record(stream) if timing else None
+            driver.launch(kernel, spec, stream)
+            end = driver.record(stream) if timing else None
             words = np.zeros(STATUS_WORDS, np.int64)
-            self.device.copy_from_device(words, status)
+            driver.copy_from_device(words, status, stream)  # waits for the kernel
             error = status_error(self.graph, tuple(self.graph.body.walk()), words, self.binding.sizes,
                                  self.launch.extents)
             if error is not None:
                 raise error
             for name in sorted(self.binding.outputs):
                 self._copy_back(name, pointers[name])
-            return result
+            driver.synchronize(stream)  # device-to-device copy-backs finish before the scratch is freed
+            return driver.elapsed_ms(start, end) if timing else None
         finally:
             for address in self.allocations:
-                self.device.free(address)
+                driver.free(address)
 
     def _copy_back(self, name: str, address: int) -> None:
         info, array = self.binding.infos[name], self.binding.arrays[name]
         if not info.nbytes:
             return
         if info.space == "host":
-            self.device.copy_from_device(array, address)  # contiguous (checked), so written in place
+            self.driver.copy_from_device(array, address, self.stream)  # contiguous (checked): written in place
         else:
-            self.device.copy_device(info.address, address, info.nbytes)
+            self.driver.copy_device(info.address, address, info.nbytes, self.stream)
