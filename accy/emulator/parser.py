@@ -251,14 +251,15 @@ def number_imm(text: str, negative: bool = False) -> Imm:
 # -- the parser ----------------------------------------------------------------------------------
 
 
-class _Parser:
+class _Cursor:
+    """A cursor over the tokens of a PTX text, and errors that name the line."""
+
     def __init__(self, text: str):
         self.text = text
         self.lines = text.splitlines()
         self.toks = tokenize(text)
         self.i = 0
 
-    # token helpers
     def peek(self, k: int = 0) -> Tok:
         return self.toks[min(self.i + k, len(self.toks) - 1)]
 
@@ -304,7 +305,124 @@ class _Parser:
                 if depth == 0:
                     return
 
-    # module level
+
+class _InstructionParser(_Cursor):
+    """One instruction: its guard, opcode and modifiers, and its operands.  The names it
+    meets resolve through ``_resolve`` and ``_regs``, set per function by the module parser."""
+
+    def instruction(self) -> Instruction:
+        guard = None
+        if self.accept("@"):
+            negated = self.accept("!")
+            g = self.next()
+            name = self._resolve(g.text)
+            if name is None:
+                raise self.error(f"undeclared guard predicate {g.text}", g)
+            guard = (name, negated)
+        op = self.next()
+        if op.kind != "id" or op.text.startswith((".", "%")):
+            raise self.error(f"expected an instruction, found {op.text!r}", op)
+        parts = op.text.split(".")
+        opcode, mods = parts[0], tuple(p for p in parts[1:])
+        if any(m == "" for m in mods):
+            raise self.error(f"malformed instruction {op.text!r}", op)
+        operands = []
+        if self.peek().text != ";":
+            operands.append(self.operand())
+            while self.accept(","):
+                operands.append(self.operand())
+        self.expect(";")
+        return Instruction(opcode, mods, operands, guard, op.line, self.source(op.line).strip())
+
+    def operand(self):
+        t = self.peek()
+        x = t.text
+        if x == "[":
+            self.next()
+            result = self.address()
+        elif x == "{":
+            self.next()
+            items = [self.operand()]
+            while self.accept(","):
+                items.append(self.operand())
+            self.expect("}")
+            result = Vec(tuple(items))
+        elif x == "(":
+            self.next()
+            items = []
+            if not self.accept(")"):
+                items.append(self.operand())
+                while self.accept(","):
+                    items.append(self.operand())
+                self.expect(")")
+            result = Paren(tuple(items))
+        elif x == "!":
+            self.next()
+            result = Not(self.operand())
+        elif x == "-":
+            self.next()
+            n = self.next()
+            if n.kind != "num":
+                raise self.error("expected a number after '-'", n)
+            result = number_imm(n.text, negative=True)
+        elif t.kind == "num":
+            self.next()
+            result = number_imm(x)
+        elif t.kind == "id":
+            self.next()
+            result = self.name_operand(t)
+        else:
+            raise self.error(f"unexpected {x!r} in an operand", t)
+        if self.peek().text == "|":
+            self.next()
+            result = Pair(result, self.operand())
+        return result
+
+    def name_operand(self, t: Tok):
+        x = t.text
+        if x == "_":
+            return SINK
+        if x.startswith("%"):
+            unique = self._resolve(x)
+            if unique is not None:
+                return Reg(unique)
+            base = x.split(".")[0]
+            if base in SPECIAL_REGISTERS or re.match(r"^%envreg\d+$", x) or re.match(r"^%pm\d", x):
+                return Special(x)
+            raise self.error(f"undeclared register {x}", t)
+        unique = self._resolve(x)
+        if unique is not None and unique in self._regs:
+            return Reg(unique)
+        return Sym(unique if unique is not None else x)
+
+    def address(self) -> Addr:
+        base = None
+        offset = 0
+        t = self.next()
+        if t.kind == "num":
+            offset = parse_int(t.text)
+        elif t.kind == "id":
+            op = self.name_operand(t)
+            if isinstance(op, Special):
+                raise self.error("a special register cannot be an address", t)
+            base = op
+        else:
+            raise self.error(f"bad address {t.text!r}", t)
+        while self.peek().text in ("+", "-"):
+            sign = 1 if self.next().text == "+" else -1
+            if self.accept("-"):
+                sign = -sign
+            n = self.next()
+            if n.kind != "num":
+                raise self.error("expected a number in an address", n)
+            offset += sign * parse_int(n.text)
+        self.expect("]")
+        return Addr(base, offset)
+
+
+class _Parser(_InstructionParser):
+    """A module: its directives, variables and functions, and each function's body."""
+
     def module(self) -> Module:
         version, target, address_size = "", [], 64
         functions: dict[str, Function] = {}
@@ -643,115 +761,6 @@ class _Parser:
                 fn.body.append(Label(x, t.line))
                 continue
             fn.body.append(self.instruction())
-
-    def instruction(self) -> Instruction:
-        guard = None
-        if self.accept("@"):
-            negated = self.accept("!")
-            g = self.next()
-            name = self._resolve(g.text)
-            if name is None:
-                raise self.error(f"undeclared guard predicate {g.text}", g)
-            guard = (name, negated)
-        op = self.next()
-        if op.kind != "id" or op.text.startswith((".", "%")):
-            raise self.error(f"expected an instruction, found {op.text!r}", op)
-        parts = op.text.split(".")
-        opcode, mods = parts[0], tuple(p for p in parts[1:])
-        if any(m == "" for m in mods):
-            raise self.error(f"malformed instruction {op.text!r}", op)
-        operands = []
-        if self.peek().text != ";":
-            operands.append(self.operand())
-            while self.accept(","):
-                operands.append(self.operand())
-        self.expect(";")
-        return Instruction(opcode, mods, operands, guard, op.line, self.source(op.line).strip())
-
-    def operand(self):
-        t = self.peek()
-        x = t.text
-        if x == "[":
-            self.next()
-            result = self.address()
-        elif x == "{":
-            self.next()
-            items = [self.operand()]
-            while self.accept(","):
-                items.append(self.operand())
-            self.expect("}")
-            result = Vec(tuple(items))
-        elif x == "(":
-            self.next()
-            items = []
-            if not self.accept(")"):
-                items.append(self.operand())
-                while self.accept(","):
-                    items.append(self.operand())
-                self.expect(")")
-            result = Paren(tuple(items))
-        elif x == "!":
-            self.next()
-            result = Not(self.operand())
-        elif x == "-":
-            self.next()
-            n = self.next()
-            if n.kind != "num":
-                raise self.error("expected a number after '-'", n)
-            result = number_imm(n.text, negative=True)
-        elif t.kind == "num":
-            self.next()
-            result = number_imm(x)
-        elif t.kind == "id":
-            self.next()
-            result = self.name_operand(t)
-        else:
-            raise self.error(f"unexpected {x!r} in an operand", t)
-        if self.peek().text == "|":
-            self.next()
-            result = Pair(result, self.operand())
-        return result
-
-    def name_operand(self, t: Tok):
-        x = t.text
-        if x == "_":
-            return SINK
-        if x.startswith("%"):
-            unique = self._resolve(x)
-            if unique is not None:
-                return Reg(unique)
-            base = x.split(".")[0]
-            if base in SPECIAL_REGISTERS or re.match(r"^%envreg\d+$", x) or re.match(r"^%pm\d", x):
-                return Special(x)
-            raise self.error(f"undeclared register {x}", t)
-        unique = self._resolve(x)
-        if unique is not None and unique in self._regs:
-            return Reg(unique)
-        return Sym(unique if unique is not None else x)
-
-    def address(self) -> Addr:
-        base = None
-        offset = 0
-        t = self.next()
-        if t.kind == "num":
-            offset = parse_int(t.text)
-        elif t.kind == "id":
-            op = self.name_operand(t)
-            if isinstance(op, Special):
-                raise self.error("a special register cannot be an address", t)
-            base = op
-        else:
-            raise self.error(f"bad address {t.text!r}", t)
-        while self.peek().text in ("+", "-"):
-            sign = 1 if self.next().text == "+" else -1
-            if self.accept("-"):
-                sign = -sign
-            n = self.next()
-            if n.kind != "num":
-                raise self.error("expected a number in an address", n)
-            offset += sign * parse_int(n.text)
-        self.expect("]")
-        return Addr(base, offset)
 
 
 def parse(text: str) -> Module:
