@@ -236,3 +236,123 @@ def test_a_python_array_module_buffer_works_too():
 def test_array_like_of_the_wrong_dtype_names_the_argument():
     with pytest.raises(ArgumentError, match=r"argument 'x': expected dtype float32 \(f32\), got int64 \(i64\)"):
         _scale.run([np.zeros(3, np.float32), memoryview(np.zeros(3, np.int64)), 1.0])
+
+
+# -- issue 17 §5: arguments an adversarial trial passed ---------------------------------------------
+
+import ctypes  # noqa: E402
+
+import ml_dtypes  # noqa: E402
+
+from accy import bf16  # noqa: E402
+from accy.backends.arguments import as_host_array  # noqa: E402
+
+
+def test_a_python_int_past_any_float_is_an_argument_error(backend):
+    with pytest.raises(ArgumentError, match=r"argument 'a': an integer of 1329 bits overflows f32 \(largest 3\.4"):
+        _scale.run([np.zeros(3, np.float32), np.ones(3, np.float32), 10 ** 400], backend=backend)
+
+
+def test_a_numpy_matrix_is_its_plain_array(backend):
+    if backend == "cuda":
+        pytest.skip("host array-likes are a CPU-backend feature")
+    dst, x = np.matrix(np.zeros((2, 3), np.float32)), np.matrix(np.arange(6, dtype=np.float32).reshape(2, 3))
+    _scale.run([dst, x, 2.0], backend=backend)
+    assert dst.tolist() == [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]  # written into the matrix's own memory
+
+
+def test_a_masked_array_is_refused_with_the_way_out():
+    x = np.ma.masked_array(np.ones(3, np.float32), mask=[0, 1, 0])
+    with pytest.raises(ArgumentError, match=r"argument 'x': a masked array; .* pass a\.filled\(value\)"):
+        _scale.run([np.zeros(3, np.float32), x, 1.0])
+
+
+def _as_code(capsule, code: int):
+    """Rewrite a legacy DLPack capsule's type code (NumPy exports no bf16 or fp8 of its own)."""
+    api = ctypes.pythonapi
+    api.PyCapsule_GetPointer.restype, api.PyCapsule_GetPointer.argtypes = ctypes.c_void_p, [ctypes.py_object,
+                                                                                               ctypes.c_char_p]
+    pointer = api.PyCapsule_GetPointer(capsule, b"dltensor")
+    ctypes.c_uint8.from_address(pointer + 20).value = code  # DLTensor.dtype.code (after data, device, ndim)
+    return capsule
+
+
+class TorchLikeBF16:
+    """What a torch bf16 CPU tensor offers NumPy: an __array__ that refuses the dtype, and a
+    legacy DLPack capsule of code kDLBfloat (4).  ``bits`` is its memory, as uint16."""
+
+    def __init__(self, values, code=4, bits=np.uint16):
+        self.bits = np.asarray(values, dtype=ml_dtypes.bfloat16 if code == 4 else ml_dtypes.float8_e4m3fn).view(bits)
+        self.code = code
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Got unsupported ScalarType BFloat16")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, *args, **kwargs):
+        return _as_code(self.bits.__dlpack__(), self.code)
+
+
+@kernel(dst=dynamic_buffer(bf16), x=dynamic_buffer(bf16))
+def _double_bf16(k, args):
+    @k.for_each_1d(axis("i", args.x.size))
+    def each(inner, idx):
+        args.dst[idx["i"]] = args.x[idx["i"]] * 2.0
+
+
+def test_bf16_dlpack_tensors_are_read_and_written_in_place(backend):
+    if backend == "cuda":
+        pytest.skip("host array-likes are a CPU-backend feature")
+    dst, x = TorchLikeBF16(np.zeros(5)), TorchLikeBF16([0.5, 1.0, -3.0, 1.5, 100.0])
+    _double_bf16.run([dst, x], backend=backend)
+    assert dst.bits.view(ml_dtypes.bfloat16).astype(np.float32).tolist() == [1.0, 2.0, -6.0, 3.0, 200.0]
+
+
+def test_fp8_dlpack_tensors_are_viewed_as_the_ml_dtypes_type():
+    view = as_host_array("x", TorchLikeBF16([0.5, 448.0], code=10, bits=np.uint8))
+    assert view.dtype == ml_dtypes.float8_e4m3fn and view.astype(np.float32).tolist() == [0.5, 448.0]
+
+
+def test_a_dlpack_type_with_no_numpy_or_ml_dtypes_type_says_why():
+    with pytest.raises(ArgumentError, match=r"argument 'x': expected an array .* got TorchLikeBF16 "
+                                            r"\(TypeError: Got unsupported ScalarType BFloat16\)"):
+        as_host_array("x", TorchLikeBF16(np.zeros(2), code=5))  # kDLComplex, 16 bits
+
+
+class RequiresGrad:
+    """What a torch tensor with requires_grad=True offers: conversions that refuse until it is
+    detached; ``detach()`` is the same memory."""
+
+    requires_grad = True
+
+    def __init__(self, a):
+        self.memory = a
+
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+
+    def __dlpack__(self, *args, **kwargs):
+        raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+
+    def detach(self):
+        return DLPackOnly(self.memory)
+
+
+def test_tensors_that_require_grad_are_read_and_written_through_detach(backend):
+    if backend == "cuda":
+        pytest.skip("host array-likes are a CPU-backend feature")
+    dst, x = RequiresGrad(np.zeros(3, np.float32)), RequiresGrad(np.arange(3, dtype=np.float32))
+    _scale.run([dst, x, 3.0], backend=backend)
+    assert dst.memory.tolist() == [0.0, 3.0, 6.0]
+
+
+def test_torch_bf16_and_requires_grad_tensors():
+    torch = pytest.importorskip("torch", reason="torch is not installed here (the classes above stand in for it)")
+    dst, x = torch.zeros(5, dtype=torch.bfloat16), torch.tensor([0.5, 1.0, -3.0, 1.5, 100.0], dtype=torch.bfloat16)
+    _double_bf16.run([dst, x], backend="llvm")
+    assert dst.float().tolist() == [1.0, 2.0, -6.0, 3.0, 200.0]
+    dst, x = torch.zeros(3, requires_grad=True), torch.arange(3.0, requires_grad=True)
+    _scale.run([dst, x, 3.0], backend="llvm")
+    assert dst.detach().tolist() == [0.0, 3.0, 6.0]

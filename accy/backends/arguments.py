@@ -7,19 +7,25 @@ the byte range it occupies), by NumPy for host arrays or by
 against its type's range.  Every check runs before anything executes, so a bad
 call never writes an output.
 
-On the CPU any C-contiguous array-like is taken without a copy: NumPy arrays,
-objects with ``__array_interface__`` or the buffer protocol, and ``__dlpack__``
-producers (a PyTorch CPU tensor).  Outputs are written into them in place.
+On the CPU any C-contiguous array-like is taken without a copy: NumPy arrays (a
+subclass such as ``np.matrix`` as the plain array it holds), objects with
+``__array_interface__`` or the buffer protocol, and ``__dlpack__`` producers (a
+PyTorch CPU tensor), bf16 and fp8 ones included, which NumPy's own DLPack import
+refuses: their memory is viewed as the ml_dtypes type.  Outputs are written into
+them in place.  A tensor that requires grad is read and written through
+``detach()`` (the same memory; autograd does not see the kernel's writes).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 import numbers
 from typing import Callable, Mapping, Sequence
 
 import attrs
+import ml_dtypes
 import numpy as np
 
 from ..dsl.ir import Graph, Param
@@ -53,13 +59,79 @@ class ArrayInfo:
         return self.address < other.address + other.nbytes and other.address < self.address + self.nbytes
 
 
+# DLPack type codes (code, bits) NumPy does not import, and the ml_dtypes type each is
+_DLPACK_ML_DTYPES = {(4, 16): ml_dtypes.bfloat16, (10, 8): ml_dtypes.float8_e4m3fn, (12, 8): ml_dtypes.float8_e5m2}
+_DLPACK_HOST_DEVICES = (1, 3)  # kDLCPU, kDLCUDAHost: memory this CPU reads and writes
+
+
+class _DLTensor(ctypes.Structure):
+    """DLPack's ``DLTensor``, the head of a legacy ``dltensor`` capsule's ``DLManagedTensor``."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _Borrowed:
+    """The producer's memory as ``__array_interface__``; holding the capsule keeps it alive
+    (an unconsumed capsule's destructor releases the tensor when the last view goes)."""
+
+    def __init__(self, capsule, interface: dict):
+        self.capsule = capsule
+        self.__array_interface__ = interface
+
+
+def _capsule_pointer(capsule) -> int | None:
+    api = ctypes.pythonapi
+    api.PyCapsule_IsValid.restype, api.PyCapsule_IsValid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    if not api.PyCapsule_IsValid(capsule, b"dltensor"):
+        return None
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return api.PyCapsule_GetPointer(capsule, b"dltensor")
+
+
+def _dlpack_view(a) -> np.ndarray | None:
+    """A view of a DLPack producer's host memory whose type NumPy's ``from_dlpack`` refuses
+    and ml_dtypes has (bf16, fp8), or None where ``a`` is no such producer."""
+    try:
+        device = a.__dlpack_device__()[0] if hasattr(a, "__dlpack_device__") else 1
+        capsule = a.__dlpack__() if device in _DLPACK_HOST_DEVICES else None
+    except Exception:  # the producer refuses: the caller reports its first error
+        return None
+    pointer = _capsule_pointer(capsule) if capsule is not None else None
+    if not pointer:
+        return None
+    t = _DLTensor.from_address(pointer)
+    dtype = _DLPACK_ML_DTYPES.get((t.code, t.bits))
+    if dtype is None or t.lanes != 1:
+        return None
+    dtype = np.dtype(dtype)
+    shape = tuple(t.shape[k] for k in range(t.ndim))
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype)
+    strides = tuple(t.strides[k] * dtype.itemsize for k in range(t.ndim)) if t.strides else None
+    bits = np.dtype(f"u{dtype.itemsize}")  # the same bytes as unsigned integers, then viewed as the type
+    interface = {"version": 3, "shape": shape, "typestr": bits.str, "strides": strides,
+                 "data": (t.data + t.byte_offset, False)}
+    return np.asarray(_Borrowed(capsule, interface)).view(dtype)
+
+
 def as_host_array(name: str, a) -> np.ndarray:
     """A NumPy view of a host array-like (no copy), or an error naming the argument."""
-    if isinstance(a, np.ndarray):
+    if type(a) is np.ndarray:
         return a
+    if isinstance(a, np.ndarray):
+        if isinstance(a, np.ma.MaskedArray):
+            raise ArgumentError(f"argument '{name}': a masked array; the kernel would read its masked elements "
+                                "too: pass a.filled(value) (or a.data, to ignore the mask)")
+        return a.view(np.ndarray)  # np.matrix and other subclasses: the same memory, plain indexing
     if hasattr(a, "__cuda_array_interface__") and not hasattr(a, "__array_interface__"):
         raise ArgumentError(f"argument '{name}': a device array cannot run on a CPU backend; "
                             "pass a NumPy array (or run with backend='cuda')")
+    if getattr(a, "requires_grad", False) is True and callable(getattr(a, "detach", None)):
+        a = a.detach()  # a torch tensor autograd tracks: the same memory, which NumPy may then view
     try:
         if hasattr(a, "__array_interface__") or hasattr(a, "__array__"):
             view = np.asarray(a)
@@ -67,9 +139,14 @@ def as_host_array(name: str, a) -> np.ndarray:
             view = np.from_dlpack(a)
         else:
             view = np.asarray(memoryview(a))  # the buffer protocol
-    except (TypeError, ValueError, BufferError, RuntimeError):
-        raise ArgumentError(f"argument '{name}': expected an array (a NumPy array, or an object with "
-                            f"__array_interface__, the buffer protocol or __dlpack__), got {type(a).__name__}") from None
+    except (TypeError, ValueError, BufferError, RuntimeError) as e:
+        view = _dlpack_view(a)
+        if view is None:
+            offered = any(hasattr(a, p) for p in ("__array_interface__", "__array__", "__dlpack__"))
+            why = f" ({type(e).__name__}: {e})" if offered else ""  # the producer's own reason
+            raise ArgumentError(f"argument '{name}': expected an array (a NumPy array, or an object with "
+                                f"__array_interface__, the buffer protocol or __dlpack__), got {type(a).__name__}"
+                                f"{why}") from None
     if view.dtype == object:
         raise ArgumentError(f"argument '{name}': expected an array of numbers, got {type(a).__name__}")
     return view
@@ -107,10 +184,15 @@ def scalar_value(name: str, dtype: DType, value):
         return dtype.numpy.type(value)
     if not isinstance(value, numbers.Real) and not (isinstance(value, np.generic) and value.dtype.kind in "fV"):
         raise ArgumentError(f"argument '{name}': expected a number ({dtype}), got {kind} {value!r}")
-    with np.errstate(all="ignore"):
-        rounded = np.asarray(value).astype(dtype.numpy)[()]
-    if np.isinf(rounded) and np.isfinite(float(value)):
-        raise ArgumentError(f"argument '{name}': {float(value)!r} overflows {dtype} (largest {dtype.max:g})")
+    try:
+        with np.errstate(all="ignore"):
+            rounded = np.asarray(value).astype(dtype.numpy)[()]
+        overflows = np.isinf(rounded) and np.isfinite(float(value))
+    except OverflowError:  # a Python int past any float
+        rounded, overflows = None, True
+    if overflows:
+        shown = f"{float(value)!r}" if rounded is not None else f"an integer of {int(value).bit_length()} bits"
+        raise ArgumentError(f"argument '{name}': {shown} overflows {dtype} (largest {dtype.max:g})")
     return rounded
 
 
