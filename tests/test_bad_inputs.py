@@ -483,3 +483,50 @@ def test_every_backend_option_has_a_check():
         assert all(option is OPTIONS[option.name] for option in backend.options), name
     with pytest.raises(TypeError, match=r"no option colour in accy.backends.contract.OPTIONS"):
         Backend("toy", frozenset({"colour"}), lambda *a: None)
+
+
+# barriers only part of a block reaches, written as text (the builder refuses them): every backend
+_PARTIAL = """
+kernel @partial(%dst: buffer<f32, ?>) {
+  %0 = const 2 : index
+  %1 = const 16 : index
+  %2 = const 1.0 : f32
+  %3 = const 0 : index
+  %4 = const 1 : index
+  for_each_block (%5 = b<%0>) threads (%6 = t<32>) {
+    %7 = lt %6, %1 : bool
+    GUARDED
+    %9 = const 32 : index
+    %10 = mul %5, %9 : index
+    %11 = add %10, %6 : index
+    store %dst[%11] = %2 : f32
+  }
+}
+"""
+_UNDER_AN_IF = """if %7 {
+      barrier
+      yield
+    }"""
+_IN_A_LOOP = """%8 = fold %3 to %6 step 1 init(%2) -> (f32) {
+    ^(%12: index, %13: f32):
+      barrier
+      yield %13
+    }"""
+
+
+@pytest.mark.parametrize("guarded", [_UNDER_AN_IF, _IN_A_LOOP], ids=["if", "fold"])
+def test_a_barrier_only_part_of_a_block_reaches_is_refused_by_every_backend(guarded, backend):
+    from accy.backends import bind_arguments, get_backend, resolve_launch
+    from accy.emulator import PtxBarrierError
+    from accy.errors import BarrierError
+
+    graph = accy.parse(_PARTIAL.replace("GUARDED", guarded))
+    dst = np.zeros(64, np.float32)
+    binding = bind_arguments(graph, [dst])
+    launch = resolve_launch(graph, accy.ThreadBlocks(32), binding, None)
+    expected = {"llvm": r"barrier inside (an if_ whose condition|a fold_range whose bounds) depends? on the thread: "
+                        r"not every thread of the block would reach it",
+                "numpy": r"barrier reached by thread t=\d+ b=0 but not by thread t=\d+ b=0 of the same block"}
+    with pytest.raises((BarrierError, PtxBarrierError), match=expected.get(backend, "barrier")):
+        get_backend(backend).execute(graph, binding, launch)
+    assert (dst == 0).all()
