@@ -49,25 +49,37 @@ from .sanitizer import Sanitizer
 
 DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
 
+# An EVAL entry that rounds through f32 for narrow operands -> what it computes for every other
+# type: the plain function, called directly on the hot path (the wrapper's checks cost more
+# than the arithmetic on the small arrays most ops see).
+_WIDE: dict[object, object] = {}
+
+
+def _rounded(fn):
+    op = numerics.rounded(fn)
+    _WIDE[op] = fn
+    return op
+
+
 # One entry per pointwise op: NumPy arrays (or scalars) in, the result out.
 EVAL = {
-    "add": numerics.rounded(np.add),
-    "sub": numerics.rounded(np.subtract),
-    "mul": numerics.rounded(np.multiply),
-    "div": numerics.rounded(np.true_divide),  # floats; integers: see Interpreter.div
-    "mod": numerics.rounded(numerics.python_mod),
+    "add": _rounded(np.add),
+    "sub": _rounded(np.subtract),
+    "mul": _rounded(np.multiply),
+    "div": _rounded(np.true_divide),  # floats; integers: see Interpreter.div
+    "mod": _rounded(numerics.python_mod),
     "pow": numerics.math_function(np.power),
     "max": numerics.maximum,
     "min": numerics.minimum,
     "neg": np.negative,
     "abs": np.abs,
     "fma": numerics.fma,
-    "copysign": numerics.rounded(np.copysign),
+    "copysign": _rounded(np.copysign),
     **{name: numerics.math_function(fn) for name, fn in numerics.MATH64.items()},
-    "floor": numerics.rounded(np.floor),
-    "ceil": numerics.rounded(np.ceil),
-    "round": numerics.rounded(np.rint),
-    "trunc": numerics.rounded(np.trunc),
+    "floor": _rounded(np.floor),
+    "ceil": _rounded(np.ceil),
+    "round": _rounded(np.rint),
+    "trunc": _rounded(np.trunc),
     "isnan": np.isnan,
     "isinf": np.isinf,
     "lt": np.less,
@@ -89,6 +101,7 @@ EVAL = {
 STRUCTURAL = frozenset({"const", "size", "cast", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle"})
 WARP = 32
+_LARGEST = np.maximum.reduce  # a bounds check's one NumPy call (ndarray.max goes through Python)
 CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
 
 
@@ -100,7 +113,7 @@ class _FoldPlan:
     """How to run one fold op: ``combines`` is None unless it can be vectorised;
     then entry j says how accumulator j takes its term (the other operand)."""
 
-    combines: tuple[tuple[object, Value], ...] | None  # (combine function, the term value)
+    combines: tuple[tuple[object, Value], ...] | None  # (combine function for its dtype, the term value)
     combine_ops: frozenset[Op]  # the combining ops themselves: applied after, not in, the body
     local_terms: frozenset[Value]  # the terms the body itself defines (dead once folded)
     body_ops: int  # ops in the body, nested regions included (sizes chunks)
@@ -145,7 +158,10 @@ def _plan(op: Op) -> _FoldPlan:
         term = b if a is acc else a if b is acc else None
         if term is None or term in tainted:
             return plain
-        combines.append((_COMBINES[owner.opcode], term))
+        combine = _COMBINES[owner.opcode]
+        if not numerics._narrow(acc.type.numpy):
+            combine = _WIDE.get(combine, combine)  # a ufunc then folds in place
+        combines.append((combine, term))
         combine_ops.add(owner)
     local = frozenset(t for _, t in combines if t in defined)  # not from outside the body
     return _FoldPlan(tuple(combines), frozenset(combine_ops), local, body_ops, captured)
@@ -183,6 +199,22 @@ class _Schedule:
 
     plans: dict[Op, _FoldPlan]  # per fold op
     frees: dict[Op, tuple[Value, ...]]  # per op: values dead after it
+    steps: dict[Block, tuple[tuple, ...]]  # per block: its ops as run_block reads them (see _steps)
+
+
+def _steps(block: Block, frees: dict[Op, tuple[Value, ...]]) -> tuple[tuple, ...]:
+    """Each op of ``block`` as ``(op, handler, opcode, operands, result, dead, wide)``: the
+    Interpreter method running a structural or checked op (None: a pointwise EVAL entry), and
+    whether a pointwise op's operands are wider than f16/bf16, where an EVAL entry made by
+    ``_rounded`` is its plain function.  EVAL itself is read at run time (tests patch it)."""
+    steps = []
+    for op in block.ops:
+        name = op.opcode
+        handler = getattr(Interpreter, "op_" + name) if name in STRUCTURAL or name in CHECKED else None
+        wide = handler is None and bool(op.operands) and not numerics._narrow(op.operands[0].type.numpy)
+        steps.append((op, handler, name, op.operands, op.results[0] if op.results else None,
+                      frees.get(op, ()), wide))
+    return tuple(steps)
 
 
 _schedules: "weakref.WeakKeyDictionary[Graph, _Schedule]" = weakref.WeakKeyDictionary()
@@ -198,7 +230,8 @@ def schedule_of(graph: Graph) -> _Schedule:
             terms = frozenset(t for _, t in plan.combines) if plan and plan.combines else frozenset()
             for region in op.regions:
                 frees.update(_last_uses(region, terms))
-        schedule = _schedules[graph] = _Schedule(plans, frees)
+        blocks = [graph.body] + [region for op in graph.body.walk() for region in op.regions]
+        schedule = _schedules[graph] = _Schedule(plans, frees, {b: _steps(b, frees) for b in blocks})
     return schedule
 
 
@@ -233,7 +266,8 @@ class Interpreter:
         self.block_ids = np.int64(0)  # each lane's block, shaped to broadcast over the grid
         schedule = schedule_of(graph)
         self.plans = {} if plain else schedule.plans
-        self.frees = {} if observer is not None else schedule.frees
+        self.steps = schedule.steps
+        self.free = observer is None  # the observer may read any value later: keep them all
         self.memory_cap = memory_cap
         self.observer = observer
         self.sanitizer = sanitizer
@@ -261,35 +295,39 @@ class Interpreter:
         lane = int(np.ravel_multi_index(position[rank - len(self.grid):], self.grid)) if self.grid else 0
         return lane, np.broadcast_to(idx, shape)[position].item()
 
-    def _active_lanes(self, *arrays):
+    def _active_lanes(self, *arrays, lanes: bool = True):
         """The arrays broadcast over the grid (and any leading loop axes) and flattened, and each
-        element's lane, for the active lanes only."""
-        lanes = np.arange(max(math.prod(self.grid), 1), dtype=np.int64).reshape(self.grid)
-        parts = [np.asarray(a) for a in arrays] + [lanes]
+        element's lane (None unless ``lanes``: only the checks need them), for the active lanes only."""
+        parts = [np.asarray(a) for a in arrays]
+        if lanes:
+            parts.append(np.arange(max(math.prod(self.grid), 1), dtype=np.int64).reshape(self.grid))
         if self.active is not None:
             parts.append(np.asarray(self.active))
-        shape = np.broadcast_shapes(*(np.shape(a) for a in parts))
+        shape = np.broadcast_shapes(self.grid, *(np.shape(a) for a in parts))
         flat = [np.broadcast_to(a, shape).reshape(-1) for a in parts]
         if self.active is not None:
             keep = flat.pop()
             flat = [f[keep] for f in flat]
-        return flat[:-1], flat[-1], shape
+        return (flat[:-1], flat[-1], shape) if lanes else (flat, None, shape)
 
     # -- evaluation ------------------------------------------------------------
     def run_block(self, block: Block, skip: frozenset[Op] = frozenset()) -> None:
-        env, frees, observer = self.env, self.frees, self.observer
-        for op in block.ops:
+        env, observer, free = self.env, self.observer, self.free
+        for op, handler, name, operands, result, dead, wide in self.steps[block]:
             if op in skip:
                 continue  # and so are its frees: the caller still reads its operands
-            name = op.opcode
-            if name in STRUCTURAL or name in CHECKED:
-                getattr(self, "op_" + name)(op)
+            if handler is None:
+                fn = EVAL[name]
+                if wide:
+                    fn = _WIDE.get(fn, fn)
+                env[result] = fn(*[env[v] for v in operands])
             else:
-                env[op.results[0]] = EVAL[name](*[env[v] for v in op.operands])
+                handler(self, op)
             if observer is not None and name != "yield":
-                observer.op(op, env[op.results[0]] if op.results else None)
-            for v in frees.get(op, ()):
-                del env[v]
+                observer.op(op, env[result] if result is not None else None)
+            if free:
+                for v in dead:
+                    del env[v]
 
     def op_yield(self, op: Op) -> None:
         pass
@@ -307,6 +345,8 @@ class Interpreter:
     def _integer_division(self, op: Op, integer_op, float_op) -> None:
         a, b = (self.env[v] for v in op.operands)
         if not op.result.type.is_int:
+            if not numerics._narrow(op.result.type.numpy):
+                float_op = _WIDE.get(float_op, float_op)
             self.env[op.result] = float_op(a, b)
             return
         zero = np.asarray(b) == 0
@@ -322,26 +362,24 @@ class Interpreter:
         self._integer_division(op, np.remainder, EVAL["mod"])
 
     # -- memory -------------------------------------------------------------------
-    def _memory(self, op: Op) -> tuple[np.ndarray, int]:
-        """The flat memory an access touches and the element count an index must stay below."""
-        name = op.attrs["buffer"]
-        if op.attrs.get("space", "global") == "shared":
-            memory = self.shared[name]
-            return memory, memory.size // self.blocks
-        memory = self.buffers[name]
-        return memory, memory.size
-
     def _element(self, op: Op, idx):
         """A checked index and where it is in the flat memory (a shared array's block offset added)."""
-        memory, size = self._memory(op)
-        idx = np.asarray(idx)
-        outside = (idx < 0) | (idx >= size)
-        bad = self._first_bad(outside, idx)
-        if bad is not None:
-            raise out_of_bounds(op, bad[1], size, self._thread(bad[0]))
-        if np.any(outside):  # only lanes that are inactive: point them somewhere harmless
-            idx = np.where(outside, 0, idx)
-        if op.attrs.get("space", "global") == "shared":
+        shared = op.attrs.get("space", "global") == "shared"
+        if shared:
+            memory = self.shared[op.attrs["buffer"]]
+            size = memory.size // self.blocks
+        else:
+            memory = self.buffers[op.attrs["buffer"]]
+            size = memory.size
+        idx = np.asarray(idx, np.int64)
+        unsigned = idx.view(np.uint64)  # one test for both ends: a negative index is huge unsigned
+        if _LARGEST(unsigned, axis=None, initial=0) >= size:
+            outside = unsigned >= size
+            bad = self._first_bad(outside, idx)
+            if bad is not None:
+                raise out_of_bounds(op, bad[1], size, self._thread(bad[0]))
+            idx = np.where(outside, 0, idx)  # only lanes that are inactive: point them somewhere harmless
+        if shared:  # each block's own part
             idx = self.block_ids * size + idx
         return memory, idx
 
@@ -357,7 +395,8 @@ class Interpreter:
 
     def op_store(self, op: Op) -> None:
         memory, idx = self._element(op, self.env[op.operands[0]])
-        (idx, value), lanes, _ = self._active_lanes(idx, np.asarray(self.env[op.operands[1]], memory.dtype))
+        (idx, value), lanes, _ = self._active_lanes(idx, np.asarray(self.env[op.operands[1]], memory.dtype),
+                                                    lanes=self.sanitizer is not None)
         if self.sanitizer is not None:
             self.sanitizer.store(op, idx, lanes)
         memory[idx] = value  # a repeated index keeps the highest lane's value, as on the host
@@ -536,8 +575,12 @@ class Interpreter:
                     terms = self.env[term]
                     shape = np.broadcast_shapes((len(part),) + (1,) * rank, np.shape(terms), np.shape(acc))
                     total = np.array(np.broadcast_to(acc, shape[1:]))
+                    in_place = isinstance(combine, np.ufunc)  # no fresh array (and pages) per iteration
                     for t in np.broadcast_to(terms, shape):  # in iteration order: rounds as a loop does
-                        total = np.asarray(combine(total, t)).astype(total.dtype, copy=False)
+                        if in_place:
+                            combine(total, t, out=total)
+                        else:
+                            total = np.asarray(combine(total, t)).astype(total.dtype, copy=False)
                     accs[j] = total
                 for t in plan.local_terms:  # dead once folded: free them before the next chunk
                     del self.env[t]
