@@ -21,6 +21,8 @@ from .dsl import (
     f16,
     f32,
     f64,
+    f8e4m3,
+    f8e5m2,
     i8,
     i16,
     i32,
@@ -44,5 +46,6 @@ __all__ = [
     "errors", "logical", "math", "Graph", "Launch", "Limits", "Program", "ThreadBlocks", "axis", "buffer",
     "dynamic_buffer", "dynamicBuffer", "kernel", "parse", "scalar", "schedule", "thread_blocks", "AccyError",
     "compare", "CompareReport",
-    "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "boolean", "index",
+    "f16", "bf16", "f32", "f64", "f8e4m3", "f8e5m2", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
+    "boolean", "index",
 ]

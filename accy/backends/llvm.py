@@ -27,11 +27,13 @@ from llvmlite.ir import types as _ir_types
 from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import OPS
 from ..dsl.analysis.intervals import index_ranges, within
-from ..dsl.types import DType, f32, f64
+from ..dsl.types import Conversion, DType, f32, f64
+from . import minifloat
 from .abi import STATUS_DIV_ZERO, STATUS_LOAD_OOB, STATUS_STORE_OOB, scalar_bits
 from .targets import Target
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32_PRECISION = f32.format.mantissa + 1  # integers up to 2**24 are exact in f32
 WARP = 32
 VOID = ir.VoidType()
 
@@ -180,7 +182,7 @@ def _shift(left: bool):
 
 def _fma(lw, op, args):
     t = op.result.type
-    if t.bits == 16:
+    if t.is_narrow:
         return lw.narrow_fma(t, args)
     return lw.call("llvm.fma", args)
 
@@ -337,7 +339,7 @@ class Lowering:
     def _unpack_scalar(self, bits: ir.Value, dtype: DType) -> ir.Value:
         if dtype.is_bool:
             return self.b.trunc(bits, I1)
-        if dtype.is_float:
+        if dtype.is_float and bits.type != llvm_type(dtype):
             return self.b.bitcast(bits, llvm_type(dtype))
         return bits
 
@@ -373,7 +375,11 @@ class Lowering:
     def op_const(self, op: Op) -> None:
         t = op.result.type
         value = op.attrs["value"]
-        self.values[op.result] = ir.Constant(llvm_type(t), float(value) if t.is_float else int(value))
+        if t.conversion is Conversion.software:  # held as its code
+            value = t.code(value)
+        else:
+            value = float(value) if t.is_float else int(value)
+        self.values[op.result] = ir.Constant(llvm_type(t), value)
 
     def op_size(self, op: Op) -> None:
         self.values[op.result] = self.counts[op.attrs["buffer"]]
@@ -385,24 +391,28 @@ class Lowering:
         return self.b.icmp_signed("<", bits, constant(bits, 0))
 
     def in_f32(self, t: DType, fn, args):
-        """``fn`` on ``args``, in f32 for f16 and bf16, rounded once back to the type: every
-        f16 and bf16 op computes this way, on every target, so they all round alike."""
-        if t.bits != 16 or not t.is_float:
+        """``fn`` on ``args``, in f32 for a narrow type (f16, bf16, fp8), rounded once back to
+        the type: every such op computes this way, on every target, so they all round alike."""
+        if not t.is_narrow:
             return fn(*args)
-        result = fn(*(self.widen(a) for a in args))
+        result = fn(*(self.widen(a, t) for a in args))
         return self.narrow(result, t) if element_type(result.type) == llvm_type(f32) else result
 
-    def widen(self, a: ir.Value) -> ir.Value:
-        """An f16 or bf16 value as f32 (exact)."""
-        if str(element_type(a.type)) == "bfloat":  # the bits shifted into place: no flushing of subnormals
+    def widen(self, a: ir.Value, t: DType) -> ir.Value:
+        """A value of narrow type ``t`` as f32 (exact), by the type's conversion."""
+        if t.conversion is Conversion.software:
+            return minifloat.widen(self.b, a, t.format)
+        if t.conversion is Conversion.bfloat_bits:  # the bits shifted into place: no flushing of subnormals
             bits = self.b.zext(self.b.bitcast(a, shaped(a, ir.IntType(16))), shaped(a, I32))
             return self.b.bitcast(self.b.shl(bits, constant(bits, 16)), shaped(a, llvm_type(f32)))
         return self.b.fpext(a, shaped(a, llvm_type(f32)))
 
     def narrow(self, x: ir.Value, t: DType) -> ir.Value:
-        """An f32 rounded to nearest-even f16 or bf16.  bf16 rounds with integer arithmetic:
-        x86's conversion instruction flushes subnormals to zero."""
-        if str(llvm_type(t)) != "bfloat":
+        """An f32 rounded to nearest-even narrow type ``t``, by the type's conversion.  bf16 and
+        fp8 round with integer arithmetic (x86's bf16 instruction flushes subnormals to zero)."""
+        if t.conversion is Conversion.software:
+            return minifloat.narrow(self.b, x, t.format)
+        if t.conversion is not Conversion.bfloat_bits:
             return self.b.fptrunc(x, shaped(x, llvm_type(t)))
         b = self.b
         bits = b.bitcast(x, shaped(x, I32))
@@ -413,8 +423,8 @@ class Lowering:
         return b.bitcast(b.trunc(b.select(is_nan, quiet, rounded), shaped(x, ir.IntType(16))), shaped(x, llvm_type(t)))
 
     def round_to_odd_f32(self, x: ir.Value) -> ir.Value:
-        """A double rounded to odd at f32 precision, so that rounding it on to f16 or bf16
-        rounds once (f32 has more than two bits beyond either)."""
+        """A double rounded to odd at f32 precision, so that rounding it on to a narrow type
+        rounds once (f32 has more than two bits beyond each)."""
         b = self.b
         r = b.fptrunc(x, shaped(x, llvm_type(f32)))
         exact = b.fcmp_unordered("ueq", b.fpext(r, x.type), x)  # NaN: leave it
@@ -427,11 +437,11 @@ class Lowering:
         return b.bitcast(fixed, r.type)
 
     def narrow_fma(self, t: DType, args) -> ir.Value:
-        """fma rounded once to f16 or bf16: the product is exact in double, the sum is rounded
+        """fma rounded once to a narrow type: the product is exact in double, the sum is rounded
         to odd (its error from a two-sum), then to f32 and on to the type."""
         b = self.b
         d = shaped(args[0], llvm_type(f64))
-        x, y, z = (b.fpext(self.widen(a), d) for a in args)
+        x, y, z = (b.fpext(self.widen(a, t), d) for a in args)
         p = b.fmul(x, y)
         s = b.fadd(p, z)
         bb = b.fsub(s, p)
@@ -458,7 +468,7 @@ class Lowering:
             return b.icmp_unsigned("!=", a, constant(a, 0))
         if src.is_bool:
             if dst.is_float:
-                return self.narrow(b.uitofp(a, wide_f32), dst) if dst.bits == 16 else b.uitofp(a, to)
+                return self.narrow(b.uitofp(a, wide_f32), dst) if dst.is_narrow else b.uitofp(a, to)
             return b.zext(a, to)
         if src.is_int and dst.is_int:
             if dst.bits < src.bits:
@@ -466,26 +476,50 @@ class Lowering:
             return b.zext(a, to) if src.is_unsigned else b.sext(a, to)
         if src.is_int:  # to a float
             to_float = b.uitofp if src.is_unsigned else b.sitofp
-            if dst.bits != 16:
+            if not dst.is_narrow:
                 return to_float(a, to)
-            wide = to_float(a, wide_f32)  # exact below 2**24; f16 overflows long before that
-            if dst.numpy_name == "bfloat16" and src.bits > 24:
+            wide = to_float(a, wide_f32)  # exact below 2**24; f16 and fp8 overflow long before that
+            if src.bits > F32_PRECISION and dst.max >= 2.0**F32_PRECISION:
                 wide = self._int_round_to_odd_f32(a, wide, src)
             return self.narrow(wide, dst)
         if dst.is_int:  # from a float: truncate, saturate, NaN -> 0
-            if src.bits == 16:
-                a, src = self.widen(a), f32
+            if src.is_narrow:
+                a, src = self.widen(a, src), f32
             name = "llvm.fptoui.sat" if dst.is_unsigned else "llvm.fptosi.sat"
             return self.b.call(self.declare(f"{name}.{_suffix(to)}.{_suffix(a.type)}", to, [a.type]), [a])
         # float to float
-        if src.bits == 16:  # exact into f32, then on (or rounded once back to 16 bits)
-            wide = self.widen(a)
-            return wide if dst == f32 else b.fpext(wide, to) if dst == f64 else self.narrow(wide, dst)
-        if dst.bits > src.bits:
-            return b.fpext(a, to)
-        if dst.bits == 16:
-            return self.narrow(self.round_to_odd_f32(a) if src == f64 else a, dst)
-        return b.fptrunc(a, to)
+        if src.is_narrow:  # exact into f32, then on (or rounded once to a narrow type)
+            wide = self.widen(a, src)
+            if dst == f32:
+                return wide
+            out = b.fpext(wide, to) if dst == f64 else self.narrow(wide, dst)
+            if src.conversion is Conversion.software and dst.conversion is Conversion.native:
+                out = self._quiet_nan(out, wide, dst)
+            elif dst.conversion is Conversion.software and src.conversion is not Conversion.software:
+                out = self._signed_code(out, a, dst)
+            return out
+        if dst.is_narrow:  # from f32, or f64 directly (rounded to odd in f32 first: one rounding)
+            out = self.narrow(self.round_to_odd_f32(a) if src == f64 else a, dst)
+            return self._signed_code(out, a, dst) if dst.conversion is Conversion.software else out
+        return b.fpext(a, to) if dst == f64 else b.fptrunc(a, to)
+
+    # fp8 casts are bit-exact with ml_dtypes, whose NaNs keep their sign: an NVPTX conversion
+    # instruction gives its own NaN (0x7fff for f16, with no sign), so the sign and the NaN are
+    # set here, on every target alike
+    def _quiet_nan(self, out: ir.Value, wide: ir.Value, dst: DType) -> ir.Value:
+        """``out`` (``wide`` converted to native ``dst``), with the quiet NaN of ``wide``'s sign."""
+        b = self.b
+        bits = shaped(out, ir.IntType(dst.bits))
+        quiet = dst.format.nan_code
+        negative = quiet | 1 << (dst.bits - 1)
+        nan = b.select(self.sign(wide), constant(bits, negative - (1 << dst.bits if dst.bits == 64 else 0)),
+                       constant(bits, quiet))
+        return b.select(b.fcmp_unordered("uno", wide, wide), b.bitcast(nan, out.type), out)
+
+    def _signed_code(self, code: ir.Value, a: ir.Value, dst: DType) -> ir.Value:
+        """``code`` (float ``a`` rounded to software ``dst``) with ``a``'s sign bit."""
+        top = constant(code, 1 << (dst.bits - 1))
+        return self.b.or_(code, self.b.select(self.sign(a), top, constant(code, 0)))
 
     def _int_round_to_odd_f32(self, a: ir.Value, r: ir.Value, src: DType) -> ir.Value:
         """``r`` (``a`` rounded to nearest f32) rounded to odd instead."""
@@ -506,8 +540,8 @@ class Lowering:
         return b.bitcast(b.add(bits, b.select(fix, step, constant(bits, 0))), r.type)
 
     def math(self, name: str, t: DType, args) -> ir.Value:
-        """A math function of a float type; f16 and bf16 compute in f32 and round once."""
-        if t.bits == 16:
+        """A math function of a float type; a narrow type computes in f32 and rounds once."""
+        if t.is_narrow:
             return self.in_f32(t, lambda *xs: self.math(name, f32, xs), args)
         return self.math_function(name, t, args)
 

@@ -4,14 +4,17 @@ The interpreter's op table is built from these functions, so each one states
 the semantics the other backends must reproduce (docs/ir.md says the same in
 words):
 
-* arithmetic rounds once to the result type; f16 and bf16 arithmetic is done
-  in f32 and rounded (correct, since f32 has more than twice their precision);
+* arithmetic rounds once to the result type; f16, bf16 and fp8 arithmetic is
+  done in f32 and rounded (correct, since f32 has more than twice their
+  precision): the types whose table entry computes in f32;
 * ``fma`` is rounded once, exactly, for every float type;
 * math functions compute in float64 and round once to f32 or f64, so the
   reference is within half an ulp of the true result for f32 (f64 uses NumPy's
-  float64 functions); f16 and bf16 compute in f32 and round once more;
+  float64 functions); f16, bf16 and fp8 compute in f32 and round once more;
 * casts: float to float and int to float round to nearest even (once: an
-  integer wider than 24 bits reaches bf16 through round-to-odd in f32); float
+  integer wider than 24 bits reaches a narrow type through round-to-odd in f32;
+  f64 reaches fp8 directly, in ml_dtypes' conversion); fp8 follows ml_dtypes:
+  f8e4m3 has no infinities (overflow and infinities give NaN); float
   to int truncates toward zero, saturates, NaN gives 0; int to int wraps;
 * integers wrap; shifts by a count outside ``[0, bits)`` give 0 (or -1 for a
   negative value shifted right).
@@ -24,18 +27,20 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..dsl.types import DType
+from ..dsl.types import DTYPES, DType, f32
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+# the NumPy dtypes of the types that compute in f32 (f16, bf16, fp8), from the dtype table
+_IN_F32 = frozenset(t.numpy for t in DTYPES.values() if t.compute == f32 and t != f32)
 
 
 def _narrow(dtype: np.dtype) -> bool:
-    """f16 or bf16: arithmetic and math go through f32."""
-    return dtype.kind in "fV" and dtype.itemsize == 2
+    """A type whose arithmetic and math go through f32."""
+    return dtype in _IN_F32
 
 
 def rounded(fn):
-    """An op that rounds once to its (float) result type, computed in f32 for f16 and bf16."""
+    """An op that rounds once to its (float) result type, computed in f32 for f16, bf16 and fp8."""
 
     def op(*xs):
         xs = [np.asarray(x) for x in xs]
@@ -49,7 +54,7 @@ def rounded(fn):
 
 def math_function(fn64):
     """A math function: float64 ``fn64`` rounded once to f32 or f64; f16 and bf16 compute
-    in f32 (so they round twice, as every backend does)."""
+    in f32 (so they round twice, as every backend does), and so do fp8 types."""
 
     def op(*xs):
         xs = [np.asarray(x) for x in xs]
@@ -216,12 +221,11 @@ def _float_to_int(x, dst: DType):
 
 
 def _int_to_narrow_float(x, src: DType, dst: DType):
-    """An integer rounded once to f16 or bf16: through f32 exactly when the integer fits in
-    24 bits, else rounded to odd in f32 (24 >= 8 + 2 bits) and then to bf16.  (f16 needs no
-    care: an integer too wide for f32 is far beyond f16's range.)"""
+    """An integer rounded once to a type that computes in f32: through f32 exactly when the
+    integer fits in 24 bits, else rounded to odd in f32 (24 >= 8 + 2 bits) and then to the type."""
     r = np.asarray(x).astype(F32)
-    if dst.numpy == np.dtype(np.float16) or src.bits <= 24:
-        return r.astype(dst.numpy)
+    if src.bits <= f32.format.mantissa + 1 or dst.max < 2.0 ** (f32.format.mantissa + 1):
+        return r.astype(dst.numpy)  # exact, or far past the type's range (f16, fp8)
     x = np.asarray(x)
     back = _float_to_int(r, src)
     limit = float(2 ** (src.bits - 1 if src.is_signed else src.bits))
@@ -244,7 +248,7 @@ def cast(x, src: DType, dst: DType):
         return x.astype(dst.numpy)
     if src.is_float and dst.is_int:
         return _float_to_int(x, dst)
-    if src.is_int and dst.is_float and dst.bits == 16:
+    if src.is_int and dst.is_float and _narrow(dst.numpy):
         return _int_to_narrow_float(x, src, dst)
     with np.errstate(all="ignore"):
         return x.astype(dst.numpy)  # int to int wraps; floats round to nearest even

@@ -23,6 +23,8 @@ from .types import (
     f16,
     f32,
     f64,
+    f8e4m3,
+    f8e5m2,
     i8,
     i16,
     i32,
@@ -40,5 +42,5 @@ __all__ = [
     "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "hoist_loop_invariants",
     "optimize", "verify", "Launch", "Limits", "ThreadBlocks", "thread_blocks", "BufferSpec", "KernelArgs",
     "ScalarSpec", "buffer", "dynamic_buffer", "dynamicBuffer", "scalar", "trace", "DTYPES", "DType", "bf16",
-    "boolean", "f16", "f32", "f64", "i8", "i16", "i32", "i64", "index", "u8", "u16", "u32", "u64",
+    "boolean", "f16", "f32", "f64", "f8e4m3", "f8e5m2", "i8", "i16", "i32", "i64", "index", "u8", "u16", "u32", "u64",
 ]

@@ -122,9 +122,9 @@ class Traced:
         inner = context.current()
         return inner.floor_div(other, self), inner.mod(other, self)
 
-    def cast(self, *args) -> "Traced":
+    def cast(self, *args, **options) -> "Traced":
         builder, args = _builder_and_args(args)
-        return builder.cast(self, *args)
+        return builder.cast(self, *args, **options)
 
 
 def _builder_and_args(args):
@@ -608,16 +608,49 @@ class Builder:
 
     where = select
 
-    def cast(self, value, dtype) -> Traced:
+    def cast(self, value, dtype, *, saturate: bool = False) -> Traced:
         """Convert to ``dtype`` (see docs/ir.md): float to float and int to float round to
         nearest even; float to int truncates toward zero, saturating, NaN giving 0; int to
-        int wraps; to bool is ``!= 0``."""
+        int wraps; to bool is ``!= 0``.  ``saturate=True`` (a float ``dtype``): a value past
+        the largest finite ``dtype`` value, an infinity included, becomes that value (NaN
+        stays NaN), as PTX's ``.satfinite``; it is recorded as compares and selects around
+        the cast."""
         value = self._lift(value, None, "cast")
         try:
             dtype = as_dtype(dtype)
         except TypeError as e:
             raise _error(f"cast: {e}") from None
-        return self._traced(self._record("cast", (value,), {"dtype": dtype}))
+        if not isinstance(saturate, (bool, np.bool_)):
+            raise _error(f"cast: saturate must be True or False, got {saturate!r}")
+        result = self._traced(self._record("cast", (value,), {"dtype": dtype}))
+        if not saturate:
+            return result
+        if not dtype.is_float:
+            raise _error(f"cast(value, {dtype}, saturate=True): saturate is for float types; a float to "
+                         f"{dtype} cast saturates anyway, an integer one wraps (clamp it with max and min)")
+        return self._saturated(Traced(value), dtype, result)
+
+    def _saturated(self, x: Traced, dtype: DType, cast: Traced) -> Traced:
+        """``cast`` (of ``x``), with ``dtype``'s largest finite value where ``x`` is past it."""
+        src = x.type
+        if src.is_bool:
+            return cast
+        # the largest src value at most dtype.max: x > it exactly where x > dtype.max
+        if src.is_int:
+            bound = math.floor(dtype.max) if src.max > dtype.max else None
+        elif src.max <= dtype.max:
+            bound = src.max if src.format.inf_code is not None else None  # only an infinity is past it
+        else:
+            code = src.code(dtype.max)
+            bound = src.value_of(code if src.value_of(code) <= dtype.max else code - 1)  # rounded up: one below
+        if bound is None:
+            return cast
+        result = cast
+        if not src.is_unsigned:
+            below = self._op("lt", x, self.constant(-bound, src))
+            result = self.select(below, self.constant(-dtype.max, dtype), result)
+        above = self._op("gt", x, self.constant(bound, src))
+        return self.select(above, self.constant(dtype.max, dtype), result)
 
     # -- memory --------------------------------------------------------------------
     def _buffer(self, opcode: str, buffer) -> MemoryHandle:

@@ -3,8 +3,16 @@
 A :class:`DType` is an immutable, hashable compile-time fact that carries
 everything a backend needs to know about the type: its NumPy dtype, its LLVM
 type and intrinsic suffix, the libdevice suffix of its math functions, its
-size in memory and its range.  Lowerings read these fields instead of testing
-for particular types, so adding a type is adding one entry here.
+size in memory and its range, and for a float type its encoding
+(:class:`FloatFormat`) and how its values reach the type they compute in
+(:class:`Conversion`).  Lowerings read these fields instead of testing for
+particular types or widths, so adding a type is adding one entry here (and its
+export from ``accy``).
+
+The fp8 types ``f8e4m3`` (OCP E4M3FN: no infinities, one NaN per sign) and
+``f8e5m2`` are ml_dtypes' ``float8_e4m3fn`` and ``float8_e5m2``: LLVM has no
+type for them, so a value is held as its 8-bit code and every op computes in f32
+and rounds once back, as f16 and bf16 do.
 
 ``index`` is the 64-bit signed type of buffer indices, loop bounds and launch
 extents.  It is a type of its own: ``index`` and ``i64`` do not mix without a
@@ -14,12 +22,61 @@ extents.  It is a type of its own: ``index`` and ``i64`` do not mix without a
 from __future__ import annotations
 
 import enum
+import math
 
 import attrs
 import numpy as np
 
 INDEX_MIN = -(2**63)
 INDEX_MAX = 2**63 - 1
+
+
+class Conversion(enum.Enum):
+    """How a float type's values are held in LLVM IR and reach their compute type."""
+
+    native = "native"  # an LLVM float type: fpext and fptrunc (f16, f32, f64)
+    bfloat_bits = "bfloat_bits"  # LLVM bfloat: bits shifted into an f32 and rounded back in integers
+    software = "software"  # the code as an integer of the type's width: accy.backends.minifloat's routines
+
+
+@attrs.frozen
+class FloatFormat:
+    """A binary float encoding: a sign bit, ``exponent`` bits and ``mantissa`` bits, IEEE-like
+    (subnormals; infinities and NaNs in the top binade) unless ``finite``: then there are no
+    infinities and only the all-ones code (of either sign) is NaN, as OCP's E4M3FN."""
+
+    exponent: int
+    mantissa: int
+    finite: bool = False
+
+    @property
+    def bits(self) -> int:
+        return 1 + self.exponent + self.mantissa
+
+    @property
+    def bias(self) -> int:
+        return 2 ** (self.exponent - 1) - 1
+
+    @property
+    def nan_code(self) -> int:
+        """The positive NaN conversions produce (the quiet one; E4M3FN has just one)."""
+        if self.finite:
+            return 2 ** (self.bits - 1) - 1
+        return ((2**self.exponent - 1) << self.mantissa) | (1 << (self.mantissa - 1))
+
+    @property
+    def inf_code(self) -> int | None:
+        return None if self.finite else (2**self.exponent - 1) << self.mantissa
+
+    @property
+    def max_code(self) -> int:
+        """The code of the largest finite value."""
+        return self.nan_code - 1 if self.finite else self.inf_code - 1
+
+    @property
+    def max_value(self) -> float:
+        exponent, mantissa = divmod(self.max_code, 2**self.mantissa)
+        return math.ldexp(1 + mantissa / 2**self.mantissa, exponent - self.bias)
 
 
 class Kind(enum.Enum):
@@ -34,11 +91,13 @@ class DType:
     name: str
     kind: Kind
     bits: int
-    numpy_name: str  # a NumPy dtype name; "bfloat16" comes from ml_dtypes
-    llvm: str  # the LLVM IR type: "float", "half", "bfloat", "double", "i32", "i1"
-    # transcendental functions of f16/bf16 compute in f32 and round once
+    numpy_name: str  # a NumPy dtype name, or one of ml_dtypes' ("bfloat16", "float8_e4m3fn")
+    llvm: str  # the LLVM IR type a value is held in: "float", "half", "bfloat", "double", "i32", "i1"
+    # every op of f16, bf16 and fp8 values computes in f32 and rounds once back
     compute_name: str | None = None
     libdevice_suffix: str | None = None  # __nv_exp + suffix: "f" for f32, "" for f64
+    format: FloatFormat | None = None  # a float type's encoding
+    conversion: Conversion | None = None  # a float type's way to and from its compute type
 
     @property
     def numpy(self) -> np.dtype:
@@ -80,20 +139,25 @@ class DType:
         return {"float": "f32", "half": "f16", "bfloat": "bf16", "double": "f64"}.get(self.llvm, self.llvm)
 
     @property
+    def is_narrow(self) -> bool:
+        """A float type whose ops compute in a wider one (``compute``) and round once back."""
+        return self.compute_name is not None
+
+    @property
     def compute(self) -> "DType":
-        """The type math functions of this type compute in (f32 for f16 and bf16)."""
+        """The type this type's ops compute in (f32 for f16, bf16 and fp8), rounding once back."""
         return DTYPES[self.compute_name] if self.compute_name else self
 
     @property
     def min(self) -> int | float:
         if self.is_float:
-            return float(-np.finfo(self.numpy).max)
+            return -self.format.max_value
         return -(2 ** (self.bits - 1)) if self.is_signed else 0
 
     @property
     def max(self) -> int | float:
         if self.is_float:
-            return float(np.finfo(self.numpy).max)
+            return self.format.max_value
         if self.is_bool:
             return 1
         return 2 ** (self.bits - 1) - 1 if self.is_signed else 2**self.bits - 1
@@ -103,22 +167,42 @@ class DType:
         value %= 2**self.bits
         return value - 2**self.bits if self.is_signed and value >= 2 ** (self.bits - 1) else value
 
+    def code(self, value) -> int:
+        """The bits of ``value`` rounded to this float type, as an unsigned int."""
+        with np.errstate(all="ignore"):
+            return int(np.asarray(value, np.float64).astype(self.numpy).view(_UNSIGNED[self.itemsize]))
+
+    def value_of(self, code: int) -> float:
+        """The float whose bits in this type are ``code``."""
+        return float(np.asarray(code, _UNSIGNED[self.itemsize]).view(self.numpy))
+
     def __str__(self) -> str:
         return self.name
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
+    if name in _ML_DTYPES:
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 
-f16 = DType("f16", Kind.float, 16, "float16", "half", compute_name="f32")
-bf16 = DType("bf16", Kind.float, 16, "bfloat16", "bfloat", compute_name="f32")
-f32 = DType("f32", Kind.float, 32, "float32", "float", libdevice_suffix="f")
-f64 = DType("f64", Kind.float, 64, "float64", "double", libdevice_suffix="")
+_ML_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+f16 = DType("f16", Kind.float, 16, "float16", "half", compute_name="f32", format=FloatFormat(5, 10),
+            conversion=Conversion.native)
+bf16 = DType("bf16", Kind.float, 16, "bfloat16", "bfloat", compute_name="f32", format=FloatFormat(8, 7),
+             conversion=Conversion.bfloat_bits)
+f32 = DType("f32", Kind.float, 32, "float32", "float", libdevice_suffix="f", format=FloatFormat(8, 23),
+            conversion=Conversion.native)
+f64 = DType("f64", Kind.float, 64, "float64", "double", libdevice_suffix="", format=FloatFormat(11, 52),
+            conversion=Conversion.native)
+f8e4m3 = DType("f8e4m3", Kind.float, 8, "float8_e4m3fn", "i8", compute_name="f32",
+               format=FloatFormat(4, 3, finite=True), conversion=Conversion.software)
+f8e5m2 = DType("f8e5m2", Kind.float, 8, "float8_e5m2", "i8", compute_name="f32", format=FloatFormat(5, 2),
+               conversion=Conversion.software)
 i8 = DType("i8", Kind.signed, 8, "int8", "i8")
 i16 = DType("i16", Kind.signed, 16, "int16", "i16")
 i32 = DType("i32", Kind.signed, 32, "int32", "i32")
@@ -131,7 +215,7 @@ index = DType("index", Kind.signed, 64, "int64", "i64")
 boolean = DType("bool", Kind.bool, 1, "bool", "i1")
 
 DTYPES: dict[str, DType] = {
-    t.name: t for t in (f16, bf16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, index, boolean)
+    t.name: t for t in (f16, bf16, f32, f64, f8e4m3, f8e5m2, i8, i16, i32, i64, u8, u16, u32, u64, index, boolean)
 }
 
 
