@@ -13,7 +13,8 @@ import numpy as np
 
 from .compiler import ModuleCompiler
 from .errors import PtxError
-from .executor import STACK_CAP, Context, Program, run_entry
+from .executor import STACK_CAP, Budget, Context, Program, run_entry
+from .executor import instruction_budget as _resolve_budget  # the arguments below take its name
 from .memory import GlobalMemory
 from .numerics import U8, U32
 from .parser import imm_bits, parse, type_size
@@ -55,10 +56,15 @@ def compiled(text: str) -> _Compiled:
 class Device:
     """One emulated GPU: global memory and the modules loaded on it."""
 
-    def __init__(self, *, step_limit: int = 20_000_000):
-        """``step_limit``: blocks one function activation may run before the launch is
-        stopped as an endless loop."""
-        self.step_limit = int(step_limit)
+    def __init__(self, *, instruction_budget: int | None = None, step_limit: int | None = None):
+        """``instruction_budget``: warp instructions one batch of blocks may issue before the
+        launch is stopped as an endless loop (a :class:`PtxError`); None: the
+        ``ACCY_EMULATOR_BUDGET`` environment variable at each launch, else 2 million.
+        ``step_limit``: also stop an activation after that many basic blocks (None: no such bound)."""
+        if instruction_budget is not None:
+            instruction_budget = _resolve_budget(instruction_budget)
+        self.instruction_budget = instruction_budget
+        self.step_limit = None if step_limit is None else int(step_limit)
         self.gmem = GlobalMemory()
         self._modules: dict[str, Module] = {}
         self._lock = threading.RLock()
@@ -243,8 +249,11 @@ class Function:
             buf[off:off + size] = np.frombuffer(bits.to_bytes(size, "little"), U8)
         return buf
 
-    def launch(self, grid, block, args, shared_bytes: int = 0) -> None:
-        """Run the kernel on ``grid`` x ``block`` threads with ``args`` (one per .param)."""
+    def launch(self, grid, block, args, shared_bytes: int = 0, *, instruction_budget: int | None = None) -> None:
+        """Run the kernel on ``grid`` x ``block`` threads with ``args`` (one per .param).
+        ``instruction_budget`` overrides the device's (see :class:`Device`) for this launch."""
+        budget = _resolve_budget(self.module.device.instruction_budget if instruction_budget is None
+                                     else instruction_budget)
         grid = _dim3(grid, "grid", MAX_GRID)
         block = _dim3(block, "block", MAX_BLOCK)
         tpb = math.prod(block)
@@ -310,4 +319,5 @@ class Function:
                 T.total_smem_u32 = np.uint32(S)
                 T.clock64 = lambda: np.uint64(next(counter))
                 T.step_limit = self.module.device.step_limit
+                T.budget = Budget(budget)  # each batch its own: a bound on what one warp runs
                 run_entry(self.module.program, self._cf, T)

@@ -25,6 +25,9 @@ stack frame in each thread's local memory above the caller's.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 
 from .compiler import DONE, EXIT, FUNCTION_BASE, CompiledFunction
@@ -34,6 +37,41 @@ from .memory import thread_text
 WAIT = 1 << 24  # pcs value WAIT + b: waiting at the sync block b
 DEAD = 1 << 30  # pcs value of a thread that has left the function
 STACK_CAP = 1 << 16  # bytes of stack per thread at most
+
+# The endless-loop guard: warp instructions one batch of blocks may issue.  A count, not
+# seconds, so it trips at the same instruction under any load; 2 million is about 1-10 s
+# of a simple loop on a 2-core machine (0.5-5 us an instruction, more for big divergent batches).
+DEFAULT_INSTRUCTION_BUDGET = 2_000_000
+BUDGET_VARIABLE = "ACCY_EMULATOR_BUDGET"
+
+
+def instruction_budget(given=None) -> int:
+    """The budget a launch runs under: ``given`` (a launch's or a Device's), else the
+    ``ACCY_EMULATOR_BUDGET`` environment variable, else DEFAULT_INSTRUCTION_BUDGET."""
+    if given is None:
+        text = os.environ.get(BUDGET_VARIABLE, "").strip().replace("_", "")
+        if not text:
+            return DEFAULT_INSTRUCTION_BUDGET
+        if not text.isdigit() or int(text) < 1:
+            raise PtxError(f"{BUDGET_VARIABLE} must be a positive number of warp instructions, "
+                           f"got {os.environ[BUDGET_VARIABLE]!r}")
+        return int(text)
+    if isinstance(given, bool) or not isinstance(given, (int, np.integer)) or given < 1:
+        raise PtxError(f"instruction_budget must be a positive int (warp instructions), got {given!r}")
+    return int(given)
+
+
+class Budget:
+    """The warp instructions a batch may still issue, shared by its entry activation and
+    every call it makes.  The scheduler counts each basic block it runs once, whichever of
+    the batch's threads run it: a converged batch counts what each of its warps executes,
+    and divergent paths add up, so the count is never below the busiest warp's own."""
+
+    __slots__ = ("limit", "left")
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.left = limit
 
 
 class Context:
@@ -153,6 +191,8 @@ class Frame:
                          for r in fc.fn.rets]
         self.pcs = None
         self.ndead = 0
+        # what running each block costs the budget (an empty block, e.g. the implicit end, counts 1)
+        self.costs = [max(1, len(b.instructions)) for b in cf.blocks]
 
     # -- leaving ---------------------------------------------------------------------------------
     def retire(self, pos, code: int) -> None:
@@ -208,10 +248,10 @@ class Frame:
     # -- running -----------------------------------------------------------------------------------
     def run(self):
         T = self.T
-        blocks = self.blocks
+        blocks, costs, budget = self.blocks, self.costs, T.budget
         pc = 0
         steps = 0
-        limit = T.step_limit
+        limit = T.step_limit if T.step_limit is not None else sys.maxsize
         while True:
             steps += 1
             if steps > limit:
@@ -223,6 +263,9 @@ class Frame:
             if self.pcs is None:
                 if T.n == 0:
                     return self.finish()
+                budget.left -= costs[pc]
+                if budget.left < 0:
+                    self.out_of_budget(pc, None)
                 blk = blocks[pc]
                 kind = blk.kind
                 if kind == "code":
@@ -267,6 +310,9 @@ class Frame:
                 self.pcs = None
                 pc = m
                 continue
+            budget.left -= costs[m]
+            if budget.left < 0:
+                self.out_of_budget(m, sel)
             blk = blocks[m]
             kind = blk.kind
             if kind == "code":
@@ -287,6 +333,24 @@ class Frame:
 
     def finish(self):
         return self.exited, [buf for _, buf in self.rets]
+
+    def out_of_budget(self, b: int, sel) -> None:
+        """The batch issued its whole instruction budget: stop it as an endless loop, naming
+        the block it was running (its label and PTX lines) and a thread there."""
+        T, blk = self.T, self.blocks[b]
+        first, last = (blk.instructions[0], blk.instructions[-1]) if blk.instructions else (None, None)
+        labels = [name for name, at in self.cf.fc.labels_at.items() if at == blk.first and blk.instructions]
+        where = ""
+        if first is not None:
+            lines = f"line {first.line}" if first.line == last.line else f"lines {first.line}-{last.line}"
+            where = f"; it was running the block at PTX {lines}" + (f" ({labels[0]})" if labels else "")
+        budget = T.budget.limit
+        raise PtxError(f"the kernel issued more than {budget:,} warp instructions in {self.cf.name} without "
+                       f"finishing (an endless loop?){where}. The emulator's instruction budget bounds each "
+                       f"batch of blocks; raise it with {BUDGET_VARIABLE}=N, Device(instruction_budget=N) or "
+                       f"Function.launch(..., instruction_budget=N)",
+                       line=first.line if first is not None else None, source=first.text if first else None,
+                       thread=thread_text(T, 0 if sel is None else sel[0]) if T.n else None)
 
     # -- barriers and warp synchronisation -------------------------------------------------------------
     def sync(self, m: int, blk, sel) -> None:
