@@ -205,6 +205,28 @@ def bench_kernels(shape_names, quick=False):
     return rows
 
 
+def bench_interpreter(shape_names):
+    """Every attention entry on the interpreter (``numpy``) alone, against plain NumPy (einsum)
+    measured in the same run: the interpreter's own figures, quick to take (issue 17 asked
+    for them, after a slowdown of its hot path)."""
+    rows = []
+    for name in shape_names:
+        shape = SHAPES[name]
+        args = inputs(shape)
+        expected = reference(*args)
+        baseline, _ = measure(lambda: numpy_einsum(*args), BUDGET_S)
+        rows.append(dict(shape=name, kernel="baseline", backend="numpy-einsum", seconds=baseline, max_error=0.0))
+        for kernel, make_entry in entries().items():
+            run = accy_runner(make_entry, shape, "numpy")
+            seconds, result = measure(lambda: run(*args), BUDGET_S)
+            row = dict(shape=name, kernel=kernel, backend="numpy", seconds=seconds, skipped=None if seconds else result)
+            if seconds:
+                row["max_error"] = float(np.abs(result - expected).max())
+                row["ratios"] = {"numpy-einsum": seconds / baseline}
+            rows.append(row)
+    return rows
+
+
 PTX_SHAPE = (2, 16, 16, 16, 16)
 PTX_TARGET_SPEEDUP = 10.0  # issue 12: at least 10x faster than Numba's simulator
 

@@ -1,6 +1,6 @@
 """accy's benchmark, every figure a ratio against a baseline measured in the same run.
 
-    python -m bench [--sections targets,attention,launch,ptx,compile] [--quick] [--json out.json]
+    python -m bench [--sections targets,attention,interpreter,launch,ptx,compile] [--quick] [--json out.json]
 
 Sections:
 - ``targets``: the kernels people write (vector add, Black-Scholes, softmax, layer norm,
@@ -9,6 +9,8 @@ Sections:
   (bench/targets.py); drawn as a chart when matplotlib is installed;
 - ``attention``: every attention entry at tiny..large shapes on every CPU backend, against
   NumPy, einsum, the same loop nest in C and torch SDPA (bench/attention.py);
+- ``interpreter`` (not run by default: the attention section holds the same rows): the
+  attention entries on the interpreter alone (``numpy``), against einsum, in a minute;
 - ``launch``: what a cached launch costs on llvm (an empty launch, a 1-element vector add);
 - ``ptx``: the ptx backend against Numba's CUDA simulator running the same kernel;
 - ``compile``: trace, passes, lowering, PTX and host JIT times, cold and cached.
@@ -30,7 +32,8 @@ import numpy as np
 from . import attention, chart, targets
 from .timing import contention, machine, measure
 
-SECTIONS = ("launch", "targets", "attention", "ptx", "compile")
+SECTIONS = ("launch", "targets", "attention", "interpreter", "ptx", "compile")
+DEFAULT_SECTIONS = ("launch", "targets", "attention", "ptx", "compile")  # attention has the interpreter's rows too
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
@@ -55,8 +58,9 @@ def bench_launch() -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"any of {', '.join(SECTIONS)}")
-    parser.add_argument("--shapes", default="tiny,small,medium,large", help="the attention section's shapes")
+    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                        help=f"any of {', '.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)})")
+    parser.add_argument("--shapes", default="tiny,small,medium,large", help="the attention and interpreter sections' shapes")
     parser.add_argument("--only", default=None, help="targets whose kernel name contains this")
     parser.add_argument("--json", default=os.path.join(RESULTS, "latest.json"))
     parser.add_argument("--chart", default=os.path.join(RESULTS, "latest.png"))
@@ -93,6 +97,11 @@ def main(argv=None) -> int:
         rows = attention.bench_kernels(shapes, quick=ns.quick)
         attention.print_rows(rows)
         report["attention"] = rows
+    if "interpreter" in sections:
+        print("\n== attention entries on the interpreter (numpy) ==")
+        rows = attention.bench_interpreter(shapes)
+        attention.print_rows(rows)
+        report["interpreter"] = rows
     if "ptx" in sections:
         ptx = report["ptx_vs_numba_simulator"] = attention.bench_ptx_vs_simulator()
         print(f"\n== ptx backend vs Numba's CUDA simulator, naive entry at {tuple(ptx['shape'])} ==")
