@@ -403,3 +403,136 @@ def test_vector_width_must_be_one_the_host_lowering_takes():
         _affine(FORMS["i*s+3"]).run([np.zeros(3, np.float32)] * 2 + [1, 1], backend="llvm", vector_width=3)
     with pytest.raises(CompileError, match="vector_width must be one of 0, 2, 4"):
         Target.host(vector_width=3)
+
+
+# -- interrupts and failures during a launch (issue 17 §5) --------------------------------------------
+
+import _thread  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from accy.backends import host  # noqa: E402
+
+N_SLOW = 1 << 16
+
+
+def _slow(gather: bool):
+    """dst[i] = a loop of ``trips`` steps from x[i] (x[where[i]] with ``gather``: the launch
+    cannot be proven, so it runs on scratch copies); the second half of the threads loops 4
+    times as long, so a split launch's workers still run when the caller's share is done."""
+    params = {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32), "where": dynamic_buffer(index),
+              "trips": scalar(index)}
+
+    def body(k, args):
+        @k.for_each_1d(axis("i", args.dst.size))
+        def each(inner, idx):
+            i = idx["i"]
+            start = args.x[args.where[i]] if gather else args.x[i]
+            stop = args.trips + (i // (args.dst.size // 2)) * args.trips * 3
+            args.dst[i] = inner.fold_range(0, stop, 1, start, lambda inner, j, acc: acc * 0.999 + 0.5)
+
+    return accy.Program("slow_gather" if gather else "slow", params, body)
+
+
+def _interrupted(run, ready):
+    """Run ``run()`` with Ctrl-C pressed (``_thread.interrupt_main``) once ``ready()`` holds; the
+    KeyboardInterrupt it raised.  The interrupt is sent at most once, while ``run`` runs."""
+    lock, state = threading.Lock(), {"done": False}
+
+    def press():
+        while True:
+            with lock:
+                if state["done"]:
+                    return
+                if ready():
+                    _thread.interrupt_main()
+                    return
+            time.sleep(0.001)
+
+    presser = threading.Thread(target=press)
+    with pytest.raises(KeyboardInterrupt) as err:
+        presser.start()
+        try:
+            run()
+        finally:
+            with lock:
+                state["done"] = True
+    presser.join()
+    return err.value
+
+
+def _slow_args():
+    return [np.zeros(N_SLOW, np.float32), np.ones(N_SLOW, np.float32), np.arange(N_SLOW, dtype=np.int64), 50_000]
+
+
+def test_a_long_launch_on_one_thread_is_interrupted_between_slices():
+    program, args = _slow(gather=False), _slow_args()
+    program.run([np.zeros(64, np.float32), *(a[:64] for a in args[1:3]), 10], backend="llvm", threads=1)  # compile
+    dst = args[0]
+    error = _interrupted(lambda: program.run(args, backend="llvm", threads=1), lambda: dst.any())
+    written = int(np.count_nonzero(dst))
+    assert 0 < written < N_SLOW  # it stopped part-way (before: only once the whole launch had run)
+    assert any("kernel 'slow' ran in place" in note and "may be partly written" in note
+               for note in getattr(error, "__notes__", ()))
+
+
+def test_an_interrupted_split_launch_waits_for_its_workers():
+    program, args = _slow(gather=False), _slow_args()
+    dst = args[0]
+    _interrupted(lambda: program.run(args, backend="llvm", threads=2), lambda: dst.any())
+    at_the_raise = dst.copy()
+    time.sleep(0.3)
+    assert (dst == at_the_raise).all()  # no worker wrote after the exception
+    assert np.count_nonzero(dst) < N_SLOW
+
+
+def test_an_interrupted_launch_on_scratch_copies_leaves_the_outputs_untouched(monkeypatch):
+    program, args = _slow(gather=True), _slow_args()
+    dst = args[0]
+    dst[:] = 7.0
+    scratches = []
+    original = accy.backends.arguments.Binding.scratch
+
+    def scratch(binding):  # keep the copies alive, to see whether anything writes them later
+        scratches.append(original(binding))
+        return scratches[-1]
+
+    monkeypatch.setattr(accy.backends.arguments.Binding, "scratch", scratch)
+    run = lambda: accy.backends.run(program, args, backend="llvm", threads=2, counts={})  # noqa: E731
+    _interrupted(run, lambda: bool(scratches) and scratches[-1]["dst"].any())
+    assert (dst == 7.0).all()  # untouched
+    copy = scratches[-1]["dst"]
+    at_the_raise = copy.copy()
+    time.sleep(0.3)
+    assert (copy == at_the_raise).all()  # no worker wrote the freed copy after the exception
+
+
+def test_a_worker_error_stops_the_launch_and_is_raised_once_every_worker_has_stopped(monkeypatch):
+    program, args = _slow(gather=False), _slow_args()
+    dst = args[0]
+    original = host._run_share
+
+    def share(kernel, *rest):
+        if threading.current_thread() is not threading.main_thread():
+            while not dst[: N_SLOW // 2].any():  # once the caller's share has begun
+                time.sleep(0.001)
+            raise MemoryError("a worker failed")
+        return original(kernel, *rest)
+
+    monkeypatch.setattr(host, "_run_share", share)
+    with pytest.raises(MemoryError, match="a worker failed") as err:
+        program.run(args, backend="llvm", threads=2)
+    assert any("kernel 'slow' ran in place" in note for note in err.value.__notes__)
+    assert np.count_nonzero(dst[: N_SLOW // 2]) < N_SLOW // 2  # the caller's share stopped too
+
+
+def test_the_fast_launcher_keeps_a_bounded_number_of_launches():
+    program = accy.Program("sized", {"dst": dynamic_buffer(f32)}, lambda k, a: k.for_each_1d(
+        axis("i", a.dst.size), lambda inner, idx: a.dst.store(inner, 1.0, idx["i"])))
+    for n in range(1, host.LAUNCHES_KEPT + 40):
+        dst = np.zeros(n, np.float32)
+        program.run([dst], backend="llvm")
+        assert (dst == 1.0).all()
+    (launcher,) = program.launchers.values()
+    assert launcher.launch_for.cache_info().currsize == host.LAUNCHES_KEPT
+    assert len(host._timings[launcher.kernel].at) <= host._Timing.KEPT

@@ -12,6 +12,13 @@ writes the caller's arrays directly.  Otherwise outputs are written to scratch c
 checked against the status word, and copied back only on success, as the interpreter
 does.
 
+A launch is interruptible: its units run in native calls of about SLICE_SECONDS each,
+so Ctrl-C (or any signal whose handler raises) lands between two of them, and a pool
+worker stops at its next slice.  An interrupted or failed launch waits for every worker
+before it raises, so none writes after it.  A launch on scratch copies leaves the
+outputs untouched; one that ran in place on the caller's arrays may have written part
+of them, and its exception says so in a note.
+
 :func:`fast_launcher` is the same for repeated calls with plain NumPy arrays and Python
 numbers, checked with a few attribute reads; anything else takes the general path.
 """
@@ -23,6 +30,7 @@ import ctypes
 import functools
 import os
 import struct
+import threading
 import time
 
 import numpy as np
@@ -37,6 +45,8 @@ from .targets import Target
 
 _EMPTY = np.zeros(1, np.int64)  # an empty buffer still points at 8 readable bytes (the ABI's promise)
 SPLIT_SECONDS = 100e-6  # a launch expected to take longer is split between the cores
+SLICE_SECONDS = 10e-3  # the longest a native call should run: how late an interrupt may land
+LAUNCHES_KEPT = 256  # a fast launcher keeps the checked launches of the sizes it ran last
 
 
 CORES = os.cpu_count() or 1
@@ -54,13 +64,17 @@ class _Timing:
 
     FIRST_ON_ONE = 2  # launches timed on one thread before any split
     RECHECK = 64  # a kernel that splits runs every RECHECK-th launch on one thread again
+    KEPT = 64  # argument sizes whose own time per unit is kept (for the slices)
 
     def __init__(self):
         self.per_unit: float | None = None
         self.on_one = 0
         self.launches = 0
+        # (scalars, counts) -> the least seconds per unit at those arguments: a unit's work
+        # depends on them (a trip count, a row length), so only they size a launch's slices
+        self.at: dict[tuple, float] = {}
 
-    def record(self, seconds: float, units: int, threads: int) -> None:
+    def record(self, seconds: float, units: int, threads: int, key: tuple) -> None:
         self.launches += 1
         sample = seconds * threads / units
         if threads == 1:
@@ -68,6 +82,9 @@ class _Timing:
             self.per_unit = sample if self.per_unit is None else min(self.per_unit, sample)
         elif self.per_unit is not None:
             self.per_unit = min(self.per_unit, sample)
+        if key not in self.at and len(self.at) >= self.KEPT:
+            self.at.clear()
+        self.at[key] = min(self.at.get(key, sample), sample)
 
 
 _timings: dict[HostKernel, _Timing] = {}  # kernels are compiled once per process and kept
@@ -85,24 +102,76 @@ def _threads_for(kernel: HostKernel, units: int, threads: int | None) -> int:
 
 
 def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
-            threads: int | None) -> None:
-    """Run ``units`` units of ``kernel``: on this thread, or split between the pool and this one."""
+            threads: int | None, in_place: str | None = None) -> None:
+    """Run ``units`` units of ``kernel``: on this thread, or split between the pool and this one;
+    ``in_place`` names the kernel when it writes the caller's arrays (said if interrupted)."""
     n = _threads_for(kernel, units, threads)
     address = _address(status)
-    start = time.perf_counter()
-    if n == 1:
-        kernel(pointers, counts, scalars, address, 0, units)
-    else:
-        bounds = [units * i // n for i in range(n + 1)]
-        futures = [_pool().submit(kernel, pointers, counts, scalars, address, lo, hi)
-                   for lo, hi in zip(bounds[1:-1], bounds[2:])]
-        kernel(pointers, counts, scalars, address, bounds[0], bounds[1])  # the first share on this thread
-        for f in futures:
-            f.result()
     timing = _timings.get(kernel)
+    key = (*scalars, *counts)
+    per_unit = timing.at.get(key) if timing is not None else None  # None: new sizes, slices grow from one unit
+    start = time.perf_counter()
+    if n == 1 and per_unit is not None and per_unit * units <= SLICE_SECONDS:
+        kernel(pointers, counts, scalars, address, 0, units)  # short: one call
+    else:
+        stop = threading.Event()
+        futures: list[concurrent.futures.Future] = []
+        try:
+            bounds = [units * i // n for i in range(n + 1)]
+            for lo, hi in zip(bounds[1:-1], bounds[2:]):
+                futures.append(_pool().submit(_worker_share, kernel, pointers, counts, scalars, address, lo, hi,
+                                              per_unit, stop))
+            _run_share(kernel, pointers, counts, scalars, address, bounds[0], bounds[1], per_unit, stop)
+            for f in futures:
+                f.result()
+        except BaseException as e:  # Ctrl-C between two slices, or a worker's error
+            stop.set()
+            _wait_for(futures)  # none of them may write once this raises (scratch copies are freed)
+            if in_place is not None:
+                e.add_note(f"accy: kernel '{in_place}' ran in place on the caller's arrays (it could not fail), "
+                           "so its outputs may be partly written")
+            raise
     if timing is None:
         timing = _timings.setdefault(kernel, _Timing())
-    timing.record(time.perf_counter() - start, units, n)
+    timing.record(time.perf_counter() - start, units, n, key)
+
+
+def _run_share(kernel: HostKernel, pointers, counts, scalars, address: int, lo: int, hi: int,
+               per_unit: float | None, stop: threading.Event) -> None:
+    """Units ``[lo, hi)`` in native calls of about SLICE_SECONDS each (sized from the time per
+    unit at these arguments, else growing from one unit, then by each call's own time), until
+    ``stop`` is set.  Between two calls the main thread takes a pending signal: Ctrl-C raises there."""
+    step = max(1, int(SLICE_SECONDS / per_unit)) if per_unit else 1
+    while lo < hi and not stop.is_set():
+        end = min(hi, lo + step)
+        began = time.perf_counter()
+        kernel(pointers, counts, scalars, address, lo, end)
+        took = time.perf_counter() - began
+        if took < SLICE_SECONDS / 4:
+            step *= 4
+        elif took > 2 * SLICE_SECONDS and step > 1:
+            step //= 2
+        lo = end
+
+
+def _worker_share(*args) -> None:
+    """A pool worker's :func:`_run_share`: its error stops the other shares too."""
+    try:
+        _run_share(*args)
+    except BaseException:
+        args[-1].set()
+        raise
+
+
+def _wait_for(futures) -> None:
+    """Every worker of an abandoned launch has stopped (they stop at their next slice)."""
+    pending = [f for f in futures if not f.cancel()]
+    while pending:
+        try:
+            concurrent.futures.wait(pending)
+        except BaseException:  # another Ctrl-C: the workers still use this launch's memory
+            pass
+        pending = [f for f in pending if not f.done()]
 
 
 def _address(a: np.ndarray) -> int:
@@ -129,7 +198,7 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = 
     fits = kernel.prepare(pointers, counts, scalars, status.ctypes.data, extents.ctypes.data)
     units = kernel.plan.chunking.units(launch.extents)
     if kernel.plan.infallible and fits and not status[0]:  # nothing can fail: run on the caller's arrays
-        _launch(kernel, pointers, counts, scalars, status, units, threads)
+        _launch(kernel, pointers, counts, scalars, status, units, threads, in_place=graph.name)
         return
     _run_on_scratch(kernel, graph, binding, launch, scalars, units, threads)
 
@@ -204,7 +273,10 @@ class FastLauncher:
         self.outputs = [k for k, spec in enumerate(self.buffers) if spec[3]]
         self.arity = len(graph.params)
         self.rank = len(graph.axes)
-        self.launches: dict[tuple, Launch] = {}  # extents -> the checked launch
+        # extents -> the checked launch (None: a negative extent, the general path's error);
+        # bounded: a launcher called with ever new sizes keeps only the last LAUNCHES_KEPT
+        self.launch_for = functools.lru_cache(maxsize=LAUNCHES_KEPT)(
+            lambda extents: None if extents and min(extents) < 0 else resolve(extents))
         self.infallible = self.kernel.plan.infallible
 
     def __call__(self, args):
@@ -233,16 +305,14 @@ class FastLauncher:
         if status[0]:
             return NOT_HANDLED  # the extents cannot be computed: the general path says why
         extents = tuple(status[STATUS_WORDS:STATUS_WORDS + self.rank].tolist())
-        launch = self.launches.get(extents)
+        launch = self.launch_for(extents)
         if launch is None:
-            if extents and min(extents) < 0:
-                return NOT_HANDLED
-            launch = self.launches[extents] = self.resolve(extents)
+            return NOT_HANDLED
         if launch.lanes == 0:
             return None
         units = self.kernel.plan.chunking.units(extents)
         if fits and self.infallible:
-            _launch(self.kernel, pointers, counts, scalars, status, units, self.threads)
+            _launch(self.kernel, pointers, counts, scalars, status, units, self.threads, in_place=self.graph.name)
             return None
         scratch = [a.copy() if spec[3] else a for a, spec in zip(arrays, self.buffers)]
         _launch(self.kernel, [_address(a) for a in scratch], counts, scalars, status, units,
