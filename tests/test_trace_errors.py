@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from accy import Program, axis, dynamic_buffer, f32
@@ -316,7 +317,9 @@ def test_infinite_nan_and_largest_finite_constants_stay_legal(dtype):
     for value in (float("-inf"), math.inf, math.nan, dtype.max, -dtype.max):
         graph = trace(in_launch(lambda inner, i, args: args.dst.__setitem__(i, args.x[i] + value)), params)
         (const,) = [op for op in graph.body.walk() if op.opcode == "const" and op.result.type == dtype]
-        assert str(const.attrs["value"]) == str(float(value))
+        # the value rounded to the type (an infinity is NaN in a type without one, as E4M3FN)
+        with np.errstate(all="ignore"):
+            assert str(const.attrs["value"]) == str(float(np.asarray(value).astype(dtype.numpy)))
 
 
 def test_a_constant_that_rounds_down_to_the_largest_finite_value_is_that_value():
