@@ -22,7 +22,7 @@ from .errors import AccyError, ArgumentError, BackendUnavailableError, CompileEr
 FIRST = 5  # disagreeing elements listed per output and pair
 # computed to within documented ulps, not bit for bit, so backends may differ in the last bits
 MATH_FUNCTIONS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "rsqrt", "erf", "tanh", "sigmoid",
-                            "sin", "cos", "pow"})
+                            "sin", "cos", "pow", "atan", "atan2"})
 
 
 @attrs.frozen

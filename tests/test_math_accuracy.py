@@ -25,7 +25,7 @@ from accy.dsl.types import bf16, f16, f32, f64
 from numeric_reference import ulps
 
 N = 4000
-UNARY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "rsqrt", "erf", "tanh", "sigmoid", "sin", "cos")
+UNARY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "rsqrt", "erf", "tanh", "sigmoid", "sin", "cos", "atan")
 
 # documented max ulp: function -> {(backend, type group): bound}; "half" is f16 and bf16;
 # the host inlines vecmath's routines, whose bounds vecmath states
@@ -44,6 +44,9 @@ MAX_ULP = {
     "sin": {"numpy f64": 1, "llvm f32": vecmath.max_ulp("sin", "f32"), "llvm f64": vecmath.max_ulp("sin", "f64"), "ptx f32": 1.5, "ptx f64": 1.5},
     "cos": {"numpy f64": 1, "llvm f32": vecmath.max_ulp("cos", "f32"), "llvm f64": vecmath.max_ulp("cos", "f64"), "ptx f32": 1.5, "ptx f64": 1.5},
     "pow": {"numpy f64": 1, "llvm f32": vecmath.max_ulp("pow", "f32"), "llvm f64": vecmath.max_ulp("pow", "f64"), "ptx f32": 1, "ptx f64": 1.5},
+    # ptx: libdevice's documented bounds (CUDA's: atanf 2, atan2f 3, atan and atan2 2 ulp)
+    "atan": {"numpy f64": 1, "llvm f32": vecmath.max_ulp("atan", "f32"), "llvm f64": vecmath.max_ulp("atan", "f64"), "ptx f32": 2, "ptx f64": 2},
+    "atan2": {"numpy f64": 1, "llvm f32": vecmath.max_ulp("atan2", "f32"), "llvm f64": vecmath.max_ulp("atan2", "f64"), "ptx f32": 3, "ptx f64": 2},
 }
 
 
@@ -69,6 +72,10 @@ def _reference(name: str, x, y=None):
             return 1 / (1 + np.exp(-x))
         if name == "pow":
             return np.power(x, y.astype(wide))
+        if name == "atan2":  # atan2(y, x): x is the first array here
+            return np.arctan2(x, y.astype(wide))
+        if name == "atan":
+            return np.arctan(x)
         return getattr(np, name)(x)
 
 
@@ -89,6 +96,9 @@ def _domain(name: str, t, rng) -> np.ndarray:
     elif name in ("sin", "cos"):
         x = np.concatenate([rng.uniform(-10, 10, N // 2), rng.uniform(-1e5, 1e5, N // 4),
                             np.exp(rng.uniform(-20, 40, N - 3 * (N // 4)))])
+    elif name == "atan":  # every magnitude: the reductions at 1 and tan(pi/8), pi/2 - atan(1/x)
+        x = np.concatenate([rng.uniform(-3, 3, N // 2), np.exp(rng.uniform(-0.9 * big, 0.9 * big, N - N // 2))
+                            * rng.choice([-1, 1], N - N // 2)])
     else:
         x = rng.uniform(-12, 12, N)
     with np.errstate(all="ignore"):
@@ -144,6 +154,37 @@ def test_pow_within_documented_ulps(t, backend, rng):
                                    f"{error[worst]:.3g} ulp (bound {limit})")
 
 
+ATAN2_SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 3.0, -3.0]
+
+
+@pytest.mark.parametrize("t", TYPES, ids=str)
+def test_atan2_within_documented_ulps(t, backend, rng):
+    """atan2(y, x) over every octant and magnitude, ratios near 1 (the octants' edges) and
+    C's special cases (signed zeros and infinities of either argument, NaN)."""
+    big = 700 if t == f64 else 10
+    y = np.concatenate([rng.standard_normal(N // 2), np.exp(rng.uniform(-big, big, N // 2)) * rng.choice([-1, 1], N // 2)])
+    x = np.concatenate([y[: N // 4] * rng.uniform(0.9, 1.1, N // 4) * rng.choice([-1, 1], N // 4),
+                        rng.standard_normal(N // 4), np.exp(rng.uniform(-big, big, N // 2)) * rng.choice([-1, 1], N // 2)])
+    with np.errstate(all="ignore"):
+        y, x = y.astype(t.numpy), x.astype(t.numpy)
+    grid = np.array(ATAN2_SPECIALS)
+    sy, sx = (a.ravel().astype(t.numpy) for a in np.meshgrid(grid, grid))
+    y[: sy.size], x[: sx.size] = sy, sx
+    got = _run("atan2", t, backend, y, x)
+    want = _reference("atan2", y, x)
+    error = ulps(got, want, t.numpy)
+    worst = int(np.argmax(error))
+    limit = bound("atan2", "ptx" if backend == "cuda" else backend, t)
+    assert error[worst] <= limit, (f"atan2({y[worst]!r}, {x[worst]!r}) on {backend} = {got[worst]!r}, "
+                                   f"{error[worst]:.3g} ulp (bound {limit})")
+    # the special cases: NaN where C says NaN, and the sign C gives, of a zero too (+-0, +-pi)
+    with np.errstate(all="ignore"):
+        special, want_special = got[: sy.size], want[: sy.size].astype(t.numpy)
+    number = ~np.isnan(want_special)
+    assert np.array_equal(np.isnan(special), ~number), (sy, sx, special)
+    assert np.array_equal(np.signbit(special[number]), np.signbit(want_special[number])), (sy, sx, special)
+
+
 def test_docs_state_the_same_bounds():
     """docs/ir.md's accuracy table lists, per function, the bounds this test asserts."""
     text = (pathlib.Path(__file__).parent.parent / "docs" / "ir.md").read_text()
@@ -152,7 +193,7 @@ def test_docs_state_the_same_bounds():
         m = re.match(r"\| `(\w+)` \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", line)
         if m:
             rows[m.group(1)] = tuple(float(v) for v in m.groups()[1:])
-    for name in (*UNARY, "pow"):
+    for name in (*UNARY, "pow", "atan2"):
         table = MAX_ULP[name]
         assert rows.get(name) == (table["numpy f64"], table["llvm f32"], table["llvm f64"], table["ptx f32"],
                                   table["ptx f64"], _CORRECT), name

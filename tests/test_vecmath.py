@@ -30,7 +30,8 @@ F32_WIDTHS = (1, 8, 16)
 F64_WIDTHS = (1, 4, 8)
 NP = {"f32": np.float32, "f64": np.float64}
 REQUIRED = ("exp", "exp2", "expm1", "log", "log2", "log1p", "erf", "tanh", "sigmoid",
-            "sin", "cos", "pow", "rsqrt")
+            "sin", "cos", "pow", "rsqrt", "atan", "atan2")
+BINARY = ("pow", "atan2")
 
 
 # ------------------------------------------------------------------------------------
@@ -71,7 +72,8 @@ _erf64 = np.vectorize(math.erf, otypes=[np.float64])
 NUMPY_REF = {
     "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
     "log1p": np.log1p, "erf": _erf64, "tanh": np.tanh, "sigmoid": _sigmoid64, "sin": np.sin,
-    "cos": np.cos, "pow": np.power, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "cos": np.cos, "pow": np.power, "rsqrt": lambda x: 1.0 / np.sqrt(x), "atan": np.arctan,
+    "atan2": np.arctan2,
 }
 
 
@@ -142,6 +144,42 @@ def _dec_erf(x: float) -> D:
         return 2 * total / PI.sqrt()
 
 
+def _dec_atan(x: D) -> D:
+    """atan x in 90 digits: atan x = pi/2 - atan(1/x) above 1, then halvings
+    atan x = 2 atan(x / (1 + sqrt(1 + x^2))) down to |x| < 0.01, then its Taylor series."""
+    with decimal.localcontext(decimal.Context(prec=90, Emin=-10**6, Emax=10**6)):
+        if x < 0:
+            return -_dec_atan(-x)
+        if x > 1:
+            return PI / 2 - _dec_atan(1 / x)
+        halvings = 0
+        while x > D("0.01"):
+            x = x / (1 + (1 + x * x).sqrt())
+            halvings += 1
+        total, power, k = D(0), x, 1
+        while power > abs(total) * D(10) ** -88 or k == 1:
+            total += power / k if k % 4 == 1 else -power / k
+            power *= x * x
+            k += 2
+        return total * 2**halvings
+
+
+def _dec_atan2(y: float, x: float) -> D:
+    """C's atan2 at y, x (not NaN)."""
+    with decimal.localcontext(decimal.Context(prec=90, Emin=-10**6, Emax=10**6)):
+        sign = -1 if math.copysign(1.0, y) < 0 else 1
+        if math.isinf(y):
+            return sign * PI * (2 if math.isinf(x) and x > 0 else 6 if math.isinf(x) else 4) / 8
+        if math.isinf(x):
+            return D(0).copy_sign(D(y)) if x > 0 else sign * PI
+        if x == 0:
+            return sign * PI / 2 if y != 0 else (D(0).copy_sign(D(y)) if math.copysign(1.0, x) > 0 else sign * PI)
+        a = _dec_atan(D(y) / D(x))
+        if x > 0:
+            return a if y != 0 else D(0).copy_sign(D(y))
+        return a + sign * PI
+
+
 def _dec(name: str, x: float, y: float | None = None):
     """The exact value of ``name`` at double ``x`` to 60 digits (None for NaN)."""
     if math.isnan(x) or (y is not None and math.isnan(y)):
@@ -152,6 +190,10 @@ def _dec(name: str, x: float, y: float | None = None):
         return _dec_trig(x, True)
     if name == "erf":
         return _dec_erf(x)
+    if name == "atan":
+        return _dec_atan(D(x))
+    if name == "atan2":
+        return _dec_atan2(x, y)
     xd = D(x)
     with decimal.localcontext(CTX):
         if name == "exp":
@@ -276,6 +318,23 @@ def sample(name: str, dtype: str, n: int, seed: int = 7) -> list[np.ndarray]:
             parts += [bits, logu(32, 127.9, n // 4)]          # up to FLT_MAX: the Payne-Hanek path
         else:
             parts += [logu(30, 1000, n // 8)]                  # the C library fallback
+    elif name == "atan":  # the reductions' edges (tan(pi/8), 1), every magnitude
+        parts = [u(-3, 3), _around([0.41421356237309503, 1.0, -1.0], 1e-5, n // 8, rng),
+                 logu(-60, 60, n // 2) * rng.choice([-1, 1], n // 2), tiny, bits]
+    elif name == "atan2":  # y, x: every octant, ratios near 1 and tan(pi/8), every magnitude
+        lim = 120 if f32 else 1000
+        y = np.concatenate([logu(-lim, lim) * rng.choice([-1, 1], n), u(-3, 3)])
+        ratio = np.concatenate([u(-4, 4, n // 2), _around([1.0, -1.0, 2.414213562373095, 0.41421356237309503],
+                                                          1e-5, n // 8, rng), logu(-lim, lim, n)])
+        x = y * np.resize(ratio, len(y)) * rng.choice([-1, 1], len(y))
+        if f32:
+            other = _bits_sample(rng, dtype, n)
+            k = min(len(bits), len(other))
+            y, x = np.concatenate([y, bits[:k]]), np.concatenate([x, other[:k]])
+        with np.errstate(all="ignore"):
+            y, x = y.astype(NP[dtype]), x.astype(NP[dtype])
+        ok = np.isfinite(y) & np.isfinite(x)
+        return [y[ok], x[ok]]
     elif name == "pow":
         if f32:
             x = np.concatenate([logu(-20, 20), u(0, 4), logu(-149, 128, n // 2), -u(0, 3, n // 2)])
@@ -298,7 +357,7 @@ def sample(name: str, dtype: str, n: int, seed: int = 7) -> list[np.ndarray]:
 def test_functions_and_bounds():
     for name in REQUIRED:
         assert name in vecmath.FUNCTIONS
-        assert vecmath.arity(name) == (2 if name == "pow" else 1)
+        assert vecmath.arity(name) == (2 if name in BINARY else 1)
         for dtype in ("f32", "f64"):
             bound = vecmath.max_ulp(name, dtype)
             assert 0 < bound <= (1 if name in ("exp", "exp2", "log", "log2", "sin", "cos") else 2)
@@ -396,7 +455,7 @@ def _check_exact(got, ref, dtype, what):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
-@pytest.mark.parametrize("name", [n for n in REQUIRED if n != "pow"])
+@pytest.mark.parametrize("name", [n for n in REQUIRED if n not in BINARY])
 def test_special_values(name, dtype):
     x = _specials(dtype)
     ref = numpy_ref(name, x)
@@ -407,16 +466,22 @@ def test_special_values(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
-def test_pow_special_values(dtype):
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_special_values(name, dtype):
     """C99 pow: pow(x, +-0) = 1 and pow(1, y) = 1 even for NaN, pow(-1, +-inf) = 1, signed
-    zeros and infinities for odd integer y, NaN for a negative base and non-integer y."""
+    zeros and infinities for odd integer y, NaN for a negative base and non-integer y.
+    C99 atan2(y, x): +-0 or +-pi for a zero y (by the sign of x, a zero's too), +-pi/2 for a
+    zero x, +-pi/4 and +-3pi/4 for two infinities, the signs of y's zero kept."""
     vals = np.array(SPECIAL + [4.0, -4.0, 0.25, -0.25, 2.5, -2.5, 7.0, -7.0, 1e10, -1e10], NP[dtype])
     x, y = (a.ravel() for a in np.meshgrid(vals, vals))
-    ref = numpy_ref("pow", x, y)
+    ref = numpy_ref(name, x, y)
     for width in (F32_WIDTHS if dtype == "f32" else F64_WIDTHS):
-        got = kernel("pow", dtype, width)(x, y)
-        exact = _check_exact(got, ref, dtype, [f"pow.{dtype}x{width}({a!r}, {b!r})" for a, b in zip(x, y)])
-        _bounded_elsewhere("pow", dtype, got, ref, exact, x, y)
+        got = kernel(name, dtype, width)(x, y)
+        exact = _check_exact(got, ref, dtype, [f"{name}.{dtype}x{width}({a!r}, {b!r})" for a, b in zip(x, y)])
+        if name == "atan2":  # every result's sign is C's (of +-pi and +-pi/2 too)
+            number = ~np.isnan(ref)
+            assert np.array_equal(np.signbit(got[number]), np.signbit(ref[number])), (x, y, got)
+        _bounded_elsewhere(name, dtype, got, ref, exact, x, y)
 
 
 def _neighbours(points, dtype, k=40):
@@ -486,7 +551,7 @@ def test_accuracy_f32(name, width):
     assert worst <= vecmath.max_ulp(name, "f32"), f"{name} f32 x{width}: {worst:.3f} ulp at {at}"
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "sin", "cos"])
+@pytest.mark.parametrize("name", ["exp", "log", "sin", "cos", "atan"])
 def test_strided_sweep_f32(name):
     """Every 997th float32 bit pattern (4.3 million inputs), at 16 lanes."""
     bits = np.arange(0, 2**32, 997, dtype=np.uint64).astype(np.uint32)
@@ -546,6 +611,7 @@ def test_accuracy_f64(name):
 
 @pytest.mark.parametrize("table,index,name,dtype", [
     ("EXP_F32", 2, "exp", "f32"), ("SIN_F32", 1, "sin", "f32"), ("LOG_F64", 2, "log", "f64"),
+    ("ATAN_F32", 1, "atan", "f32"), ("ATAN_F32", 2, "atan2", "f32"),
 ])
 def test_a_wrong_coefficient_is_caught(monkeypatch, table, index, name, dtype):
     """A coefficient off in its fifth digit (one part in 10^4) pushes the measured error past the bound."""

@@ -84,7 +84,7 @@ def _sigmoid64(x):
 MATH64 = {
     "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2, "log1p": np.log1p,
     "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "erf": _erf64, "tanh": np.tanh,
-    "sigmoid": _sigmoid64, "sin": np.sin, "cos": np.cos,
+    "sigmoid": _sigmoid64, "sin": np.sin, "cos": np.cos, "atan": np.arctan, "atan2": np.arctan2,
 }
 
 

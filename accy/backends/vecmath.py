@@ -20,16 +20,17 @@ Design
   f32 routines call nothing external: no libm, no other symbol.
 * **double (f64) routines** use the same range reductions with extra-precision
   steps (Cody-Waite with FMA, double-double corrections) and longer
-  polynomials.  ``erf`` and ``pow`` in f64, and ``sin``/``cos`` of f64 arguments
-  with ``|x| >= 2^30``, call the C library per lane (a branch that is not
-  taken unless some lane needs it, for sin/cos).
+  polynomials.  ``erf``, ``pow``, ``atan`` and ``atan2`` in f64, and ``sin``/``cos``
+  of f64 arguments with ``|x| >= 2^30``, call the C library per lane (a branch that
+  is not taken unless some lane needs it, for sin/cos).
 * Range reduction: exp/exp2/expm1 by n*ln2 (Cody-Waite, 2^n built in the
   exponent bits); log/log2/log1p by splitting x = 2^e * m with m in
   [sqrt(1/2), sqrt(2)) and log(m) = 2 atanh(s), s = (m-1)/(m+1); sin/cos by
   j*pi/2 with a three-part pi/2 and FMA for |x| < 2^32 (f32) or 2^30 (f64); f32
   arguments from 2^32 up are reduced exactly with a Payne-Hanek table of
   (2^k * 2/pi) mod 4 (per-lane loads, on a branch taken only when a lane
-  needs it).
+  needs it); atan by atan x = pi/2 - atan(1/x) above 1 and pi/4 + atan((x-1)/(x+1))
+  above tan(pi/8); atan2 by the smaller magnitude over the larger, reflected by octant.
 * Special values follow C99 Annex F (NaN in, NaN out; signed zeros; infinities;
   pow's special cases), checked by ``tests/test_vecmath.py``.
 * Polynomial evaluation uses ``llvm.fmuladd`` (fused where the target has FMA);
@@ -63,9 +64,9 @@ import llvmlite.ir as ir
 __all__ = ["FUNCTIONS", "MEASURED", "LIBM_F64", "arity", "emit", "max_ulp", "routine"]
 
 FUNCTIONS = ("exp", "exp2", "expm1", "log", "log2", "log1p", "erf", "tanh", "sigmoid",
-             "sin", "cos", "pow", "rsqrt")
+             "sin", "cos", "pow", "rsqrt", "atan", "atan2")
 
-_ARITY = {"pow": 2}
+_ARITY = {"pow": 2, "atan2": 2}
 
 # The documented largest error in ulp (of the result type, at the exact value): the
 # measured maximum, rounded up.  MEASURED is what the sweeps found when the routines were
@@ -76,34 +77,37 @@ _ARITY = {"pow": 2}
 # same sample generator, against mpmath at 150 bits.  The tests assert these bounds on
 # smaller samples (every 997th float32 for exp, log, sin, cos).  The f32 routines round
 # a value good to about 2^-34 once, so they are correctly rounded but for rare near-ties.
-# f64 erf and pow (all arguments) and sin/cos with |x| >= 2^30 are the C library's
+# f64 erf, pow, atan and atan2 (all arguments) and sin/cos with |x| >= 2^30 are the C library's
 # (glibc documents 1 ulp for them), measured here with glibc.  f64 sigmoid of a negative x
 # is e / (1 + e) with e = exp(x): exp's error counts double where e and the result lie in
 # different binades (1.49 ulp over 10 million random x in [-40, -0.5], against long double).
+# atan and atan2 (written later, swept on a shared machine): f32 atan over every 7th float32
+# bit pattern, atan2 over 16 million random pairs (half of them of ratio in [-4, 4]) against
+# NumPy float64; f64 (the C library's, glibc) over 20000 inputs against mpmath at 150 bits.
 MEASURED = {
     "f32": {"exp": 0.5000, "exp2": 0.5000, "expm1": 0.5002, "log": 0.5001, "log2": 0.5002,
             "log1p": 0.5002, "erf": 0.5000, "tanh": 0.5001, "sigmoid": 0.5000, "sin": 0.5002,
-            "cos": 0.5002, "pow": 0.5000, "rsqrt": 0.5000},
+            "cos": 0.5002, "pow": 0.5000, "rsqrt": 0.5000, "atan": 0.5001, "atan2": 0.5001},
     "f64": {"exp": 0.7483, "exp2": 0.7497, "expm1": 0.7829, "log": 0.7681, "log2": 0.7059,
             "log1p": 0.7521, "erf": 0.8790, "tanh": 0.7522, "sigmoid": 1.4902, "sin": 0.6769,
-            "cos": 0.6974, "pow": 0.5031, "rsqrt": 0.5000},
+            "cos": 0.6974, "pow": 0.5031, "rsqrt": 0.5000, "atan": 0.5103, "atan2": 0.5038},
 }
 _MAX_ULP = {
     "f32": dict.fromkeys(MEASURED["f32"], 0.501),
     "f64": {"exp": 0.8, "exp2": 0.8, "expm1": 0.85, "log": 0.8, "log2": 0.75, "log1p": 0.8,
             "erf": 1.0, "tanh": 0.8, "sigmoid": 1.5, "sin": 1.0, "cos": 1.0, "pow": 1.0,
-            "rsqrt": 0.51},
+            "rsqrt": 0.51, "atan": 1.0, "atan2": 1.0},
 }
 
 # The f64 routines that are the C library's, called per lane, and the C function:
-# for all arguments erf and pow; for |x| >= TRIG_F64_LIMIT only, sin and cos.
-LIBM_F64 = {"erf": "erf", "pow": "pow", "sin": "sin", "cos": "cos"}
+# for all arguments erf, pow, atan and atan2; for |x| >= TRIG_F64_LIMIT only, sin and cos.
+LIBM_F64 = {"erf": "erf", "pow": "pow", "sin": "sin", "cos": "cos", "atan": "atan", "atan2": "atan2"}
 TRIG_F64_LIMIT = 2.0 ** 30
 TRIG_F32_LIMIT = 2.0 ** 32   # x*2/pi rounds by < 2^-21 there, so |r| stays in the fitted range
 
 
 def arity(name: str) -> int:
-    """How many arguments ``name`` takes (2 for pow, else 1)."""
+    """How many arguments ``name`` takes (2 for pow and atan2, else 1)."""
     _check_name(name)
     return _ARITY.get(name, 1)
 
@@ -179,6 +183,11 @@ TANH_F64 = _hx("""
     0x1.664f48770be76p-6 -0x1.226e32eebbb26p-7 0x1.d6d338edc6017p-9
     -0x1.7d97cb7a94b76p-10 0x1.34c57de48a611p-11 -0x1.ec0e9550d42c9p-13
     0x1.64f707d11ba4fp-14 -0x1.59962093e21d1p-16""")  # rel 2^-57.0
+# (atan r - r) / r^3 in z = r^2 on [0, 0.17158] (|r| <= tan(pi/8) = 0.41421, plus 1e-6).
+ATAN_F32 = _hx("""
+    -0x1.5555555502186p-2 0x1.9999982594c54p-3 -0x1.2491c08b053bap-3
+    0x1.c6f6872eedce2p-4 -0x1.71d3c09a8068fp-4 0x1.24434c19c0a31p-4
+    -0x1.4b3887bc46e6dp-5""")  # rel 2^-38.3
 # erf(x)/x - 1 in z = x^2 on [0, 0.7120] (|x| <= 0.84375).
 ERF_SMALL_F32 = _hx("""
     0x1.06eba82137a74p-3 -0x1.812746a87799dp-2 0x1.ce2f1e0b48cfcp-4
@@ -272,6 +281,8 @@ LOG2E_HI, LOG2E_LO = _split(1 / _LN2, 2)
 PIO2_1, PIO2_2, PIO2_3 = _split(_PI / 2, 3)
 TWO_OVER_PI = float(2 / _PI)
 PIO2_F64 = float(_PI / 2)
+PI_F64, PIO4_F64 = float(_PI), float(_PI / 4)
+TAN_PI_8 = 0.41421356237309503                  # tan(pi/8) = sqrt(2) - 1, rounded: where atan reduces
 SQRT_HALF_BITS = 0x3FE6A09E667F3BCD             # the double nearest sqrt(1/2)
 SHIFT = float.fromhex("0x1.8p52")                                # x + SHIFT - SHIFT rounds x to an integer
 
@@ -831,6 +842,48 @@ def _erf(m: _M, x, t):
     return m.nan_in(x, res)
 
 
+# atan and atan2 ----------------------------------------------------------------------
+
+
+def _atan_unit(m: _M, q):
+    """atan(q) for q in [0, 1] (double, to about 2^-38 relative): above tan(pi/8),
+    atan q = pi/4 + atan r with r = (q - 1) / (q + 1), so |r| <= tan(pi/8)."""
+    far = m.gt(q, TAN_PI_8)
+    r = m.sel(far, m.div(m.sub(q, 1.0), m.add(q, 1.0)), q)
+    z = m.mul(r, r)
+    a = m.mad(m.mul(r, z), m.poly(z, ATAN_F32), r)
+    return m.sel(far, m.add(a, PIO4_F64), a)
+
+
+def _atan(m: _M, x, t):
+    if t == 64:
+        return m.per_lane_call("atan", [x])
+    a = m.fabs(x)
+    big = m.gt(a, 1.0)                               # atan a = pi/2 - atan(1/a); inf gives pi/2
+    v = _atan_unit(m, m.sel(big, m.div(1.0, a), a))
+    v = m.sel(big, m.sub(PIO2_F64, v), v)
+    return m.nan_in(x, m.copysign(v, x))             # atan(-0) = -0
+
+
+def _atan2(m: _M, y, x, t):
+    """atan2(y, x), C99's special cases: the smaller magnitude over the larger (0 where both
+    are 0, 1 where both are infinite), reflected by the octant; the sign of x's zero picks
+    +-0 or +-pi, y's sign the result's."""
+    if t == 64:
+        return m.per_lane_call("atan2", [y, x])
+    ay, ax = m.fabs(y), m.fabs(x)
+    steep = m.gt(ay, ax)
+    num, den = m.sel(steep, ax, ay), m.sel(steep, ay, ax)
+    q = m.div(num, den)
+    q = m.sel(m.eq(den, 0.0), 0.0, q)
+    q = m.sel(m.and_(m.isinf(ax), m.isinf(ay)), 1.0, q)
+    v = _atan_unit(m, q)
+    v = m.sel(steep, m.sub(PIO2_F64, v), v)
+    v = m.sel(m.signbit(x), m.sub(PI_F64, v), v)
+    res = m.copysign(v, y)
+    return m.sel(m.or_(m.isnan(x), m.isnan(y)), m.add(y, x), res)
+
+
 # pow and rsqrt -----------------------------------------------------------------------
 
 
@@ -868,7 +921,7 @@ def _rsqrt(m: _M, x, t):
 _IMPL = {
     "exp": _exp, "exp2": _exp2, "expm1": _expm1, "log": _log, "log2": _log2, "log1p": _log1p,
     "erf": _erf, "tanh": _tanh, "sigmoid": _sigmoid, "sin": _sin, "cos": _cos, "pow": _pow,
-    "rsqrt": _rsqrt,
+    "rsqrt": _rsqrt, "atan": _atan, "atan2": _atan2,
 }
 
 
@@ -908,7 +961,7 @@ def emit(builder: ir.IRBuilder, name: str, args) -> ir.Value:
     """Emit ``name(*args)`` at ``builder``'s position; returns a value of the arguments' type.
 
     ``args``: a list of ``ir.Value`` of one type, ``float``, ``double``, ``<N x float>``
-    or ``<N x double>`` (two for ``pow``, one otherwise)."""
+    or ``<N x double>`` (two for ``pow`` and ``atan2``, one otherwise)."""
     _check_name(name)
     args = list(args)
     want = _ARITY.get(name, 1)

@@ -176,6 +176,7 @@ _UFUNCS = {
     "floor_divide": "floor_div", "remainder": "mod", "power": "pow", "negative": "neg", "positive": None,
     "absolute": "abs", "fabs": "abs", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log",
     "log2": "log2", "log1p": "log1p", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin", "cos": "cos",
+    "arctan": "atan", "arctan2": "atan2",
     "floor": "floor", "ceil": "ceil", "rint": "round", "trunc": "trunc", "isnan": "isnan", "isinf": "isinf",
     "maximum": "max", "minimum": "min", "copysign": "copysign", "less": "lt", "less_equal": "le",
     "greater": "gt", "greater_equal": "ge", "equal": "eq", "not_equal": "ne", "logical_and": "logical_and",

@@ -291,6 +291,9 @@ OPS: dict[str, OpDef] = {
         _math("sigmoid", "1 / (1 + exp(-x))"),
         _math("sin", "sine (radians)"),
         _math("cos", "cosine (radians)"),
+        _math("atan", "arctangent (radians, in [-pi/2, pi/2])"),
+        _math("atan2", "atan2(y, x): the angle of the point (x, y), in [-pi, pi], with C's special cases "
+                       "(NumPy's arctan2)", arity=2),
         _math("floor", "round toward -inf"),
         _math("ceil", "round toward +inf"),
         _math("round", "round to nearest, ties to even (as Python's round and NumPy's rint)"),
