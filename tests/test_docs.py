@@ -109,7 +109,7 @@ def test_the_planted_bug_sample_catches_its_bug_at_every_vector_width(width):
     vector width, in a fresh process with the user's environment (no memory checks)."""
     env = {k: v for k, v in os.environ.items() if k != "ACCY_CHECK_MEMORY"} | {"ACCY_VECTOR_WIDTH": width}
     check = ("import sys, test_docs\n"
-             "from accy.backends.spmd import host_vector_width\n"
+             "from accy.backends.chunking import host_vector_width\n"
              f"assert host_vector_width() == {width}\n"
              "test_docs.run_sample(sys.stdin.read())\n")
     done = subprocess.run([sys.executable, "-c", check], input=_planted_bug_sample(), text=True, env=env,

@@ -53,7 +53,7 @@ def _arch(instance, attribute, value) -> None:
 @attrs.frozen(kw_only=True)
 class HostTarget(Target):
     """This CPU: a launch's threads run as the lanes of vectors, ``vector_width`` at a
-    time (0: the CPU's widest, see :func:`accy.backends.spmd.host_vector_width`)."""
+    time (0: the CPU's widest, see :func:`accy.backends.chunking.host_vector_width`)."""
 
     name: ClassVar[str] = "host"
     vector_width: int = attrs.field(default=0, validator=_vector_width)
