@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from accy import axis, dynamic_buffer, kernel
-from accy.dsl.types import DTYPES, bf16, f16, f32, f64, i32, index, u32
+from accy.dsl.types import DTYPES, f16, f32, f64, i32, i64, index, u32
 from accy.errors import RaceError, TraceError
 
 NUMBERS = [t for t in DTYPES.values() if not t.is_bool]  # what block_reduce takes
@@ -51,9 +51,9 @@ def _block_kernel(t_in, outs, shape, each):
     return block_kernel
 
 
-def _run(program, outs, x, backend):
+def _run(program, outs, x, backend, **options):
     buffers = {name: np.zeros(len(x), t.numpy) for name, t in outs.items()}
-    program.run([*buffers.values(), x], backend=backend)
+    program.run([*buffers.values(), x], backend=backend, **options)
     return {name: b.reshape(BLOCKS, -1) for name, b in buffers.items()}
 
 
@@ -139,7 +139,7 @@ def _scan_data(t, n, rng):
     return rng.integers(t.min, t.max, size, endpoint=True, dtype=np.int64 if t.is_signed else np.uint64).astype(t.numpy)
 
 
-def _check_scans(t, shape, backend, rng, scans=SCANS):
+def _check_scans(t, shape, backend, rng, scans=SCANS, **options):
     n = _threads(shape)
     outs = {f"{op}_{'in' if inc else 'ex'}": t for op, inc in scans}
 
@@ -148,7 +148,7 @@ def _check_scans(t, shape, backend, rng, scans=SCANS):
             store(f"{op}_{'in' if inc else 'ex'}", inner.block_scan(v, op, inclusive=inc))
 
     x = _scan_data(t, n, rng)
-    got = _run(_block_kernel(t, outs, shape, each), outs, x, backend)
+    got = _run(_block_kernel(t, outs, shape, each), outs, x, backend, **options)
     xs = x.reshape(BLOCKS, n)
     for op, inc in scans:
         name = f"{op}_{'in' if inc else 'ex'}"
@@ -219,7 +219,7 @@ def _arg_data(t, n, rng):
     return x.ravel().astype(t.numpy)
 
 
-def _check_args(t, shape, backend, rng):
+def _check_args(t, shape, backend, rng, **options):
     n = _threads(shape)
     outs = {"vmax": t, "imax": index, "vmin": t, "imin": index}
 
@@ -230,7 +230,7 @@ def _check_args(t, shape, backend, rng):
             store(f"i{which}", where)
 
     x = _arg_data(t, n, rng)
-    got = _run(_block_kernel(t, outs, shape, each), outs, x, backend)
+    got = _run(_block_kernel(t, outs, shape, each), outs, x, backend, **options)
     xs = x.reshape(BLOCKS, n)
     wide = xs.astype(np.float64) if t.is_float else xs
     for which, fn in (("max", np.argmax), ("min", np.argmin)):
@@ -251,6 +251,14 @@ def test_block_argmax_argmin_every_type(t, shape, backend, rng):
 @pytest.mark.parametrize("shape", ["1", "5", "32", "96", "8x4x8"])
 def test_block_argmax_argmin_every_shape(t, shape, backend, rng):
     _check_args(t, SHAPES[shape], backend, rng)
+
+
+@pytest.mark.parametrize("t", [f16, i64], ids=str)
+@pytest.mark.parametrize("shape", ["16x4", "8x5"])
+def test_on_ptx_for_sm_90(t, shape, rng):
+    """The PTX for sm_90 too (the suite assembles every module the emulator runs with ptxas)."""
+    _check_scans(t, SHAPES[shape], "ptx", rng, arch="sm_90")
+    _check_args(t, SHAPES[shape], "ptx", rng, arch="sm_90")
 
 
 # -- votes ----------------------------------------------------------------------------------------
@@ -396,6 +404,44 @@ def test_outside_a_block_launch_is_refused():
 
     with pytest.raises(TraceError, match=r"block_scan: only inside a for_each_block body"):
         plain.traced_graph
+
+
+def test_scratch_names_never_take_the_kernels_own():
+    """The scratch arrays are named stem<k> with the first k that is free, so a kernel's own
+    array named like one (declared first) keeps its name and the scratch gets another."""
+    @kernel(dst=dynamic_buffer(i32), x=dynamic_buffer(i32))
+    def named(k, a):
+        @k.for_each_block(grid=axis("b", 1), threads=axis("t", 40))
+        def body(inner, block, thread):
+            mine = [inner.shared(i32, 1, name) for name in ("scan3", "arg4", "shared6")]
+            t = thread["t"]
+            s = inner.block_scan(a.x[t])
+            value, where = inner.block_argmax(a.x[t])
+            inner.if_(t == 0, lambda inner: mine[0].__setitem__(0, value))
+            inner.barrier()
+            a.dst[t] = s + mine[0][0] + inner.cast(where, i32) + inner.block_scan(a.x[t], "max")
+
+    graph = named.traced_graph
+    names = [op.attrs["name"] for op in graph.body.walk() if op.opcode == "shared"]
+    assert len(names) == len(set(names)) and {"scan3", "arg4", "shared6"} <= set(names)
+    x = np.arange(40, dtype=np.int32) % 9
+    dst = np.zeros(40, np.int32)
+    named.run([dst, x], backend="numpy")
+    np.testing.assert_array_equal(dst, np.cumsum(x) + 8 + 8 + np.maximum.accumulate(x))
+
+
+def test_a_kernels_array_named_like_a_scratch_traced_before_it_is_refused_clearly():
+    @kernel(dst=dynamic_buffer(i32))
+    def late(k, a):
+        @k.for_each_block(grid=axis("b", 1), threads=axis("t", 40))
+        def body(inner, block, thread):
+            s = inner.block_scan(thread["t"])
+            inner.shared(i32, 1, "scan0")
+            a.dst[thread["t"]] = inner.cast(s, i32)
+
+    with pytest.raises(TraceError, match=r"shared: name must be a new identifier, got 'scan0': this block already "
+                                         r"has a shared array of that name .*block_scan"):
+        late.traced_graph
 
 
 def test_shared_scratch_counts_against_the_limit():

@@ -1028,7 +1028,8 @@ class Builder:
                          "branch (allocate it before the loop and use it inside)")
         return self._declare_shared(info, dtype, count, name)
 
-    def _declare_shared(self, info: _LaunchInfo, dtype, count, name, *, first: bool = False) -> SharedArray:
+    def _declare_shared(self, info: _LaunchInfo, dtype, count, name, *, first: bool = False,
+                        stem: str = "shared") -> SharedArray:
         try:
             dtype = as_dtype(dtype)
         except TypeError as e:
@@ -1036,10 +1037,17 @@ class Builder:
         if isinstance(count, (bool, np.bool_)) or not isinstance(count, numbers.Integral) or count < 1:
             raise _error(f"shared: count must be a positive Python int (the size is fixed when the kernel is traced), "
                          f"got {count!r}")
-        if name is None:
-            name = f"shared{len(info.shared_names)}"
-        if not isinstance(name, str) or not name.isidentifier() or name in info.shared_names:
+        if name is None:  # the first free stem<k>: a name the kernel chose may look like one
+            k = len(info.shared_names)
+            while f"{stem}{k}" in info.shared_names:
+                k += 1
+            name = f"{stem}{k}"
+        if not isinstance(name, str) or not name.isidentifier():
             raise _error(f"shared: name must be a new identifier, got {name!r}")
+        if name in info.shared_names:
+            raise _error(f"shared: name must be a new identifier, got {name!r}: this block already has a shared "
+                         "array of that name (yours, or the scratch of a block_reduce, block_scan or block_arg* "
+                         "traced before this line)")
         info.shared_names.add(name)
         op = self._record("shared", (), {"name": name, "dtype": dtype, "count": int(count)})
         if first:  # scratch the builder needs: declared before everything else in the block body
@@ -1163,7 +1171,7 @@ class Builder:
         warps = info.threads // WARP
         if warps == 1:
             return partial
-        scratch = info.body._declare_shared(info, partial.type, warps, f"reduce{len(info.shared_names)}", first=True)
+        scratch = info.body._declare_shared(info, partial.type, warps, None, first=True, stem="reduce")
         warp = self.warp
         self.if_(self.eq(self.lane, 0), lambda inner: inner.store(scratch, partial, warp))
         self.barrier()
@@ -1226,8 +1234,7 @@ class Builder:
         """Shared arrays holding, at ``g``, ``values`` of the last thread of group ``g``."""
         info = lanes.info
         groups = -(-info.threads // WARP)
-        totals = [info.body._declare_shared(info, v.type, groups, f"{stem}{len(info.shared_names)}", first=True)
-                  for v in values]
+        totals = [info.body._declare_shared(info, v.type, groups, None, first=True, stem=stem) for v in values]
         last = self.logical_or(self.eq(lanes.lane, WARP - 1), self.eq(lanes.linear, info.threads - 1))
         group = self.floor_div(lanes.linear, WARP)
 
@@ -1375,8 +1382,7 @@ class _Neighbours:
             return tuple(b.shuffle_up(v, d) for v in values)
         if not self.sets:
             info = self.info
-            self.sets = [[info.body._declare_shared(info, v.type, info.threads,
-                                                    f"{self.stem}{len(info.shared_names)}", first=True)
+            self.sets = [[info.body._declare_shared(info, v.type, info.threads, None, first=True, stem=self.stem)
                           for v in values] for _ in range(2)]
         arrays = self.sets[self.rounds % 2]
         self.rounds += 1
