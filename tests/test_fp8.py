@@ -177,8 +177,8 @@ def test_f64_rounds_to_fp8_once():
     x = _f64_sweep()
     for dst in FP8:
         with np.errstate(all="ignore"):
-            twice = x.astype(np.float32).astype(dst.numpy)
-        assert (_bits(x.astype(dst.numpy)) != _bits(twice)).sum() > 100
+            once, twice = x.astype(dst.numpy), x.astype(np.float32).astype(dst.numpy)
+        assert (_bits(once) != _bits(twice)).sum() > 100
 
 
 # -- saturate=True ---------------------------------------------------------------------------------
@@ -292,3 +292,41 @@ def test_constant_that_overflows_fp8_is_an_error():
         elementwise("big", lambda inner, a: a * 500.0, 4, dtypes=(f8e4m3,), out=f8e4m3).graph
     assert "const 448.0 : f8e4m3" in str(elementwise("ok", lambda inner, a: a * 460.0, 4, dtypes=(f8e4m3,),
                                                       out=f8e4m3).graph)
+
+
+@pytest.mark.parametrize("t", FP8, ids=str)
+def test_shared_memory_shuffles_and_block_reductions_of_fp8(t):
+    """fp8 through shared memory, a shuffle, block_reduce and block_scan: every backend gives
+    the interpreter's bits (and the permutations are the inputs' own bits)."""
+    threads, blocks = 64, 4
+    outputs = ("mirror", "swap", "top", "scan")
+
+    @accy.kernel(**{name: dynamic_buffer(t) for name in outputs}, x=dynamic_buffer(t))
+    def block_ops(k, a):
+        @k.for_each_block(grid=axis("b", blocks), threads=axis("t", threads))
+        def body(inner, block, thread):
+            s = inner.shared(t, threads, "s")
+            i, j = block["b"] * threads + thread["t"], thread["t"]
+            v = a.x[i]
+            s[j] = v
+            inner.barrier()
+            a.mirror[i] = s[threads - 1 - j]
+            a.swap[i] = inner.shuffle_xor(v, 1)
+            a.top[i] = inner.block_reduce(v, "max")
+            a.scan[i] = inner.block_scan(v * 0.25, "sum")
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, threads * blocks).astype(np.uint8).view(t.numpy)
+    runs = {}
+    for backend, options in (("numpy", {}), ("llvm", {}), ("ptx", {"arch": "sm_80"}), ("ptx", {"arch": "sm_90"})):
+        outs = {name: np.zeros(x.size, t.numpy) for name in outputs}
+        block_ops.run([*outs.values(), x], backend=backend, **options)
+        runs[f"{backend}{options}"] = outs
+    reference = runs["numpy{}"]
+    tiles = _bits(x).reshape(blocks, threads)
+    np.testing.assert_array_equal(_bits(reference["mirror"]).reshape(blocks, threads), tiles[:, ::-1])
+    np.testing.assert_array_equal(_bits(reference["swap"]).reshape(blocks, threads), tiles.reshape(-1, 2)[:, ::-1]
+                                  .reshape(blocks, threads))
+    for name, outs in runs.items():
+        for out in outputs:
+            _assert_same_bits(outs[out], reference[out], x, f"{out} on {name}", any_nan=out in ("top", "scan"))

@@ -511,9 +511,7 @@ class Lowering:
         b = self.b
         bits = shaped(out, ir.IntType(dst.bits))
         quiet = dst.format.nan_code
-        negative = quiet | 1 << (dst.bits - 1)
-        nan = b.select(self.sign(wide), constant(bits, negative - (1 << dst.bits if dst.bits == 64 else 0)),
-                       constant(bits, quiet))
+        nan = b.select(self.sign(wide), constant(bits, quiet | 1 << (dst.bits - 1)), constant(bits, quiet))
         return b.select(b.fcmp_unordered("uno", wide, wide), b.bitcast(nan, out.type), out)
 
     def _signed_code(self, code: ir.Value, a: ir.Value, dst: DType) -> ir.Value:
