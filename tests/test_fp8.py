@@ -330,3 +330,24 @@ def test_shared_memory_shuffles_and_block_reductions_of_fp8(t):
     for name, outs in runs.items():
         for out in outputs:
             _assert_same_bits(outs[out], reference[out], x, f"{out} on {name}", any_nan=out in ("top", "scan"))
+
+
+def test_a_scalar_argument_that_overflows_f8e4m3_is_an_error():
+    """E4M3FN rounds an overflow to NaN, not to an infinity: a finite scalar past 448 (after
+    rounding) is an error, as for every float type, not a silent NaN; an infinity stays legal
+    (it is NaN there, as an infinite constant is)."""
+    from accy.errors import ArgumentError
+
+    def body(k, args):
+        k.for_each_1d(axis("i", args.out.size), lambda inner, idx: args.out.__setitem__(idx["i"], args.s))
+
+    program = Program("fill", {"out": dynamic_buffer(f8e4m3), "s": scalar(f8e4m3)}, body)
+    out = np.zeros(4, f8e4m3.numpy)
+    for bad in (1000.0, -465.0, 10**40):
+        with pytest.raises(ArgumentError, match="overflows f8e4m3"):
+            program.run([out, bad])
+    assert not out.any()  # untouched
+    program.run([out, 464.0])
+    assert out.astype(np.float32).tolist() == [448.0] * 4
+    program.run([out, math.inf])
+    assert np.isnan(out.astype(np.float32)).all()

@@ -187,7 +187,7 @@ def scalar_value(name: str, dtype: DType, value):
     try:
         with np.errstate(all="ignore"):
             rounded = np.asarray(value).astype(dtype.numpy)[()]
-        overflows = np.isinf(rounded) and np.isfinite(float(value))
+        overflows = not np.isfinite(rounded) and np.isfinite(float(value))  # f8e4m3 overflows to NaN
     except OverflowError:  # a Python int past any float
         rounded, overflows = None, True
     if overflows:
