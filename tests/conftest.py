@@ -38,6 +38,30 @@ def pytest_addoption(parser):
     add_fuzz_option(parser)  # --fuzz-long: many more fuzzer examples
 
 
+# -- the quick subset: pytest -m "not fuzz" ----------------------------------------------------
+# The fuzzers carry the fuzz marker themselves (tests/test_fuzz*.py).  The sweeps below run
+# every dtype on every backend, and on a compiled backend each case is a kernel of its own
+# (LLVM's O3 each time: most of their time), so the quick subset runs them for QUICK_DTYPES
+# there and for every dtype on numpy; the full suite runs every case.
+EVERY_DTYPE_SWEEPS = {  # (file, test function) -> the parameters that name its dtypes
+    ("test_dtypes.py", "test_op_matches_python_reference_bit_for_bit"): ("t",),
+    ("test_dtypes.py", "test_cast_matches_python_reference"): ("src", "dst"),
+    ("test_votes_scans.py", "test_block_scan_every_type"): ("t",),
+    ("test_votes_scans.py", "test_block_argmax_argmin_every_type"): ("t",),
+}
+QUICK_DTYPES = frozenset({"f32", "f16", "i8", "u64", "bool"})  # narrow and wide, float and integer
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        dtype_params = EVERY_DTYPE_SWEEPS.get((item.path.name, getattr(item, "originalname", None)))
+        params = item.callspec.params if dtype_params and hasattr(item, "callspec") else {}
+        if params.get("backend", "numpy") != "numpy" and any(
+                str(params[name]) not in QUICK_DTYPES for name in dtype_params):
+            item.add_marker(pytest.mark.fuzz)
+
+
 @pytest.fixture(params=CPU_BACKENDS + [CUDA_PARAM])
 def backend(request):
     return request.param

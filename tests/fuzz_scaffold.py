@@ -137,6 +137,7 @@ def backend_runs(program, args, *, arch: str, checks_off: bool = True) -> dict[s
 
 
 def failures(runs: dict[str, Outcome]) -> dict[str, str]:
+    """The runs that raised, by name, with what they raised."""
     return {name: r.describe() for name, r in runs.items() if r.error is not None}
 
 
