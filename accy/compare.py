@@ -17,12 +17,13 @@ import attrs
 import numpy as np
 
 from .backends import BACKENDS, toolchain
+from .dsl.ops import OPS
 from .errors import AccyError, ArgumentError, BackendUnavailableError, CompileError
 
 FIRST = 5  # disagreeing elements listed per output and pair
-# computed to within documented ulps, not bit for bit, so backends may differ in the last bits
-MATH_FUNCTIONS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "rsqrt", "erf", "tanh", "sigmoid",
-                            "sin", "cos", "pow", "atan", "atan2"})
+# computed to within documented ulps, not bit for bit, so backends may differ in the last bits:
+# the op table's inexact ops
+MATH_FUNCTIONS = frozenset(name for name, d in OPS.items() if d.inexact)
 
 
 @attrs.frozen
@@ -166,5 +167,5 @@ def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1
         _compare_arrays(out, results[a][out], results[b][out], (a, b), rtol, atol, shapes.get(out))
         for out in outputs for a, b in itertools.combinations(results, 2)
     )
-    inexact = tuple(sorted({op.opcode for op in program.graph.body.walk() if op.opcode in MATH_FUNCTIONS}))
+    inexact = tuple(sorted({op.opcode for op in program.graph.body.walk() if op.opdef.inexact}))
     return CompareReport(program.name, tuple(results), skipped, failed, pairs, rtol, atol, inexact)

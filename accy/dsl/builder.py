@@ -26,7 +26,9 @@ from ..errors import TraceError, UnknownOpError
 from . import context
 from .analysis import uniformity
 from .ir import Axis, Block, Op, Param, Value
-from .ops import OPS, REDUCTIONS, OpTypeError, infer
+from .ops import (OPS, REDUCTIONS, AtomicAttrs, CastAttrs, ConstAttrs, FoldAttrs, ForEachAttrs, ForEachBlockAttrs,
+                  IfAttrs, LoadAttrs, NoAttrs, OpTypeError, SharedAttrs, ShuffleAttrs, SizeAttrs,
+                  StoreAttrs, infer)
 from .types import INDEX_MAX, DType, as_dtype, boolean, f32, from_numpy, index, u32
 
 _NO_CTX = object()
@@ -462,7 +464,7 @@ class Builder:
                 "record ops with the builder passed to the current body"
             )
         operands = [self._check_visible(opcode, v) for v in operands]
-        attrs = attrs or {}
+        attrs = NoAttrs() if attrs is None else attrs  # else an instance of OPS[opcode].schema
         try:
             result_types = infer(opcode, (v.type for v in operands), attrs)
         except OpTypeError as e:
@@ -506,7 +508,7 @@ class Builder:
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
                 raise _error(f"{what}: expected a Python number, got {value!r}")
             value = self._rounded_float(value, dtype)
-        return self._traced(self._record("const", (), {"value": value, "dtype": dtype}))
+        return self._traced(self._record("const", (), ConstAttrs(dtype=dtype, value=value)))
 
     @staticmethod
     def _rounded_float(value, dtype: DType) -> float:
@@ -623,7 +625,7 @@ class Builder:
             raise _error(f"cast: {e}") from None
         if not isinstance(saturate, (bool, np.bool_)):
             raise _error(f"cast: saturate must be True or False, got {saturate!r}")
-        result = self._traced(self._record("cast", (value,), {"dtype": dtype}))
+        result = self._traced(self._record("cast", (value,), CastAttrs(dtype=dtype)))
         if not saturate:
             return result
         if not dtype.is_float:
@@ -665,7 +667,7 @@ class Builder:
         """The element count of ``buffer`` (an ``index``), e.g. for a launch extent."""
         if not isinstance(buffer, BufferHandle):
             raise _error(f"size: expected a kernel buffer parameter, got {buffer!r}")
-        return self._traced(self._record("size", (), {"buffer": buffer.name}))
+        return self._traced(self._record("size", (), SizeAttrs(buffer=buffer.name)))
 
     def _index(self, opcode: str, idx) -> Value:
         if isinstance(idx, tuple):
@@ -674,7 +676,7 @@ class Builder:
 
     def load(self, buffer: BufferHandle, idx) -> Traced:
         buffer = self._buffer("load", buffer)
-        attrs_ = {"buffer": buffer.name, "space": buffer.space, "dtype": buffer.dtype}
+        attrs_ = LoadAttrs(buffer=buffer.name, dtype=buffer.dtype, space=buffer.space)
         return self._traced(self._record("load", (self._index("load", idx),), attrs_))
 
     def store(self, buffer: BufferHandle, value, idx) -> None:
@@ -691,7 +693,7 @@ class Builder:
             raise _error(f"store to '{buffer.name}': {float(value)!r} is a float but the buffer holds "
                          f"{buffer.dtype}; convert it: cast(value, {buffer.dtype})")
         value = self._lift(value, buffer.dtype, "store")
-        self._record("store", (idx, value), {"buffer": buffer.name, "space": buffer.space, "dtype": buffer.dtype})
+        self._record("store", (idx, value), StoreAttrs(buffer=buffer.name, dtype=buffer.dtype, space=buffer.space))
 
     # -- regions -------------------------------------------------------------------
     def _run_body(self, block: Block, body: Callable, args: tuple, *, launch: "_LaunchInfo | None" = None,
@@ -780,13 +782,13 @@ class Builder:
             for arg, value in zip(block.args[1:], results):
                 info.sources[arg] += (value,)
         self._yield(inner, results)
-        op = self._record("fold", (*bounds, *inits), {"step": step}, regions=(block,))
+        op = self._record("fold", (*bounds, *inits), FoldAttrs(step=step), regions=(block,))
         results = tuple(Traced(r) for r in op.results)
         return results if multiple else results[0]
 
     def _static_step(self, step) -> int:
         if isinstance(step, Traced) and step.value.op is not None and step.value.op.opcode == "const":
-            step = step.value.op.attrs["value"]
+            step = step.value.op.attrs.value
         if isinstance(step, (bool, np.bool_)) or not isinstance(step, numbers.Integral):
             raise _error(f"fold_range: step must be a non-zero Python int, got {step!r}")
         step = int(step)
@@ -858,7 +860,7 @@ class Builder:
             results = self._branch_results(then_inner, then_result, else_inner, else_result)
             regions.append(else_block)
         types = tuple(v.type for v in results[0]) if results else ()
-        op = self._record("if", (cond,), {"results": types}, regions=regions)
+        op = self._record("if", (cond,), IfAttrs(results=types), regions=regions)
         out = tuple(Traced(r) for r in op.results)
         if not out:
             return None
@@ -929,7 +931,7 @@ class Builder:
                               for a, v in zip(axes, block.args)])
         args = (launch,) if ctx is _NO_CTX else (launch, ctx)
         self._run_body(block, body, args, launch=_LaunchInfo(False, tuple(block.args), ()))
-        self._record("for_each", extents, {"axes": tuple(names)}, regions=(block,))
+        self._record("for_each", extents, ForEachAttrs(axes=tuple(names)), regions=(block,))
         return None
 
     def for_each_1d(self, x, ctx: Any = _NO_CTX, body=None):
@@ -993,7 +995,8 @@ class Builder:
         thread_index = LaunchIndex([AxisIndex(a.name, a.extent, Traced(v)) for a, v in zip(thread_axes, thread_args)])
         info = _LaunchInfo(True, tuple(thread_args), tuple(a.extent for a in thread_axes))
         self._run_body(block, body, (block_index, thread_index), launch=info)
-        attrs_ = {"axes": tuple(a.name for a in grid_axes), "threads": tuple((a.name, a.extent) for a in thread_axes)}
+        attrs_ = ForEachBlockAttrs(axes=tuple(a.name for a in grid_axes),
+                                   threads=tuple((a.name, a.extent) for a in thread_axes))
         self._record("for_each_block", extents, attrs_, regions=(block,))
         return None
 
@@ -1049,7 +1052,7 @@ class Builder:
                          "array of that name (yours, or the scratch of a block_reduce, block_scan or block_arg* "
                          "traced before this line)")
         info.shared_names.add(name)
-        op = self._record("shared", (), {"name": name, "dtype": dtype, "count": int(count)})
+        op = self._record("shared", (), SharedAttrs(name=name, dtype=dtype, count=int(count)))
         if first:  # scratch the builder needs: declared before everything else in the block body
             self.block.ops.remove(op)
             self.block.ops.insert(0, op)
@@ -1071,7 +1074,7 @@ class Builder:
             raise _error(f"atomic_{kind} on '{target.name}' outside the launch; call it inside a launch body")
         operands = [self._index(f"atomic_{kind}", idx)]
         operands += [self._lift(v, target.dtype, f"atomic_{kind}") for v in values]
-        attrs_ = {"op": kind, "buffer": target.name, "space": target.space, "dtype": target.dtype}
+        attrs_ = AtomicAttrs(op=kind, buffer=target.name, dtype=target.dtype, space=target.space)
         return self._traced(self._record("atomic", operands, attrs_))
 
     def atomic_add(self, target, idx, value) -> Traced:
@@ -1128,7 +1131,7 @@ class Builder:
         info = self._warps(what)
         self._check_uniform(what, info)
         value = self._lift(value, None, what)
-        return self._traced(self._record("shuffle", (value, self._lift(lane, index, what)), {"mode": mode}))
+        return self._traced(self._record("shuffle", (value, self._lift(lane, index, what)), ShuffleAttrs(mode=mode)))
 
     def shuffle(self, value, src_lane) -> Traced:
         """``value`` as lane ``src_lane`` (taken modulo 32) of this warp holds it."""
@@ -1428,7 +1431,7 @@ def _check_extent_source(name: str, value: Value) -> None:
         if op is None:
             continue  # a scalar parameter
         if op.opcode == "load":
-            raise _error(f"axis '{name}': its extent depends on a load from '{op.attrs['buffer']}'; extents are "
+            raise _error(f"axis '{name}': its extent depends on a load from '{op.attrs.buffer}'; extents are "
                          "computed from constants, scalar parameters and buffer sizes")
         if op.opcode not in _EXTENT_SOURCES and not OPS[op.opcode].pointwise and op.opcode != "cast":
             raise _error(f"axis '{name}': its extent depends on a {op.opcode}; extents are computed from "

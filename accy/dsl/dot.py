@@ -38,10 +38,9 @@ def graph_to_dot(graph: Graph) -> str:
             for v in op.operands:
                 if v in producer:
                     out.append(f"{indent}{producer[v]} -> {node};")
-            buffer = op.attrs.get("buffer")
-            if buffer is not None:  # memory edges, dashed: param -> load, store -> param
-                param = _quote(f"param_{buffer}")
-                edge = f"{param} -> {node}" if op.opcode == "load" else f"{node} -> {param}"
+            if op.opdef.names_buffer:  # memory edges, dashed: param -> load, store -> param
+                param = _quote(f"param_{op.attrs.buffer}")
+                edge = f"{node} -> {param}" if op.opdef.writes else f"{param} -> {node}"
                 out.append(f"{indent}{edge} [style=dashed];")
 
     block(graph.body, "  ")

@@ -7,8 +7,9 @@ induction variable and loop-carried accumulators, a launch's thread indices,
 the kernel's scalar parameters).  A loop or branch region ends with a
 ``yield`` op naming what it hands back.
 
-This module knows nothing of tracing or of the op table: it is plain data,
-printed by :func:`print_graph` (``Graph.text()``) in a form that
+This module knows nothing of tracing: it is plain data, each op's attributes an
+instance of its op table entry's schema (:mod:`accy.dsl.ops`), printed by
+:func:`print_graph` (``Graph.text()``) from each op's text template in a form that
 :func:`accy.dsl.parse` reads back.
 """
 
@@ -20,6 +21,7 @@ from typing import Iterator
 
 import attrs
 
+from .ops import OPS, OpAttrs, OpDef, Space
 from .types import DType
 
 
@@ -109,7 +111,7 @@ class Op:
     def __init__(self, opcode, operands, attrs, result_types, regions, location, block):
         self.opcode: str = opcode
         self.operands: tuple[Value, ...] = tuple(operands)
-        self.attrs: dict = dict(attrs)
+        self.attrs: OpAttrs = attrs  # an instance of the op's schema (OPS[opcode].schema)
         self.block: Block = block
         self.results: tuple[Value, ...] = tuple(Value(t, self, block) for t in result_types)
         self.regions: tuple[Block, ...] = tuple(regions)
@@ -121,6 +123,11 @@ class Op:
     def result(self) -> Value:
         (value,) = self.results
         return value
+
+    @property
+    def opdef(self) -> OpDef:
+        """The op's table entry: its schema, text form and traits."""
+        return OPS[self.opcode]
 
     def walk(self) -> Iterator["Op"]:
         """This op and every op in its regions, in program order."""
@@ -144,7 +151,8 @@ class Block:
 
     @property
     def terminator(self) -> Op | None:
-        return self.ops[-1] if self.ops and self.ops[-1].opcode == "yield" else None
+        last = self.ops[-1] if self.ops else None
+        return last if last is not None and last.opcode in OPS and last.opdef.terminator else None
 
     def walk(self) -> Iterator[Op]:
         """Every op in this block and its nested regions, in program order."""
@@ -152,8 +160,9 @@ class Block:
             yield from op.walk()
 
 
-LAUNCH_OPS = ("for_each", "for_each_block")
-MEMORY_OPS = ("load", "store", "atomic")  # ops that touch a buffer or a shared array
+# derived from the op table's traits, for readers that want names
+LAUNCH_OPS = tuple(name for name, d in OPS.items() if d.launch)
+MEMORY_OPS = tuple(name for name, d in OPS.items() if d.memory)  # ops that touch a buffer or a shared array
 
 
 class Graph:
@@ -203,7 +212,7 @@ class Graph:
     @property
     def launch_op(self) -> Op | None:
         for op in self.body.ops:
-            if op.opcode in LAUNCH_OPS:
+            if op.opdef.launch:
                 return op
         return None
 
@@ -214,31 +223,31 @@ class Graph:
         op = self.launch_op
         if op is None:
             return ()
-        return tuple(Axis(name, constant_of(v)) for name, v in zip(op.attrs["axes"], op.operands))
+        return tuple(Axis(name, constant_of(v)) for name, v in zip(op.attrs.axes, op.operands))
 
     @property
     def is_block_launch(self) -> bool:
         op = self.launch_op
-        return op is not None and op.opcode == "for_each_block"
+        return op is not None and op.opdef.thread_blocks
 
     @property
     def block_shape(self) -> tuple[int, ...]:
         """A block launch's threads per block along its thread axes, x first."""
-        return tuple(extent for _, extent in self.launch_op.attrs["threads"]) if self.is_block_launch else ()
+        return tuple(extent for _, extent in self.launch_op.attrs.threads) if self.is_block_launch else ()
 
     def lane_axes(self, extents) -> tuple[Axis, ...]:
         """The axes a linear thread number decodes into, fastest first, for ``extents`` of the
         launch: a block launch's thread axes, then its grid axes."""
         op = self.launch_op
-        grid = tuple(Axis(name, e) for name, e in zip(op.attrs["axes"], extents))
-        if op.opcode == "for_each_block":
-            return tuple(Axis(name, e) for name, e in op.attrs["threads"]) + grid
+        grid = tuple(Axis(name, e) for name, e in zip(op.attrs.axes, extents))
+        if op.opdef.thread_blocks:
+            return tuple(Axis(name, e) for name, e in op.attrs.threads) + grid
         return grid
 
     def shared_arrays(self) -> dict[str, Op]:
         """The shared arrays a block launch declares, by name."""
         return self._fact("shared", lambda: {
-            op.attrs["name"]: op for op in self.body.walk() if op.opcode == "shared"})
+            op.attrs.name: op for op in self.body.walk() if op.opdef.declares_shared})
 
     @property
     def static_extents(self) -> tuple[int, ...] | None:
@@ -246,17 +255,17 @@ class Graph:
         extents = tuple(a.extent for a in self.axes)
         return None if None in extents else extents
 
-    def _global(self, opcodes) -> frozenset[str]:
-        return frozenset(op.attrs["buffer"] for op in self.body.walk()
-                         if op.opcode in opcodes and op.attrs.get("space", "global") == "global")
+    def _global(self, trait: str) -> frozenset[str]:
+        return frozenset(op.attrs.buffer for op in self.body.walk()
+                         if getattr(op.opdef, trait) and op.attrs.space is Space.GLOBAL)
 
     def stored_buffers(self) -> frozenset[str]:
         """Buffers the kernel writes (stores, atomics): its outputs."""
-        return self._fact("stored", lambda: self._global(("store", "atomic")))
+        return self._fact("stored", lambda: self._global("writes"))
 
     def loaded_buffers(self) -> frozenset[str]:
         """Buffers the kernel reads (loads, atomics, which return the old value)."""
-        return self._fact("loaded", lambda: self._global(("load", "atomic")))
+        return self._fact("loaded", lambda: self._global("reads"))
 
     def text(self) -> str:
         return self._fact("text", lambda: print_graph(self))
@@ -268,19 +277,16 @@ class Graph:
 def constant_of(value: Value):
     """The Python value of a ``const`` op's result, else None."""
     op = value.op
-    return op.attrs["value"] if op is not None and op.opcode == "const" else None
+    return op.attrs.value if op is not None and op.opdef.constant else None
 
 
 # ----------------------------------------------------------------------------- text form
 
 
-def const_text(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value)
-
-
 class _Printer:
+    """Prints ops by their op table entries' text templates (``OpDef.text``); the parser reads
+    the same templates back."""
+
     def __init__(self, graph: Graph):
         self.names: dict[Value, str] = {v: f"%{p.name}" for p, v in zip(graph.scalars, graph.body.args)}
         self.count = 0
@@ -301,75 +307,23 @@ class _Printer:
             self.op(op, indent)
             self.lines[op] = self.out[first].strip()
 
-    def region(self, block: Block, indent: str) -> None:
-        self.block(block, indent + "  ")
-
     def op(self, op: Op, indent: str) -> None:
-        n, out = self, self.out
-        ops = ", ".join(n(v) for v in op.operands)
-        types = ", ".join(str(v.type) for v in op.results)
-        if op.opcode in LAUNCH_OPS:
-            block = op.regions[0]
-            args = ", ".join(f"{n.define(v)} = {name}<{n(e)}>"
-                             for v, name, e in zip(block.args, op.attrs["axes"], op.operands))
-            threads = ""
-            if op.opcode == "for_each_block":
-                rest = block.args[len(op.operands):]
-                threads = " threads (" + ", ".join(f"{n.define(v)} = {name}<{extent}>"
-                                                   for v, (name, extent) in zip(rest, op.attrs["threads"])) + ")"
-            out.append(f"{indent}{op.opcode} ({args}){threads} {{")
-            self.region(block, indent)
-            out.append(f"{indent}}}")
-        elif op.opcode == "fold":
-            start, stop, *inits = op.operands
-            block = op.regions[0]
-            lhs = "".join(f"{n.define(v)}, " for v in op.results)[:-2] + " = " if op.results else ""
-            out.append(f"{indent}{lhs}fold {n(start)} to {n(stop)} step {op.attrs['step']} "
-                       f"init({', '.join(n(v) for v in inits)}) -> ({types}) {{")
-            out.append(f"{indent}^({', '.join(f'{n.define(v)}: {v.type}' for v in block.args)}):")
-            self.region(block, indent)
-            out.append(f"{indent}}}")
-        elif op.opcode == "if":
-            lhs = f"{', '.join(n.define(v) for v in op.results)} = " if op.results else ""
-            arrow = f" -> ({types})" if op.results else ""
-            out.append(f"{indent}{lhs}if {ops}{arrow} {{")
-            self.region(op.regions[0], indent)
-            if len(op.regions) > 1:
-                out.append(f"{indent}}} else {{")
-                self.region(op.regions[1], indent)
-            out.append(f"{indent}}}")
-        elif op.opcode == "yield":
-            out.append(f"{indent}yield {ops}".rstrip())
-        elif op.opcode == "store":
-            idx, value = op.operands
-            out.append(f"{indent}store {_memory(op)}[{n(idx)}] = {n(value)} : {op.attrs['dtype']}")
-        elif op.opcode == "shared":
-            out.append(f"{indent}shared %{op.attrs['name']} : {op.attrs['dtype']}[{op.attrs['count']}]")
-        elif op.opcode == "barrier":
-            out.append(f"{indent}barrier")
-        else:
-            if op.opcode == "const":
-                rhs = f"const {const_text(op.attrs['value'])} :"
-            elif op.opcode == "load":
-                rhs = f"load {_memory(op)}[{ops}] :"
-            elif op.opcode == "atomic":
-                idx, *rest = op.operands
-                rhs = f"atomic {op.attrs['op']} {_memory(op)}[{n(idx)}], {', '.join(n(v) for v in rest)} :"
-            elif op.opcode == "shuffle":
-                rhs = f"shuffle {op.attrs['mode']} {ops} :"
-            elif op.opcode == "size":
-                rhs = f"size %{op.attrs['buffer']} :"
-            elif op.opcode == "cast":
-                rhs = f"cast {ops} : {op.operands[0].type} ->"
-            else:
-                rhs = f"{op.opcode} {ops} :"
-            out.append(f"{indent}{n.define(op.result)} = {rhs} {op.result.type}")
+        opdef = OPS.get(op.opcode)
+        text = opdef.text if opdef is not None else _UNKNOWN
+        # results are named first, then the region arguments the header defines, then the regions
+        lhs = ", ".join(self.define(v) for v in op.results) + " = " if op.results else ""
+        first, *more = text.show(op, self)
+        self.out.append(f"{indent}{lhs}{op.opcode}{first}")
+        self.out.extend(f"{indent}{line}" for line in more)
+        for k, region in enumerate(op.regions):
+            if k:
+                self.out.append(f"{indent}}} else {{")
+            self.block(region, indent + "  ")
+        if op.regions:
+            self.out.append(f"{indent}}}")
 
 
-def _memory(op: Op) -> str:
-    """A load's, store's or atomic's memory: ``%x`` (a buffer) or ``shared %tile``."""
-    space = op.attrs.get("space", "global")
-    return f"%{op.attrs['buffer']}" if space == "global" else f"{space} %{op.attrs['buffer']}"
+_UNKNOWN = OPS["add"].text  # an op not in the table (the verifier refuses it) prints as a pointwise one
 
 
 def print_graph(graph: Graph) -> str:

@@ -1,25 +1,242 @@
 """The op table: every op of the IR, defined once.
 
 An :class:`OpDef` holds everything that is a fact about the op itself: its
-operands and type rule, its algebraic traits (pure, commutative, whether it can
-fail at run time, identities for folding, the reduction it names) and how a
-kernel author spells it (builder and value methods, ``accy.math``).  The
-builder's and traced values' methods are generated from this table, and each
-backend keeps one table from op name to implementation; a test checks that
-every backend table covers exactly these ops.
+operands and type rule; its attribute schema, a small frozen attrs class whose
+validators refuse bad attributes (the op's verify hook, with ``OpDef.verify`` for
+what needs the operands too); its text form, a template from which the printer
+and the parser are both made (:mod:`accy.dsl.textformat`); its traits (pure,
+commutative, can fail, inexact, synchronising, memory, regions, identities for
+folding, the reduction it names); and how a kernel author spells it (builder and
+value methods, ``accy.math``).  Passes and analyses ask the traits, not op names.
+The builder's and traced values' methods are generated from this table, and each
+backend keeps one table from op name to implementation; a test checks that every
+backend table covers exactly these ops.
 """
 
 from __future__ import annotations
 
+import enum
+import re
+from collections.abc import Mapping
 from typing import Callable
 
 import attrs
 
-from .types import DType, boolean, index
+from ..errors import VerificationError
+from . import textformat as tf
+from .types import INDEX_MAX, INDEX_MIN, DType, boolean, index
 
 
 class OpTypeError(Exception):
     """A type rule rejected its operands; the builder adds the op and source line."""
+
+
+class OpAttrsError(VerificationError, TypeError):
+    """An op's attributes do not fit its schema; the builder and the parser add the op and line."""
+
+
+# -- attribute schemas -------------------------------------------------------------------------
+
+
+class Space(enum.StrEnum):
+    """The memory a load, store or atomic accesses (compares equal to its name)."""
+
+    GLOBAL = "global"  # a buffer parameter
+    SHARED = "shared"  # a block's shared array
+
+
+class ShuffleMode(enum.StrEnum):
+    IDX = "idx"  # lane src % 32
+    XOR = "xor"  # lane ^ mask
+    DOWN = "down"  # lane + d
+    UP = "up"  # lane - d
+
+
+class AtomicKind(enum.StrEnum):
+    ADD = "add"
+    MAX = "max"
+    MIN = "min"
+    EXCHANGE = "exchange"
+    CAS = "cas"
+
+
+class OpAttrs(Mapping):
+    """The base of every attribute schema.  Read by attribute (``op.attrs.buffer``); it also
+    reads as a read-only mapping (``op.attrs["buffer"]``, ``op.attrs.get("space")``) for the
+    code that has not moved to attributes yet."""
+
+    __slots__ = ()
+    _names: tuple[str, ...] = ()
+
+    def __getitem__(self, key):
+        if key in self._names:
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _schema(cls):
+    cls = attrs.frozen(cls)
+    cls._names = tuple(f.name for f in attrs.fields(cls))
+    return cls
+
+
+def _fail(instance, field, wanted, value):
+    raise OpAttrsError(f"{type(instance).__name__}.{field.name} must be {wanted}, got {value!r}")
+
+
+def _is_dtype(instance, field, value):
+    if not isinstance(value, DType):
+        _fail(instance, field, "a DType (accy.f32, ...)", value)
+
+
+def _is_name(instance, field, value):
+    if not isinstance(value, str) or not re.fullmatch(r"\w+", value):
+        _fail(instance, field, "a name of letters, digits and _", value)
+
+
+def _names_of(instance, field, value):
+    if not isinstance(value, tuple) or not all(isinstance(v, str) and re.fullmatch(r"\w+", v) for v in value) \
+            or len(set(value)) != len(value):
+        _fail(instance, field, "a tuple of distinct names", value)
+
+
+def _to_enum(cls, what):
+    def convert(value):
+        try:
+            return cls(value)
+        except ValueError:
+            raise OpAttrsError(f"{what} must be one of {', '.join(m.value for m in cls)}, got {value!r}") from None
+
+    return convert
+
+
+def _field(codec, validator=None, **kw):
+    return attrs.field(validator=validator, metadata={"text": codec}, **kw)
+
+
+def _space_field():
+    return _field(tf.enum_codec(Space), default=Space.GLOBAL, converter=_to_enum(Space, "space"))
+
+
+@_schema
+class NoAttrs(OpAttrs):
+    """The pointwise ops, yield and barrier."""
+
+
+def _const_value(instance, field, value):
+    t = instance.dtype
+    if t.is_bool:
+        ok, wanted = isinstance(value, bool), "True or False"
+    elif t.is_int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and t.min <= value <= t.max
+        wanted = f"an int in [{t.min}, {t.max}]"
+    else:
+        ok, wanted = isinstance(value, float), "a Python float"
+    if not ok:
+        _fail(instance, field, f"{wanted} for a {t} constant", value)
+
+
+@_schema
+class ConstAttrs(OpAttrs):
+    dtype: DType = _field(tf.DTYPE, _is_dtype)  # first: the value is read back by its type
+    value: bool | int | float = _field(tf.LITERAL, _const_value)
+
+
+@_schema
+class SizeAttrs(OpAttrs):
+    buffer: str = _field(tf.WORD, _is_name)
+
+
+@_schema
+class CastAttrs(OpAttrs):
+    dtype: DType = _field(tf.DTYPE, _is_dtype)
+
+
+@_schema
+class LoadAttrs(OpAttrs):
+    buffer: str = _field(tf.WORD, _is_name)
+    dtype: DType = _field(tf.DTYPE, _is_dtype)
+    space: Space = _space_field()
+
+
+@_schema
+class StoreAttrs(OpAttrs):
+    buffer: str = _field(tf.WORD, _is_name)
+    dtype: DType = _field(tf.DTYPE, _is_dtype)
+    space: Space = _space_field()
+
+
+@_schema
+class AtomicAttrs(OpAttrs):
+    op: AtomicKind = _field(tf.enum_codec(AtomicKind), converter=_to_enum(AtomicKind, "atomic op"))
+    buffer: str = _field(tf.WORD, _is_name)
+    dtype: DType = _field(tf.DTYPE, _is_dtype)
+    space: Space = _space_field()
+
+
+def _step(instance, field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value == 0 or not INDEX_MIN <= value <= INDEX_MAX:
+        _fail(instance, field, "a non-zero int in the index range", value)
+
+
+@_schema
+class FoldAttrs(OpAttrs):
+    step: int = _field(tf.INT, _step)
+
+
+def _dtypes(instance, field, value):
+    if not isinstance(value, tuple) or not all(isinstance(t, DType) for t in value):
+        _fail(instance, field, "a tuple of DTypes", value)
+
+
+@_schema
+class IfAttrs(OpAttrs):
+    results: tuple[DType, ...] = _field(tf.DTYPE_LIST, _dtypes, default=())
+
+
+@_schema
+class ForEachAttrs(OpAttrs):
+    axes: tuple[str, ...] = attrs.field(validator=_names_of)  # written by the template's $grid
+
+
+def _thread_axes(instance, field, value):
+    ok = isinstance(value, tuple) and 1 <= len(value) <= 3 and all(
+        isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str) and re.fullmatch(r"\w+", a[0])
+        and isinstance(a[1], int) and not isinstance(a[1], bool) and a[1] >= 1 for a in value)
+    if not ok:
+        _fail(instance, field, "1 to 3 (name, static positive extent) pairs", value)
+    names = list(instance.axes) + [name for name, _ in value]
+    if len(set(names)) != len(names):
+        _fail(instance, field, "axes named unlike each other and the grid's", value)
+
+
+@_schema
+class ForEachBlockAttrs(OpAttrs):
+    axes: tuple[str, ...] = attrs.field(validator=_names_of)  # the grid axes ($grid)
+    threads: tuple[tuple[str, int], ...] = attrs.field(validator=_thread_axes)  # ($threads)
+
+
+def _count(instance, field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        _fail(instance, field, "a positive int", value)
+
+
+@_schema
+class SharedAttrs(OpAttrs):
+    name: str = _field(tf.WORD, _is_name)
+    dtype: DType = _field(tf.DTYPE, _is_dtype)
+    count: int = _field(tf.INT, _count)
+
+
+@_schema
+class ShuffleAttrs(OpAttrs):
+    mode: ShuffleMode = _field(tf.enum_codec(ShuffleMode), converter=_to_enum(ShuffleMode, "shuffle mode"))
 
 
 # -- operand classes ---------------------------------------------------------------------------
@@ -85,11 +302,11 @@ def _select(op, types, attrs_):
 
 
 def _cast(op, types, attrs_):
-    return (attrs_["dtype"],)
+    return (attrs_.dtype,)
 
 
 def _const(op, types, attrs_):
-    return (attrs_["dtype"],)
+    return (attrs_.dtype,)
 
 
 def _size(op, types, attrs_):
@@ -104,14 +321,14 @@ def _index_operand(types, role: str = "index") -> None:
 
 def _load(op, types, attrs_):
     _index_operand(types)
-    return (attrs_["dtype"],)
+    return (attrs_.dtype,)
 
 
 def _store(op, types, attrs_):
     _index_operand(types)
-    value, dtype = types[1], attrs_["dtype"]
+    value, dtype = types[1], attrs_.dtype
     if value != dtype:
-        raise OpTypeError(f"value is {value} but buffer '{attrs_['buffer']}' holds {dtype}; "
+        raise OpTypeError(f"value is {value} but buffer '{attrs_.buffer}' holds {dtype}; "
                           f"convert it with cast(value, {dtype})")
     return ()
 
@@ -128,7 +345,7 @@ def _if(op, types, attrs_):
     (cond,) = types
     if not cond.is_bool:
         raise OpTypeError(f"condition is {cond}; if_ needs a bool condition (use a comparison)")
-    return tuple(attrs_["results"])
+    return tuple(attrs_.results)
 
 
 def _for_each(op, types, attrs_):
@@ -154,13 +371,13 @@ ATOMIC_DTYPES = {
 
 
 def _atomic(op, types, attrs_):
-    kind, dtype = attrs_["op"], attrs_["dtype"]
+    kind, dtype = attrs_.op, attrs_.dtype
     _index_operand(types)
     if dtype.name not in ATOMIC_DTYPES[kind]:
         raise OpTypeError(f"atomic_{kind} on {dtype} is not supported; it takes {', '.join(ATOMIC_DTYPES[kind])}")
     for role, t in zip(("value", "value") if kind != "cas" else ("compare", "value"), types[1:]):
         if t != dtype:
-            raise OpTypeError(f"{role} is {t} but '{attrs_['buffer']}' holds {dtype}; convert it with cast(value, {dtype})")
+            raise OpTypeError(f"{role} is {t} but '{attrs_.buffer}' holds {dtype}; convert it with cast(value, {dtype})")
     return (dtype,)
 
 
@@ -199,16 +416,36 @@ def _not(t, a):
 # -- the table ---------------------------------------------------------------------------------
 
 
+class RegionKind(enum.Enum):
+    """What an op's regions are, which fixes their arguments, count and ending."""
+
+    LAUNCH = "launch"  # one region run once per thread; arguments: the indices; no yield
+    LOOP = "loop"  # one region; arguments: the induction variable, the accumulators; yields them
+    BRANCH = "branch"  # a then region and an optional else region; no arguments; yield the results
+
+
+class Sync(enum.Enum):
+    """Which threads an op makes wait for each other."""
+
+    BLOCK = "block"  # every thread of the block (a barrier)
+    WARP = "warp"  # the warp's lanes (a shuffle reads another lane's value)
+
+
+GENERIC = " $0... : $type"  # a pointwise op's text: ``%2 = add %0, %1 : f32``
+
+
 @attrs.frozen
 class OpDef:
     name: str
     # (op name, operand types, attrs) -> result types; raises OpTypeError
     infer: Callable
+    schema: type = NoAttrs  # the attribute class; its validators are the op's verify hook
+    text: tf.TextFormat | None = None  # made from the template and the schema by _def
     arity: int | None = None  # value operands of a pointwise op; None for structural ops
     pure: bool = True  # no side effects: may be removed if unused, merged if equal
     commutative: bool = False
-    # can fail at run time for these operand types (integer division by zero): such an op
-    # must not run where the program would not have run it (no hoisting out of a loop)
+    # can fail at run time for these operand types (integer division by zero, a load out of
+    # bounds): such an op must not run where the program would not have run it (no hoisting)
     can_fail: Callable[[DType], bool] = lambda t: False
     fold: Callable | None = None  # (operand type, *Python values) -> Python value, or None
     identity: int | None = None  # x op identity == x (either side when commutative), integers
@@ -217,53 +454,112 @@ class OpDef:
     methods: tuple[str, ...] = ()  # builder and value method names; the first is the main one
     math: bool = False  # also a function of accy.math
     doc: str = ""
+    # computed to within documented ulps, not bit for bit: backends may differ in the last bits
+    inexact: bool = False
+    constant: bool = False  # its result is its attribute ``value``, known when tracing
+    reads: bool = False  # reads the memory its attributes name (buffer, space)
+    writes: bool = False  # writes it (an output of the kernel when the space is global)
+    regions: RegionKind | None = None
+    terminator: bool = False  # ends a loop or branch region, handing its operands back
+    in_blocks: bool = False  # legal only inside a block launch (for_each_block)
+    thread_blocks: bool = False  # a launch of blocks of cooperating threads
+    declares_shared: bool = False  # declares a block's shared array (at the top of the block body)
+    synchronises: Sync | None = None
+    own_result: bool = False  # each thread gets its own result, whatever its operands (uniformity)
+    verify: Callable | None = None  # (op) -> a message when the op's operands and attrs disagree
 
     @property
     def pointwise(self) -> bool:
         return self.arity is not None
 
+    @property
+    def launch(self) -> bool:
+        return self.regions is RegionKind.LAUNCH
+
+    @property
+    def memory(self) -> bool:
+        """Accesses memory (a load, store or atomic)."""
+        return self.reads or self.writes
+
+    @property
+    def names_buffer(self) -> bool:
+        """Its attributes name a buffer (or shared array): memory ops and ``size``."""
+        return "buffer" in self.schema._names
+
+    def attributes(self, **values):
+        """This op's attribute schema instance (``OPS["load"].attributes(buffer=..., ...)``)."""
+        return self.schema(**values)
+
+
+def _def(name, infer, schema=NoAttrs, text=GENERIC, **kw) -> OpDef:
+    return OpDef(name, infer, schema, tf.TextFormat(text, schema), **kw)
+
 
 def _pointwise(name, arity, operands, *, result=None, methods=None, **kw) -> OpDef:
-    return OpDef(name, elementwise(operands, result), arity=arity, methods=methods or (name,), **kw)
+    return _def(name, elementwise(operands, result), arity=arity, methods=methods or (name,), **kw)
 
 
 _NUM, _FLT, _INT, _BITS = NUMERIC, FLOAT, INT, BITS
 
 
-def _math(name, doc, arity=1):
-    return _pointwise(name, arity, _FLT, math=True, doc=doc)
+def _math(name, doc, arity=1, inexact=True):
+    return _pointwise(name, arity, _FLT, math=True, doc=doc, inexact=inexact)
+
+
+def _exact(name, doc, arity=1):
+    return _math(name, doc, arity, inexact=False)
 
 
 _int_only = lambda t: t.is_int  # noqa: E731
+_always = lambda t: True  # noqa: E731
+
+
+def _launch_axes(op) -> str | None:
+    if len(op.attrs.axes) != len(op.operands):
+        return f"{len(op.attrs.axes)} axis names for {len(op.operands)} extents"
+    return None
+
+
+_MEMORY = " {?{space} }%{buffer}"  # ``%x``, or ``shared %tile``
 
 OPS: dict[str, OpDef] = {
     d.name: d
     for d in (
         # structural ops: attributes and regions, spelled by hand-written builder methods
-        OpDef("const", _const),
-        OpDef("size", _size),  # a buffer's element count
-        OpDef("cast", _cast),
-        OpDef("select", _select, arity=3, methods=("select", "where"), math=True,
-              fold=lambda t, c, a, b: a if c else b,
-              doc="if_true where the condition holds, else if_false; both are evaluated"),
-        OpDef("load", _load),  # pure unless the kernel stores to its buffer; see passes
-        OpDef("store", _store, pure=False),
-        OpDef("fold", _fold),  # pure unless its body stores
-        OpDef("if", _if),  # pure unless a branch stores
-        OpDef("for_each", _for_each, pure=False),
-        OpDef("yield", _no_results, pure=False),
+        _def("const", _const, ConstAttrs, " {value} : {dtype}", constant=True),
+        _def("size", _size, SizeAttrs, " %{buffer} : $type"),  # a buffer's element count
+        _def("cast", _cast, CastAttrs, " $0 : $0:type -> {dtype}", fold=lambda t, a: a),
+        _def("select", _select, arity=3, methods=("select", "where"), math=True,
+             fold=lambda t, c, a, b: a if c else b,
+             doc="if_true where the condition holds, else if_false; both are evaluated"),
+        # pure unless the kernel stores to its buffer (see passes); fails out of bounds
+        _def("load", _load, LoadAttrs, _MEMORY + "[$0] : {dtype}", reads=True, can_fail=_always),
+        _def("store", _store, StoreAttrs, _MEMORY + "[$0] = $1 : {dtype}", pure=False, writes=True),
+        _def("fold", _fold, FoldAttrs, (" $0 to $1 step {step} init($2...) -> ($types) {", "^($args):"),
+             regions=RegionKind.LOOP),  # pure unless its body stores
+        _def("if", _if, IfAttrs, " $0{? -> ({results})} {", regions=RegionKind.BRANCH),  # likewise
+        _def("for_each", _for_each, ForEachAttrs, " ($grid) {", pure=False, regions=RegionKind.LAUNCH,
+             verify=_launch_axes),
+        _def("yield", _no_results, NoAttrs, "{? $0...}", pure=False, terminator=True),
         # the block level: blocks of cooperating threads, shared memory, barriers, atomics, warps
-        OpDef("for_each_block", _for_each, pure=False),
-        OpDef("shared", _no_results, pure=False),  # declares a per-block array (name, dtype, count)
-        OpDef("barrier", _no_results, pure=False),
-        OpDef("atomic", _atomic, pure=False),  # returns the element's old value
-        OpDef("shuffle", _shuffle, can_fail=lambda t: True),  # reads another lane: never moved
+        _def("for_each_block", _for_each, ForEachBlockAttrs, " ($grid) threads ($threads) {", pure=False,
+             regions=RegionKind.LAUNCH, thread_blocks=True, verify=_launch_axes),
+        # declares a per-block array (name, dtype, count)
+        _def("shared", _no_results, SharedAttrs, " %{name} : {dtype}[{count}]", pure=False, in_blocks=True,
+             declares_shared=True),
+        _def("barrier", _no_results, NoAttrs, "", pure=False, in_blocks=True, synchronises=Sync.BLOCK),
+        # returns the element's old value
+        _def("atomic", _atomic, AtomicAttrs, " {op}" + _MEMORY + "[$0], $1... : {dtype}", pure=False, reads=True,
+             writes=True, own_result=True),
+        # reads another lane: never moved
+        _def("shuffle", _shuffle, ShuffleAttrs, " {mode} $0, $1 : $type", can_fail=_always, in_blocks=True,
+             synchronises=Sync.WARP, own_result=True),
         # arithmetic
         _pointwise("add", 2, _NUM, commutative=True, fold=lambda t, a, b: a + b, identity=0, reduction="sum"),
         _pointwise("sub", 2, _NUM, fold=lambda t, a, b: a - b),
         _pointwise("mul", 2, _NUM, commutative=True, fold=lambda t, a, b: a * b, identity=1, absorbing=0,
                    reduction="prod"),
-        _pointwise("div", 2, _NUM, fold=_floor_div, can_fail=_int_only,
+        _pointwise("div", 2, _NUM, fold=_floor_div, can_fail=_int_only, identity=1,
                    doc="IEEE division for floats; floor division (Python's //) for integers"),
         _pointwise("mod", 2, _NUM, fold=_mod, can_fail=_int_only, methods=("mod", "rem"),
                    doc="remainder with the sign of the divisor, as Python's %"),
@@ -276,7 +572,7 @@ OPS: dict[str, OpDef] = {
                    doc="integers wrap: abs of the most negative value is itself"),
         _pointwise("fma", 3, _FLT, math=True, doc="a * b + c, rounded once"),
         _math("pow", "C's pow (powf), with its special cases", arity=2),
-        _math("copysign", "the magnitude of a with the sign of b", arity=2),
+        _exact("copysign", "the magnitude of a with the sign of b", arity=2),
         # math functions (floats; f16 and bf16 compute in f32 and round once)
         _math("exp", "e**x"),
         _math("exp2", "2**x"),
@@ -284,7 +580,7 @@ OPS: dict[str, OpDef] = {
         _math("log", "natural logarithm; log(-1) is NaN, log(0) is -inf"),
         _math("log2", "base-2 logarithm"),
         _math("log1p", "log(1 + x), accurate near 0"),
-        _math("sqrt", "square root; sqrt(-1) is NaN"),
+        _exact("sqrt", "square root; sqrt(-1) is NaN"),
         _math("rsqrt", "1 / sqrt(x)"),
         _math("erf", "the error function"),
         _math("tanh", "hyperbolic tangent"),
@@ -294,10 +590,10 @@ OPS: dict[str, OpDef] = {
         _math("atan", "arctangent (radians, in [-pi/2, pi/2])"),
         _math("atan2", "atan2(y, x): the angle of the point (x, y), in [-pi, pi], with C's special cases "
                        "(NumPy's arctan2)", arity=2),
-        _math("floor", "round toward -inf"),
-        _math("ceil", "round toward +inf"),
-        _math("round", "round to nearest, ties to even (as Python's round and NumPy's rint)"),
-        _math("trunc", "round toward zero"),
+        _exact("floor", "round toward -inf"),
+        _exact("ceil", "round toward +inf"),
+        _exact("round", "round to nearest, ties to even (as Python's round and NumPy's rint)"),
+        _exact("trunc", "round toward zero"),
         _pointwise("isnan", 1, _FLT, result=boolean, math=True),
         _pointwise("isinf", 1, _FLT, result=boolean, math=True),
         # comparisons: ordered for floats (false with a NaN), except ne

@@ -1,43 +1,28 @@
 """Reading the text form back: ``parse(graph.text())`` rebuilds the graph.
 
-The text form (see :func:`accy.dsl.ir.print_graph`) states every value's type,
-so the parser needs no type inference; the graph it returns is checked by the
+The text form (see :func:`accy.dsl.ir.print_graph`) is made from each op's text
+template in the op table, and this parser reads the same templates back
+(:mod:`accy.dsl.textformat`): no op is spelled here.  The text states every
+value's type (an op whose template states no result type has the types its
+attributes give: a ``load`` its ``dtype``); the graph returned is checked by the
 verifier.  ``parse(g.text()).text() == g.text()`` holds for every graph.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 
 from ..errors import VerificationError
 from .ir import Block, Graph, Op, Param, ParamKind, Value
+from .ops import OPS, OpAttrsError, OpTypeError, RegionKind, Space, infer
 from .passes import verify
-from .types import DTYPES, DType, index
-
-_NAME = r"%[A-Za-z0-9_]+"
-_LIST = rf"(?:{_NAME}(?:, {_NAME})*)?"
-_TYPES = r"[A-Za-z0-9_]+(?:, [A-Za-z0-9_]+)*"
+from .textformat import NAME, FormatError, Reading, split
+from .types import DTYPES, DType
 
 _HEADER = re.compile(r"kernel @(\w+)\((.*)\) \{$")
 _PARAM = re.compile(r"%(\w+): (buffer<(\w+), (\?|\d+)>|scalar<(\w+)>)$")
-_FOR_EACH = re.compile(r"(for_each|for_each_block) \((.*?)\)(?: threads \((.*)\))? \{$")
-_THREAD_AXIS = re.compile(rf"({_NAME}) = (\w+)<(\d+)>$")
-_AXIS = re.compile(rf"({_NAME}) = (\w+)<({_NAME})>$")
-_FOLD = re.compile(rf"(?:({_LIST}) = )?fold ({_NAME}) to ({_NAME}) step (-?\d+) init\(({_LIST})\) -> \(({_TYPES})?\) \{{$")
-_REGION_ARGS = re.compile(r"\^\((.*)\):$")
-_IF = re.compile(rf"(?:({_LIST}) = )?if ({_NAME})(?: -> \(({_TYPES})\))? \{{$")
-_YIELD = re.compile(rf"yield ?({_LIST})$")
-_SPACE = r"(?:(shared) )?%(\w+)"
-_STORE = re.compile(rf"store {_SPACE}\[({_NAME})\] = ({_NAME}) : (\w+)$")
-_SHARED = re.compile(r"shared %(\w+) : (\w+)\[(\d+)\]$")
-_ATOMIC = re.compile(rf"(%\d+) = atomic (\w+) {_SPACE}\[({_NAME})\], ({_LIST}) : (\w+)$")
-_SHUFFLE = re.compile(rf"(%\d+) = shuffle (\w+) ({_NAME}), ({_NAME}) : (\w+)$")
-_CONST = re.compile(r"(%\d+) = const (\S+) : (\w+)$")
-_LOAD = re.compile(rf"(%\d+) = load {_SPACE}\[({_NAME})\] : (\w+)$")
-_SIZE = re.compile(r"(%\d+) = size %(\w+) : (\w+)$")
-_CAST = re.compile(rf"(%\d+) = cast ({_NAME}) : (\w+) -> (\w+)$")
-_GENERIC = re.compile(rf"(%\d+) = (\w+) ({_LIST}) : (\w+)$")
+_OP = re.compile(rf"(?:({NAME}(?:, {NAME})*) = )?(\w+)(.*)$")  # results, the op's name, the rest
+_ELSE = "} else {"
 
 
 class ParseError(VerificationError):
@@ -48,29 +33,6 @@ def _dtype(name: str, line: int) -> DType:
     if name not in DTYPES:
         raise ParseError(f"line {line}: unknown type {name!r}")
     return DTYPES[name]
-
-
-def _split(text: str) -> list[str]:
-    return [s for s in text.split(", ") if s] if text else []
-
-
-def _literal(text: str, dtype: DType, line: int):
-    if dtype.is_bool:
-        if text not in ("true", "false"):
-            raise ParseError(f"line {line}: bool constant must be true or false, got {text!r}")
-        return text == "true"
-    if dtype.is_float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ParseError(f"line {line}: bad float constant {text!r}") from None
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        value = None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ParseError(f"line {line}: bad integer constant {text!r}")
-    return value
 
 
 class _Parser:
@@ -93,7 +55,7 @@ class _Parser:
         return self.values[name]
 
     def define(self, names, values, line: int) -> None:
-        names = _split(names) if isinstance(names, str) else names
+        names = split(names) if isinstance(names, str) else names
         if len(names) != len(values):
             raise ParseError(f"line {line}: {len(names)} names for {len(values)} values")
         for name, value in zip(names, values):
@@ -134,12 +96,14 @@ class _Parser:
         """Parse ops into ``block`` until its closing line; returns that line ("}" or "} else {")."""
         while True:
             line, text = self.next()
-            if text in ("}", "} else {"):
+            if text in ("}", _ELSE):
                 return text
             self.op(block, line, text)
 
-    def buffer(self, name: str, line: int, space: str | None = None) -> None:
-        if space == "shared":
+    def memory(self, attrs_, line: int) -> None:
+        """The buffer or shared array an op's attributes name exists."""
+        name = attrs_.buffer
+        if getattr(attrs_, "space", Space.GLOBAL) is Space.SHARED:
             if name not in self.shared:
                 raise ParseError(f"line {line}: %{name} is not a declared shared array")
             return
@@ -147,118 +111,53 @@ class _Parser:
         if param is None or param.is_scalar:
             raise ParseError(f"line {line}: %{name} is not a buffer parameter")
 
-    def emit(self, block, opcode, operands, attrs, types, regions=()) -> Op:
-        op = Op(opcode, operands, attrs, types, regions, None, block)
-        block.ops.append(op)
-        return op
-
-    def region(self, arg_types, line: int, closers=("}",)) -> tuple[Block, str]:
-        region = Block(arg_types)
-        end = self.block(region)
-        if end not in closers:
-            raise ParseError(f"line {line}: unexpected {end!r}")
-        return region, end
-
     def op(self, block: Block, line: int, text: str) -> None:
-        if m := _FOR_EACH.match(text):
-            opcode, grid, threads = m.groups()
-            axes = [_AXIS.match(a) for a in _split(grid)]
-            thread_axes = [_THREAD_AXIS.match(a) for a in _split(threads or "")]
-            if None in axes or None in thread_axes or (opcode == "for_each_block") != (threads is not None):
-                raise ParseError(f"line {line}: bad launch axes {text!r}")
-            extents = [self.use(a.group(3), line) for a in axes]
-            region = Block([index] * (len(axes) + len(thread_axes)))
-            self.define([a.group(1) for a in axes + thread_axes], region.args, line)
-            if self.block(region) != "}":
-                raise ParseError(f"line {line}: a launch has no else")
-            attrs_ = {"axes": tuple(a.group(2) for a in axes)}
-            if threads is not None:
-                attrs_["threads"] = tuple((a.group(2), int(a.group(3))) for a in thread_axes)
-            self.emit(block, opcode, extents, attrs_, (), (region,))
-        elif m := _SHARED.match(text):
-            name, dtype, count = m.groups()
-            if name in self.shared or name in self.params:
-                raise ParseError(f"line {line}: shared array %{name} is declared twice or shadows a parameter")
-            self.shared.add(name)
-            self.emit(block, "shared", [], {"name": name, "dtype": _dtype(dtype, line), "count": int(count)}, ())
-        elif text == "barrier":
-            self.emit(block, "barrier", [], {}, ())
-        elif m := _ATOMIC.match(text):
-            name, kind, space, buffer, idx, values, t = m.groups()
-            self.buffer(buffer, line, space)
-            dtype = _dtype(t, line)
-            operands = [self.use(idx, line)] + [self.use(v, line) for v in _split(values)]
-            attrs_ = {"op": kind, "buffer": buffer, "space": space or "global", "dtype": dtype}
-            op = self.emit(block, "atomic", operands, attrs_, [dtype])
-            self.define([name], op.results, line)
-        elif m := _SHUFFLE.match(text):
-            name, mode, value, lane, t = m.groups()
-            op = self.emit(block, "shuffle", [self.use(value, line), self.use(lane, line)], {"mode": mode},
-                           [_dtype(t, line)])
-            self.define([name], op.results, line)
-        elif m := _FOLD.match(text):
-            lhs, start, stop, step, inits, types = m.groups()
-            result_types = [_dtype(t, line) for t in types.split(", ")] if types else []
-            operands = [self.use(start, line), self.use(stop, line)] + [self.use(v, line) for v in _split(inits)]
-            arg_line, arg_text = self.next()
-            am = _REGION_ARGS.match(arg_text)
-            if not am:
-                raise ParseError(f"line {arg_line}: expected the loop's region arguments ^(...):")
-            names, arg_types = [], []
-            for item in _split(am.group(1)):
-                name, _, t = item.partition(": ")
-                names.append(name)
-                arg_types.append(_dtype(t, arg_line))
-            region = Block(arg_types)
-            self.define(names, region.args, arg_line)
-            if self.block(region) != "}":
-                raise ParseError(f"line {line}: fold has no else")
-            op = self.emit(block, "fold", operands, {"step": int(step)}, result_types, (region,))
-            self.define(lhs or "", op.results, line)
-        elif m := _IF.match(text):
-            lhs, cond, types = m.groups()
-            result_types = tuple(_dtype(t, line) for t in types.split(", ")) if types else ()
-            then, end = self.region((), line, ("}", "} else {"))
-            regions = [then]
-            if end == "} else {":
-                regions.append(self.region((), line)[0])
-            op = self.emit(block, "if", [self.use(cond, line)], {"results": result_types}, result_types, regions)
-            self.define(lhs or "", op.results, line)
-        elif m := _YIELD.match(text):
-            self.emit(block, "yield", [self.use(v, line) for v in _split(m.group(1))], {}, ())
-        elif m := _STORE.match(text):
-            space, buffer, idx, value, dtype = m.groups()
-            self.buffer(buffer, line, space)
-            self.emit(block, "store", [self.use(idx, line), self.use(value, line)],
-                      {"buffer": buffer, "space": space or "global", "dtype": _dtype(dtype, line)}, ())
-        elif m := _CONST.match(text):
-            name, literal, t = m.groups()
-            dtype = _dtype(t, line)
-            op = self.emit(block, "const", [], {"value": _literal(literal, dtype, line), "dtype": dtype}, [dtype])
-            self.define([name], op.results, line)
-        elif m := _LOAD.match(text):
-            name, space, buffer, idx, t = m.groups()
-            self.buffer(buffer, line, space)
-            dtype = _dtype(t, line)
-            op = self.emit(block, "load", [self.use(idx, line)], {"buffer": buffer, "space": space or "global",
-                                                                  "dtype": dtype}, [dtype])
-            self.define([name], op.results, line)
-        elif m := _SIZE.match(text):
-            name, buffer, t = m.groups()
-            self.buffer(buffer, line)
-            op = self.emit(block, "size", [], {"buffer": buffer}, [_dtype(t, line)])
-            self.define([name], op.results, line)
-        elif m := _CAST.match(text):
-            name, source, _, t = m.groups()
-            dtype = _dtype(t, line)
-            op = self.emit(block, "cast", [self.use(source, line)], {"dtype": dtype}, [dtype])
-            self.define([name], op.results, line)
-        elif m := _GENERIC.match(text):
-            name, opcode, operands, t = m.groups()
-            op = self.emit(block, opcode, [self.use(v, line) for v in _split(operands)], {}, [_dtype(t, line)])
-            self.define([name], op.results, line)
-        else:
-            raise ParseError(f"line {line}: cannot read {text!r}")
+        m = _OP.match(text)
+        results, opcode, rest = m.groups() if m else (None, None, None)
+        opdef = OPS.get(opcode)
+        if opdef is None:
+            raise ParseError(f"line {line}: cannot read {text!r}" + (f": no op named {opcode!r}" if opcode else ""))
+        reading = Reading(lambda name: self.use(name, line))
+        try:
+            opdef.text.read(0, rest, reading)
+            for k in range(1, len(opdef.text.lines)):
+                line_k, text_k = self.next()
+                opdef.text.read(k, text_k, reading)
+            attrs_ = opdef.text.attributes(reading)
+            operands = [reading.operands[k] for k in range(len(reading.operands))]
+            for k, t in reading.type_checks:
+                if str(operands[k].type) != t:
+                    raise FormatError(f"operand {k} is {operands[k].type}, not {t}")
+            types = reading.types if opdef.text.states_types else infer(opcode, (v.type for v in operands), attrs_)
+        except FormatError as e:
+            raise ParseError(f"line {line}: cannot read {text!r} ({e}): a {opcode} is written "
+                             f"{opcode + opdef.text.spelling!r}") from None
+        except (OpAttrsError, OpTypeError) as e:
+            raise ParseError(f"line {line}: {opcode}: {e}") from None
+        if opdef.names_buffer:
+            self.memory(attrs_, line)
+        if opdef.declares_shared:
+            if attrs_.name in self.shared or attrs_.name in self.params:
+                raise ParseError(f"line {line}: shared array %{attrs_.name} is declared twice or shadows a parameter")
+            self.shared.add(attrs_.name)
+        regions = self.regions(opdef.regions, reading.region_args, line) if opdef.regions else ()
+        op = Op(opcode, operands, attrs_, types, regions, None, block)
+        block.ops.append(op)
+        self.define(results or "", op.results, line)
+
+    def regions(self, kind: RegionKind, args, line: int) -> list[Block]:
+        """The regions after an op's header: the first with the arguments the header defined;
+        a branch's else region after ``} else {``."""
+        region = Block([t for _, t in args])
+        self.define([name for name, _ in args], region.args, line)
+        regions = [region]
+        end = self.block(region)
+        if end == _ELSE and kind is RegionKind.BRANCH:
+            regions.append(Block())
+            end = self.block(regions[-1])
+        if end != "}":
+            raise ParseError(f"line {line}: unexpected {end!r}")
+        return regions
 
 
 def parse(text: str) -> Graph:

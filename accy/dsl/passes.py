@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+import attrs
+
 from ..errors import VerificationError
-from .ir import LAUNCH_OPS, Block, Graph, Op, Value, constant_of
-from .ops import OPS, OpTypeError, infer
+from .ir import Block, Graph, Op, Value, constant_of
+from .ops import OPS, ConstAttrs, OpTypeError, RegionKind, ShuffleMode, Space, infer
 from .types import index
 
 # ----------------------------------------------------------------------------- verify
@@ -24,7 +26,7 @@ verified_listeners: list = []
 
 def verify(graph: Graph) -> Graph:
     """Check the graph's invariants; raise VerificationError naming the broken one."""
-    launches = [op for op in graph.body.ops if op.opcode in LAUNCH_OPS]
+    launches = [op for op in graph.body.ops if op.opcode in OPS and op.opdef.launch]
     if len(launches) != 1:
         raise VerificationError(f"kernel '{graph.name}' must hold exactly one launch, found {len(launches)}")
     scalars = graph.scalars
@@ -42,7 +44,7 @@ def _fail(op: Op, message: str):
     raise VerificationError(f"{op.opcode}: {message}{where}")
 
 
-SHUFFLE_MODES = ("idx", "xor", "down", "up")
+SHUFFLE_MODES = tuple(m.value for m in ShuffleMode)
 
 
 class _Verifier:
@@ -52,7 +54,7 @@ class _Verifier:
         self.launch: Op | None = None  # the launch op being verified
 
     def in_blocks(self, op: Op) -> None:
-        if self.launch is None or self.launch.opcode != "for_each_block":
+        if self.launch is None or not self.launch.opdef.thread_blocks:
             _fail(op, "only inside a for_each_block launch")
 
     def block(self, block: Block, visible: set[Value], *, top_level: bool, in_launch: bool) -> None:
@@ -64,8 +66,12 @@ class _Verifier:
                 if v not in visible:
                     _fail(op, "uses a value that is not defined before it in this or an enclosing block")
             opdef = OPS[op.opcode]
+            if not isinstance(op.attrs, opdef.schema):
+                _fail(op, f"attributes must be a {opdef.schema.__name__}, got {type(op.attrs).__name__}")
             if opdef.pointwise and len(op.operands) != opdef.arity:
                 _fail(op, f"takes {opdef.arity} operands, got {len(op.operands)}")
+            if opdef.verify is not None and (message := opdef.verify(op)) is not None:
+                _fail(op, message)
             try:
                 types = infer(op.opcode, (v.type for v in op.operands), op.attrs)
             except OpTypeError as e:
@@ -73,60 +79,50 @@ class _Verifier:
             if tuple(types) != tuple(r.type for r in op.results):
                 _fail(op, "result types do not match the op's type rule")
             self.memory(op)
-            if op.opcode in ("store", "atomic") and not in_launch:
+            if opdef.writes and not in_launch:
                 _fail(op, f"{op.opcode} outside the launch")
-            if op.opcode == "shared":
+            if opdef.in_blocks:
                 self.in_blocks(op)
-                if block is not self.launch.regions[0]:
-                    _fail(op, "a shared array is declared at the top of the block body, not in a loop or branch")
-                count = op.attrs.get("count")
-                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                    _fail(op, f"count must be a positive int, got {count!r}")
-            if op.opcode in ("barrier", "shuffle"):
-                self.in_blocks(op)
-            if op.opcode == "shuffle" and op.attrs.get("mode") not in SHUFFLE_MODES:
-                _fail(op, f"mode must be one of {', '.join(SHUFFLE_MODES)}")
-            if op.opcode == "yield" and (block.parent is None or i != len(block.ops) - 1):
+            if opdef.declares_shared and block is not self.launch.regions[0]:
+                _fail(op, "a shared array is declared at the top of the block body, not in a loop or branch")
+            if opdef.terminator and (block.parent is None or i != len(block.ops) - 1):
                 _fail(op, "yield must end a loop or branch region")
             self.regions(op, visible, top_level=top_level, in_launch=in_launch)
             visible.update(op.results)
 
     def memory(self, op: Op) -> None:
-        name = op.attrs.get("buffer")
-        if op.opcode not in ("load", "store", "atomic", "size"):
+        opdef = op.opdef
+        if not opdef.names_buffer:
             return
-        if op.attrs.get("space", "global") == "shared":
+        name = op.attrs.buffer
+        if getattr(op.attrs, "space", Space.GLOBAL) is Space.SHARED:
             self.in_blocks(op)
             declared = self.shared.get(name)
             if declared is None:
                 _fail(op, f"'{name}' is not a declared shared array")
-            if declared.attrs["dtype"] != op.attrs["dtype"]:
-                _fail(op, f"shared array '{name}' holds {declared.attrs['dtype']}, not {op.attrs['dtype']}")
+            if declared.attrs.dtype != op.attrs.dtype:
+                _fail(op, f"shared array '{name}' holds {declared.attrs.dtype}, not {op.attrs.dtype}")
             return
         param = self.params.get(name)
         if param is None or param.is_scalar:
             _fail(op, f"'{name}' is not a buffer parameter")
-        if op.opcode != "size" and param.dtype != op.attrs["dtype"]:
-            _fail(op, f"buffer '{name}' holds {param.dtype}, not {op.attrs['dtype']}")
+        if opdef.memory and param.dtype != op.attrs.dtype:
+            _fail(op, f"buffer '{name}' holds {param.dtype}, not {op.attrs.dtype}")
 
     def regions(self, op: Op, visible, *, top_level: bool, in_launch: bool) -> None:
         results = [r.type for r in op.results]
-        if op.opcode in LAUNCH_OPS:
+        kind = op.opdef.regions
+        if kind is RegionKind.LAUNCH:
             if not top_level:
                 _fail(op, "a launch nested inside another region")
-            threads = op.attrs.get("threads", ()) if op.opcode == "for_each_block" else ()
-            if op.opcode == "for_each_block" and not (1 <= len(threads) <= 3 and all(
-                    isinstance(e, int) and e >= 1 for _, e in threads)):
-                _fail(op, "needs 1 to 3 thread axes of static positive extents")
+            threads = op.attrs.threads if op.opdef.thread_blocks else ()
             self.region(op, op.regions[0] if len(op.regions) == 1 else None,
                         [index] * (len(op.operands) + len(threads)), None)
             self.launch = op
             in_launch = True
-        elif op.opcode == "fold":
-            if not isinstance(op.attrs.get("step"), int) or op.attrs["step"] == 0:
-                _fail(op, "step must be a non-zero int")
+        elif kind is RegionKind.LOOP:
             self.region(op, op.regions[0] if len(op.regions) == 1 else None, [index] + results, results)
-        elif op.opcode == "if":
+        elif kind is RegionKind.BRANCH:
             if len(op.regions) not in (1, 2) or (results and len(op.regions) != 2):
                 _fail(op, "needs a then region, and an else region when it has results")
             for region in op.regions:
@@ -206,7 +202,7 @@ def _fold_op(rb: _Rebuilder, op: Op, operands: list[Value]):
         return None
     result_type = op.results[0].type if op.results else None
     consts = [constant_of(v) for v in operands]
-    if op.opcode == "select" and consts[0] is not None:
+    if op.opcode == "select" and consts[0] is not None:  # a constant condition picks a side
         return [operands[1] if consts[0] else operands[2]]
     if result_type is None or not _is_exact([result_type, *(v.type for v in operands)]):
         return None
@@ -214,21 +210,18 @@ def _fold_op(rb: _Rebuilder, op: Op, operands: list[Value]):
         value = _evaluate(op, operands, consts)
         if value is None:  # e.g. division by zero: leave it to run time
             return None
-        return rb.emit("const", [], {"value": value, "dtype": result_type}, op.location).results
+        return rb.emit("const", [], ConstAttrs(dtype=result_type, value=value), op.location).results
     return _fold_identity(op, operands, consts)
 
 
 def _evaluate(op: Op, operands, consts):
     result_type = op.results[0].type
-    if op.opcode == "cast":
-        value = consts[0]
-    else:
-        fold = OPS[op.opcode].fold
-        if fold is None:
-            return None
-        value = fold(operands[0].type, *consts)
-        if value is None:
-            return None
+    fold = OPS[op.opcode].fold
+    if fold is None:
+        return None
+    value = fold(operands[0].type, *consts)
+    if value is None:
+        return None
     return bool(value) if result_type.is_bool else result_type.wrap(int(value))
 
 
@@ -244,8 +237,6 @@ def _fold_identity(op: Op, operands, consts):
             return [a]
         if opdef.commutative and ca == opdef.identity:
             return [b]
-    if op.opcode == "div" and cb == 1:
-        return [a]
     return None
 
 
@@ -264,11 +255,11 @@ def _attr_key(value):
 
 
 def _pure(op: Op, stored: frozenset[str]) -> bool:
-    """Its result depends only on its operands: loads qualify only from buffers nothing writes."""
-    if not OPS[op.opcode].pure or op.regions:
+    """Its result depends only on its operands: reads qualify only from buffers nothing writes."""
+    if not op.opdef.pure or op.regions:
         return False
-    if op.opcode == "load":
-        return op.attrs.get("space", "global") == "global" and op.attrs["buffer"] not in stored
+    if op.opdef.reads:
+        return op.attrs.space is Space.GLOBAL and op.attrs.buffer not in stored
     return True
 
 
@@ -281,16 +272,16 @@ class _CSE:
         if not _pure(op, self.stored):
             return None
         keys = list(operands)
-        if OPS[op.opcode].commutative:
+        if op.opdef.commutative:
             keys.sort(key=id)
-        key = (op.opcode, tuple(keys), tuple(sorted((k, _attr_key(v)) for k, v in op.attrs.items())))
+        key = (op.opcode, tuple(keys), tuple(_attr_key(v) for v in attrs.astuple(op.attrs, recurse=False)))
         hit = self.seen.get(key)
         # reuse only a value defined in this block or an enclosing one
         if hit is not None and any(hit[0] is b for b in rb.scopes):
             return list(hit[1].results)
         # constants depend on nothing: hoist them to the kernel's top level, where
         # every later copy in any region can share them
-        block = rb.scopes[0] if op.opcode == "const" else rb.block
+        block = rb.scopes[0] if op.opdef.constant else rb.block
         new = rb.emit(op.opcode, operands, op.attrs, op.location, block=block)
         self.seen[key] = (block, new)
         return list(new.results)
@@ -307,8 +298,8 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
 def speculatable(op: Op) -> bool:
     """Pure and unable to fail, so running it where the program would not have is harmless:
     not loads (an index the loop never reaches may be out of bounds), not integer division."""
-    opdef = OPS[op.opcode]
-    if op.regions or not opdef.pure or op.opcode == "load":
+    opdef = op.opdef
+    if op.regions or not opdef.pure:
         return False
     return not any(opdef.can_fail(v.type) for v in op.operands)
 
@@ -334,7 +325,7 @@ def hoist_loop_invariants(graph: Graph) -> Graph:
 
 def has_effects(op: Op) -> bool:
     """Writes memory, here or in a nested region (a yield only hands values back)."""
-    if op.opcode != "yield" and not OPS[op.opcode].pure:
+    if not op.opdef.terminator and not op.opdef.pure:
         return True
     return any(has_effects(inner) for region in op.regions for inner in region.ops)
 
@@ -346,7 +337,7 @@ def eliminate_dead_code(graph: Graph) -> Graph:
 
     def mark(block: Block) -> None:
         for op in reversed(block.ops):
-            if op.opcode == "yield" or has_effects(op) or any(r in used for r in op.results):
+            if op.opdef.terminator or has_effects(op) or any(r in used for r in op.results):
                 live.add(op)
                 used.update(op.operands)
                 for region in op.regions:

@@ -10,6 +10,7 @@ range lies inside a shared array (whose size is static) needs no run-time check.
 from __future__ import annotations
 
 from ..ir import Graph, Op, Value, constant_of
+from ..ops import RegionKind
 
 Interval = tuple[int | None, int | None]
 _UNKNOWN: Interval = (None, None)
@@ -50,16 +51,16 @@ class _Ranges:
             if op is launch:
                 region = op.regions[0]
                 extents = [constant_of(e) for e in op.operands]
-                if op.opcode == "for_each_block":
-                    extents += [e for _, e in op.attrs["threads"]]
+                if op.opdef.thread_blocks:
+                    extents += [e for _, e in op.attrs.threads]
                 for arg, extent in zip(region.args, extents):
                     self.ranges[arg] = (0, extent - 1) if isinstance(extent, int) and extent > 0 else (0, None)
                 self.walk(region.ops, launch)
                 continue
-            if op.opcode == "fold":
+            if op.opdef.regions is RegionKind.LOOP:
                 region = op.regions[0]
                 start, stop = self.of(op.operands[0]), self.of(op.operands[1])
-                step = op.attrs["step"]
+                step = op.attrs.step
                 if step > 0:
                     self.ranges[region.args[0]] = _ok(start[0], None if stop[1] is None else stop[1] - 1)
                 else:

@@ -9,7 +9,7 @@ which per-thread values outlive the phase that computed them.
 from __future__ import annotations
 
 from ..ir import Block, Op, Value
-from ..ops import OPS
+from ..ops import OPS, RegionKind, Sync
 
 
 class PhasePlan:
@@ -47,12 +47,17 @@ class PhasePlan:
         found = False
         for op in block.ops:
             inner = any([self._mark(r) for r in op.regions])
-            if op.opcode == "barrier" or (op.opcode == "shuffle" and not self.chunk_local(op)):
+            if self._synchronises(op):
                 found = True
-            elif inner and op.opcode in ("fold", "if"):
+            elif inner and op.opdef.regions in (RegionKind.LOOP, RegionKind.BRANCH):
                 self.synchronising.add(op)
                 found = True
         return found
+
+    def _synchronises(self, op: Op) -> bool:
+        """A barrier, or a shuffle that reads lanes outside the chunk."""
+        sync = op.opdef.synchronises
+        return sync is Sync.BLOCK or (sync is Sync.WARP and not self.chunk_local(op))
 
     def _recomputable(self, v: Value, depth: int = 8) -> bool:
         """``v`` is integer or bool arithmetic that cannot fail, down to values every thread
@@ -64,7 +69,7 @@ class PhasePlan:
             return True
         if v.type.is_float or depth == 0:
             return False
-        if op.opcode == "const":
+        if op.opdef.constant:
             return True
         opdef = OPS.get(op.opcode)
         if opdef is None or not opdef.pointwise or not opdef.pure or opdef.math or \
@@ -91,15 +96,15 @@ class PhasePlan:
     def _walk(self, ops) -> None:
         stretch = self._new_stretch()
         for op in ops:
-            if op.opcode == "yield":
+            if op.opdef.terminator:
                 continue
-            if op.opcode == "barrier" or op in self.synchronising:
+            if op.opdef.synchronises is Sync.BLOCK or op in self.synchronising:
                 block_level = self._new_stretch()  # the loop's bounds, the branch's condition, the inits
                 for v in op.operands:
                     self._use(v, block_level)
                     self._block_level.add(v)
                 for region in op.regions:
-                    for arg in region.args[1:] if op.opcode == "fold" else ():
+                    for arg in region.args[1:] if op.opdef.regions is RegionKind.LOOP else ():  # accumulators
                         self.slot_values.add(arg)
                     self._walk(region.ops)
                     if region.terminator is not None:
@@ -110,7 +115,7 @@ class PhasePlan:
                     self.slot_values.add(v)
                 stretch = self._new_stretch()
                 continue
-            if op.opcode == "shuffle" and not self.chunk_local(op):
+            if op.opdef.synchronises is Sync.WARP and not self.chunk_local(op):
                 stretch = self._new_stretch()
                 value = op.operands[0]
                 if value in self._defined or value in self.slot_values or value in self.thread_args:

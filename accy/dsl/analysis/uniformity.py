@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from ..ir import Block, Value
+from ..ops import RegionKind
 
 ALWAYS = None  # inputs() of a value that varies whatever its operands
-_OWN_VALUE_OPS = frozenset({"shuffle", "atomic"})  # each thread gets its own result
 
 
 def inputs(value: Value, sources: Mapping[Value, tuple[Value, ...]] | None = None) -> tuple[Value, ...] | None:
@@ -26,7 +26,7 @@ def inputs(value: Value, sources: Mapping[Value, tuple[Value, ...]] | None = Non
     if op is None:  # a block argument
         block = value.owner
         loop = block.parent if isinstance(block, Block) else None
-        if loop is None or loop.opcode != "fold":
+        if loop is None or loop.opdef.regions is not RegionKind.LOOP:
             return (sources or {}).get(value, ())  # a launch's own arguments are seeds or uniform
         start, stop, *inits = loop.operands
         iv, *accs = block.args
@@ -34,13 +34,13 @@ def inputs(value: Value, sources: Mapping[Value, tuple[Value, ...]] | None = Non
             return (start,)  # the lanes count from their own start, one step at a time
         k = accs.index(value)
         return start, stop, inits[k], block.terminator.operands[k]  # different trip counts differ too
-    if op.opcode in _OWN_VALUE_OPS:
+    if op.opdef.own_result:  # shuffles, atomics: each thread gets its own
         return ALWAYS
-    if op.opcode == "fold":
+    if op.opdef.regions is RegionKind.LOOP:
         start, stop, *inits = op.operands
         k = op.results.index(value)
         return start, stop, inits[k], op.regions[0].terminator.operands[k]
-    if op.opcode == "if":
+    if op.opdef.regions is RegionKind.BRANCH:
         k = op.results.index(value)
         return (op.operands[0], *(region.terminator.operands[k] for region in op.regions))
     return tuple(op.operands)
