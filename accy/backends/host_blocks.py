@@ -12,7 +12,7 @@ from ..dsl.analysis.phases import PhasePlan
 from ..dsl.ir import Op, Value
 from ..errors import BarrierError
 from .chunking import Linear, index_constant, is_vector, untyped, vector_suffix
-from .llvm import I1, I8, I32, I64, WARP, memory_type
+from .llvm_types import I1, I32, I64, I8, WARP, memory_type
 
 
 class BlockThreads:

@@ -10,7 +10,7 @@ import attrs
 from llvmlite import ir
 
 from ..dsl.ir import Block, Op, Value
-from .llvm import I1, I64
+from .llvm_types import I1, I64
 
 if TYPE_CHECKING:
     from .spmd import SpmdLowering

@@ -18,75 +18,22 @@ zero; the first failure is recorded in the status word and the access skipped.
 from __future__ import annotations
 
 import math
-import struct
 
 import attrs
 from llvmlite import ir
-from llvmlite.ir import types as _ir_types
 
 from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import OPS
-from ..dsl.analysis.intervals import index_ranges, within
+from ..dsl.analysis.intervals import index_ranges
 from ..dsl.types import Conversion, DType, f32, f64
 from . import minifloat
-from .abi import STATUS_DIV_ZERO, STATUS_LOAD_OOB, STATUS_STORE_OOB, scalar_bits
+from .abi import STATUS_DIV_ZERO, scalar_bits
+from .llvm_types import I1, I32, I64, constant, element_type, float_bits, intrinsic_suffix, llvm_type, shaped
+from .loops import Loops
+from .memory_access import MemoryAccess
 from .targets import Target
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32_PRECISION = f32.format.mantissa + 1  # integers up to 2**24 are exact in f32
-WARP = 32
-VOID = ir.VoidType()
-
-
-class BFloatType(_ir_types._BaseFloatType):
-    """LLVM's ``bfloat`` (llvmlite has no class for it); constants print as ``0xR....``."""
-
-    null = "0.0"
-    intrinsic_name = "bf16"
-
-    def __str__(self):
-        return "bfloat"
-
-    def format_constant(self, value):
-        bits = struct.unpack("<I", struct.pack("<f", value))[0]
-        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 if value == value else 0x7FC0
-        return f"0xR{rounded & 0xFFFF:04X}"
-
-
-BFloatType._create_instance()
-
-_LLVM_TYPES = {"float": ir.FloatType(), "half": ir.HalfType(), "bfloat": BFloatType(), "double": ir.DoubleType(),
-               "i1": I1, "i8": I8, "i16": ir.IntType(16), "i32": I32, "i64": I64}
-
-
-def llvm_type(dtype: DType) -> ir.Type:
-    return _LLVM_TYPES[dtype.llvm]
-
-
-def memory_type(dtype: DType) -> ir.Type:
-    """How an element sits in memory: a bool takes a byte."""
-    return I8 if dtype.is_bool else llvm_type(dtype)
-
-
-# Every op's lowering works on a scalar or on a vector of lanes (the host evaluates the
-# threads along x as vector lanes): types and constants are shaped like the operands.
-def element_type(ty: ir.Type) -> ir.Type:
-    """A vector's element type; a scalar type itself."""
-    return ty.element if isinstance(ty, ir.VectorType) else ty
-
-
-def shaped(like, element: ir.Type) -> ir.Type:
-    """``element``, or a vector of it as wide as ``like`` (a value or a type)."""
-    ty = like if isinstance(like, ir.Type) else like.type
-    return ir.VectorType(element, ty.count) if isinstance(ty, ir.VectorType) else element
-
-
-def constant(like, value, element: ir.Type | None = None) -> ir.Constant:
-    """``value`` as a constant of ``like``'s shape (of ``element``, else ``like``'s element type)."""
-    ty = shaped(like, element or element_type(like if isinstance(like, ir.Type) else like.type))
-    if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [ir.Constant(ty.element, value)] * ty.count)
-    return ir.Constant(ty, value)
 
 
 def host_entry_name(graph: Graph) -> str:
@@ -268,7 +215,7 @@ STRUCTURAL = frozenset({"const", "size", "load", "store", "fold", "if", "for_eac
 IMPLEMENTED = frozenset(LOWER) | STRUCTURAL
 assert IMPLEMENTED >= set(OPS), sorted(set(OPS) - IMPLEMENTED)
 
-class Lowering:
+class Lowering(MemoryAccess, Loops):
     """Lowers one graph into one LLVM module: the target-neutral part.  A target's
     subclass (:class:`accy.backends.spmd.SpmdLowering` for the host,
     :class:`accy.backends.nvptx.NvptxLowering`) adds its entry points and the hooks
@@ -307,7 +254,7 @@ class Lowering:
         args = list(args)
         ret = ty or args[0].type
         if name.startswith("llvm.") and not name.startswith("llvm.nvvm.") and suffix:
-            name = f"{name}.{_suffix(args[0].type)}"
+            name = f"{name}.{intrinsic_suffix(args[0].type)}"
         return self.b.call(self.declare(name, ret, [a.type for a in args]), args)
 
     def _signature(self) -> list[ir.Type]:
@@ -387,7 +334,7 @@ class Lowering:
     # -- numerics helpers --------------------------------------------------------------
     def sign(self, x: ir.Value) -> ir.Value:
         """The sign bit of a float, as an i1."""
-        bits = self.b.bitcast(x, shaped(x, ir.IntType(_float_bits(x.type))))
+        bits = self.b.bitcast(x, shaped(x, ir.IntType(float_bits(x.type))))
         return self.b.icmp_signed("<", bits, constant(bits, 0))
 
     def in_f32(self, t: DType, fn, args):
@@ -486,7 +433,7 @@ class Lowering:
             if src.is_narrow:
                 a, src = self.widen(a, src), f32
             name = "llvm.fptoui.sat" if dst.is_unsigned else "llvm.fptosi.sat"
-            return self.b.call(self.declare(f"{name}.{_suffix(to)}.{_suffix(a.type)}", to, [a.type]), [a])
+            return self.b.call(self.declare(f"{name}.{intrinsic_suffix(to)}.{intrinsic_suffix(a.type)}", to, [a.type]), [a])
         # float to float
         if src.is_narrow:  # exact into f32, then on (or rounded once to a narrow type)
             wide = self.widen(a, src)
@@ -524,7 +471,7 @@ class Lowering:
         b = self.b
         ty = a.type
         name = "llvm.fptoui.sat" if src.is_unsigned else "llvm.fptosi.sat"
-        back = b.call(self.declare(f"{name}.{_suffix(ty)}.{_suffix(r.type)}", ty, [r.type]), [r])
+        back = b.call(self.declare(f"{name}.{intrinsic_suffix(ty)}.{intrinsic_suffix(r.type)}", ty, [r.type]), [r])
         limit = float(2 ** (src.bits if src.is_unsigned else src.bits - 1))
         compare = b.icmp_unsigned if src.is_unsigned else b.icmp_signed
         above = b.or_(b.fcmp_ordered(">=", r, constant(r, limit)), compare(">", back, a))
@@ -593,172 +540,6 @@ class Lowering:
         floor = bld.sub(quotient, bld.zext(adjust, ty))
         return bld.select(is_zero, zero, bld.select(is_minus_one, bld.neg(a), floor))
 
-    # -- run-time checks -------------------------------------------------------------
-    def lane(self) -> ir.Value:
-        """This thread's linear lane number (x fastest), for error reports; 0 at top level."""
-        if self.lane_of is not None:
-            return self.lane_of()
-        lane = ir.Constant(I64, 0)
-        if self.thread is None:
-            return lane
-        stride = ir.Constant(I64, 1)
-        for value, extent in zip(self.thread, self.extents):
-            lane = self.b.add(lane, self.b.mul(value, stride))
-            stride = self.b.mul(stride, extent)
-        return lane
-
-    def check(self, op: Op, ok: ir.Value, kind: int, detail: ir.Value) -> None:
-        """Where ``ok`` is false, record the first failure of the launch in the status."""
-        self.fail_if(op, self.b.not_(ok), kind, lambda: (detail, self.lane()))
-
-    def fail_if(self, op: Op, bad: ir.Value, kind: int, report) -> None:
-        """Where ``bad`` (an i1) is true, record ``kind`` and ``report()`` (detail, lane; both
-        computed on the cold path only) in the status word, unless a failure came first."""
-        tag = self.ordinals[op]
-        fail = self.b.append_basic_block(f"check_fail_{tag}")
-        cont = self.b.append_basic_block(f"check_ok_{tag}")
-        self.b.cbranch(bad, fail, cont).set_weights([1, 1 << 20])  # failures are cold
-        self.b.position_at_end(fail)
-        word = lambda i: self.b.gep(self.status, [ir.Constant(I64, i)], source_etype=I64, inbounds=True)  # noqa: E731
-        result = self.b.cmpxchg(word(0), ir.Constant(I64, 0), ir.Constant(I64, kind), "monotonic", "monotonic")
-        won = self.b.extract_value(result, 1)
-        with self.b.if_then(won):
-            detail, lane = report()
-            self.b.store(ir.Constant(I64, tag), word(1))
-            self.b.store(detail, word(2))
-            self.b.store(lane, word(3))
-        self.b.branch(cont)
-        self.b.position_at_end(cont)
-
-    def _element(self, op: Op, idx: ir.Value) -> ir.Value:
-        """The address of element ``idx`` of the buffer or shared array ``op`` touches."""
-        name, dtype = op.attrs["buffer"], op.attrs["dtype"]
-        if op.attrs.get("space", "global") == "shared":
-            # an alloca or global of the array type: its element pointer carries the element type
-            return self.b.gep(self.shared_ptrs[name], [ir.Constant(I64, 0), idx], inbounds=True)
-        return self.b.gep(self.pointers[name], [idx], source_etype=memory_type(dtype), inbounds=True)
-
-    def _statically_inside(self, op: Op) -> bool:
-        """A shared-array access whose index range fits the array: no run-time check needed."""
-        if op.attrs.get("space", "global") != "shared":
-            return False
-        return within(self.ranges.get(op.operands[0], (None, None)),
-                      self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
-
-    def within(self, op: Op, idx: ir.Value) -> ir.Value:
-        """``idx`` is inside ``op``'s buffer or shared array (unsigned: negatives fail too), or
-        that was proven before."""
-        ok = self.b.icmp_unsigned("<", *self.broadcast(idx, self._count(op)))
-        proven = self.proven.get(op)
-        return ok if proven is None else self.b.or_(*self.broadcast(proven, ok))
-
-    def _count(self, op: Op) -> ir.Value:
-        if op.attrs.get("space", "global") == "shared":
-            return ir.Constant(I64, self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
-        return self.counts[op.attrs["buffer"]]
-
-    def _checked(self, op: Op) -> bool:
-        return self.target.checks and op not in self.unchecked and not self._statically_inside(op)
-
-    def op_load(self, op: Op) -> None:
-        self.values[op.result] = self.load_at(op, self.value(op.operands[0]))
-
-    def load_at(self, op: Op, idx: ir.Value) -> ir.Value:
-        """One thread's load of element ``idx`` (a scalar), checked."""
-        dtype = op.attrs["dtype"]
-        ty = memory_type(dtype)
-        if not self._checked(op):
-            loaded = self.b.load(self._element(op, idx), typ=ty, align=dtype.itemsize)
-        else:
-            ok = self.within(op, idx)
-            self.check(op, ok, STATUS_LOAD_OOB, idx)
-            # a failed thread reads element 0 instead (every buffer has one: see the ABI)
-            # and goes on with a zero; no branch, so the loop around stays simple
-            safe = self.b.select(ok, idx, ir.Constant(I64, 0))
-            loaded = self.b.load(self._element(op, safe), typ=ty, align=dtype.itemsize)
-            loaded = self.b.select(ok, loaded, ir.Constant(ty, 0))
-        return self.b.trunc(loaded, I1) if dtype.is_bool else loaded
-
-    def op_store(self, op: Op) -> None:
-        self.store_at(op, *(self.value(v) for v in op.operands))
-
-    def store_at(self, op: Op, idx: ir.Value, value: ir.Value) -> None:
-        """One thread's store of ``value`` to element ``idx`` (scalars), checked."""
-        dtype = op.attrs["dtype"]
-        if dtype.is_bool:
-            value = self.b.zext(value, I8)
-        if not self._checked(op):
-            self.b.store(value, self._element(op, idx), align=dtype.itemsize)
-            return
-        ok = self.within(op, idx)
-        self.check(op, ok, STATUS_STORE_OOB, idx)
-        with self.b.if_then(ok):
-            self.b.store(value, self._element(op, idx), align=dtype.itemsize)
-
-    # -- the block level ------------------------------------------------------------------
-    def op_shared(self, op: Op) -> None:
-        pass  # allocated by the wrapper: a module-level array in shared memory, or a stack array per block
-
-    def op_atomic(self, op: Op) -> None:
-        idx, *values = (self.value(v) for v in op.operands)
-        self.values[op.result] = self.atomic_at(op, idx, values)
-
-    def atomic_at(self, op: Op, idx: ir.Value, values) -> ir.Value:
-        """One thread's atomic on element ``idx`` (scalars), checked; returns the old value."""
-        kind, dtype = op.attrs["op"], op.attrs["dtype"]
-        ty = llvm_type(dtype)
-        if not self._checked(op):
-            return self._atomic(kind, dtype, self._element(op, idx), values)
-        ok = self.within(op, idx)
-        self.check(op, ok, STATUS_STORE_OOB, idx)
-        entry = self.b.block
-        with self.b.if_then(ok):
-            old = self._atomic(kind, dtype, self._element(op, idx), values)
-            done = self.b.block
-        phi = self.b.phi(ty)
-        phi.add_incoming(ir.Constant(ty, 0), entry)
-        phi.add_incoming(old, done)
-        return phi
-
-    def _atomic(self, kind: str, dtype: DType, ptr: ir.Value, values) -> ir.Value:
-        """One atomic read-modify-write (relaxed, as CUDA's); returns the old value."""
-        b = self.b
-        if kind == "cas":
-            compare, new = values
-            bits = ir.IntType(dtype.bits)
-            if dtype.is_float:
-                compare, new = b.bitcast(compare, bits), b.bitcast(new, bits)
-            old = b.extract_value(b.cmpxchg(ptr, compare, new, "monotonic", "monotonic"), 0)
-            return b.bitcast(old, llvm_type(dtype)) if dtype.is_float else old
-        (value,) = values
-        if dtype.is_int:
-            op_name = {"add": "add", "exchange": "xchg", "max": "umax" if dtype.is_unsigned else "max",
-                       "min": "umin" if dtype.is_unsigned else "min"}[kind]
-            return b.atomic_rmw(op_name, ptr, value, "monotonic")
-        if kind == "exchange":
-            return b.atomic_rmw("xchg", ptr, value, "monotonic")
-        if kind == "add" and self.native_atomic_add(dtype):
-            return b.atomic_rmw("fadd", ptr, value, "monotonic")
-        # f16/bf16 add, float max and min: a compare-and-swap loop with accy's own arithmetic
-        combine = {"add": lambda a, v: self.in_f32(dtype, b.fadd, [a, v]),
-                   "max": lambda a, v: self.in_f32(dtype, lambda x, y: self.call("llvm.maximum", [x, y]), [a, v]),
-                   "min": lambda a, v: self.in_f32(dtype, lambda x, y: self.call("llvm.minimum", [x, y]), [a, v])}[kind]
-        bits = ir.IntType(dtype.bits)
-        start = b.block
-        initial = b.load(ptr, typ=bits, align=dtype.itemsize)
-        loop = b.append_basic_block("atomic_loop")
-        after = b.append_basic_block("atomic_done")
-        b.branch(loop)
-        b.position_at_end(loop)
-        seen = b.phi(bits)
-        seen.add_incoming(initial, start)
-        new = b.bitcast(combine(b.bitcast(seen, llvm_type(dtype)), value), bits)
-        current, swapped = self.compare_exchange(ptr, seen, new)
-        seen.add_incoming(current, loop)
-        b.cbranch(swapped, after, loop)
-        b.position_at_end(after)
-        return b.bitcast(seen, llvm_type(dtype))
-
     # -- branches ---------------------------------------------------------------------
     def op_if(self, op: Op) -> None:
         b = self.b
@@ -784,61 +565,6 @@ class Lowering:
                 phi.add_incoming(values[k], block)
             self.values[result] = phi
 
-    # -- loops ------------------------------------------------------------------------
-    def _affine(self, v: Value, iv: Value, inside: set[Value]):
-        """``v`` as ``coef * iv + sum(multiplier * outer value)``, or None."""
-        if v is iv:
-            return 1, []
-        if v not in inside:
-            return 0, [(1, v)]
-        op = v.op
-        if op is None or op.opcode not in ("add", "sub", "mul") or not op.result.type.is_index:
-            return None  # a region argument (an accumulator) or another op: not affine in i
-        parts = [self._affine(x, iv, inside) for x in op.operands]
-        if None in parts:
-            return None
-        (ca, ta), (cb, tb) = parts
-        if op.opcode == "add":
-            return ca + cb, ta + tb
-        if op.opcode == "sub":
-            return ca - cb, ta + [(-m, t) for m, t in tb]
-        for (c, terms), (other_coef, other) in ((parts[0], parts[1]), (parts[1], parts[0])):
-            constant = _constant_term(other) if other_coef == 0 else None
-            if constant is not None:  # scaled by a constant: stays affine
-                return c * constant, [(m * constant, t) for m, t in terms]
-        return None
-
-    def _prove_loads(self, region: Block, start: ir.Value, trips: ir.Value, step: int) -> None:
-        """For each load of the loop body whose index is ``base + c * i``, check the first
-        and last index of the whole loop once, before it: where both are in bounds
-        (and the index cannot wrap between them) every iteration's check is true."""
-        b = self.b
-        iv = region.args[0]
-        inside = set(region.args) | {r for o in region.walk() for r in o.results}
-        add, sub, mul = (lambda x, y, f=f: f(*self.broadcast(x, y)) for f in (b.add, b.sub, b.mul))
-        below = lambda x, y: b.icmp_unsigned("<", *self.broadcast(x, y))  # noqa: E731
-        last = add(start, mul(b.sub(trips, constant(trips, 1)), constant(trips, step)))
-        for op in region.ops:
-            if op.opcode != "load" or not self._checked(op):
-                continue
-            form = self._affine(op.operands[0], iv, inside)
-            if form is None or abs(form[0]) * abs(step) >= 2**31:
-                continue
-            coef, terms = form
-            base = ir.Constant(I64, 0)
-            for m, t in terms:
-                base = add(base, mul(self.value(t), ir.Constant(I64, m)))
-            at = lambda i: add(base, mul(i, ir.Constant(I64, coef)))  # noqa: E731
-            first, final = at(start), at(last)
-            count = self._count(op)
-            span = sub(final, first) if coef >= 0 else sub(first, final)
-            # few enough trips that coef * (last - start) cannot wrap (|coef * step| < 2**31)
-            short = b.icmp_unsigned("<", trips, constant(trips, 2**31))
-            fits = b.and_(*self.broadcast(b.and_(below(first, count), below(final, count)),
-                                          b.and_(*self.broadcast(below(span, count), short))))
-            empty = b.icmp_signed("==", trips, constant(trips, 0))
-            self.proven[op] = self.every_lane(b.or_(*self.broadcast(empty, fits)))
-
     def broadcast(self, *values: ir.Value) -> tuple[ir.Value, ...]:
         """Operands of one shape (the host splats scalars where another operand is a vector)."""
         return values
@@ -846,66 +572,6 @@ class Lowering:
     def every_lane(self, condition: ir.Value) -> ir.Value:
         """``condition`` as one i1: true where it holds for every lane that runs."""
         return condition
-
-    def _trip_count(self, start: ir.Value, stop: ir.Value, step: int) -> ir.Value:
-        """Iterations of ``for (i = start; step > 0 ? i < stop : i > stop; i += step)``,
-        computed without overflow (the difference is taken as unsigned)."""
-        b = self.b
-        lo, hi = (start, stop) if step > 0 else (stop, start)
-        nonempty = b.icmp_signed("<", lo, hi)
-        span = b.sub(hi, lo)  # fits in u64 whenever lo < hi
-        count = b.add(b.udiv(b.sub(span, constant(span, 1)), constant(span, abs(step))), constant(span, 1))
-        return b.select(nonempty, count, constant(span, 0))
-
-    def op_fold(self, op: Op) -> None:
-        b = self.b
-        start, stop, *inits = (self.value(v) for v in op.operands)
-        step = op.attrs["step"]
-        (region,) = op.regions
-        trips = self._trip_count(start, stop, step)
-        tag = self.ordinals[op]
-        if self.target.checks:
-            self._prove_loads(region, start, trips, step)
-        preheader = b.block
-        header = b.append_basic_block(f"fold_{tag}_header")
-        body = b.append_basic_block(f"fold_{tag}_body")
-        exit_ = b.append_basic_block(f"fold_{tag}_exit")
-        b.branch(header)
-        b.position_at_end(header)
-        counter = b.phi(I64, name=f"trip_{tag}")
-        iv = b.phi(I64, name=f"i_{tag}")
-        accs = [b.phi(llvm_type(a.type)) for a in region.args[1:]]
-        counter.add_incoming(ir.Constant(I64, 0), preheader)
-        iv.add_incoming(start, preheader)
-        for phi, init in zip(accs, inits):
-            phi.add_incoming(init, preheader)
-        b.cbranch(b.icmp_unsigned("<", counter, trips), body, exit_)
-        b.position_at_end(body)
-        self.values[region.args[0]] = iv
-        for arg, phi in zip(region.args[1:], accs):
-            self.values[arg] = phi
-        self.lower_block(region)
-        latch = b.block
-        counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), latch)
-        iv.add_incoming(b.add(iv, ir.Constant(I64, step)), latch)  # wraps harmlessly after the last trip
-        for phi, v in zip(accs, region.terminator.operands):
-            phi.add_incoming(self.value(v), latch)
-        b.branch(header)
-        b.position_at_end(exit_)
-        for result, phi in zip(op.results, accs):
-            self.values[result] = phi
-
-def _suffix(ty: ir.Type) -> str:
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{_suffix(ty.element)}"
-    if isinstance(ty, ir.IntType):
-        return f"i{ty.width}"
-    return {"float": "f32", "half": "f16", "bfloat": "bf16", "double": "f64"}[str(ty)]
-
-
-def _float_bits(ty: ir.Type) -> int:
-    return {"float": 32, "half": 16, "bfloat": 16, "double": 64}[str(element_type(ty))]
-
 
 @attrs.frozen
 class LoweredModule:
@@ -916,12 +582,3 @@ class LoweredModule:
     needs_libdevice: bool
     ordinals: tuple[Op, ...]  # op ordinal (as in the status word) -> op
     host: object = None  # the host runtime's plan (accy.backends.spmd.HostPlan)
-
-
-def _constant_term(form) -> int | None:
-    """The constant an affine form stands for, if it is exactly one index constant."""
-    if len(form) == 1 and form[0][0] == 1:
-        op = form[0][1].op
-        if op is not None and op.opcode == "const" and op.result.type.is_int:
-            return op.attrs["value"]
-    return None

@@ -10,7 +10,7 @@ from llvmlite import ir
 from ..dsl.ir import Op
 from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
 from .chunking import Linear, is_vector, uniform_index, vector_suffix
-from .llvm import I1, I8, I32, I64, VOID, llvm_type, memory_type
+from .llvm_types import I1, I32, I64, I8, VOID, llvm_type, memory_type
 
 UNMASKED_COPY_OPS = 100  # a divergent if_'s side this small also gets a copy without a mask
 

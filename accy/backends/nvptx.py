@@ -15,9 +15,8 @@ from llvmlite import ir
 
 from ..dsl.ir import Graph, Op
 from ..dsl.types import DType, bf16, f32
-from .llvm import (
-    I1, I32, I64, MATH, VOID, WARP, LoweredModule, Lowering, _float_bits, constant, element_type, llvm_type, memory_type,
-)
+from .llvm import MATH, LoweredModule, Lowering
+from .llvm_types import I1, I32, I64, VOID, WARP, constant, element_type, float_bits, llvm_type, memory_type
 from .targets import NvptxTarget
 
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
@@ -137,7 +136,7 @@ class NvptxLowering(Lowering):
         clamp = ir.Constant(I32, 0 if mode == "up" else WARP - 1)
         fn = self.declare(f"llvm.nvvm.shfl.sync.{name}.i32", I32, [I32, I32, I32, I32])
         full = ir.Constant(I32, -1)
-        width = value.type.width if isinstance(value.type, ir.IntType) else _float_bits(value.type)
+        width = value.type.width if isinstance(value.type, ir.IntType) else float_bits(value.type)
         bits = b.bitcast(value, ir.IntType(width)) if not isinstance(value.type, ir.IntType) else value
         if width <= 32:
             word = b.zext(bits, I32) if width < 32 else bits

@@ -43,9 +43,8 @@ from .chunking import (
 )
 from .host_blocks import BlockThreads
 from .launch_proof import LaunchProof
-from .llvm import (
-    I1, I64, LOWER, MATH, STRUCTURAL, VOID, LoweredModule, Lowering, constant, host_entry_name, llvm_type, shaped,
-)
+from .llvm import LOWER, MATH, STRUCTURAL, LoweredModule, Lowering, host_entry_name
+from .llvm_types import I1, I64, VOID, constant, llvm_type, shaped
 from .masking import Lanes
 from .targets import HostTarget
 

@@ -1,0 +1,182 @@
+"""Memory in the LLVM lowering: element addresses, bounds checks recorded in the status
+word, loads, stores and atomics (a mixin of :class:`accy.backends.llvm.Lowering`)."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..dsl.analysis.intervals import within
+from ..dsl.ir import Op
+from ..dsl.types import DType
+from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
+from .llvm_types import I1, I8, I64, llvm_type, memory_type
+
+
+class MemoryAccess:
+    """Checked loads, stores and atomics of buffers and shared arrays."""
+
+    # -- run-time checks -------------------------------------------------------------
+    def lane(self) -> ir.Value:
+        """This thread's linear lane number (x fastest), for error reports; 0 at top level."""
+        if self.lane_of is not None:
+            return self.lane_of()
+        lane = ir.Constant(I64, 0)
+        if self.thread is None:
+            return lane
+        stride = ir.Constant(I64, 1)
+        for value, extent in zip(self.thread, self.extents):
+            lane = self.b.add(lane, self.b.mul(value, stride))
+            stride = self.b.mul(stride, extent)
+        return lane
+
+    def check(self, op: Op, ok: ir.Value, kind: int, detail: ir.Value) -> None:
+        """Where ``ok`` is false, record the first failure of the launch in the status."""
+        self.fail_if(op, self.b.not_(ok), kind, lambda: (detail, self.lane()))
+
+    def fail_if(self, op: Op, bad: ir.Value, kind: int, report) -> None:
+        """Where ``bad`` (an i1) is true, record ``kind`` and ``report()`` (detail, lane; both
+        computed on the cold path only) in the status word, unless a failure came first."""
+        tag = self.ordinals[op]
+        fail = self.b.append_basic_block(f"check_fail_{tag}")
+        cont = self.b.append_basic_block(f"check_ok_{tag}")
+        self.b.cbranch(bad, fail, cont).set_weights([1, 1 << 20])  # failures are cold
+        self.b.position_at_end(fail)
+        word = lambda i: self.b.gep(self.status, [ir.Constant(I64, i)], source_etype=I64, inbounds=True)  # noqa: E731
+        result = self.b.cmpxchg(word(0), ir.Constant(I64, 0), ir.Constant(I64, kind), "monotonic", "monotonic")
+        won = self.b.extract_value(result, 1)
+        with self.b.if_then(won):
+            detail, lane = report()
+            self.b.store(ir.Constant(I64, tag), word(1))
+            self.b.store(detail, word(2))
+            self.b.store(lane, word(3))
+        self.b.branch(cont)
+        self.b.position_at_end(cont)
+
+    def _element(self, op: Op, idx: ir.Value) -> ir.Value:
+        """The address of element ``idx`` of the buffer or shared array ``op`` touches."""
+        name, dtype = op.attrs["buffer"], op.attrs["dtype"]
+        if op.attrs.get("space", "global") == "shared":
+            # an alloca or global of the array type: its element pointer carries the element type
+            return self.b.gep(self.shared_ptrs[name], [ir.Constant(I64, 0), idx], inbounds=True)
+        return self.b.gep(self.pointers[name], [idx], source_etype=memory_type(dtype), inbounds=True)
+
+    def _statically_inside(self, op: Op) -> bool:
+        """A shared-array access whose index range fits the array: no run-time check needed."""
+        if op.attrs.get("space", "global") != "shared":
+            return False
+        return within(self.ranges.get(op.operands[0], (None, None)),
+                      self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
+
+    def within(self, op: Op, idx: ir.Value) -> ir.Value:
+        """``idx`` is inside ``op``'s buffer or shared array (unsigned: negatives fail too), or
+        that was proven before."""
+        ok = self.b.icmp_unsigned("<", *self.broadcast(idx, self._count(op)))
+        proven = self.proven.get(op)
+        return ok if proven is None else self.b.or_(*self.broadcast(proven, ok))
+
+    def _count(self, op: Op) -> ir.Value:
+        if op.attrs.get("space", "global") == "shared":
+            return ir.Constant(I64, self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
+        return self.counts[op.attrs["buffer"]]
+
+    def _checked(self, op: Op) -> bool:
+        return self.target.checks and op not in self.unchecked and not self._statically_inside(op)
+
+    def op_load(self, op: Op) -> None:
+        self.values[op.result] = self.load_at(op, self.value(op.operands[0]))
+
+    def load_at(self, op: Op, idx: ir.Value) -> ir.Value:
+        """One thread's load of element ``idx`` (a scalar), checked."""
+        dtype = op.attrs["dtype"]
+        ty = memory_type(dtype)
+        if not self._checked(op):
+            loaded = self.b.load(self._element(op, idx), typ=ty, align=dtype.itemsize)
+        else:
+            ok = self.within(op, idx)
+            self.check(op, ok, STATUS_LOAD_OOB, idx)
+            # a failed thread reads element 0 instead (every buffer has one: see the ABI)
+            # and goes on with a zero; no branch, so the loop around stays simple
+            safe = self.b.select(ok, idx, ir.Constant(I64, 0))
+            loaded = self.b.load(self._element(op, safe), typ=ty, align=dtype.itemsize)
+            loaded = self.b.select(ok, loaded, ir.Constant(ty, 0))
+        return self.b.trunc(loaded, I1) if dtype.is_bool else loaded
+
+    def op_store(self, op: Op) -> None:
+        self.store_at(op, *(self.value(v) for v in op.operands))
+
+    def store_at(self, op: Op, idx: ir.Value, value: ir.Value) -> None:
+        """One thread's store of ``value`` to element ``idx`` (scalars), checked."""
+        dtype = op.attrs["dtype"]
+        if dtype.is_bool:
+            value = self.b.zext(value, I8)
+        if not self._checked(op):
+            self.b.store(value, self._element(op, idx), align=dtype.itemsize)
+            return
+        ok = self.within(op, idx)
+        self.check(op, ok, STATUS_STORE_OOB, idx)
+        with self.b.if_then(ok):
+            self.b.store(value, self._element(op, idx), align=dtype.itemsize)
+
+    # -- the block level ------------------------------------------------------------------
+    def op_shared(self, op: Op) -> None:
+        pass  # allocated by the wrapper: a module-level array in shared memory, or a stack array per block
+
+    def op_atomic(self, op: Op) -> None:
+        idx, *values = (self.value(v) for v in op.operands)
+        self.values[op.result] = self.atomic_at(op, idx, values)
+
+    def atomic_at(self, op: Op, idx: ir.Value, values) -> ir.Value:
+        """One thread's atomic on element ``idx`` (scalars), checked; returns the old value."""
+        kind, dtype = op.attrs["op"], op.attrs["dtype"]
+        ty = llvm_type(dtype)
+        if not self._checked(op):
+            return self._atomic(kind, dtype, self._element(op, idx), values)
+        ok = self.within(op, idx)
+        self.check(op, ok, STATUS_STORE_OOB, idx)
+        entry = self.b.block
+        with self.b.if_then(ok):
+            old = self._atomic(kind, dtype, self._element(op, idx), values)
+            done = self.b.block
+        phi = self.b.phi(ty)
+        phi.add_incoming(ir.Constant(ty, 0), entry)
+        phi.add_incoming(old, done)
+        return phi
+
+    def _atomic(self, kind: str, dtype: DType, ptr: ir.Value, values) -> ir.Value:
+        """One atomic read-modify-write (relaxed, as CUDA's); returns the old value."""
+        b = self.b
+        if kind == "cas":
+            compare, new = values
+            bits = ir.IntType(dtype.bits)
+            if dtype.is_float:
+                compare, new = b.bitcast(compare, bits), b.bitcast(new, bits)
+            old = b.extract_value(b.cmpxchg(ptr, compare, new, "monotonic", "monotonic"), 0)
+            return b.bitcast(old, llvm_type(dtype)) if dtype.is_float else old
+        (value,) = values
+        if dtype.is_int:
+            op_name = {"add": "add", "exchange": "xchg", "max": "umax" if dtype.is_unsigned else "max",
+                       "min": "umin" if dtype.is_unsigned else "min"}[kind]
+            return b.atomic_rmw(op_name, ptr, value, "monotonic")
+        if kind == "exchange":
+            return b.atomic_rmw("xchg", ptr, value, "monotonic")
+        if kind == "add" and self.native_atomic_add(dtype):
+            return b.atomic_rmw("fadd", ptr, value, "monotonic")
+        # f16/bf16 add, float max and min: a compare-and-swap loop with accy's own arithmetic
+        combine = {"add": lambda a, v: self.in_f32(dtype, b.fadd, [a, v]),
+                   "max": lambda a, v: self.in_f32(dtype, lambda x, y: self.call("llvm.maximum", [x, y]), [a, v]),
+                   "min": lambda a, v: self.in_f32(dtype, lambda x, y: self.call("llvm.minimum", [x, y]), [a, v])}[kind]
+        bits = ir.IntType(dtype.bits)
+        start = b.block
+        initial = b.load(ptr, typ=bits, align=dtype.itemsize)
+        loop = b.append_basic_block("atomic_loop")
+        after = b.append_basic_block("atomic_done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        seen = b.phi(bits)
+        seen.add_incoming(initial, start)
+        new = b.bitcast(combine(b.bitcast(seen, llvm_type(dtype)), value), bits)
+        current, swapped = self.compare_exchange(ptr, seen, new)
+        seen.add_incoming(current, loop)
+        b.cbranch(swapped, after, loop)
+        b.position_at_end(after)
+        return b.bitcast(seen, llvm_type(dtype))
