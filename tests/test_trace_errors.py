@@ -255,7 +255,7 @@ def test_unknown_methods_suggest_the_op(each, message):
     (lambda inner, i, args: args.x[i] @ args.x[i], r"@ is not an accy op"),
     (lambda inner, i, args: int(args.x[i]), r"cannot be used as a Python int.*cast\(value, i32\)"),
     (lambda inner, i, args: max(args.x[i], 0.0), r"cannot be used as a Python bool.*inner\.max\(a, b\)"),
-    (lambda inner, i, args: np.arctan(args.x[i]), r"numpy\.arctan is not an accy op on traced values"),
+    (lambda inner, i, args: np.arcsin(args.x[i]), r"numpy\.arcsin is not an accy op on traced values"),
     (lambda inner, i, args: round(args.x[i], 2), r"round\(x, 2\): only round\(x\)"),
     (lambda inner, i, args: args.x[i, 0], r"buffers are 1-D; compute a flat index"),
     (lambda inner, i, args: i ** args.x[i], r"index \*\* f32: an integer power needs a constant exponent"),

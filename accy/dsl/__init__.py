@@ -1,7 +1,8 @@
 """The accy DSL: types, the op table, the tracing builder and the graph it records."""
 
 from . import schedule
-from .builder import AxisIndex, Builder, BufferHandle, LaunchIndex, RuntimeAxis, Traced, axis
+from .builder import Builder
+from .traced import AxisIndex, BufferHandle, LaunchIndex, RuntimeAxis, Traced, axis
 from .ir import Axis, Block, Graph, Op, Param, ParamKind, SourceLocation, Value
 from .ops import OPS, OpDef
 from .parse import parse

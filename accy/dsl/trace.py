@@ -14,7 +14,8 @@ from typing import Callable, Mapping
 import attrs
 
 from ..errors import TraceError
-from .builder import Builder, BufferHandle, Traced
+from .builder import Builder
+from .traced import BufferHandle, Traced
 from .context import _is_machinery, user_location
 from .ir import Block, Graph, Param, ParamKind, SourceLocation
 from .passes import verify

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import attrs
 
-from ..dsl.builder import axis
+from ..dsl.traced import axis
 from ..dsl.ir import Axis
 from ..dsl.schedule import ThreadBlocks, positive_int
 from ..dsl.trace import dynamic_buffer
