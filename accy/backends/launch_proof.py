@@ -3,17 +3,13 @@ be computed before it runs is checked once, there, instead of in every thread.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 
 import attrs
 from llvmlite import ir
 
 from ..dsl.ir import Block, Op, Value
+from .llvm import Lowering
 from .llvm_types import I1, I64
-
-if TYPE_CHECKING:
-    from .spmd import SpmdLowering
 
 
 @attrs.frozen
@@ -37,7 +33,7 @@ class LaunchProof:
     accesses need no check at run time; where every check of a kernel is covered, the
     kernel cannot fail, and the host runs it on the caller's arrays with no scratch copies."""
 
-    def __init__(self, lw: "SpmdLowering", narrowed: dict | None = None):
+    def __init__(self, lw: Lowering, narrowed: dict | None = None):
         self.lw = lw
         self.b = lw.b
         self.bounds: dict[Value, Bounds | None] = {}

@@ -5,18 +5,15 @@ record regions with their loop-carried values and results (a mixin of
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from . import context
 from .ir import Block, Value
 from .ops import OPS, FoldAttrs, IfAttrs
-from .traced import Traced, _LaunchInfo, _NO_CTX, _describe, _error
+from .traced import BuilderBase, Traced, _LaunchInfo, _NO_CTX, _describe, _error
 from .types import INDEX_MAX, boolean, index
-
-if TYPE_CHECKING:
-    from .builder import Builder
 
 
 class ControlFlow:
@@ -37,7 +34,7 @@ class ControlFlow:
         finally:
             inner._open = False
 
-    def _yield(self, inner: "Builder", values) -> None:
+    def _yield(self, inner: "BuilderBase", values) -> None:
         inner._open = True
         inner._record("yield", values)
         inner._open = False

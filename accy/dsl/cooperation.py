@@ -5,16 +5,12 @@ reductions, votes, scans and arg-reductions built from them (a mixin of
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .ops import OPS, REDUCTIONS, ShuffleAttrs
-from .traced import SharedArray, Traced, WARP, _LaunchInfo, _error
+from .traced import BuilderBase, SharedArray, Traced, WARP, _LaunchInfo, _error
 from .types import DType, boolean, index, u32
-
-if TYPE_CHECKING:
-    from .builder import Builder
 
 
 class Cooperation:
@@ -307,7 +303,7 @@ class _Neighbours:
     rounds alternate between two sets of arrays, so one barrier a round orders each round's
     writes after the reads of the round before it."""
 
-    def __init__(self, builder: Builder, info: _LaunchInfo, stem: str):
+    def __init__(self, builder: BuilderBase, info: _LaunchInfo, stem: str):
         self.builder, self.info, self.stem = builder, info, stem
         self.linear = builder._linear_thread(info)
         self.lane = builder.mod(self.linear, WARP)
