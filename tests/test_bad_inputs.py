@@ -192,7 +192,9 @@ TRACE_TIME = [
     ("python-loop-over-traced-value", lambda: Program("loopy", {}, lambda k, a: k.for_each_1d(
         axis("i", 2), lambda inner, idx: [j for j in range(idx["i"])])).traced_graph,
      TraceError, r"cannot be used as a Python int index"),
-    ("bad-arch", lambda: Target.nvptx("compute_80"), CompileError, r"arch must look like sm_80"),
+    ("bad-arch", lambda: Target.nvptx("compute_80"), CompileError, r"arch must be an NVPTX processor LLVM knows \(.*sm_80"),
+    # the right form, but no processor LLVM knows (it would compile for its default without a word)
+    ("unknown-arch", lambda: Target.nvptx("sm_7"), CompileError, r"arch must be an NVPTX processor .* got 'sm_7'"),
     # the block level: each names the user's line (checked below)
     ("shared-inside-a-loop", lambda: _cooperative(lambda inner, t, a: inner.fold_range(
         0, 3, 1, 0.0, lambda inner, j, acc: (inner.shared(f32, 4), acc)[1])).traced_graph,

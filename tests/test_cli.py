@@ -163,7 +163,7 @@ def test_llvm_ir_for_both_targets(capsys):
 def test_bad_arch_is_a_usage_error(capsys):
     with pytest.raises(SystemExit):
         main(["ptx", "attention", "--arch", "sm80"])
-    assert "arch must look like sm_80" in capsys.readouterr().err
+    assert "arch must be an NVPTX processor LLVM knows" in capsys.readouterr().err
 
 
 def test_demo_on_llvm(capsys):

@@ -20,26 +20,15 @@ from .abi import host_signature, prepare_signature
 from .llvm import LoweredModule
 from .nvptx import NVPTX_TRIPLE, lower_nvptx
 from .spmd import lower_host
-from .targets import HostTarget, NvptxTarget, Target
+from .targets import HostTarget, NvptxTarget, Target, init_llvm
 from .toolchain import find_libdevice
 
 _lock = threading.RLock()  # LLVM's context is not safe to use from several threads at once
 
 
 @functools.cache
-def _init() -> None:
-    # LLVM >= 20 initialises itself; older llvmlite needs this (and it is idempotent)
-    for name in ("initialize_all_targets", "initialize_all_asmprinters",
-                 "initialize_native_target", "initialize_native_asmprinter"):
-        try:
-            getattr(llvm, name)()
-        except (AttributeError, RuntimeError):
-            pass
-
-
-@functools.cache
 def _nvptx_machine(arch: str) -> llvm.TargetMachine:
-    _init()
+    init_llvm()
     return llvm.Target.from_triple(NVPTX_TRIPLE).create_target_machine(cpu=arch, opt=3)
 
 
@@ -50,7 +39,7 @@ def host_machine() -> llvm.TargetMachine:
 
 
 def _new_host_machine() -> llvm.TargetMachine:
-    _init()
+    init_llvm()
     # math functions (expf, erff, ...) come from the C library the process has loaded
     libm = ctypes.util.find_library("m")
     if libm:

@@ -11,12 +11,8 @@ checked against the limits), then calls ``execute(graph, binding, launch,
 
 from __future__ import annotations
 
-import functools
 import numbers
-import os
 import re
-import tempfile
-import threading
 from typing import Callable, Mapping
 
 import attrs
@@ -24,7 +20,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .arguments import ArrayInfo, host_info
-from .targets import VECTOR_WIDTHS
+from .targets import VECTOR_WIDTHS, nvptx_processors
 
 
 NOT_HANDLED = object()  # a fast launcher's answer for a call the general path must take
@@ -84,33 +80,6 @@ def _debug_thread(value):
     if value is None or isinstance(value, dict):  # its axes and indices are checked against the launch
         return value
     raise Refused
-
-
-_stderr_lock = threading.Lock()
-
-
-@functools.cache
-def nvptx_processors() -> tuple[str, ...]:
-    """The NVPTX processors this LLVM knows, in its ``sm_NN``/``sm_NNa`` forms (LLVM only
-    warns about a processor it does not know, and compiles for its default instead)."""
-    from llvmlite import binding as llvm
-
-    from . import codegen
-
-    codegen._init()
-    # LLVM lists a target's processors on stderr for the processor "help": read it once
-    with _stderr_lock, tempfile.TemporaryFile() as listing:
-        saved = os.dup(2)
-        try:
-            os.dup2(listing.fileno(), 2)
-            llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(cpu="help")
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        listing.seek(0)
-        text = listing.read().decode(errors="replace")
-    names = set(re.findall(r"^\s*(sm_\d+a?)\s", text, re.M))
-    return tuple(sorted(names, key=lambda name: (int(name[3:].rstrip("a")), name)))
 
 
 def _arch(value) -> str:

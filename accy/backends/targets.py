@@ -8,9 +8,15 @@ subclass (:mod:`accy.backends.spmd` for the host, :mod:`accy.backends.nvptx`).
 
 from __future__ import annotations
 
+import functools
+import os
+import re
+import tempfile
+import threading
 from typing import ClassVar
 
 import attrs
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..errors import CompileError
@@ -45,9 +51,45 @@ def _vector_width(instance, attribute, value) -> None:
                            f"(0: the CPU's own), got {value!r}")
 
 
+@functools.cache
+def init_llvm() -> None:
+    # LLVM >= 20 initialises itself; older llvmlite needs this (and it is idempotent)
+    for name in ("initialize_all_targets", "initialize_all_asmprinters",
+                 "initialize_native_target", "initialize_native_asmprinter"):
+        try:
+            getattr(llvm, name)()
+        except (AttributeError, RuntimeError):
+            pass
+
+
+_stderr_lock = threading.Lock()
+
+
+@functools.cache
+def nvptx_processors() -> tuple[str, ...]:
+    """The NVPTX processors this LLVM knows, in its ``sm_NN``/``sm_NNa`` forms (LLVM only
+    warns about a processor it does not know, and compiles for its default instead)."""
+    init_llvm()
+    # LLVM lists a target's processors on stderr for the processor "help": read it once
+    with _stderr_lock, tempfile.TemporaryFile() as listing:
+        saved = os.dup(2)
+        try:
+            os.dup2(listing.fileno(), 2)
+            llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(cpu="help")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        listing.seek(0)
+        text = listing.read().decode(errors="replace")
+    names = set(re.findall(r"^\s*(sm_\d+a?)\s", text, re.M))
+    return tuple(sorted(names, key=lambda name: (int(name[3:].rstrip("a")), name)))
+
+
 def _arch(instance, attribute, value) -> None:
-    if not (isinstance(value, str) and value.startswith("sm_") and value[3:].rstrip("a").isdigit()):
-        raise CompileError(f"arch must look like sm_80 or sm_90, got {value!r}")
+    known = nvptx_processors()
+    if not (isinstance(value, str) and re.fullmatch(r"sm_\d+a?", value)) or (known and value not in known):
+        raise CompileError(f"arch must be an NVPTX processor LLVM knows ({', '.join(known) or 'sm_NN or sm_NNa'}), "
+                           f"got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
