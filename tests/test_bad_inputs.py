@@ -532,3 +532,15 @@ def test_a_barrier_only_part_of_a_block_reaches_is_refused_by_every_backend(guar
     with pytest.raises((BarrierError, PtxBarrierError), match=expected.get(backend, "barrier")):
         get_backend(backend).execute(graph, binding, launch)
     assert (dst == 0).all()
+
+
+@pytest.mark.parametrize("guarded", [_UNDER_AN_IF, _IN_A_LOOP], ids=["if", "fold"])
+def test_the_nvptx_lowering_refuses_a_partial_barrier_before_any_gpu_sees_it(guarded):
+    # the cuda backend compiles this PTX: on a GPU the kernel would hang, so it is never emitted
+    from accy.backends.codegen import emit_ptx
+    from accy.errors import BarrierError
+
+    graph = accy.parse(_PARTIAL.replace("GUARDED", guarded))
+    with pytest.raises(BarrierError, match=r"barrier inside .* on the thread: not every thread of the block would "
+                                           r"reach it \(on a GPU this hangs"):
+        emit_ptx(graph, Target.nvptx("sm_80"), (32, 1, 1), use_cache=False)

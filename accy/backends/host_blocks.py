@@ -8,9 +8,9 @@ import math
 
 from llvmlite import ir
 
+from ..dsl.analysis import uniformity
 from ..dsl.analysis.phases import PhasePlan
 from ..dsl.ir import Op, Value
-from ..errors import BarrierError
 from .chunking import Linear, index_constant, is_vector, untyped, vector_suffix
 from .llvm_types import I1, I32, I64, I8, WARP, memory_type
 
@@ -20,6 +20,11 @@ class BlockThreads:
 
     # -- for_each_block: a block's threads in chunks, split at barriers ------------------
     def _lower_blocks(self, begin, end) -> None:
+        # a loop or branch holding a barrier runs once per block here, on thread 0's bounds or
+        # condition: where they vary across the block, the kernel cannot run as written
+        uniformity.refuse_divergent_synchronisation(
+            self.graph, "on a GPU this hangs or corrupts shared memory; the llvm backend runs the block's threads "
+                        "through it together, so it refuses the kernel")
         b = self.b
         launch = self.graph.launch_op
         region = launch.regions[0]
@@ -236,24 +241,9 @@ class BlockThreads:
 
         self._thread_loop([], after=store)
 
-    def _refuse_divergent(self, op: Op, guards) -> None:
-        """A loop or branch holding a barrier runs once per block, on thread 0's bounds or
-        condition.  Where those may differ between the block's threads (the builder refuses
-        that; a parsed graph may hold it), not every thread would reach the barrier: refused,
-        as the interpreter and the emulator refuse it when it happens."""
-        if not any(v in self.varying for v in guards):
-            return
-        inner = next((o for o in op.walk() if o.opcode in ("barrier", "shuffle")), op)
-        at = f" at {inner.location}" if inner.location is not None else ""
-        where = "a fold_range whose bounds depend" if op.opcode == "fold" else "an if_ whose condition depends"
-        raise BarrierError(f"{inner.opcode}{at} inside {where} on the thread: not every thread of the block "
-                           "would reach it (on a GPU this hangs or corrupts shared memory); the llvm backend "
-                           "runs the block's threads through it together, so it refuses the kernel")
-
     def _block_fold(self, op: Op) -> None:
         """A loop holding a barrier: its bounds are the block's, its accumulators each thread's."""
         b = self.b
-        self._refuse_divergent(op, op.operands[:2])
         (region,) = op.regions
         start, stop = (self._uniform(v) for v in op.operands[:2])
         step = op.attrs["step"]
@@ -285,7 +275,6 @@ class BlockThreads:
     def _block_if(self, op: Op) -> None:
         """A branch holding a barrier: the block takes it or not, as one."""
         b = self.b
-        self._refuse_divergent(op, op.operands[:1])
         tag = self.ordinals[op]
         then, otherwise, join = (b.append_basic_block(f"block_if_{tag}_{n}") for n in ("then", "else", "end"))
         b.cbranch(self._uniform(op.operands[0]), then, otherwise)

@@ -13,6 +13,7 @@ import math
 
 from llvmlite import ir
 
+from ..dsl.analysis import uniformity
 from ..dsl.ir import Graph, Op
 from ..dsl.types import DType, bf16, f32
 from .llvm import MATH, LoweredModule, Lowering
@@ -170,6 +171,8 @@ class NvptxLowering(Lowering):
 
     def lower_block_kernel(self) -> ir.Function:
         """A block launch on NVPTX: one CUDA block per block, its threads the block's threads."""
+        uniformity.refuse_divergent_synchronisation(
+            self.graph, "on a GPU this hangs or corrupts shared memory, so the PTX is not emitted")
         fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
         fn.calling_convention = "ptx_kernel"
         self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))

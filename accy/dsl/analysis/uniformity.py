@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from ...errors import BarrierError
 from ..ir import Block, Value
-from ..ops import RegionKind
+from ..ops import OPS, RegionKind
 
 ALWAYS = None  # inputs() of a value that varies whatever its operands
 
@@ -81,4 +82,39 @@ def varying_values(region: Block, seeds: Iterable[Value]) -> set[Value]:
             return varying
 
 
-__all__ = ["ALWAYS", "inputs", "varies", "varying_values"]
+
+
+def divergent_synchronisation(graph) -> tuple | None:
+    """``(loop or branch, barrier or shuffle inside it)`` for the first synchronising op of a
+    block launch that sits in a loop whose bounds, or a branch whose condition, may differ
+    between the block's threads: not every thread would reach it.  The builder refuses
+    these; a graph read from text may hold one."""
+    launch = graph.launch_op
+    if launch is None or not OPS[launch.opcode].thread_blocks:
+        return None
+    region = launch.regions[0]
+    varying = varying_values(region, region.args[len(launch.operands):])
+    for op in region.walk():
+        guards = {"fold": op.operands[:2], "if": op.operands[:1]}.get(op.opcode, ())
+        if any(v in varying for v in guards):
+            inner = next((o for o in op.walk() if o is not op and OPS[o.opcode].synchronises is not None), None)
+            if inner is not None:
+                return op, inner
+    return None
+
+
+def refuse_divergent_synchronisation(graph, why: str) -> None:
+    """Raise a :class:`~accy.errors.BarrierError` for :func:`divergent_synchronisation`'s
+    find; ``why`` says what this backend would do with it."""
+    found = divergent_synchronisation(graph)
+    if found is None:
+        return
+    op, inner = found
+    at = f" at {inner.location}" if inner.location is not None else ""
+    where = "a fold_range whose bounds depend" if op.opcode == "fold" else "an if_ whose condition depends"
+    raise BarrierError(f"{inner.opcode}{at} inside {where} on the thread: not every thread of the block would "
+                       f"reach it ({why})")
+
+
+__all__ = ["ALWAYS", "inputs", "varies", "varying_values", "divergent_synchronisation",
+           "refuse_divergent_synchronisation"]
