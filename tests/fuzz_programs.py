@@ -37,7 +37,7 @@ Every description is valid by construction:
   not specified by IEEE 754 and differs between NumPy, LLVM's constant folder and
   the hardware.
 
-Inexact math functions (exp exp2 expm1 log log2 log1p erf tanh sigmoid sin cos pow)
+Inexact math functions (exp exp2 expm1 log log2 log1p erf tanh sigmoid sin cos atan pow atan2)
 are drawn in one of two modes:
 
 * ``exact_math=True``: the test makes the interpreter compute them with the same
@@ -434,7 +434,8 @@ _UFUNCS = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide, "mod": np.remainder,
     "pow": np.power, "neg": np.negative, "abs": np.absolute, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1,
     "log": np.log, "log2": np.log2, "log1p": np.log1p, "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin,
-    "cos": np.cos, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc, "isnan": np.isnan,
+    "cos": np.cos, "atan": np.arctan, "atan2": np.arctan2, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
+    "trunc": np.trunc, "isnan": np.isnan,
     "isinf": np.isinf, "max": np.maximum, "min": np.minimum, "copysign": np.copysign, "lt": np.less,
     "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
     "shl": np.left_shift, "shr": np.right_shift,
@@ -832,7 +833,8 @@ EDGE_OFFSET = 16
 MAX_TRIPS = (24, 8, 4)  # per nesting depth of the fold
 MAX_IF_DEPTH = 3
 
-INEXACT = ("exp", "exp2", "expm1", "log", "log2", "log1p", "erf", "tanh", "sigmoid", "sin", "cos")
+INEXACT = ("exp", "exp2", "expm1", "log", "log2", "log1p", "erf", "tanh", "sigmoid", "sin", "cos", "atan")
+INEXACT_BINARY = ("pow", "atan2")
 ROUNDING = ("floor", "ceil", "round", "trunc")
 # ops that keep a relative error bounded (exact_math=False lets tainted values through them)
 KEEPS_ERROR = ("neg", "abs", "max", "min", "sqrt", "rsqrt")
@@ -1117,7 +1119,7 @@ class _Gen:
         if kind == "pow":
             a = self.opaque(self.expr(env, t, d, False))
             b = self.opaque(self.expr(env, t, d, False))
-            return attrs.evolve(self.op("pow", t, (a, b)), tainted=not self.exact_math)
+            return attrs.evolve(self.op(self.pick(INEXACT_BINARY), t, (a, b)), tainted=not self.exact_math)
         if kind == "fma":
             xs = [self.expr(env, t, d, False) for _ in range(3)]
             return self.op("fma", t, xs)
