@@ -1,5 +1,6 @@
 import os
 
+import attrs
 import numpy as np
 import pytest
 
@@ -39,26 +40,57 @@ def pytest_addoption(parser):
 
 
 # -- the quick subset: pytest -m "not fuzz" ----------------------------------------------------
-# The fuzzers carry the fuzz marker themselves (tests/test_fuzz*.py).  The sweeps below run
-# every dtype on every backend, and on a compiled backend each case is a kernel of its own
-# (LLVM's O3 each time: most of their time), so the quick subset runs them for QUICK_DTYPES
-# there and for every dtype on numpy; the full suite runs every case.
-EVERY_DTYPE_SWEEPS = {  # (file, test function) -> the parameters that name its dtypes
-    ("test_dtypes.py", "test_op_matches_python_reference_bit_for_bit"): ("t",),
-    ("test_dtypes.py", "test_cast_matches_python_reference"): ("src", "dst"),
-    ("test_votes_scans.py", "test_block_scan_every_type"): ("t",),
-    ("test_votes_scans.py", "test_block_argmax_argmin_every_type"): ("t",),
-}
+# The fuzzers carry the fuzz marker themselves (tests/test_fuzz*.py).  The sweeps in QUICK_CASES
+# keep only some of their cases in the quick subset (conftest marks the others fuzz; the full
+# suite runs every case): on a compiled backend each case is a kernel of its own, LLVM's O3
+# each time, which is most of their time.
+
+
+@attrs.frozen
+class QuickCases:
+    """The cases of a sweep that stay in the quick subset: those whose ``params`` (their str)
+    are all in ``keep``; with ``compiled_only``, every case on numpy too.  No ``params``: the
+    test runs in the full suite only."""
+
+    params: tuple[str, ...]
+    keep: frozenset[str]
+    compiled_only: bool = True
+
+    def keeps(self, values: dict) -> bool:
+        if not self.params:
+            return False
+        if self.compiled_only and values.get("backend") == "numpy":
+            return True
+        return all(str(values[name]) in self.keep for name in self.params)
+
+
 QUICK_DTYPES = frozenset({"f32", "f16", "i8", "u64", "bool"})  # narrow and wide, float and integer
+QUICK_CASES = {  # (file, test function) -> the cases it keeps
+    # every dtype on numpy, QUICK_DTYPES on llvm and ptx
+    ("test_dtypes.py", "test_op_matches_python_reference_bit_for_bit"): QuickCases(("t",), QUICK_DTYPES),
+    ("test_dtypes.py", "test_cast_matches_python_reference"): QuickCases(("src", "dst"), QUICK_DTYPES),
+    ("test_votes_scans.py", "test_block_scan_every_type"): QuickCases(("t",), QUICK_DTYPES),
+    ("test_votes_scans.py", "test_block_argmax_argmin_every_type"): QuickCases(("t",), QUICK_DTYPES),
+    # every float type on numpy, f32 and f64 (vecmath's and libdevice's own routines) on llvm and ptx
+    ("test_math_accuracy.py", "test_math_function_within_documented_ulps"): QuickCases(
+        ("t",), frozenset({"f32", "f64"})),
+    # one kernel per dtype with every op and cast, for sm_80 and sm_90: the op and cast sweeps
+    # above lower QUICK_DTYPES' to PTX in the quick subset
+    ("test_dtypes.py", "test_every_op_and_cast_lowers_to_ptx_that_ptxas_accepts"): QuickCases((), frozenset()),
+    # every block shape on numpy, f32's on llvm and ptx (a float scan's order shows in its bits)
+    ("test_votes_scans.py", "test_block_scan_every_shape"): QuickCases(("t",), frozenset({"f32"})),
+    ("test_votes_scans.py", "test_block_argmax_argmin_every_shape"): QuickCases(("t",), frozenset({"f32"})),
+    # every variant at the three smaller shapes (the largest takes half the test's time)
+    ("test_backends_agree.py", "test_attention_entry_agrees_across_backends"): QuickCases(
+        ("shape",), frozenset({"(2, 2, 3, 2, 2)", "(1, 7, 5, 3, 9)", "(3, 16, 31, 8, 4)"}), compiled_only=False),
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        dtype_params = EVERY_DTYPE_SWEEPS.get((item.path.name, getattr(item, "originalname", None)))
-        params = item.callspec.params if dtype_params and hasattr(item, "callspec") else {}
-        if params.get("backend", "numpy") != "numpy" and any(
-                str(params[name]) not in QUICK_DTYPES for name in dtype_params):
+        quick = QUICK_CASES.get((item.path.name, getattr(item, "originalname", None)))
+        if quick is not None and not quick.keeps(item.callspec.params if hasattr(item, "callspec") else {}):
             item.add_marker(pytest.mark.fuzz)
 
 
