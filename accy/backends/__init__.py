@@ -20,7 +20,7 @@ from ..dsl.schedule import Launch, Limits, ThreadBlocks
 from ..errors import ArgumentError, BackendUnavailableError, LaunchError
 from .arguments import Binding, bind_arguments
 from .contract import NOT_HANDLED, Backend
-from .interpreter import evaluate_extents
+from .extents import evaluate_extents
 
 # backend name -> the module defining it as BACKEND (imported on first use; cuda imports its driver only when run)
 _MODULES = {"numpy": "interpreter", "llvm": "host", "ptx": "emulated", "cuda": "cuda"}

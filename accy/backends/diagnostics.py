@@ -16,7 +16,8 @@ def thread_text(axes: tuple[Axis, ...], lane: int) -> str:
     return " ".join(coords)
 
 
-def _at(op: Op) -> str:
+def at(op: Op) -> str:
+    """`` at <the user's line>`` for a message about ``op``, or nothing."""
     return f" at {op.location}" if op.location is not None else ""
 
 
@@ -25,10 +26,10 @@ def out_of_bounds(op: Op, index: int, size: int, thread: str) -> OutOfBoundsErro
     what = "shared array " if op.attrs.get("space", "global") == "shared" else ""
     return OutOfBoundsError(
         f"{verb} {what}'{op.attrs['buffer']}': index {index} is out of bounds for {size} elements "
-        f"(thread {thread}){_at(op)}; nothing was written"
+        f"(thread {thread}){at(op)}; nothing was written"
     )
 
 
 def division_by_zero(op: Op, thread: str) -> ExecutionError:
     what = "remainder" if op.opcode == "mod" else "division"
-    return ExecutionError(f"{op.opcode}: {op.operands[0].type} {what} by zero in thread {thread}{_at(op)}")
+    return ExecutionError(f"{op.opcode}: {op.operands[0].type} {what} by zero in thread {thread}{at(op)}")

@@ -39,12 +39,12 @@ from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import OPS, REDUCTIONS
 from ..dsl.schedule import Launch
 from ..dsl.types import INDEX_MAX, INDEX_MIN
-from ..errors import ArgumentError, BarrierError, ExecutionError
+from ..errors import ArgumentError, BarrierError
 from . import numerics
 from .arguments import Binding, host_info
 from .contract import Backend
 from .debug import Observer, Recorder, check_thread
-from .diagnostics import division_by_zero, out_of_bounds, thread_text
+from .diagnostics import at, division_by_zero, out_of_bounds, thread_text
 from .sanitizer import Sanitizer
 
 DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
@@ -465,7 +465,7 @@ class Interpreter:
                 arrived, missing = int(np.argmax(reached[block])), int(np.argmin(reached[block]))
                 base = block * self.block_threads
                 raise BarrierError(
-                    f"barrier{_at(op)} reached by thread {self._thread(base + arrived)} but not by thread "
+                    f"barrier{at(op)} reached by thread {self._thread(base + arrived)} but not by thread "
                     f"{self._thread(base + missing)} of the same block: every thread of a block must reach "
                     "every barrier (on a GPU this hangs or corrupts shared memory)"
                 )
@@ -653,50 +653,6 @@ def _step_without_wrap(i, step: int):
     nxt = i + np.int64(step)
     wrapped = (nxt < i) if step > 0 else (nxt > i)
     return np.where(wrapped, np.int64(INDEX_MAX if step > 0 else INDEX_MIN), nxt)
-
-
-def _at(op: Op) -> str:
-    return f" at {op.location}" if op.location is not None else ""
-
-
-# ----------------------------------------------------------------------------- launch extents
-
-
-def evaluate_extents(graph: Graph, sizes: dict[str, int], scalars: dict[str, object]) -> tuple[int, ...]:
-    """The launch's extents for these buffer sizes and scalar values: the kernel's top-level
-    ops that compute them run once, here (they use only constants, scalars and sizes)."""
-    launch = graph.launch_op
-    env: dict[Value, object] = dict(zip(graph.body.args, (scalars[p.name] for p in graph.scalars)))
-    needed = _defining_ops(launch.operands)
-    with np.errstate(all="ignore"):
-        for op in graph.body.ops:
-            if op not in needed:
-                continue
-            if op.opcode == "const":
-                env[op.result] = op.attrs["dtype"].numpy.type(op.attrs["value"])
-            elif op.opcode == "size":
-                env[op.result] = np.int64(sizes[op.attrs["buffer"]])
-            elif op.opcode == "cast":
-                env[op.result] = numerics.cast(env[op.operands[0]], op.operands[0].type, op.result.type)
-            elif op.opcode in ("div", "mod") and op.result.type.is_int:
-                a, b = (env[v] for v in op.operands)
-                if b == 0:
-                    raise ExecutionError(f"{op.opcode}: {op.operands[0].type} division by zero while computing "
-                                         f"the launch extents{_at(op)}")
-                env[op.result] = (np.floor_divide if op.opcode == "div" else np.remainder)(a, b)
-            else:
-                env[op.result] = EVAL[op.opcode](*[env[v] for v in op.operands])
-    return tuple(int(env[v]) for v in launch.operands)
-
-
-def _defining_ops(values) -> set[Op]:
-    ops, todo = set(), list(values)
-    while todo:
-        op = todo.pop().op
-        if op is not None and op not in ops:
-            ops.add(op)
-            todo.extend(op.operands)
-    return ops
 
 
 # ----------------------------------------------------------------------------- the backend

@@ -23,11 +23,7 @@ import numpy as np
 
 from ..dsl.ir import Axis, Op
 from ..errors import RaceError, UninitializedError, UnwrittenOutputError
-from .diagnostics import thread_text
-
-
-def _at(op: Op) -> str:
-    return f" at {op.location}" if op.location is not None else ""
+from .diagnostics import at, thread_text
 
 
 class _Tracker:
@@ -83,7 +79,7 @@ class Sanitizer:
         return thread_text(self.axes, int(lane))
 
     def _where(self, op_ordinal: int) -> str:
-        return _at(self.ops[int(op_ordinal)]) if op_ordinal >= 0 else ""
+        return at(self.ops[int(op_ordinal)]) if op_ordinal >= 0 else ""
 
     def _name(self, op: Op, element: int) -> str:
         if op.attrs.get("space", "global") == "shared":
@@ -94,7 +90,7 @@ class Sanitizer:
     def _race(self, op: Op, element, lane, verb: str, other_lane, other_verb: str, other_op) -> RaceError:
         return RaceError(
             f"race on {self._name(op, int(element))}: {other_verb} by thread {self._thread(other_lane)}"
-            f"{self._where(other_op)} and {verb} by thread {self._thread(lane)}{_at(op)}, with nothing "
+            f"{self._where(other_op)} and {verb} by thread {self._thread(lane)}{at(op)}, with nothing "
             "ordering them (a barrier orders threads of one block; atomics only race with plain accesses)"
         )
 
@@ -208,7 +204,7 @@ class Sanitizer:
         if fresh.any():
             k = int(np.argmax(fresh))
             raise UninitializedError(
-                f"read of {self._name(op, int(elements[k]))} by thread {self._thread(lanes[k])}{_at(op)} before "
+                f"read of {self._name(op, int(elements[k]))} by thread {self._thread(lanes[k])}{at(op)} before "
                 "any thread of its block wrote it (shared memory starts with garbage)"
             )
 
