@@ -205,9 +205,8 @@ LOWER = {
 }
 # math functions: libdevice's name for each (__nv_<name>[f]; the host inlines vecmath's
 # routine of the op's name); None where the target's lowering composes it (math_function)
-MATH = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log1p": "log1p",
-        "erf": "erf", "tanh": "tanh", "sin": "sin", "cos": "cos", "pow": "pow", "atan": "atan", "atan2": "atan2",
-        "sqrt": None, "rsqrt": None, "sigmoid": None}
+_COMPOSED = frozenset({"sqrt", "rsqrt", "sigmoid"})
+MATH = {name: None if name in _COMPOSED else name for name, opdef in OPS.items() if opdef.inexact or name == "sqrt"}
 LOWER.update({name: _math(name) for name in MATH})
 # const, size, load, store, fold, if, for_each and yield need the lowering's state: Lowering.op_*
 STRUCTURAL = frozenset({"const", "size", "load", "store", "fold", "if", "for_each", "yield",

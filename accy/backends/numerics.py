@@ -27,6 +27,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..dsl.ops import OPS
 from ..dsl.types import DTYPES, DType, f32
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -81,10 +82,10 @@ def _sigmoid64(x):
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
+# each math function in float64: NumPy's ufunc where the op table names one (np.arctan for atan)
 MATH64 = {
-    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2, "log1p": np.log1p,
-    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "erf": _erf64, "tanh": np.tanh,
-    "sigmoid": _sigmoid64, "sin": np.sin, "cos": np.cos, "atan": np.arctan, "atan2": np.arctan2,
+    **{name: getattr(np, opdef.numpy) for name, opdef in OPS.items() if opdef.math and opdef.numpy},
+    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "erf": _erf64, "sigmoid": _sigmoid64,
 }
 
 

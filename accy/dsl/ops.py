@@ -453,6 +453,7 @@ class OpDef:
     reduction: str | None = None  # the name a reduction over this op goes by ("sum", "max")
     methods: tuple[str, ...] = ()  # builder and value method names; the first is the main one
     math: bool = False  # also a function of accy.math
+    numpy: str | None = None  # the NumPy ufunc that records this op on traced values (np.arctan)
     doc: str = ""
     # computed to within documented ulps, not bit for bit: backends may differ in the last bits
     inexact: bool = False
@@ -502,8 +503,8 @@ def _pointwise(name, arity, operands, *, result=None, methods=None, **kw) -> OpD
 _NUM, _FLT, _INT, _BITS = NUMERIC, FLOAT, INT, BITS
 
 
-def _math(name, doc, arity=1, inexact=True):
-    return _pointwise(name, arity, _FLT, math=True, doc=doc, inexact=inexact)
+def _math(name, doc, arity=1, inexact=True, numpy=None):
+    return _pointwise(name, arity, _FLT, math=True, doc=doc, inexact=inexact, numpy=numpy)
 
 
 def _exact(name, doc, arity=1):
@@ -574,22 +575,22 @@ OPS: dict[str, OpDef] = {
         _math("pow", "C's pow (powf), with its special cases", arity=2),
         _exact("copysign", "the magnitude of a with the sign of b", arity=2),
         # math functions (floats; f16 and bf16 compute in f32 and round once)
-        _math("exp", "e**x"),
-        _math("exp2", "2**x"),
-        _math("expm1", "e**x - 1, accurate near 0"),
-        _math("log", "natural logarithm; log(-1) is NaN, log(0) is -inf"),
-        _math("log2", "base-2 logarithm"),
-        _math("log1p", "log(1 + x), accurate near 0"),
+        _math("exp", "e**x", numpy="exp"),
+        _math("exp2", "2**x", numpy="exp2"),
+        _math("expm1", "e**x - 1, accurate near 0", numpy="expm1"),
+        _math("log", "natural logarithm; log(-1) is NaN, log(0) is -inf", numpy="log"),
+        _math("log2", "base-2 logarithm", numpy="log2"),
+        _math("log1p", "log(1 + x), accurate near 0", numpy="log1p"),
         _exact("sqrt", "square root; sqrt(-1) is NaN"),
         _math("rsqrt", "1 / sqrt(x)"),
         _math("erf", "the error function"),
-        _math("tanh", "hyperbolic tangent"),
+        _math("tanh", "hyperbolic tangent", numpy="tanh"),
         _math("sigmoid", "1 / (1 + exp(-x))"),
-        _math("sin", "sine (radians)"),
-        _math("cos", "cosine (radians)"),
-        _math("atan", "arctangent (radians, in [-pi/2, pi/2])"),
+        _math("sin", "sine (radians)", numpy="sin"),
+        _math("cos", "cosine (radians)", numpy="cos"),
+        _math("atan", "arctangent (radians, in [-pi/2, pi/2])", numpy="arctan"),
         _math("atan2", "atan2(y, x): the angle of the point (x, y), in [-pi, pi], with C's special cases "
-                       "(NumPy's arctan2)", arity=2),
+                       "(NumPy's arctan2)", arity=2, numpy="arctan2"),
         _exact("floor", "round toward -inf"),
         _exact("ceil", "round toward +inf"),
         _exact("round", "round to nearest, ties to even (as Python's round and NumPy's rint)"),

@@ -170,15 +170,14 @@ for _opdef in OPS.values():
 _UFUNCS = {
     "add": "add", "subtract": "sub", "multiply": "mul", "true_divide": "true_div", "divide": "true_div",
     "floor_divide": "floor_div", "remainder": "mod", "power": "pow", "negative": "neg", "positive": None,
-    "absolute": "abs", "fabs": "abs", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log",
-    "log2": "log2", "log1p": "log1p", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin", "cos": "cos",
-    "arctan": "atan", "arctan2": "atan2",
+    "absolute": "abs", "fabs": "abs", "sqrt": "sqrt",
     "floor": "floor", "ceil": "ceil", "rint": "round", "trunc": "trunc", "isnan": "isnan", "isinf": "isinf",
     "maximum": "max", "minimum": "min", "copysign": "copysign", "less": "lt", "less_equal": "le",
     "greater": "gt", "greater_equal": "ge", "equal": "eq", "not_equal": "ne", "logical_and": "logical_and",
     "logical_or": "logical_or", "logical_xor": "logical_xor", "logical_not": "logical_not",
     "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
     "invert": "bitwise_not", "left_shift": "shl", "right_shift": "shr",
+    **{opdef.numpy: name for name, opdef in OPS.items() if opdef.numpy},  # the math functions
 }
 
 
