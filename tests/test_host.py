@@ -462,7 +462,8 @@ def _interrupted(run, ready):
 
 
 def _slow_args():
-    return [np.zeros(N_SLOW, np.float32), np.ones(N_SLOW, np.float32), np.arange(N_SLOW, dtype=np.int64), 50_000]
+    # long enough (seconds, uninterrupted) that the interrupt lands mid-launch even on a loaded machine
+    return [np.zeros(N_SLOW, np.float32), np.ones(N_SLOW, np.float32), np.arange(N_SLOW, dtype=np.int64), 400_000]
 
 
 def test_a_long_launch_on_one_thread_is_interrupted_between_slices():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import attrs
 from llvmlite import ir
 
+from ..dsl.analysis.intervals import BY_CONSTANT, RULES
 from ..dsl.ir import Block, Op, Value
 from .llvm import Lowering
 from .llvm_types import I1, I64
@@ -149,39 +150,21 @@ class LaunchProof:
         if op.opcode == "const":
             c = ir.Constant(I64, op.attrs["value"])
             return Bounds(c, c, yes, yes)
-        if op.opcode in ("div", "mod"):
-            return self._byindex_constant(op)
-        parts = [self.of(x) for x in op.operands[1:] if op.opcode == "select"] if op.opcode == "select" \
-            else [self.of(x) for x in op.operands]
-        if None in parts or op.opcode not in ("add", "sub", "mul", "min", "max", "select"):
+        if op.opcode in BY_CONSTANT:
+            return self._by_constant(op)
+        if op.opcode not in RULES:
             return None
-        x, y = parts
-        valid, reached = b.and_(x.valid, y.valid), b.and_(x.reached, y.reached)
-        if op.opcode in ("add", "sub"):
-            step = b.sadd_with_overflow if op.opcode == "add" else b.ssub_with_overflow
-            lo = step(x.lo, y.lo if op.opcode == "add" else y.hi)
-            hi = step(x.hi, y.hi if op.opcode == "add" else y.lo)
-            valid = b.and_(valid, b.not_(b.or_(b.extract_value(lo, 1), b.extract_value(hi, 1))))
-            return Bounds(b.extract_value(lo, 0), b.extract_value(hi, 0), valid, reached)
-        if op.opcode == "mul":
-            corners = [b.smul_with_overflow(p, q) for p in (x.lo, x.hi) for q in (y.lo, y.hi)]
-            for corner in corners:
-                valid = b.and_(valid, b.not_(b.extract_value(corner, 1)))
-            values = [b.extract_value(c, 0) for c in corners]
-            return Bounds(self._fold("llvm.smin", values), self._fold("llvm.smax", values), valid, reached)
-        if op.opcode == "select":  # either side: their union
-            return Bounds(self._fold("llvm.smin", [x.lo, y.lo]), self._fold("llvm.smax", [x.hi, y.hi]),
-                           valid, b.or_(x.reached, y.reached))
-        name = "llvm.smin" if op.opcode == "min" else "llvm.smax"
-        return Bounds(self._fold(name, [x.lo, y.lo]), self._fold(name, [x.hi, y.hi]), valid, reached)
+        operands = op.operands[1:] if op.opcode == "select" else op.operands  # a select's bounds: its sides'
+        parts = [self.of(x) for x in operands]
+        if None in parts:
+            return None
+        domain = _Llvm(self.lw)
+        lo, hi = RULES[op.opcode](domain, *([None] if op.opcode == "select" else []), *((x.lo, x.hi) for x in parts))
+        valid = b.and_(domain.valid, b.and_(parts[0].valid, parts[1].valid))
+        join = b.or_ if op.opcode == "select" else b.and_  # a select reaches what either side reaches
+        return Bounds(lo, hi, valid, join(parts[0].reached, parts[1].reached))
 
-    def _fold(self, name: str, values) -> ir.Value:
-        result = values[0]
-        for value in values[1:]:
-            result = self.lw.call(name, [result, value])
-        return result
-
-    def _byindex_constant(self, op: Op) -> Bounds | None:
+    def _by_constant(self, op: Op) -> Bounds | None:
         """``x // c`` (floor) and ``x % c`` for a constant ``c > 0``."""
         divisor = op.operands[1]
         if divisor.op is None or divisor.op.opcode != "const" or divisor.op.attrs["value"] <= 0:
@@ -189,18 +172,8 @@ class LaunchProof:
         x = self.of(op.operands[0])
         if x is None:
             return None
-        c = divisor.op.attrs["value"]
-        if op.opcode == "mod":
-            return Bounds(ir.Constant(I64, 0), ir.Constant(I64, c - 1), x.valid, x.reached)
-        b = self.b
-
-        def floor(n):
-            q = b.sdiv(n, ir.Constant(I64, c))
-            below = b.and_(b.icmp_signed("<", n, ir.Constant(I64, 0)),
-                           b.icmp_signed("!=", b.srem(n, ir.Constant(I64, c)), ir.Constant(I64, 0)))
-            return b.sub(q, b.zext(below, I64))
-
-        return Bounds(floor(x.lo), floor(x.hi), x.valid, x.reached)
+        lo, hi = BY_CONSTANT[op.opcode](_Llvm(self.lw), (x.lo, x.hi), divisor.op.attrs["value"])
+        return Bounds(lo, hi, x.valid, x.reached)
 
     def _loop_index(self, v: Value) -> Bounds | None:
         """A fold's index runs from its lowest start to its highest stop (exclusive)."""
@@ -220,3 +193,48 @@ class LaunchProof:
         valid = b.and_(b.and_(start.valid, stop.valid), b.not_(over))
         reached = b.and_(b.and_(start.reached, stop.reached), b.icmp_signed("<=", lo, hi))
         return Bounds(lo, hi, valid, reached)
+
+
+class _Llvm:
+    """The launch proof's domain for :data:`~accy.dsl.analysis.intervals.RULES`: i64 LLVM
+    values computed before the launch; a step that overflows clears ``valid``."""
+
+    def __init__(self, lw: Lowering):
+        self.lw, self.b = lw, lw.b
+        self.valid = ir.Constant(I1, 1)
+
+    def const(self, c: int) -> ir.Value:
+        return ir.Constant(I64, c)
+
+    def _checked(self, step, x, y) -> ir.Value:
+        pair = step(x, y)
+        self.valid = self.b.and_(self.valid, self.b.not_(self.b.extract_value(pair, 1)))
+        return self.b.extract_value(pair, 0)
+
+    def add(self, x, y):
+        return self._checked(self.b.sadd_with_overflow, x, y)
+
+    def sub(self, x, y):
+        return self._checked(self.b.ssub_with_overflow, x, y)
+
+    def mul(self, x, y):
+        return self._checked(self.b.smul_with_overflow, x, y)
+
+    def _fold(self, name: str, values) -> ir.Value:
+        result = values[0]
+        for value in values[1:]:
+            result = self.lw.call(name, [result, value])
+        return result
+
+    def min(self, values):
+        return self._fold("llvm.smin", values)
+
+    def max(self, values):
+        return self._fold("llvm.smax", values)
+
+    def floor_div(self, n, c: int) -> ir.Value:
+        b = self.b
+        q = b.sdiv(n, ir.Constant(I64, c))
+        below = b.and_(b.icmp_signed("<", n, ir.Constant(I64, 0)),
+                       b.icmp_signed("!=", b.srem(n, ir.Constant(I64, c)), ir.Constant(I64, 0)))
+        return b.sub(q, b.zext(below, I64))

@@ -23,11 +23,66 @@ def _ok(lo, hi) -> Interval:
     return lo, hi
 
 
-def _combine(a: Interval, b: Interval, fn) -> Interval:
-    if None in a or None in b:
-        return _UNKNOWN
-    corners = [fn(x, y) for x in a for y in b]
-    return _ok(min(corners), max(corners))
+# -- the rules: one per index op, over any domain of bounds ------------------------------------
+# A domain computes with bounds: Python ints here (before anything runs), LLVM values in the
+# host's launch proof (accy.backends.launch_proof, once per launch).  It offers add, sub,
+# mul, min, max (of a list), floor_div by a positive constant and const; a rule returns
+# the (lo, hi) of its op's result from its operands' (lo, hi), or None where it knows nothing.
+
+
+def _add(d, x, y):
+    return d.add(x[0], y[0]), d.add(x[1], y[1])
+
+
+def _sub(d, x, y):
+    return d.sub(x[0], y[1]), d.sub(x[1], y[0])
+
+
+def _mul(d, x, y):
+    corners = [d.mul(p, q) for p in x for q in y]
+    return d.min(corners), d.max(corners)
+
+
+def _min(d, x, y):
+    return d.min([x[0], y[0]]), d.min([x[1], y[1]])
+
+
+def _max(d, x, y):
+    return d.max([x[0], y[0]]), d.max([x[1], y[1]])
+
+
+def _select(d, cond, x, y):  # either side: their union
+    return d.min([x[0], y[0]]), d.max([x[1], y[1]])
+
+
+RULES = {"add": _add, "sub": _sub, "mul": _mul, "min": _min, "max": _max, "select": _select}
+# x // c and x % c, for a constant c > 0 (floor division, Python's remainder)
+BY_CONSTANT = {"div": lambda d, x, c: (d.floor_div(x[0], c), d.floor_div(x[1], c)),
+               "mod": lambda d, x, c: (d.const(0), d.const(c - 1))}
+
+
+class _Ints:
+    """The domain of :func:`index_ranges`: exact ints, with -inf for an unknown low bound and
+    +inf for an unknown high one (an interval's unknown end)."""
+
+    const = staticmethod(lambda c: c)
+    add = staticmethod(lambda x, y: x + y)
+    sub = staticmethod(lambda x, y: x - y)
+    min = staticmethod(min)
+    max = staticmethod(max)
+
+    @staticmethod
+    def mul(x, y):
+        return 0 if 0 in (x, y) else x * y  # the values are finite: 0 times any of them is 0
+
+    @staticmethod
+    def floor_div(x, c):
+        return x if x in (_INF, -_INF) else x // c
+
+
+_INF = float("inf")
+_INTS = _Ints()
+_WRAPS = frozenset({"add", "sub", "mul"})  # the rules whose exact result may wrap at run time
 
 
 class _Ranges:
@@ -73,39 +128,27 @@ class _Ranges:
                 self.ranges[op.result] = self.rule(op)
 
     def rule(self, op: Op) -> Interval:
-        args = [self.of(v) for v in op.operands]
         name = op.opcode
         if name == "const":
             return op.attrs["value"], op.attrs["value"]
-        if name == "add":
-            return _combine(args[0], args[1], lambda x, y: x + y)
-        if name == "sub":
-            return _combine(args[0], args[1], lambda x, y: x - y)
-        if name == "mul":
-            return _combine(args[0], args[1], lambda x, y: x * y)
-        if name == "max":  # at least either operand's low end; its high end needs both
-            (alo, ahi), (blo, bhi) = args
-            lo = max(x for x in (alo, blo) if x is not None) if (alo, blo) != (None, None) else None
-            return lo, (max(ahi, bhi) if None not in (ahi, bhi) else None)
-        if name == "min":  # at most either operand's high end; its low end needs both
-            (alo, ahi), (blo, bhi) = args
-            hi = min(x for x in (ahi, bhi) if x is not None) if (ahi, bhi) != (None, None) else None
-            return (min(alo, blo) if None not in (alo, blo) else None), hi
-        if name in ("div", "mod"):
-            (lo_b, hi_b) = args[1]
-            if lo_b is None or lo_b != hi_b or lo_b <= 0:
+        args = [(-_INF if lo is None else lo, _INF if hi is None else hi) for lo, hi in map(self.of, op.operands)]
+        if name in _WRAPS and any(abs(x) == _INF for a in args for x in a):
+            return _UNKNOWN  # an unbounded operand may wrap the result past any bound
+        if name in RULES:
+            lo, hi = RULES[name](_INTS, *args)
+        elif name in BY_CONSTANT:
+            c, hi_c = args[1]  # a divisor known to be one positive number
+            if c != hi_c or not 0 < c < _INF:
                 return _UNKNOWN
-            if name == "mod":
-                return 0, lo_b - 1
-            a = args[0]
-            return _UNKNOWN if None in a else (a[0] // lo_b, a[1] // lo_b)
-        if name == "and":
-            masks = [r for r in args if r[0] is not None and r[0] == r[1] and r[0] >= 0]
-            return (0, masks[0][0]) if masks else _UNKNOWN
-        if name == "select":
-            a, b = args[1], args[2]
-            return _UNKNOWN if None in a or None in b else (min(a[0], b[0]), max(a[1], b[1]))
-        return _UNKNOWN
+            lo, hi = BY_CONSTANT[name](_INTS, args[0], c)
+        elif name == "and":  # with a non-negative constant mask m: within [0, m]
+            masks = [lo for lo, hi in args if lo == hi and lo >= 0]
+            return (0, masks[0]) if masks else _UNKNOWN
+        else:
+            return _UNKNOWN
+        if name in _WRAPS and any(abs(x) > _LIMIT for x in (lo, hi) if abs(x) != _INF):
+            return _UNKNOWN  # the arithmetic could wrap
+        return (None if lo == -_INF else lo), (None if hi == _INF else hi)
 
 
 def index_ranges(graph: Graph) -> dict[Value, Interval]:
