@@ -13,7 +13,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..dsl.analysis import uniformity
-from ..dsl.ir import Graph, Value
+from ..dsl.ir import Graph, Value, constant_of
 from ..errors import CompileError
 from .targets import VECTOR_WIDTHS
 
@@ -107,8 +107,8 @@ def uniform_index(entry):
 
 
 def index_constant(v: Value):
-    """The value of an index constant, else None."""
-    return v.op.attrs["value"] if v.op is not None and v.op.opcode == "const" and v.type.is_int else None
+    """The value of an integer constant, else None."""
+    return constant_of(v) if v.type.is_int else None
 
 
 def untyped(pointer: ir.Value) -> ir.Value:
@@ -116,8 +116,3 @@ def untyped(pointer: ir.Value) -> ir.Value:
     that it is indexed like a buffer, by element, with scalar or vector indices."""
     pointer.type = ir.PointerType()
     return pointer
-
-
-def vector_suffix(ty: ir.VectorType) -> str:
-    element = {"float": "f32", "half": "f16", "bfloat": "bf16", "double": "f64"}.get(str(ty.element))
-    return f"v{ty.count}{element or f'i{ty.element.width}'}"

@@ -12,6 +12,7 @@ from . import numerics
 from .diagnostics import at
 from .interpreter import EVAL
 
+
 def evaluate_extents(graph: Graph, sizes: dict[str, int], scalars: dict[str, object]) -> tuple[int, ...]:
     """The launch's extents for these buffer sizes and scalar values: the kernel's top-level
     ops that compute them run once, here (they use only constants, scalars and sizes)."""

@@ -11,8 +11,9 @@ from llvmlite import ir
 from ..dsl.analysis import uniformity
 from ..dsl.analysis.phases import PhasePlan
 from ..dsl.ir import Op, Value
-from .chunking import Linear, index_constant, is_vector, untyped, vector_suffix
-from .llvm_types import I1, I32, I64, I8, WARP, memory_type
+from ..errors import CompileError
+from .chunking import Linear, index_constant, is_vector, untyped
+from .llvm_types import I1, I8, I32, I64, WARP, intrinsic_suffix, memory_type
 
 
 class BlockThreads:
@@ -155,8 +156,15 @@ class BlockThreads:
     def _chunk_local(self, op: Op) -> bool:
         """A shuffle each lane of a chunk sources within the chunk: an xor by a constant below
         the width (a permutation of the vector's lanes: no slot, no new thread loop)."""
+        if op.opcode != "shuffle":  # another warp-level op: needs every thread of the warp
+            return False
         delta = index_constant(op.operands[1])
         return op.attrs["mode"] == "xor" and delta is not None and 0 <= delta < min(self.width, WARP)
+
+    def op_barrier(self, op: Op) -> None:
+        # barriers split a block's thread loops (_lower_phased) and are never lowered one thread
+        # loop at a time: reaching here is a bug of this lowering, not of the kernel
+        raise CompileError(f"the host lowering met a barrier outside its block phases ({op.location})")
 
     def op_shuffle(self, op: Op) -> None:  # in a thread loop, or a loop or branch inside one
         self._host_shuffle(op, self.chunk_threads)
@@ -203,7 +211,7 @@ class BlockThreads:
         pointers = self._slot(value, source)
         pointers.type = self.vector_type(pointers.type)
         align = ir.Constant(I32, max(1, value.type.itemsize))
-        loaded = self._intrinsic(f"llvm.masked.gather.{vector_suffix(ty)}.v{self.width}p0", ty,
+        loaded = self._intrinsic(f"llvm.masked.gather.{intrinsic_suffix(ty)}.v{self.width}p0", ty,
                                  [pointers, align, self._all(self.mask), ir.Constant(ty, None)])
         self.values[op.result] = b.trunc(loaded, self.vector_type(I1)) if value.type.is_bool else loaded
 

@@ -3,7 +3,6 @@ be computed before it runs is checked once, there, instead of in every thread.""
 
 from __future__ import annotations
 
-
 import attrs
 from llvmlite import ir
 

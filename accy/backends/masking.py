@@ -9,8 +9,8 @@ from llvmlite import ir
 
 from ..dsl.ir import Op
 from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
-from .chunking import Linear, is_vector, uniform_index, vector_suffix
-from .llvm_types import I1, I32, I64, I8, VOID, llvm_type, memory_type
+from .chunking import Linear, is_vector, uniform_index
+from .llvm_types import I1, I8, I32, I64, VOID, intrinsic_suffix, llvm_type, memory_type
 
 UNMASKED_COPY_OPS = 100  # a divergent if_'s side this small also gets a copy without a mask
 
@@ -108,10 +108,10 @@ class Lanes:
         if isinstance(entry, Linear) and entry.stride == 1 and lanes is None:  # a whole vector
             loaded = self.b.load(self._element(op, entry.base), typ=ty, align=dtype.itemsize)
         elif isinstance(entry, Linear) and entry.stride == 1:  # consecutive elements, some lanes
-            name = f"llvm.masked.load.{vector_suffix(ty)}.p0"
+            name = f"llvm.masked.load.{intrinsic_suffix(ty)}.p0"
             loaded = self._intrinsic(name, ty, [self._element(op, entry.base), align, lanes, ir.Constant(ty, None)])
         else:
-            name = f"llvm.masked.gather.{vector_suffix(ty)}.v{self.width}p0"
+            name = f"llvm.masked.gather.{intrinsic_suffix(ty)}.v{self.width}p0"
             loaded = self._intrinsic(name, ty, [self._addresses(op, indices), align, self._all(lanes),
                                                 ir.Constant(ty, None)])
         self.values[op.result] = self.b.trunc(loaded, self.vector_type(I1)) if dtype.is_bool else loaded
@@ -134,10 +134,10 @@ class Lanes:
         if isinstance(entry, Linear) and entry.stride == 1 and lanes is None:
             self.b.store(value, self._element(op, entry.base), align=dtype.itemsize)
         elif isinstance(entry, Linear) and entry.stride == 1:
-            name = f"llvm.masked.store.{vector_suffix(value.type)}.p0"
+            name = f"llvm.masked.store.{intrinsic_suffix(value.type)}.p0"
             self._intrinsic(name, VOID, [value, self._element(op, entry.base), align, lanes])
         else:  # a scatter stores lanes in order: where two lanes hit one element, the higher wins
-            name = f"llvm.masked.scatter.{vector_suffix(value.type)}.v{self.width}p0"
+            name = f"llvm.masked.scatter.{intrinsic_suffix(value.type)}.v{self.width}p0"
             self._intrinsic(name, VOID, [value, self._addresses(op, indices), align, self._all(lanes)])
 
     def op_atomic(self, op: Op) -> None:

@@ -90,10 +90,6 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
     def vector(self, v: Value) -> ir.Value:
         return self.splat(self.value(v))
 
-    def shaped_like(self, v: Value) -> ir.Value:
-        """``v`` as its phi or slot holds it: a vector if it varies, else a scalar."""
-        return self.vector(v) if v in self.varying else self.value(v)
-
     def phi_type(self, v: Value) -> ir.Type:
         ty = llvm_type(v.type)
         return self.vector_type(ty) if v in self.varying else ty

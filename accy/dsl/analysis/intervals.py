@@ -15,6 +15,7 @@ from ..ops import RegionKind
 Interval = tuple[int | None, int | None]
 _UNKNOWN: Interval = (None, None)
 _LIMIT = 2**62  # beyond this, interval arithmetic could wrap: give up
+_INF = float("inf")  # an interval's unknown end, while the rules compute
 
 
 def _ok(lo, hi) -> Interval:
@@ -79,8 +80,6 @@ class _Ints:
     def floor_div(x, c):
         return x if x in (_INF, -_INF) else x // c
 
-
-_INF = float("inf")
 _INTS = _Ints()
 _WRAPS = frozenset({"add", "sub", "mul"})  # the rules whose exact result may wrap at run time
 

@@ -82,8 +82,6 @@ def varying_values(region: Block, seeds: Iterable[Value]) -> set[Value]:
             return varying
 
 
-
-
 def divergent_synchronisation(graph) -> tuple | None:
     """``(loop or branch, barrier or shuffle inside it)`` for the first synchronising op of a
     block launch that sits in a loop whose bounds, or a branch whose condition, may differ
