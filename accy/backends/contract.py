@@ -12,7 +12,6 @@ checked against the limits), then calls ``execute(graph, binding, launch,
 from __future__ import annotations
 
 import numbers
-import re
 from typing import Callable, Mapping
 
 import attrs
@@ -20,7 +19,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .arguments import ArrayInfo, host_info
-from .targets import VECTOR_WIDTHS, nvptx_processors
+from .targets import VECTOR_WIDTHS, is_known_arch, is_vector_width, nvptx_processors
 
 
 NOT_HANDLED = object()  # a fast launcher's answer for a call the general path must take
@@ -71,7 +70,7 @@ def _whole(minimum: int, none: bool = False):
 
 
 def _vector_width(value) -> int:
-    if _whole(0)(value) in VECTOR_WIDTHS:
+    if is_vector_width(_whole(0)(value)):  # a whole number (not a bool) the host lowering takes
         return int(value)
     raise Refused
 
@@ -83,10 +82,8 @@ def _debug_thread(value):
 
 
 def _arch(value) -> str:
-    if isinstance(value, str) and re.fullmatch(r"sm_\d+a?", value):
-        known = nvptx_processors()
-        if value in known or not known:  # no listing (another LLVM's format): the form alone
-            return value
+    if is_known_arch(value):
+        return value
     raise Refused
 
 

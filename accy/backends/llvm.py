@@ -237,7 +237,6 @@ class Lowering(MemoryAccess, Loops):
         self.extents: list[ir.Value] = []
         self.lane_of = None  # () -> this thread's lane number, where the wrapper knows better
         self.shared_ptrs: dict[str, ir.Value] = {}
-        self.slots: dict[Value, ir.Value] = {}  # host blocks: per-thread values kept across barriers (spmd)
         self.ranges = index_ranges(graph)
 
     # -- declarations ------------------------------------------------------------

@@ -66,6 +66,7 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
         self.chunk_threads: ir.Value | None = None  # a block's thread loop: the lanes' thread numbers
         self.lane_index: ir.Value | None = None  # inside a lane-by-lane loop: the lane
         self.chunk_start: ir.Value | None = None  # blocks: the thread number of lane 0
+        self.slots: dict[Value, ir.Value] = {}  # blocks: per-thread values kept across barriers
 
     def math_function(self, name: str, t: DType, args) -> ir.Value:
         """:mod:`.vecmath`'s routines, inlined: vector code, no libm call in a loop."""

@@ -45,8 +45,13 @@ class Target:
         raise NotImplementedError
 
 
+def is_vector_width(value) -> bool:
+    """``value`` is a host vector width the lowering takes (0: the CPU's own)."""
+    return value in VECTOR_WIDTHS
+
+
 def _vector_width(instance, attribute, value) -> None:
-    if value not in VECTOR_WIDTHS:
+    if not is_vector_width(value):
         raise CompileError(f"vector_width must be one of {', '.join(map(str, VECTOR_WIDTHS))} "
                            f"(0: the CPU's own), got {value!r}")
 
@@ -85,9 +90,16 @@ def nvptx_processors() -> tuple[str, ...]:
     return tuple(sorted(names, key=lambda name: (int(name[3:].rstrip("a")), name)))
 
 
-def _arch(instance, attribute, value) -> None:
+def is_known_arch(value) -> bool:
+    """``value`` is an ``sm_NN``/``sm_NNa`` processor this LLVM lists (the form alone where
+    LLVM gives no listing this code can read)."""
     known = nvptx_processors()
-    if not (isinstance(value, str) and re.fullmatch(r"sm_\d+a?", value)) or (known and value not in known):
+    return isinstance(value, str) and re.fullmatch(r"sm_\d+a?", value) is not None and (not known or value in known)
+
+
+def _arch(instance, attribute, value) -> None:
+    if not is_known_arch(value):
+        known = nvptx_processors()
         raise CompileError(f"arch must be an NVPTX processor LLVM knows ({', '.join(known) or 'sm_NN or sm_NNa'}), "
                            f"got {value!r}")
 
