@@ -70,8 +70,9 @@ def _whole(minimum: int, none: bool = False):
 
 
 def _vector_width(value) -> int:
-    if is_vector_width(_whole(0)(value)):  # a whole number (not a bool) the host lowering takes
-        return int(value)
+    width = _whole(0)(value)  # a whole number, not a bool
+    if is_vector_width(width):
+        return width
     raise Refused
 
 
