@@ -16,6 +16,7 @@ from .dsl import (
     bf16,
     boolean,
     buffer,
+    cdiv,
     dynamic_buffer,
     dynamicBuffer,
     f16,

@@ -15,6 +15,7 @@ from .passes import (
     verify,
 )
 from .schedule import Launch, Limits, ThreadBlocks, thread_blocks
+from .tiles import cdiv
 from .trace import BufferSpec, KernelArgs, ScalarSpec, buffer, dynamic_buffer, dynamicBuffer, scalar, trace
 from .types import (
     DTYPES,

@@ -25,11 +25,14 @@ from .control import ControlFlow
 from .cooperation import Cooperation
 from .ir import Axis, Block, Op, Value
 from .memory import Memory
-from .ops import OPS, CastAttrs, ConstAttrs, ForEachAttrs, ForEachBlockAttrs, NoAttrs, OpTypeError, infer
+from .ops import (
+    OPS, CastAttrs, ConstAttrs, ForEachAttrs, ForEachBlockAttrs, ForEachTileAttrs, NoAttrs, OpTypeError, infer,
+)
 from .traced import (
     _METHOD_NAMES, AxisIndex, BuilderBase, LaunchIndex, RuntimeAxis, Traced, _LaunchInfo, _NO_CTX, _describe, _error,
     _unknown, axis,
 )
+from .tiles import TileOps
 from .types import INDEX_MAX, DType, as_dtype, boolean, f32, from_numpy, index
 
 class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
@@ -400,6 +403,46 @@ class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
 
     forEachBlock = for_each_block
 
+    # -- the tile level -------------------------------------------------------------
+    def for_each_tile(self, grid=None, warps: int = 4, body=None):
+        """Run ``body(t, pid)`` once per program: one per point of ``grid`` (one axis or a tuple of
+        1 to 3, extents may be run-time values), with the tile builder ``t`` and the program's
+        indices (``pid["m"]``).  A program computes on whole tiles (``t.arange``, ``p.x.load_tile``,
+        ``t.dot``, ``t.sum``); the compiler spreads each over ``warps`` * 32 GPU threads (on the
+        CPU a program runs on one core and ``warps`` is a hint).  Also a decorator."""
+        if not self.is_kernel_scope:
+            raise _error("for_each_tile: launches can only be opened at the kernel's top level")
+        if self._launched:
+            raise _error("for_each_tile: a kernel opens exactly one launch; this one already has one")
+        if grid is None:
+            raise _error("for_each_tile needs grid=axis(...) (or a tuple of 1 to 3 axes)")
+        if isinstance(warps, (bool, np.bool_)) or warps not in (1, 2, 4, 8, 16, 32):
+            raise _error(f"for_each_tile: warps must be 1, 2, 4, 8, 16 or 32 (threads per program / 32), "
+                         f"got {warps!r}")
+        if body is None:
+            def decorate(fn):
+                self.for_each_tile(grid, warps, fn)
+                return fn
+
+            return decorate
+        if not callable(body):
+            raise _error(f"for_each_tile: body must be a function (t, pid), got {body!r}")
+        axes = _axis_tuple("grid", grid, "for_each_tile")
+        names = [a.name for a in axes]
+        if len(set(names)) != len(names):
+            raise _error(f"for_each_tile: axis names must differ, got {names}")
+        extents = [self._extent(a) for a in axes]
+        self._launched = True
+        block = Block([index] * len(axes))
+        pid = LaunchIndex([AxisIndex(a.name, a.extent if isinstance(a, Axis) else None, Traced(v))
+                           for a, v in zip(axes, block.args)])
+        self._run_body(block, body, (pid,), launch=_LaunchInfo(False, tuple(block.args), ()), builder=TileBuilder)
+        self._record("for_each_tile", extents, ForEachTileAttrs(axes=tuple(names), warps=int(warps)),
+                     regions=(block,))
+        return None
+
+    forEachTile = for_each_tile
+
     # the seed's camelCase spellings, so seed kernels port line by line
     constantIndex = constant_index
     constantFloat = constant_float
@@ -426,6 +469,11 @@ for _opdef in OPS.values():
             setattr(Builder, _method, _pointwise_method(_opdef.name, _method, _opdef.arity))
 
 
+class TileBuilder(TileOps, Builder):
+    """The builder of a ``for_each_tile`` program and the regions inside it: the scalar
+    builder's methods, on tiles as on scalars, and the tile level's own."""
+
+
 _EXTENT_SOURCES = {"const", "size"}
 
 
@@ -450,11 +498,11 @@ def _check_extent_source(name: str, value: Value) -> None:
         todo.extend(op.operands)
 
 
-def _axis_tuple(role: str, axes) -> list:
+def _axis_tuple(role: str, axes, launch: str = "for_each_block") -> list:
     axes = list(axes) if isinstance(axes, (tuple, list)) and not (
         len(axes) == 2 and isinstance(axes[0], str)) else [axes]
     if not 1 <= len(axes) <= 3:
-        raise _error(f"for_each_block: {role} takes 1 to 3 axes, got {len(axes)}")
+        raise _error(f"{launch}: {role} takes 1 to 3 axes, got {len(axes)}")
     return [_as_axis(a) for a in axes]
 
 

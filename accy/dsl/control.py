@@ -21,8 +21,9 @@ class ControlFlow:
 
     # -- regions -------------------------------------------------------------------
     def _run_body(self, block: Block, body: Callable, args: tuple, *, launch: "_LaunchInfo | None" = None,
-                  int_literals: dict | None = None, guard=None):
-        inner = type(self)(block, parent=self)  # the Builder: a nested one records into this region
+                  int_literals: dict | None = None, guard=None, builder: type | None = None):
+        # the Builder (or ``builder``, a tile program's): a nested one records into this region
+        inner = (builder or type(self))(block, parent=self)
         inner.launch_info = launch
         inner.int_literal_accumulators = int_literals or {}
         inner.guard = guard

@@ -231,6 +231,12 @@ class Graph:
         return op is not None and op.opdef.thread_blocks
 
     @property
+    def is_tile_launch(self) -> bool:
+        """A ``for_each_tile`` launch: one program per grid point, computing on tiles."""
+        op = self.launch_op
+        return op is not None and op.opdef.tile_launch
+
+    @property
     def block_shape(self) -> tuple[int, ...]:
         """A block launch's threads per block along its thread axes, x first."""
         return tuple(extent for _, extent in self.launch_op.attrs.threads) if self.is_block_launch else ()

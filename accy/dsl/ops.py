@@ -24,7 +24,7 @@ import attrs
 
 from ..errors import VerificationError
 from . import textformat as tf
-from .types import INDEX_MAX, INDEX_MIN, DType, boolean, index
+from .types import DTYPES, INDEX_MAX, INDEX_MIN, MAX_TILE_RANK, DType, TileType, boolean, i32, index
 
 
 class OpTypeError(Exception):
@@ -58,6 +58,26 @@ class AtomicKind(enum.StrEnum):
     MIN = "min"
     EXCHANGE = "exchange"
     CAS = "cas"
+
+
+class Combine(enum.StrEnum):
+    """What a tile reduction or scan combines with (the scalar op of the same name)."""
+
+    SUM = "sum"
+    PROD = "prod"
+    MAX = "max"
+    MIN = "min"
+    AND = "and"
+    OR = "or"
+    XOR = "xor"
+
+
+class Precision(enum.StrEnum):
+    """How ``dot`` multiplies f32 inputs: exactly (``ieee``), or each input first rounded to
+    tf32 (10 mantissa bits, to nearest with ties away from zero, as ``cvt.rna.tf32.f32``)."""
+
+    IEEE = "ieee"
+    TF32 = "tf32"
 
 
 class OpAttrs(Mapping):
@@ -239,6 +259,71 @@ class ShuffleAttrs(OpAttrs):
     mode: ShuffleMode = _field(tf.enum_codec(ShuffleMode), converter=_to_enum(ShuffleMode, "shuffle mode"))
 
 
+# -- the tile level --------------------------------------------------------------------------
+
+
+def _shape(instance, field, value):
+    if not isinstance(value, tuple) or not 1 <= len(value) <= MAX_TILE_RANK or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in value):
+        _fail(instance, field, f"a tuple of 1 to {MAX_TILE_RANK} positive ints", value)
+
+
+def _axis(instance, field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        _fail(instance, field, "a non-negative int", value)
+
+
+@_schema
+class ShapeAttrs(OpAttrs):
+    """splat, broadcast and reshape: the result's shape."""
+
+    shape: tuple[int, ...] = _field(tf.SHAPE, _shape)
+
+
+def _perm(instance, field, value):
+    if not isinstance(value, tuple) or sorted(value) != list(range(len(value))):
+        _fail(instance, field, "a permutation of 0..rank-1", value)
+
+
+@_schema
+class PermAttrs(OpAttrs):
+    perm: tuple[int, ...] = _field(tf.INTS, _perm)
+
+
+@_schema
+class ArangeAttrs(OpAttrs):
+    n: int = _field(tf.INT, _count)
+
+
+@_schema
+class ReduceAttrs(OpAttrs):
+    op: Combine = _field(tf.enum_codec(Combine), converter=_to_enum(Combine, "reduction"))
+    axis: int = _field(tf.INT, _axis)
+
+
+@_schema
+class ArgReduceAttrs(OpAttrs):
+    op: Combine = _field(tf.enum_codec(Combine), converter=_to_enum(Combine, "arg reduction"))
+    axis: int = _field(tf.INT, _axis)
+
+
+@_schema
+class DotAttrs(OpAttrs):
+    precision: Precision = _field(tf.enum_codec(Precision), default=Precision.IEEE,
+                                  converter=_to_enum(Precision, "dot precision"))
+
+
+def _warps(instance, field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value not in (1, 2, 4, 8, 16, 32):
+        _fail(instance, field, "1, 2, 4, 8, 16 or 32", value)
+
+
+@_schema
+class ForEachTileAttrs(OpAttrs):
+    axes: tuple[str, ...] = attrs.field(validator=_names_of)  # written by the template's $grid
+    warps: int = _field(tf.INT, _warps, default=4)
+
+
 # -- operand classes ---------------------------------------------------------------------------
 
 
@@ -336,14 +421,14 @@ def _store(op, types, attrs_):
 def _fold(op, types, attrs_):
     start, stop, *inits = types
     for role, t in (("start", start), ("stop", stop)):
-        if not t.is_index:
+        if isinstance(t, TileType) or not t.is_index:
             raise OpTypeError(f"{role} is {t}; loop bounds must be index (cast(value, index))")
     return tuple(inits)
 
 
 def _if(op, types, attrs_):
     (cond,) = types
-    if not cond.is_bool:
+    if isinstance(cond, TileType) or not cond.is_bool:
         raise OpTypeError(f"condition is {cond}; if_ needs a bool condition (use a comparison)")
     return tuple(attrs_.results)
 
@@ -356,6 +441,156 @@ def _for_each(op, types, attrs_):
 
 
 def _no_results(op, types, attrs_):
+    return ()
+
+
+# -- tile type rules ---------------------------------------------------------------------------
+
+
+def _tile(t, role: str) -> TileType:
+    if not isinstance(t, TileType):
+        raise OpTypeError(f"{role} is the scalar {t}; it must be a tile")
+    return t
+
+
+def _scalar(t, role: str) -> DType:
+    if isinstance(t, TileType):
+        raise OpTypeError(f"{role} is a {t}; it must be a scalar")
+    return t
+
+
+def _splat(op, types, attrs_):
+    return (TileType(_scalar(types[0], "the value"), attrs_.shape),)
+
+
+def _broadcast(op, types, attrs_):
+    t = _tile(types[0], "the operand")
+    if len(t.shape) != len(attrs_.shape) or any(a not in (1, b) for a, b in zip(t.shape, attrs_.shape)):
+        raise OpTypeError(f"a tile of shape {t.shape} does not broadcast to {attrs_.shape} (each dimension must "
+                          "match or be 1)")
+    return (TileType(t.dtype, attrs_.shape),)
+
+
+def _reshape(op, types, attrs_):
+    t = _tile(types[0], "the operand")
+    new = TileType(t.dtype, attrs_.shape)
+    if new.size != t.size:
+        raise OpTypeError(f"cannot reshape a tile of shape {t.shape} ({t.size} elements) to {attrs_.shape} "
+                          f"({new.size} elements)")
+    return (new,)
+
+
+def _trans(op, types, attrs_):
+    t = _tile(types[0], "the operand")
+    if sorted(attrs_.perm) != list(range(t.rank)):
+        raise OpTypeError(f"perm {attrs_.perm} is not a permutation of the {t.rank} axes of {t}")
+    return (TileType(t.dtype, tuple(t.shape[k] for k in attrs_.perm)),)
+
+
+def _arange(op, types, attrs_):
+    return (TileType(index, (attrs_.n,)),)
+
+
+_COMBINES_BITS = (Combine.AND, Combine.OR, Combine.XOR)
+
+
+def _reduced(t: TileType, axis: int, dtype: DType):
+    if axis >= t.rank:
+        raise OpTypeError(f"axis {axis} is out of range for a {t} (rank {t.rank})")
+    shape = t.shape[:axis] + t.shape[axis + 1:]
+    return TileType(dtype, shape) if shape else dtype
+
+
+def _check_combine(t: TileType, combine: Combine, allowed) -> None:
+    if combine not in allowed:
+        raise OpTypeError(f"{combine} is not one of {', '.join(allowed)} here")
+    if combine in _COMBINES_BITS:
+        if not (t.dtype.is_int or t.dtype.is_bool):
+            raise OpTypeError(f"a {combine} reduction needs integer or bool elements, got {t.dtype}")
+    elif t.dtype.is_bool:
+        raise OpTypeError(f"a {combine} over bool elements: cast them to an integer type first")
+
+
+def _reduce(op, types, attrs_):
+    t = _tile(types[0], "the operand")
+    _check_combine(t, attrs_.op, tuple(Combine))
+    return (_reduced(t, attrs_.axis, t.dtype),)
+
+
+def _argreduce(op, types, attrs_):
+    t = _tile(types[0], "the operand")
+    _check_combine(t, attrs_.op, (Combine.MAX, Combine.MIN))
+    return (_reduced(t, attrs_.axis, index),)
+
+
+def _scan(op, types, attrs_):
+    t = _tile(types[0], "the operand")
+    _check_combine(t, attrs_.op, (Combine.SUM, Combine.PROD, Combine.MAX, Combine.MIN))
+    _reduced(t, attrs_.axis, t.dtype)  # checks the axis
+    return (t,)
+
+
+def dot_accumulator(dtype: DType) -> DType | None:
+    """The type ``dot`` accumulates ``dtype`` inputs in, or None where it takes none."""
+    if dtype.is_float:
+        return dtype if dtype.bits >= 32 else DTYPES["f32"]
+    if dtype.is_int and not dtype.is_index and dtype.bits == 8:
+        return i32
+    return None
+
+
+def _dot(op, types, attrs_):
+    a, b, acc = (_tile(t, role) for t, role in zip(types, ("a", "b", "the accumulator")))
+    if a.rank != 2 or b.rank != 2:
+        raise OpTypeError(f"dot multiplies 2-D tiles, got {a} and {b}")
+    if a.shape[1] != b.shape[0]:
+        raise OpTypeError(f"inner dimensions differ: a is {a.shape[0]}x{a.shape[1]} and b is "
+                          f"{b.shape[0]}x{b.shape[1]} ({a.shape[1]} != {b.shape[0]})")
+    if a.dtype != b.dtype:
+        raise OpTypeError(f"a holds {a.dtype} and b {b.dtype}; cast one so both match")
+    wanted = dot_accumulator(a.dtype)
+    if wanted is None:
+        raise OpTypeError(f"dot takes float or 8-bit integer inputs, got {a.dtype}")
+    if acc.shape != (a.shape[0], b.shape[1]) or acc.dtype != wanted:
+        raise OpTypeError(f"the accumulator must be a {TileType(wanted, (a.shape[0], b.shape[1]))} for {a.dtype} "
+                          f"inputs, got a {acc}")
+    if attrs_.precision is Precision.TF32 and a.dtype.name != "f32":
+        raise OpTypeError(f"precision='tf32' is for f32 inputs, got {a.dtype}")
+    return (acc,)
+
+
+def _tile_access(types, attrs_, value_position: int | None) -> TileType:
+    offsets = _tile(types[0], "the offsets")
+    if not offsets.dtype.is_index:
+        raise OpTypeError(f"offsets are {offsets}; they must be index elements")
+    mask = _tile(types[-1], "the mask")
+    if not mask.dtype.is_bool or mask.shape != offsets.shape:
+        raise OpTypeError(f"the mask is a {mask}; it must be a tile of bool shaped like the offsets {offsets.shape}")
+    if value_position is not None:
+        value = _tile(types[value_position], "the value")
+        if value != TileType(attrs_.dtype, offsets.shape):
+            raise OpTypeError(f"the value is a {value}, but buffer '{attrs_.buffer}' holds {attrs_.dtype} and the "
+                              f"offsets are shaped {offsets.shape}")
+    return offsets
+
+
+def _tile_load(op, types, attrs_):
+    offsets = _tile_access(types[:1] + types[2:], attrs_, None)  # (offsets, other, mask)
+    if _scalar(types[1], "other") != attrs_.dtype:
+        raise OpTypeError(f"other is {types[1]} but buffer '{attrs_.buffer}' holds {attrs_.dtype}")
+    return (TileType(attrs_.dtype, offsets.shape),)
+
+
+def _tile_store(op, types, attrs_):
+    _tile_access(types, attrs_, 1)
+    return ()
+
+
+def _tile_atomic(op, types, attrs_):
+    _tile_access(types, attrs_, 1)
+    if attrs_.op not in (AtomicKind.ADD, AtomicKind.MAX, AtomicKind.MIN) or attrs_.dtype.name not in ATOMIC_DTYPES[
+            attrs_.op.value]:
+        raise OpTypeError(f"atomic {attrs_.op} on {attrs_.dtype} tiles is not supported")
     return ()
 
 
@@ -467,6 +702,8 @@ class OpDef:
     declares_shared: bool = False  # declares a block's shared array (at the top of the block body)
     synchronises: Sync | None = None
     own_result: bool = False  # each thread gets its own result, whatever its operands (uniformity)
+    tiles: bool = False  # a tile-level op: it takes or makes tiles (for_each_tile launches only)
+    tile_launch: bool = False  # launches programs over a grid, one per point (for_each_tile)
     verify: Callable | None = None  # (op) -> a message when the op's operands and attrs disagree
 
     @property
@@ -555,6 +792,25 @@ OPS: dict[str, OpDef] = {
         # reads another lane: never moved
         _def("shuffle", _shuffle, ShuffleAttrs, " {mode} $0, $1 : $type", can_fail=_always, in_blocks=True,
              synchronises=Sync.WARP, own_result=True),
+        # the tile level: programs over a grid, each computing on whole tiles
+        _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps} {", pure=False,
+             regions=RegionKind.LAUNCH, verify=_launch_axes, tiles=True, tile_launch=True),
+        _def("splat", _splat, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),
+        _def("broadcast", _broadcast, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),
+        _def("reshape", _reshape, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),
+        _def("trans", _trans, PermAttrs, " $0 perm {perm} : $0:type", tiles=True),
+        _def("arange", _arange, ArangeAttrs, " {n}", tiles=True),
+        _def("reduce", _reduce, ReduceAttrs, " {op} $0 axis {axis} : $0:type", tiles=True),
+        _def("argreduce", _argreduce, ArgReduceAttrs, " {op} $0 axis {axis} : $0:type", tiles=True),
+        _def("scan", _scan, ReduceAttrs, " {op} $0 axis {axis} : $0:type", tiles=True),
+        _def("dot", _dot, DotAttrs, " $0, $1, $2{? precision {precision}} : $0:type, $2:type", tiles=True),
+        # element e: mask[e] ? buffer[offsets[e]] : other; masked-off elements are never touched
+        _def("tile_load", _tile_load, LoadAttrs, _MEMORY + "[$0] else $1 mask $2 : {dtype}", reads=True,
+             can_fail=_always, tiles=True),
+        _def("tile_store", _tile_store, StoreAttrs, _MEMORY + "[$0] = $1 mask $2 : {dtype}", pure=False, writes=True,
+             tiles=True),
+        _def("tile_atomic", _tile_atomic, AtomicAttrs, " {op}" + _MEMORY + "[$0], $1 mask $2 : {dtype}", pure=False,
+             reads=True, writes=True, tiles=True),
         # arithmetic
         _pointwise("add", 2, _NUM, commutative=True, fold=lambda t, a, b: a + b, identity=0, reduction="sum"),
         _pointwise("sub", 2, _NUM, fold=lambda t, a, b: a - b),
@@ -621,10 +877,33 @@ OPS: dict[str, OpDef] = {
     )
 }
 
+# the SIMT level's ops, which every backend lowers; the tile level's, which the numpy backend runs
+# and the tile distribution (accy.backends.distribute) rewrites into SIMT ops for the others
+TILE_OPS = frozenset(name for name, d in OPS.items() if d.tiles)
+SIMT_OPS = frozenset(OPS) - TILE_OPS
+
 # the ops a fold can accumulate with, by reduction name ("sum" -> add)
 REDUCTIONS: dict[str, str] = {d.reduction: d.name for d in OPS.values() if d.reduction}
 
 
-def infer(opcode: str, types, attrs_) -> tuple[DType, ...]:
-    """The result types of ``opcode`` on operands of ``types``; raises OpTypeError."""
-    return tuple(OPS[opcode].infer(opcode, tuple(types), attrs_))
+# structural ops that carry tiles through (loop-carried values, branch results) as they carry scalars
+_CARRY_TILES = ("fold", "if", "yield")
+
+
+def infer(opcode: str, types, attrs_) -> tuple:
+    """The result types of ``opcode`` on operands of ``types``; raises OpTypeError.
+
+    A pointwise op (and ``cast``) takes tiles of one shape as it takes scalars: its rule runs
+    on the element types and the result is a tile of that shape (the builder broadcasts
+    before it records)."""
+    opdef, types = OPS[opcode], tuple(types)
+    tiles = [t for t in types if isinstance(t, TileType)]
+    if tiles and (opdef.pointwise or opcode == "cast"):
+        shapes = {t.shape for t in tiles}
+        if len(shapes) > 1 or len(tiles) != len(types):
+            raise OpTypeError(f"operands {', '.join(map(str, types))} differ in shape; broadcast them first")
+        (shape,) = shapes
+        return tuple(TileType(r, shape) for r in opdef.infer(opcode, tuple(t.dtype for t in types), attrs_))
+    if tiles and not (opdef.tiles or opcode in _CARRY_TILES):
+        raise OpTypeError(f"{opcode} takes scalars, got a {tiles[0]}")
+    return tuple(opdef.infer(opcode, types, attrs_))

@@ -15,7 +15,7 @@ import attrs
 from ..errors import VerificationError
 from .ir import Block, Graph, Op, Value, constant_of
 from .ops import OPS, ConstAttrs, OpTypeError, RegionKind, ShuffleMode, Space, infer
-from .types import index
+from .types import TileType, index
 
 # ----------------------------------------------------------------------------- verify
 
@@ -309,6 +309,8 @@ def _hoist(rb: _Rebuilder, op: Op, operands: list[Value]):
         return None
     depth = {b: n for n, b in enumerate(rb.scopes)}
     target = max((depth.get(v.block, len(rb.scopes) - 1) for v in operands), default=0)
+    if op.opdef.tiles or any(isinstance(t, TileType) for t in (r.type for r in op.results)):
+        target = max(target, 1)  # a tile exists only inside its program: never above the launch's body
     if target == len(rb.scopes) - 1:
         return None
     return rb.emit(op.opcode, operands, op.attrs, op.location, block=rb.scopes[target]).results

@@ -37,11 +37,12 @@ from typing import Any, Callable
 
 import attrs
 
-from .types import DTYPES, DType, index
+from .types import DType, index, type_named
 
 NAME = r"%[A-Za-z0-9_]+"
 _LIST = rf"(?:{NAME}(?:, {NAME})*)?"
-_TYPES = r"(?:\w+(?:, \w+)*)?"
+TYPE = r"(?:tile<\w+, \d+(?:x\d+)*>|\w+)"  # a scalar type or a tile type
+_TYPES = rf"(?:{TYPE}(?:, {TYPE})*)?"
 
 
 class FormatError(Exception):
@@ -66,9 +67,15 @@ class Codec:
 
 
 def _dtype(text: str, _=None) -> DType:
-    if text not in DTYPES:
-        raise FormatError(f"unknown type {text!r}")
-    return DTYPES[text]
+    try:
+        return type_named(text)
+    except KeyError:
+        raise FormatError(f"unknown type {text!r}") from None
+
+
+def split_types(text: str | None) -> list[str]:
+    """A comma-separated list of types (a tile type has a comma of its own)."""
+    return re.findall(TYPE, text) if text else []
 
 
 def const_text(value) -> str:
@@ -111,8 +118,12 @@ def enum_codec(cls) -> Codec:
 WORD = Codec(r"\w+", str, lambda text, _: text)
 INT = Codec(r"-?\d+", str, lambda text, _: int(text))
 DTYPE = Codec(r"\w+", str, _dtype)
-DTYPE_LIST = Codec(r"\w+(?:, \w+)*", lambda ts: ", ".join(map(str, ts)),
-                   lambda text, _: tuple(_dtype(t) for t in split(text)))
+DTYPE_LIST = Codec(rf"{TYPE}(?:, {TYPE})*", lambda ts: ", ".join(map(str, ts)),
+                   lambda text, _: tuple(_dtype(t) for t in split_types(text)))
+SHAPE = Codec(r"\d+(?:x\d+)*", lambda shape: "x".join(map(str, shape)),
+              lambda text, _: tuple(int(d) for d in text.split("x")))
+INTS = Codec(r"\d+(?:,\d+)*", lambda ints: ",".join(map(str, ints)),
+             lambda text, _: tuple(int(d) for d in text.split(",")))
 LITERAL = Codec(r"\S+", const_text, _literal)  # a const's value; its field follows ``dtype``
 
 
@@ -202,7 +213,7 @@ class _Operands(_Piece):
 @attrs.frozen
 class _OperandType(_Piece):
     position: int
-    pattern = r"(\w+)"
+    pattern = f"({TYPE})"
 
     def show(self, op, names) -> str:
         return str(op.operands[self.position].type)
@@ -212,7 +223,7 @@ class _OperandType(_Piece):
 
 
 class _ResultType(_Piece):
-    pattern = r"(\w+)"
+    pattern = f"({TYPE})"
     states_types = True
 
     def show(self, op, names) -> str:
@@ -233,7 +244,7 @@ class _ResultTypes(_Piece):
         return bool(op.results)
 
     def read(self, text, reading: Reading) -> None:
-        reading.types = [_dtype(t) for t in split(text)]
+        reading.types = [_dtype(t) for t in split_types(text)]
 
 
 @attrs.frozen
@@ -263,7 +274,7 @@ class _Attr(_Piece):
 
 _GRID_AXIS = re.compile(rf"({NAME}) = (\w+)<({NAME})>$")
 _THREAD_AXIS = re.compile(rf"({NAME}) = (\w+)<(\d+)>$")
-_REGION_ARG = re.compile(rf"({NAME}): (\w+)$")
+_REGION_ARG = re.compile(rf"({NAME}): ({TYPE})$")
 
 
 def _items(text, regex, what):
@@ -308,14 +319,17 @@ class _Threads(_Piece):
 
 
 class _Args(_Piece):
-    pattern = rf"((?:{NAME}: \w+(?:, {NAME}: \w+)*)?)"
+    pattern = rf"((?:{NAME}: {TYPE}(?:, {NAME}: {TYPE})*)?)"
 
     def show(self, op, names) -> str:
         return ", ".join(f"{names.define(v)}: {v.type}" for v in op.regions[0].args)
 
     def read(self, text, reading: Reading) -> None:
-        for m in _items(text, _REGION_ARG, "region arguments"):
-            reading.region_args.append((m.group(1), _dtype(m.group(2))))
+        args = re.findall(_REGION_ARG.pattern[:-1], text or "")  # a tile type holds ", " itself
+        if ", ".join(f"{name}: {t}" for name, t in args) != (text or ""):
+            raise FormatError(f"bad region arguments {text!r}")
+        for name, t in args:
+            reading.region_args.append((name, _dtype(t)))
 
 
 @attrs.frozen

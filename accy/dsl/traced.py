@@ -16,7 +16,7 @@ from . import context
 from .analysis import uniformity
 from .ir import Axis, Param, Value
 from .ops import OPS
-from .types import INDEX_MAX, DType
+from .types import INDEX_MAX, DType, TileType
 
 
 _NO_CTX = object()
@@ -52,6 +52,12 @@ class Traced:
 
     __slots__ = ("value",)
     __array_ufunc__ = None  # replaced below: NumPy ufuncs and scalars defer to accy ops
+
+    def __new__(cls, value: Value):
+        # a tile-typed value is a Tile wherever accy wraps one (loop accumulators, branch results)
+        if cls is Traced and isinstance(getattr(value, "type", None), TileType):
+            cls = Tile
+        return object.__new__(cls)
 
     def __init__(self, value: Value):
         self.value = value
@@ -121,6 +127,111 @@ class Traced:
     def cast(self, *args, **options) -> "Traced":
         builder, args = _builder_and_args(args)
         return builder.cast(self, *args, **options)
+
+
+class Tile(Traced):
+    """A tile of a ``for_each_tile`` program: a static ``shape`` of ``dtype`` elements.
+
+    Operators, math methods and NumPy ufuncs work elementwise with NumPy's broadcasting
+    (a scalar broadcasts to every element); ``x[:, None]`` and ``x[None, :]`` add an axis,
+    ``x.T`` transposes, ``a @ b`` is ``t.dot(a, b)``, and ``x.sum(axis)``, ``x.max(axis)``,
+    ``x.argmax(axis)`` and ``x.cumsum(axis)`` reduce and scan as the builder's methods do.
+    """
+
+    __slots__ = ()
+
+    @property
+    def dtype(self) -> DType:
+        """The element type."""
+        return self.value.type.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.value.type.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.value.type.shape)
+
+    @property
+    def size(self) -> int:
+        return self.value.type.size
+
+    def __repr__(self) -> str:
+        return f"<traced {self.type}>"
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __iter__(self):
+        raise _error(f"iterating over a {self.type} is not possible while tracing; tiles are whole values "
+                     "(reduce them with t.sum(x, axis), or index memory with tiles of indices)")
+
+    def __getitem__(self, key):
+        """``x[:, None]``, ``x[None, :]``, ``x[..., None]``: the same elements with axes of length 1 added."""
+        keys = key if isinstance(key, tuple) else (key,)
+        if any(k is not None and k is not Ellipsis and k != slice(None) for k in keys) or \
+                sum(k is Ellipsis for k in keys) > 1:
+            raise _error(f"a {self.type} is indexed only with ':', None and '...' (x[:, None] adds an axis); "
+                         "gather elements from memory with p.x.load(indices) instead")
+        axes = sum(k is not None and k is not Ellipsis for k in keys)
+        if axes > self.ndim:
+            raise _error(f"too many axes in [{', '.join(map(_key_text, keys))}] for a {self.type}")
+        if Ellipsis in keys:
+            at = keys.index(Ellipsis)
+            keys = keys[:at] + (slice(None),) * (self.ndim - axes) + keys[at + 1:]
+        else:
+            keys = keys + (slice(None),) * (self.ndim - axes)
+        dims, shape = iter(self.shape), []
+        for k in keys:
+            shape.append(1 if k is None else next(dims))
+        return context.current().reshape(self, tuple(shape))
+
+    @property
+    def T(self) -> "Tile":
+        return context.current().trans(self)
+
+    def reshape(self, *shape) -> "Tile":
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return context.current().reshape(self, shape)
+
+    def __matmul__(self, other):
+        return context.current().dot(self, other)
+
+    def __rmatmul__(self, other):
+        return context.current().dot(other, self)
+
+    def _reduction(name: str):
+        def call(self, *args, axis=None, keepdims: bool = False):
+            builder, args = _builder_and_args(args)
+            if name in ("max", "min") and args and not isinstance(args[0], (int, type(None))):
+                return getattr(builder, name)(self, *args)  # x.max(y): elementwise, as on scalars
+            if args:
+                (axis,) = args
+            return getattr(builder, name)(self, axis=axis, keepdims=keepdims)
+
+        call.__name__ = name
+        call.__doc__ = f"``t.{name}(x, axis, keepdims)`` on this tile."
+        return call
+
+    sum = _reduction("sum")
+    prod = _reduction("prod")
+    max = _reduction("max")
+    min = _reduction("min")
+    argmax = _reduction("argmax")
+    argmin = _reduction("argmin")
+    del _reduction
+
+    def cumsum(self, axis=None) -> "Tile":
+        return context.current().cumsum(self, axis)
+
+    def cummax(self, axis=None) -> "Tile":
+        return context.current().cummax(self, axis)
+
+
+def _key_text(k) -> str:
+    return "None" if k is None else "..." if k is Ellipsis else ":" if k == slice(None) else repr(k)
 
 
 def _builder_and_args(args):
@@ -366,7 +477,68 @@ class SharedArray(MemoryHandle):
         return self.count
 
 
-class BufferHandle(MemoryHandle):
+class TileAccess:
+    """Loads and stores by index tuples with masks, and whole tiles, on a kernel parameter:
+    ``p.x.load(idx, mask=None, other=0)``, ``p.x.store(idx, value, mask=None)``,
+    ``p.x.load_tile(origin, shape, other=0)``, ``p.x.store_tile(origin, value)``,
+    ``p.x.atomic_add(idx, value, mask=None)`` (``atomic_max``, ``atomic_min``).  In a tile
+    program the indices may be tiles; in a SIMT kernel they are scalars and there is no mask.
+    The seed's ``x.load(builder, idx)`` and ``x.store(builder, value, idx)`` still work."""
+
+    __slots__ = ()
+
+    def _tile_builder(self, what: str, mask=None):
+        builder = context.current()
+        if not hasattr(builder, "load_at"):
+            if mask is not None or what in ("load_tile", "store_tile"):
+                raise _error(f"{self.name}.{what}{' with a mask' if mask is not None else ''} is a tile-level access "
+                             "(inside k.for_each_tile); in a SIMT kernel guard the access with if_")
+            return None, builder
+        return builder, builder
+
+    def load(self, *args, mask=None, other=0) -> Traced:
+        if args and isinstance(args[0], BuilderBase):  # the seed's x.load(builder, idx)
+            return args[0].load(self, *args[1:])
+        (idx,) = args
+        tiles, builder = self._tile_builder("load", mask)
+        return tiles.load_at(self, idx, mask, other) if tiles is not None else builder.load(self, idx)
+
+    def store(self, *args, mask=None) -> None:
+        if args and isinstance(args[0], BuilderBase):  # the seed's x.store(builder, value, idx)
+            return args[0].store(self, *args[1:])
+        idx, value = args
+        tiles, builder = self._tile_builder("store", mask)
+        if tiles is not None:
+            tiles.store_at(self, idx, value, mask)
+        else:
+            builder.store(self, value, idx)
+
+    def load_tile(self, origin, shape, other=0):
+        return self._tile_builder("load_tile")[0].load_tile(self, origin, shape, other)
+
+    def store_tile(self, origin, value) -> None:
+        self._tile_builder("store_tile")[0].store_tile(self, origin, value)
+
+    def _atomic(kind: str):
+        def call(self, *args, mask=None):
+            if args and isinstance(args[0], BuilderBase):
+                return getattr(args[0], f"atomic_{kind}")(self, *args[1:])
+            idx, value = args
+            tiles, builder = self._tile_builder(f"atomic_{kind}", mask)
+            if tiles is not None:
+                return tiles._tile_atomic(kind, self, idx, value, mask)
+            return getattr(builder, f"atomic_{kind}")(self, idx, value)
+
+        call.__name__ = f"atomic_{kind}"
+        return call
+
+    atomic_add = _atomic("add")
+    atomic_max = _atomic("max")
+    atomic_min = _atomic("min")
+    del _atomic
+
+
+class BufferHandle(TileAccess, MemoryHandle):
     """A buffer parameter as the body sees it: ``x[i]``, ``x[i] = v``, ``x.size``."""
 
     __slots__ = ("param",)

@@ -219,6 +219,62 @@ DTYPES: dict[str, DType] = {
 }
 
 
+@attrs.frozen
+class TileType:
+    """The type of a tile-level value: a static ``shape`` (1 to 3 Python ints) of ``dtype``
+    elements, written ``tile<f32, 64x32>``.  One value of it exists per program of a
+    ``for_each_tile`` launch."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def with_dtype(self, dtype: DType) -> "TileType":
+        return TileType(dtype, self.shape)
+
+    # the element type's classes, so the rules written for scalars read a tile's elements
+    is_float = property(lambda self: self.dtype.is_float)
+    is_int = property(lambda self: self.dtype.is_int)
+    is_bool = property(lambda self: self.dtype.is_bool)
+    is_index = property(lambda self: self.dtype.is_index)
+    is_unsigned = property(lambda self: self.dtype.is_unsigned)
+
+    def __str__(self) -> str:
+        return f"tile<{self.dtype}, {'x'.join(map(str, self.shape))}>"
+
+
+MAX_TILE_RANK = 3
+
+
+def element_type(t) -> DType:
+    """A tile type's element type; a scalar type itself."""
+    return t.dtype if isinstance(t, TileType) else t
+
+
+def shape_of(t) -> tuple[int, ...]:
+    """A tile type's shape; () for a scalar type."""
+    return t.shape if isinstance(t, TileType) else ()
+
+
+def type_named(text: str):
+    """The type a text form names: ``f32`` or ``tile<f32, 64x32>``; KeyError when none."""
+    if text.startswith("tile<") and text.endswith(">"):
+        name, _, dims = text[5:-1].partition(", ")
+        try:
+            shape = tuple(int(d) for d in dims.split("x"))
+        except ValueError:
+            raise KeyError(text) from None
+        return TileType(DTYPES[name], shape)
+    return DTYPES[text]
+
+
 def as_dtype(value) -> DType:
     """Accept a DType or its name ("f32", "index", "bool")."""
     if isinstance(value, DType):

@@ -1,0 +1,439 @@
+"""The tile level of the tracing builder: what a ``for_each_tile`` program's builder ``t`` adds
+to the scalar builder (a mixin of :class:`accy.dsl.builder.TileBuilder`).
+
+A program computes on whole tiles: values of a static shape (:class:`~accy.dsl.types.TileType`).
+Operands broadcast by NumPy's rules, recorded as explicit ``splat`` and ``broadcast`` ops, so
+every pointwise op the graph holds takes operands of one shape and the backends never
+broadcast.  Memory is read and written through tiles of element indices, one per dimension
+of the tensor, with a mask: ``p.x.load((rows, cols), mask=..., other=0)``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Sequence
+
+import numpy as np
+
+from .ops import (
+    ArangeAttrs, ArgReduceAttrs, AtomicAttrs, Combine, DotAttrs, LoadAttrs, OpTypeError, PermAttrs,
+    Precision, ReduceAttrs, ShapeAttrs, StoreAttrs, dot_accumulator,
+)
+from .traced import Tile, Traced, _error
+from .types import MAX_TILE_RANK, DType, TileType, as_dtype, boolean, element_type, index, shape_of
+
+# the most elements one tile may hold: a GPU program keeps a tile in its threads' registers
+# (16384 f32 over 128 threads is 128 registers each)
+MAX_TILE_ELEMENTS = 1 << 14
+
+
+def cdiv(a, b):
+    """``ceil(a / b)`` for non-negative integers, Python ints or traced index values."""
+    if isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral):
+        return -(-int(a) // int(b))
+    return (a + (b - 1)) // b
+
+
+def broadcast_shapes(*shapes: tuple[int, ...], what: str = "operands") -> tuple[int, ...]:
+    """NumPy's broadcast of tile shapes, or a TraceError naming every shape."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise _error(f"{what} of shapes {' and '.join(map(str, shapes))} do not broadcast together "
+                     "(NumPy's rules: trailing dimensions must match or be 1)") from None
+
+
+def _static_shape(shape, what: str) -> tuple[int, ...]:
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not shape:
+        raise _error(f"{what}: a tile shape is a tuple of Python ints, got {shape!r}")
+    for d in shape:
+        if isinstance(d, Traced):
+            raise _error(f"{what}: tile sizes are static (Python ints fixed when the kernel is traced), got a traced "
+                         f"{d.type} value in {tuple(shape)!r}; mask the edges of a run-time extent instead")
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, numbers.Integral) or d < 1:
+            raise _error(f"{what}: tile sizes are positive Python ints, got {d!r} in {tuple(shape)!r}")
+    shape = tuple(int(d) for d in shape)
+    if len(shape) > MAX_TILE_RANK:
+        raise _error(f"{what}: tiles have 1 to {MAX_TILE_RANK} dimensions, got {len(shape)} ({shape})")
+    if math.prod(shape) > MAX_TILE_ELEMENTS:
+        raise _error(f"{what}: a {'x'.join(map(str, shape))} tile holds {math.prod(shape)} elements, over the limit "
+                     f"of {MAX_TILE_ELEMENTS} per tile (a GPU program keeps its tiles in registers); use smaller "
+                     "tiles and loop over them with fold_range")
+    return shape
+
+
+def _axis(axis, rank: int, what: str) -> int:
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, numbers.Integral):
+        raise _error(f"{what}: axis must be a Python int or None, got {axis!r}")
+    if not -rank <= axis < rank:
+        raise _error(f"{what}: axis {axis} is out of range for a rank-{rank} tile")
+    return int(axis) % rank
+
+
+class TileOps:
+    """The tile builder's own methods (``t.arange``, ``t.dot``, ``t.sum``, ...) and how it
+    broadcasts operands."""
+
+    # -- broadcasting ----------------------------------------------------------------
+    def _operands(self, opcode: str, *xs) -> list:
+        like = next((element_type(x.type) for x in xs if isinstance(x, Traced)), None)
+        values = [self._lift(x, like, opcode) for x in xs]
+        return self._broadcast_together(opcode, values)
+
+    def _broadcast_together(self, opcode: str, values: list) -> list:
+        shapes = [shape_of(v.type) for v in values]
+        if not any(shapes):
+            return values
+        shape = broadcast_shapes(*shapes, what=f"{opcode}: operands")
+        return [self._to_shape(v, shape) for v in values]
+
+    def _to_shape(self, v, shape: tuple[int, ...]):
+        """``v`` (a scalar or a tile) as a tile of ``shape``, by NumPy's broadcasting."""
+        v = v.value if isinstance(v, Traced) else v
+        own = shape_of(v.type)
+        if own == shape:
+            return v
+        if not own:
+            return self._record("splat", (v,), ShapeAttrs(shape=shape)).result
+        if len(own) < len(shape):
+            own = (1,) * (len(shape) - len(own)) + own
+            v = self._record("reshape", (v,), ShapeAttrs(shape=own)).result
+        return self._record("broadcast", (v,), ShapeAttrs(shape=shape)).result if own != shape else v
+
+    def select(self, cond, if_true, if_false) -> Traced:
+        """``if_true`` where ``cond`` holds, else ``if_false``, elementwise, all broadcast together."""
+        cond = self._lift(cond, boolean, "where")
+        a, b = (self._lift(x, next((element_type(y.type) for y in (if_true, if_false) if isinstance(y, Traced)),
+                                   None), "where") for x in (if_true, if_false))
+        cond, a, b = self._broadcast_together("where", [cond, a, b])
+        return Traced(self._record("select", (cond, a, b)).result)
+
+    where = select
+
+    def maximum(self, a, b) -> Traced:
+        """The elementwise maximum (NaN propagates)."""
+        return self._op("max", a, b)
+
+    def minimum(self, a, b) -> Traced:
+        return self._op("min", a, b)
+
+    # -- making tiles ------------------------------------------------------------------
+    def _tile(self, x, what: str) -> Tile:
+        if not isinstance(x, Tile):
+            raise _error(f"{what}: expected a tile, got {'a ' + str(x.type) + ' scalar' if isinstance(x, Traced) else repr(x)}")
+        return x
+
+    def arange(self, n) -> Tile:
+        """The ``index`` tile ``0, 1, ..., n - 1``."""
+        (n,) = _static_shape(n, "arange")
+        return Traced(self._record("arange", (), ArangeAttrs(n=n)).result)
+
+    def full(self, shape, value, dtype=None) -> Tile:
+        """A tile of ``shape`` holding ``value`` everywhere (of ``dtype``, else the value's type)."""
+        shape = _static_shape(shape, "full")
+        if dtype is not None:
+            dtype = self._dtype(dtype, "full")
+            value = self.cast(value, dtype) if isinstance(value, Traced) else self.constant(value, dtype)
+        v = self._lift(value, None, "full")
+        if isinstance(v.type, TileType):
+            raise _error(f"full: the value must be a scalar, got a {v.type}; use t.broadcast_to for a tile")
+        return Traced(self._to_shape(v, shape))
+
+    def zeros(self, shape, dtype=None) -> Tile:
+        """A tile of zeros of ``dtype`` (f32 unless given)."""
+        dtype = self._dtype(dtype if dtype is not None else "f32", "zeros")
+        return self.full(shape, False if dtype.is_bool else 0, dtype)
+
+    @staticmethod
+    def _dtype(dtype, what: str) -> DType:
+        try:
+            return as_dtype(dtype)
+        except TypeError as e:
+            raise _error(f"{what}: {e}") from None
+
+    def broadcast_to(self, x, shape) -> Tile:
+        shape = _static_shape(shape, "broadcast_to")
+        v = self._lift(x, None, "broadcast_to")
+        broadcast_shapes(shape_of(v.type), shape, what="broadcast_to: shapes")
+        if broadcast_shapes(shape_of(v.type), shape) != shape:
+            raise _error(f"broadcast_to: a tile of shape {shape_of(v.type)} cannot broadcast to {shape}")
+        return Traced(self._to_shape(v, shape))
+
+    def reshape(self, x, shape) -> Tile:
+        """The same elements in row-major order, in ``shape`` (one dimension may be -1)."""
+        x = self._tile(x, "reshape")
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        if shape.count(-1) == 1:
+            rest = math.prod(d for d in shape if d != -1)
+            shape = tuple(x.size // rest if d == -1 and rest and x.size % rest == 0 else d for d in shape)
+        shape = _static_shape(shape, "reshape")
+        if math.prod(shape) != x.size:
+            raise _error(f"reshape: cannot reshape a tile of shape {x.shape} ({x.size} elements) to {shape} "
+                         f"({math.prod(shape)} elements)")
+        if shape == x.shape:
+            return x
+        return Traced(self._record("reshape", (x,), ShapeAttrs(shape=shape)).result)
+
+    def expand_dims(self, x, axis: int) -> Tile:
+        x = self._tile(x, "expand_dims")
+        axis = _axis(axis, x.ndim + 1, "expand_dims")
+        return self.reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
+
+    def trans(self, x, perm: Sequence[int] | None = None) -> Tile:
+        """The transpose (``x.T``); for rank 3, ``perm`` orders the axes as ``np.transpose``."""
+        x = self._tile(x, "trans")
+        perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(perm)
+        if sorted(perm) != list(range(x.ndim)):
+            raise _error(f"trans: perm {perm} is not a permutation of the {x.ndim} axes of a {x.type}")
+        if perm == tuple(range(x.ndim)):
+            return x
+        return Traced(self._record("trans", (x,), PermAttrs(perm=perm)).result)
+
+    transpose = trans
+
+    # -- reductions and scans -------------------------------------------------------
+    def _flat(self, x: Tile) -> Tile:
+        return self.reshape(x, (x.size,)) if x.ndim != 1 else x
+
+    def _reduce(self, opcode: str, combine: Combine, x, axis, keepdims: bool, attrs_cls):
+        what = f"{'arg' if opcode == 'argreduce' else ''}{combine}"
+        x = self._tile(x, what)
+        if axis is None:
+            result = self._reduce(opcode, combine, self._flat(x), 0, False, attrs_cls)
+            return self.full((1,) * x.ndim, result) if keepdims else result
+        axis = _axis(axis, x.ndim, what)
+        op = self._record(opcode, (x,), attrs_cls(op=combine, axis=axis))
+        result = Traced(op.result)
+        if keepdims:
+            shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+            return Traced(self._to_shape(result, shape)) if x.ndim == 1 else self.reshape(result, shape)
+        return result
+
+    def sum(self, x, axis=None, keepdims: bool = False) -> Traced:
+        """The sum along ``axis`` (every element for None: a scalar); f16 and bf16 accumulate in
+        f32 and round once."""
+        return self._reduce("reduce", Combine.SUM, x, axis, keepdims, ReduceAttrs)
+
+    def prod(self, x, axis=None, keepdims: bool = False) -> Traced:
+        return self._reduce("reduce", Combine.PROD, x, axis, keepdims, ReduceAttrs)
+
+    def max(self, x, *others, axis=None, keepdims: bool = False) -> Traced:
+        """``t.max(x, axis)``: the largest element along ``axis`` (NaN propagates);
+        ``t.max(a, b)``: the elementwise maximum, as the scalar builder's."""
+        if others:
+            return self._op("max", x, *others)
+        if not isinstance(x, Tile):
+            raise _error("max: t.max(x, axis) reduces a tile; t.max(a, b) (or t.maximum) compares two values")
+        return self._reduce("reduce", Combine.MAX, x, axis, keepdims, ReduceAttrs)
+
+    def min(self, x, *others, axis=None, keepdims: bool = False) -> Traced:
+        if others:
+            return self._op("min", x, *others)
+        if not isinstance(x, Tile):
+            raise _error("min: t.min(x, axis) reduces a tile; t.min(a, b) (or t.minimum) compares two values")
+        return self._reduce("reduce", Combine.MIN, x, axis, keepdims, ReduceAttrs)
+
+    def argmax(self, x, axis=None, keepdims: bool = False) -> Traced:
+        """The index of the largest element along ``axis`` (the first of equals, the first NaN
+        if any, as NumPy); for None, the row-major position in the whole tile."""
+        return self._reduce("argreduce", Combine.MAX, x, axis, keepdims, ArgReduceAttrs)
+
+    def argmin(self, x, axis=None, keepdims: bool = False) -> Traced:
+        return self._reduce("argreduce", Combine.MIN, x, axis, keepdims, ArgReduceAttrs)
+
+    def _scan(self, combine: Combine, x, axis) -> Tile:
+        x = self._tile(x, f"cum{combine}")
+        if axis is None:
+            x, axis = self._flat(x), 0
+        axis = _axis(axis, x.ndim, f"cum{combine}")
+        return Traced(self._record("scan", (x,), ReduceAttrs(op=combine, axis=axis)).result)
+
+    def cumsum(self, x, axis=None) -> Tile:
+        """The inclusive running sum along ``axis`` (flattened for None, as NumPy)."""
+        return self._scan(Combine.SUM, x, axis)
+
+    def cumprod(self, x, axis=None) -> Tile:
+        return self._scan(Combine.PROD, x, axis)
+
+    def cummax(self, x, axis=None) -> Tile:
+        return self._scan(Combine.MAX, x, axis)
+
+    def cummin(self, x, axis=None) -> Tile:
+        return self._scan(Combine.MIN, x, axis)
+
+    # -- dot ----------------------------------------------------------------------------
+    def dot(self, a, b, acc=None, *, precision: str = "ieee") -> Tile:
+        """``acc + a @ b`` for (M, K) and (K, N) tiles: f16, bf16 and fp8 inputs accumulate in f32,
+        f32 in f32, f64 in f64, i8 and u8 in i32; ``precision="tf32"`` (f32 inputs) first rounds
+        each input to tf32, as tensor cores do."""
+        a, b = self._tile(a, "dot: a"), self._tile(b, "dot: b")
+        try:
+            precision = Precision(precision)
+        except ValueError:
+            raise _error(f"dot: precision must be 'ieee' or 'tf32', got {precision!r}") from None
+        if a.ndim != 2 or b.ndim != 2:
+            raise _error(f"dot: a and b must be 2-D tiles, got {a.type} and {b.type}")
+        if a.shape[1] != b.shape[0]:
+            raise _error(f"dot: inner dimensions differ: a is {a.shape[0]}x{a.shape[1]} and b is "
+                         f"{b.shape[0]}x{b.shape[1]} ({a.shape[1]} != {b.shape[0]})")
+        if a.dtype != b.dtype:
+            raise _error(f"dot: a holds {a.dtype} and b holds {b.dtype}; cast one so both match")
+        wanted = dot_accumulator(a.dtype)
+        if wanted is None:
+            raise _error(f"dot: takes float or 8-bit integer tiles, got {a.dtype}")
+        shape = (a.shape[0], b.shape[1])
+        acc = self.zeros(shape, wanted) if acc is None else acc
+        if not isinstance(acc, Tile) or acc.type != TileType(wanted, shape):
+            got = acc.type if isinstance(acc, Traced) else repr(acc)
+            raise _error(f"dot: the accumulator must be a {TileType(wanted, shape)} for {a.dtype} inputs, got {got}")
+        return Traced(self._record("dot", (a, b, acc), DotAttrs(precision=precision)).result)
+
+    # -- memory -----------------------------------------------------------------------
+    def _layout(self, handle, what: str):
+        """(shape, strides, offset) of a buffer or tensor parameter, as traced index values; None
+        for the strides and offset of a plain buffer (unit stride from 0)."""
+        if getattr(handle, "space", None) != "global":
+            raise _error(f"{what}: tile programs read and write kernel parameters (buffers and tensors), got "
+                         f"{handle!r}")
+        if hasattr(handle, "strides") and hasattr(handle, "offset"):
+            return tuple(handle.shape), tuple(handle.strides), handle.offset
+        return (self.size(handle),), None, None
+
+    def _indices(self, handle, idx, what: str):
+        """The flat element offsets for per-dimension indices ``idx`` and where they are inside the
+        tensor (None for a plain buffer: the load's own bounds check is the dimension's)."""
+        shape, strides, offset = self._layout(handle, what)
+        idx = tuple(idx) if isinstance(idx, (tuple, list)) else (idx,)
+        if len(idx) != len(shape):
+            raise _error(f"{what}: '{handle.name}' has {len(shape)} dimension{'s' * (len(shape) != 1)}, got "
+                         f"{len(idx)} index{'es' * (len(idx) != 1)}")
+        values = [self._lift(i, index, what) for i in idx]
+        for v in values:
+            if not element_type(v.type).is_index:
+                raise _error(f"{what}: indices must be index values (cast(i, index)), got {v.type}")
+        values = [Traced(v) for v in self._broadcast_together(what, values)]
+        if strides is None:
+            return values[0], None
+        flat, inside = offset, None
+        for i, n, s in zip(values, shape, strides):
+            flat = flat + i * s
+            here = (i >= 0) & (i < n)
+            inside = here if inside is None else inside & here
+        return flat, inside
+
+    def _mask(self, mask, like, what: str):
+        if mask is None:
+            return None
+        m = self._lift(mask, boolean, what)
+        if not element_type(m.type).is_bool:
+            raise _error(f"{what}: mask must be bool (a comparison), got {m.type}")
+        return Traced(m)
+
+    def _access(self, handle, idx, mask, what: str):
+        """(offsets, mask) tiles of one shape for a masked access; an unmasked index outside a
+        tensor's shape is sent out of its memory, so that the access's bounds check reports it."""
+        offsets, inside = self._indices(handle, idx, what)
+        mask = self._mask(mask, offsets, what)
+        parts = [offsets] + ([mask] if mask is not None else [])
+        shape = broadcast_shapes(*(shape_of(p.type) for p in parts), what=f"{what}: indices and mask")
+        if inside is not None:
+            offsets = self.select(inside, offsets, -1)
+        offsets = Traced(self._to_shape(offsets, shape)) if shape else offsets
+        mask = Traced(self._to_shape(mask if mask is not None else self.constant(True, boolean), shape)) \
+            if shape else mask
+        return offsets, mask
+
+    def load_at(self, handle, idx, mask=None, other=0) -> Traced:
+        """``p.x.load(idx, mask=None, other=0)``: the elements at ``idx`` (one index or tile of
+        indices per dimension, broadcast together) where ``mask`` holds, ``other`` elsewhere."""
+        what = f"{handle.name}.load"
+        offsets, mask = self._access(handle, idx, mask, what)
+        other = self._lift(other, handle.dtype, what)
+        if other.type != handle.dtype:
+            raise _error(f"{what}: other is {other.type}, but '{handle.name}' holds {handle.dtype}")
+        attrs_ = LoadAttrs(buffer=handle.name, dtype=handle.dtype)
+        if not isinstance(offsets.type, TileType):  # every index a scalar: a scalar access
+            if mask is None:
+                return Traced(self._record("load", (offsets,), attrs_).result)
+            return self.if_(mask, lambda t: Traced(t._record("load", (offsets,), attrs_).result),
+                            lambda t: Traced(other))
+        op = self._record("tile_load", (offsets, other, mask), attrs_)
+        return Traced(op.result)
+
+    def store_at(self, handle, idx, value, mask=None) -> None:
+        """``p.x.store(idx, value, mask=None)``: write ``value`` (broadcast to the indices' shape)
+        where ``mask`` holds; elements where it does not are never touched."""
+        what = f"{handle.name}.store"
+        offsets, mask = self._access(handle, idx, mask, what)
+        v = self._lift(value, handle.dtype, what)
+        if element_type(v.type) != handle.dtype:
+            raise _error(f"{what}: value is {v.type}, but '{handle.name}' holds {handle.dtype}; cast it first")
+        shape = shape_of(offsets.type)
+        if not shape:
+            if shape_of(v.type):
+                raise _error(f"{what}: a {v.type} stored at scalar indices; give a tile of indices per dimension")
+            attrs_ = StoreAttrs(buffer=handle.name, dtype=handle.dtype)
+            if mask is None:
+                self._record("store", (offsets, v), attrs_)
+            else:
+                self.if_(mask, lambda t: t._record("store", (offsets, v), attrs_) and None)
+            return
+        broadcast_shapes(shape_of(v.type), shape, what=f"{what}: value and indices")
+        if broadcast_shapes(shape_of(v.type), shape) != shape:
+            raise _error(f"{what}: a value of shape {shape_of(v.type)} does not fit indices of shape {shape}")
+        v = self._to_shape(v, shape)
+        self._record("tile_store", (offsets, v, mask), StoreAttrs(buffer=handle.name, dtype=handle.dtype))
+
+    def _tile_box(self, handle, origin, shape, what: str):
+        """Per-dimension index tiles of the box at ``origin`` of ``shape``, and where it is inside."""
+        tensor_shape = self._layout(handle, what)[0]
+        origin = tuple(origin) if isinstance(origin, (tuple, list)) else (origin,)
+        if len(origin) != len(tensor_shape):
+            raise _error(f"{what}: '{handle.name}' has {len(tensor_shape)} dimensions, the origin gives {len(origin)}")
+        if len(shape) != len(tensor_shape):
+            raise _error(f"{what}: the tile shape {shape} must have one size per dimension of '{handle.name}' "
+                         f"({len(tensor_shape)})")
+        idx, inside = [], None
+        for d, (o, n, extent) in enumerate(zip(origin, shape, tensor_shape)):
+            axis_shape = tuple(n if k == d else 1 for k in range(len(shape)))
+            i = self.reshape(self.arange(n), axis_shape) + o if len(shape) > 1 else self.arange(n) + o
+            here = (i >= 0) & (i < extent)
+            inside = here if inside is None else inside & here
+            idx.append(i)
+        return idx, inside
+
+    def load_tile(self, handle, origin, shape, other=0) -> Tile:
+        """``p.x.load_tile(origin, shape, other=0)``: the box of ``shape`` at element offsets
+        ``origin``; positions past the tensor's edges read ``other``."""
+        shape = _static_shape(shape, f"{handle.name}.load_tile")
+        idx, inside = self._tile_box(handle, origin, shape, f"{handle.name}.load_tile")
+        return self.load_at(handle, tuple(idx), inside, other)
+
+    def store_tile(self, handle, origin, value) -> None:
+        """``p.x.store_tile(origin, value)``: write the tile at element offsets ``origin``;
+        positions past the tensor's edges are not written."""
+        v = self._tile(value, f"{handle.name}.store_tile")
+        idx, inside = self._tile_box(handle, origin, v.shape, f"{handle.name}.store_tile")
+        self.store_at(handle, tuple(idx), v, inside)
+
+    def _tile_atomic(self, kind: str, handle, idx, value, mask) -> None:
+        what = f"{handle.name}.atomic_{kind}"
+        offsets, mask = self._access(handle, idx, mask, what)
+        v = self._lift(value, handle.dtype, what)
+        shape = shape_of(offsets.type) or shape_of(v.type)
+        if not shape:
+            raise _error(f"{what}: at the tile level give a tile of indices (or use the scalar atomic_{kind})")
+        if not shape_of(offsets.type):
+            offsets = Traced(self._to_shape(offsets, shape))
+            mask = Traced(self._to_shape(mask if mask is not None else self.constant(True, boolean), shape))
+        broadcast_shapes(shape_of(v.type), shape, what=f"{what}: value and indices")
+        v = self._to_shape(v, shape)
+        try:
+            self._record("tile_atomic", (offsets, v, mask), AtomicAttrs(op=kind, buffer=handle.name,
+                                                                          dtype=handle.dtype))
+        except OpTypeError as e:  # pragma: no cover - _record turns it into a TraceError
+            raise _error(f"{what}: {e}") from None
+
