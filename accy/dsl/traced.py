@@ -554,6 +554,14 @@ class BufferHandle(TileAccess, MemoryHandle):
         """The buffer's element count, an ``index`` value (known when the kernel runs)."""
         return context.current().size(self)
 
+    # as a contiguous 1-D tensor's (accy.dsl.tensors.TensorHandle), so code can treat both alike
+    ndim = 1
+    strides = (1,)
+
+    @property
+    def shape(self) -> tuple[Traced]:
+        return (self.size,)
+
     def __len__(self):
         raise _error(f"len({self.name}): Python's len() must return an int, but a buffer's length is only "
                      f"known when the kernel runs; use {self.name}.size (an index value)")
