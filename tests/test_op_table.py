@@ -162,12 +162,32 @@ kernel @blocks(%dst: buffer<f32, ?>, %hist: buffer<i32, ?>) {
 """
 
 
+def tile_kernel():
+    """Every tile-level op: a program per grid point computing on whole tiles."""
+
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), hist=dynamic_buffer(i32), q=dynamic_buffer(i8))
+    def tiles(k, a):
+        @k.for_each_tile(grid=axis("m", 2), warps=2)
+        def body(t, pid):
+            rows = pid["m"] * 4 + t.arange(4)
+            cols = t.arange(8)
+            x = a.x.load(rows[:, None] * 8 + cols[None, :], mask=rows[:, None] < a.x.size // 8, other=0.0)
+            q = a.q.load(rows[:, None] * 8 + cols[None, :]).cast(i8)
+            acc = t.dot(x, x.T.reshape((8, 4)) @ t.zeros((4, 8)), precision="tf32")
+            iacc = t.dot(q, t.trans(q))
+            y = t.exp(acc - t.max(acc, axis=1)[:, None]) + t.cumsum(acc, 1) + t.sum(iacc, axis=1).cast(f32)[:, None]
+            a.dst.store(rows[:, None] * 8 + cols[None, :], y + t.broadcast_to(t.sum(y, axis=0), (4, 8)))
+            a.hist.atomic_add(t.argmax(y, axis=1).cast(index), t.full((4,), 1, i32), mask=rows < 8)
+
+    return tiles
+
+
 def test_the_block_ops_text_form_is_the_documented_one():
     assert block_kernel().traced_graph.text() == EXPECTED_BLOCK_TEXT
 
 
 def test_every_op_prints_and_parses_back_exactly():
-    graphs = [pointwise_kernel().traced_graph, block_kernel().traced_graph]
+    graphs = [pointwise_kernel().traced_graph, block_kernel().traced_graph, tile_kernel().traced_graph]
     seen = {op.opcode for g in graphs for op in g.body.walk()}
     assert seen == set(OPS), sorted(set(OPS) - seen)
     for graph in graphs:
@@ -290,14 +310,18 @@ def test_traits_are_consistent():
         if d.regions is not None:
             assert not d.pointwise, name
     assert _having("terminator") == {"yield"} and _having("constant") == {"const"}
-    assert _having("launch") == set(ir.LAUNCH_OPS) == {"for_each", "for_each_block"}
+    assert _having("launch") == set(ir.LAUNCH_OPS) == {"for_each", "for_each_block", "for_each_tile"}
+    assert _having("tile_launch") == {"for_each_tile"} <= _having("tiles") == ops.TILE_OPS
     assert _having("thread_blocks") == {"for_each_block"}
-    assert _having("memory") == set(ir.MEMORY_OPS) == {"load", "store", "atomic"}
-    assert _having("reads") == {"load", "atomic"} and _having("writes") == {"store", "atomic"}
+    assert _having("memory") == set(ir.MEMORY_OPS) == {"load", "store", "atomic", "tile_load", "tile_store",
+                                                       "tile_atomic"}
+    assert _having("reads") == {"load", "atomic", "tile_load", "tile_atomic"}
+    assert _having("writes") == {"store", "atomic", "tile_store", "tile_atomic"}
     assert {n: d.synchronises for n, d in OPS.items() if d.synchronises} == {"barrier": Sync.BLOCK,
                                                                             "shuffle": Sync.WARP}
     assert {n: d.regions for n, d in OPS.items() if d.regions} == {
         "fold": RegionKind.LOOP, "if": RegionKind.BRANCH, "for_each": RegionKind.LAUNCH,
+        "for_each_tile": RegionKind.LAUNCH,
         "for_each_block": RegionKind.LAUNCH}
     assert _having("own_result") == {"shuffle", "atomic"}
 
