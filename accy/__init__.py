@@ -11,6 +11,8 @@ from .dsl import (
     Graph,
     Launch,
     Limits,
+    TensorHandle,
+    TensorSpec,
     ThreadBlocks,
     axis,
     bf16,
@@ -32,6 +34,7 @@ from .dsl import (
     parse,
     scalar,
     schedule,
+    tensor,
     thread_blocks,
     u8,
     u16,
@@ -46,7 +49,7 @@ __version__ = "0.2.0"
 __all__ = [
     "errors", "logical", "math", "Graph", "Launch", "Limits", "Program", "ThreadBlocks", "axis", "buffer",
     "dynamic_buffer", "dynamicBuffer", "kernel", "parse", "scalar", "schedule", "thread_blocks", "AccyError",
-    "compare", "CompareReport",
+    "compare", "CompareReport", "tensor", "TensorSpec", "TensorHandle",
     "f16", "bf16", "f32", "f64", "f8e4m3", "f8e5m2", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
     "boolean", "index",
 ]

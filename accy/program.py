@@ -10,10 +10,12 @@ import attrs
 
 from .backends import resolve_launch, run
 from .backends.arguments import bind_arguments
+from .backends.tensor_arguments import expand_tensor_arguments
 from .dsl.ir import Graph, Param
 from .dsl.passes import optimize
 from .dsl.context import user_location
 from .dsl.schedule import DEFAULT_THREADS, Launch, Limits, ThreadBlocks
+from .dsl.tensors import TensorParams, tensor_parameters
 from .dsl.trace import parameters, trace
 from .errors import TraceError
 
@@ -45,6 +47,12 @@ class Program:
     withSchedule = with_schedule
 
     @functools.cached_property
+    def tensors(self) -> tuple[TensorParams, ...]:
+        """The tensor parameters, each with the graph parameters it became (its buffer, then
+        its hidden shape, stride and offset scalars, right after it in ``parameters``)."""
+        return tensor_parameters(self.parameters)
+
+    @functools.cached_property
     def traced_graph(self) -> Graph:
         """The graph exactly as the body recorded it (verified, not optimised)."""
         return trace(self.name, self.parameters, self.body)
@@ -72,7 +80,7 @@ class Program:
         computed from run-time values needs its arguments to be sized."""
         binding = None
         if args is not None and self.graph.static_extents is None:
-            binding = bind_arguments(self.graph, args)
+            binding = bind_arguments(self.graph, expand_tensor_arguments(self.graph, args))
         return resolve_launch(self.graph, self.threads, binding, limits)
 
     def run(self, args, backend: str = "numpy", *, limits: Limits | None = None, **options):

@@ -21,6 +21,7 @@ from ..errors import ArgumentError, BackendUnavailableError, LaunchError
 from .arguments import Binding, bind_arguments
 from .contract import NOT_HANDLED, Backend
 from .extents import evaluate_extents
+from .tensor_arguments import expand_tensor_arguments
 
 # backend name -> the module defining it as BACKEND (imported on first use; cuda imports its driver only when run)
 _MODULES = {"numpy": "interpreter", "llvm": "host", "ptx": "emulated", "cuda": "cuda"}
@@ -73,6 +74,8 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
     names one it does not take): ``checks=False`` (llvm) drops bounds checks;
     ``timing=True`` (cuda) returns the kernel's time in milliseconds.
     """
+    if program.tensors:  # each tensor's array -> its span and its shape, strides and offset
+        args = expand_tensor_arguments(program.graph, args)
     if counts is None and shapes is None:
         # the types too: 2 == 2.0 and True == 1 share a hash, but only one of each pair is taken
         key = (backend, limits, *options.items(), *map(type, options.values()))

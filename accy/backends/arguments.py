@@ -29,6 +29,7 @@ import ml_dtypes
 import numpy as np
 
 from ..dsl.ir import Graph, Param
+from ..dsl.tensors import tensor_parameters
 from ..dsl.types import DType, from_numpy
 from ..errors import ArgumentError
 
@@ -57,6 +58,70 @@ class ArrayInfo:
         if self.space != other.space or not self.nbytes or not other.nbytes:
             return False
         return self.address < other.address + other.nbytes and other.address < self.address + self.nbytes
+
+
+@attrs.frozen
+class TensorLayout:
+    """Where a tensor's elements lie in its span: element ``[i, j, ...]`` is at
+    ``offset + i*strides[0] + j*strides[1] + ...`` (strides in elements)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def span(self) -> int:
+        """The span's element count: lowest to highest element, both included."""
+        if self.size == 0:
+            return 0
+        return sum(abs(s) * (n - 1) for n, s in zip(self.shape, self.strides)) + 1
+
+    def fits(self, span: int) -> bool:
+        """Do its elements all lie in a span of ``span`` elements?"""
+        if min(self.shape) < 0:
+            return False
+        if self.size == 0:
+            return True
+        lowest = self.offset + sum(min(0, s * (n - 1)) for n, s in zip(self.shape, self.strides))
+        highest = self.offset + sum(max(0, s * (n - 1)) for n, s in zip(self.shape, self.strides))
+        return 0 <= lowest and highest < span
+
+    def positions(self) -> np.ndarray:
+        """Each element's position in the span, in C order of the tensor's indices."""
+        flat = np.full((), self.offset, np.int64)
+        for n, s in zip(self.shape, self.strides):
+            flat = flat[..., None] + np.arange(n, dtype=np.int64) * s
+        return flat.reshape(-1)
+
+    def index_of(self, position: int) -> tuple[int, ...] | None:
+        """The index tuple of the element at span ``position`` (the first in C order), or None."""
+        found = np.flatnonzero(self.positions() == position)
+        return tuple(int(c) for c in np.unravel_index(found[0], self.shape)) if found.size else None
+
+    def overlap(self) -> str | None:
+        """Why two index tuples may name one element (an output must not), or None where
+        they cannot: a zero stride, or dimensions that, sorted by |stride|, do not each
+        step past the extent of the smaller ones (the exact test for every layout NumPy
+        slicing and transposing make; a layout it refuses may still be free of overlap)."""
+        if self.size == 0:
+            return None
+        dims = [(abs(s), n, d) for d, (n, s) in enumerate(zip(self.shape, self.strides)) if n > 1]
+        for stride, n, d in dims:
+            if stride == 0:
+                return (f"dimension {d} has stride 0 (a broadcast view?): its {n} indices all name one element, "
+                        "so stores to them would collide")
+        reach = 0  # how far the smaller dimensions reach, in elements
+        for stride, n, d in sorted(dims):
+            if stride <= reach:
+                return (f"dimension {d}'s stride {stride} is within the {reach + 1} elements the dimensions of "
+                        "smaller stride span, so two indices may name one element (accy accepts an output whose "
+                        "dimensions, sorted by |stride|, each step past the extent of the smaller ones)")
+            reach += stride * (n - 1)
+        return None
 
 
 # DLPack type codes (code, bits) NumPy does not import, and the ml_dtypes type each is
@@ -198,13 +263,14 @@ def scalar_value(name: str, dtype: DType, value):
 
 @attrs.frozen
 class Binding:
-    """Checked arguments: each buffer's array and description, each scalar's value, and
-    for host arrays their flat (1-D) views."""
+    """Checked arguments: each buffer's array and description, each scalar's value, for
+    host arrays their flat (1-D) views, and where a tensor's elements lie in its span."""
 
     arrays: dict[str, object]  # buffers: NumPy arrays on the host, the caller's objects on a device
     infos: dict[str, ArrayInfo]
     outputs: frozenset[str]
     scalars: dict[str, object] = attrs.field(factory=dict)  # NumPy scalars of the parameters' types
+    layouts: dict[str, "TensorLayout"] = attrs.field(factory=dict)  # tensor buffer -> its layout in the span
 
     @functools.cached_property
     def flat(self) -> dict[str, np.ndarray]:
@@ -300,4 +366,18 @@ def bind_arguments(
                 raise ArgumentError(
                     f"argument '{out}' shares memory with argument '{p.name}'; an output must not alias another argument"
                 )
-    return Binding(arrays, infos, frozenset(outputs), scalars)
+    return Binding(arrays, infos, frozenset(outputs), scalars, _layouts(graph, infos, scalars))
+
+
+def _layouts(graph: Graph, infos: dict[str, ArrayInfo], scalars: dict) -> dict[str, TensorLayout]:
+    """Each tensor's layout, from its bound hidden scalars, checked to lie in its span (they
+    come from :func:`accy.backends.tensor_arguments.expand_tensor_arguments`, or by hand)."""
+    found = {}
+    for t in tensor_parameters(graph.params):
+        layout = TensorLayout(tuple(int(scalars[n]) for n in t.shape_names),
+                              tuple(int(scalars[n]) for n in t.stride_names), int(scalars[t.offset_name]))
+        if not layout.fits(infos[t.name].size):
+            raise ArgumentError(f"tensor '{t.name}': shape {layout.shape}, strides {layout.strides} and offset "
+                                f"{layout.offset} reach past its span of {infos[t.name].size} elements")
+        found[t.name] = layout
+    return found

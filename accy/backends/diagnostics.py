@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..dsl.ir import Axis, Op
+from ..dsl.tensors import out_of_shape_dimension
 from ..errors import ExecutionError, OutOfBoundsError
 
 
@@ -24,6 +25,12 @@ def at(op: Op) -> str:
 def out_of_bounds(op: Op, index: int, size: int, thread: str) -> OutOfBoundsError:
     verb = {"store": "store to", "atomic": f"atomic_{op.attrs.get('op')} on"}.get(op.opcode, "load from")
     what = "shared array " if op.attrs.get("space", "global") == "shared" else ""
+    dimension = out_of_shape_dimension(index)
+    if dimension is not None:  # the marker a tensor access puts in place of an element outside its shape
+        return OutOfBoundsError(
+            f"{verb} tensor '{op.attrs['buffer']}': the index in dimension {dimension} is outside its shape "
+            f"(thread {thread}){at(op)}; nothing was written"
+        )
     return OutOfBoundsError(
         f"{verb} {what}'{op.attrs['buffer']}': index {index} is out of bounds for {size} elements "
         f"(thread {thread}){at(op)}; nothing was written"

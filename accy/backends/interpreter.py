@@ -698,9 +698,13 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, memory_cap: int
                               else 1, tuple(graph.body.walk()))
         write_only = binding.outputs - graph.loaded_buffers()
         for name in sorted(binding.outputs):
-            sanitizer.track_buffer(name, scratch[name].size, name in write_only)
+            layout = binding.layouts.get(name)  # a tensor: only its elements of the span are the kernel's
+            sanitizer.track_buffer(name, scratch[name].size, name in write_only, layout)
             if name in write_only:
-                scratch[name].fill(_poison(scratch[name].dtype))
+                if layout is None:
+                    scratch[name].fill(_poison(scratch[name].dtype))
+                else:
+                    scratch[name][layout.positions()] = _poison(scratch[name].dtype)
     interpreter = Interpreter(graph, scratch, binding.scalars, launch.extents, memory_cap=memory_cap,
                               sanitizer=sanitizer)
     interpreter.run()

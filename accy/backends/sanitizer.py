@@ -58,11 +58,18 @@ class Sanitizer:
         self.global_memory: dict[str, _Tracker] = {}
         self.shared_memory: dict[str, _Tracker] = {}
         self.write_only: set[str] = set()
+        self.layouts: dict = {}  # tensor outputs: name -> TensorLayout (which span elements are the tensor's)
         self.shared_counts: dict[str, int] = {}
 
     # -- setup ------------------------------------------------------------------------
-    def track_buffer(self, name: str, size: int, write_only: bool) -> None:
-        self.global_memory[name] = _Tracker(size)
+    def track_buffer(self, name: str, size: int, write_only: bool, layout=None) -> None:
+        """Track a global buffer; a tensor's ``layout`` says which elements of its span the
+        kernel may write (the gaps between them are no output's)."""
+        self.global_memory[name] = tracker = _Tracker(size)
+        if layout is not None:
+            self.layouts[name] = layout
+            tracker.written.fill(True)
+            tracker.written[layout.positions()] = False
         if write_only:
             self.write_only.add(name)
 
@@ -218,6 +225,12 @@ class Sanitizer:
         """After the launch: write-only outputs must be written everywhere."""
         for name in sorted(self.write_only):
             unwritten = np.flatnonzero(~self.global_memory[name].written)
+            if unwritten.size and name in self.layouts:
+                layout = self.layouts[name]
+                shown = [f"{name}[{', '.join(map(str, layout.index_of(int(e))))}]" for e in unwritten[:5]]
+                raise UnwrittenOutputError(
+                    f"output tensor '{name}': {unwritten.size} of {layout.size} elements were never written "
+                    f"({', '.join(shown)}{', ...' if unwritten.size > 5 else ''}); nothing was written back")
             if unwritten.size:
                 first = ", ".join(map(str, unwritten[:5])) + (", ..." if unwritten.size > 5 else "")
                 raise UnwrittenOutputError(

@@ -16,6 +16,7 @@ from .passes import (
 )
 from .schedule import Launch, Limits, ThreadBlocks, thread_blocks
 from .tiles import cdiv
+from .tensors import TensorHandle, TensorSpec, tensor
 from .trace import BufferSpec, KernelArgs, ScalarSpec, buffer, dynamic_buffer, dynamicBuffer, scalar, trace
 from .types import (
     DTYPES,
@@ -45,4 +46,5 @@ __all__ = [
     "optimize", "verify", "Launch", "Limits", "ThreadBlocks", "thread_blocks", "BufferSpec", "KernelArgs",
     "ScalarSpec", "buffer", "dynamic_buffer", "dynamicBuffer", "scalar", "trace", "DTYPES", "DType", "bf16",
     "boolean", "f16", "f32", "f64", "f8e4m3", "f8e5m2", "i8", "i16", "i32", "i64", "index", "u8", "u16", "u32", "u64",
+    "TensorHandle", "TensorSpec", "tensor",
 ]

@@ -9,6 +9,7 @@ import numpy as np
 
 from .ir import Value
 from .ops import AtomicAttrs, LoadAttrs, SharedAttrs, SizeAttrs, StoreAttrs
+from .tensors import TensorHandle
 from .traced import BufferHandle, MemoryHandle, SharedArray, Traced, _LaunchInfo, _error
 from .types import as_dtype, index
 
@@ -26,9 +27,18 @@ class Memory:
 
     def size(self, buffer: BufferHandle) -> Traced:
         """The element count of ``buffer`` (an ``index``), e.g. for a launch extent."""
+        if isinstance(buffer, TensorHandle):
+            return buffer.size
         if not isinstance(buffer, BufferHandle):
             raise _error(f"size: expected a kernel buffer parameter, got {buffer!r}")
         return self._traced(self._record("size", (), SizeAttrs(buffer=buffer.name)))
+
+    @staticmethod
+    def _element(buffer, idx):
+        """A tensor's element ``idx`` (a tuple) as its span buffer and the flat position there."""
+        if isinstance(buffer, TensorHandle):
+            return buffer.buffer, buffer.flat_index(idx)
+        return buffer, idx
 
     def _index(self, opcode: str, idx) -> Value:
         if isinstance(idx, tuple):
@@ -36,12 +46,14 @@ class Memory:
         return self._lift(idx, index, opcode)
 
     def load(self, buffer: BufferHandle, idx) -> Traced:
+        buffer, idx = self._element(buffer, idx)
         buffer = self._buffer("load", buffer)
         attrs_ = LoadAttrs(buffer=buffer.name, dtype=buffer.dtype, space=buffer.space)
         return self._traced(self._record("load", (self._index("load", idx),), attrs_))
 
     def store(self, buffer: BufferHandle, value, idx) -> None:
         """Write ``value`` at ``idx`` (argument order as in the seed: value, then index)."""
+        buffer, idx = self._element(buffer, idx)
         buffer = self._buffer("store", buffer)
         if not self.in_launch:
             raise _error(
@@ -95,6 +107,7 @@ class Memory:
 
     # -- atomics ---------------------------------------------------------------------
     def _atomic(self, kind: str, target, idx, *values) -> Traced:
+        target, idx = self._element(target, idx)
         target = self._buffer(f"atomic_{kind}", target)
         if not self.in_launch:
             raise _error(f"atomic_{kind} on '{target.name}' outside the launch; call it inside a launch body")

@@ -19,6 +19,7 @@ from .traced import BufferHandle, Traced
 from .context import _is_machinery, user_location
 from .ir import Block, Graph, Param, ParamKind, SourceLocation
 from .passes import verify
+from .tensors import TensorHandle, TensorSpec, expand, reserved_name, tensor_parameters
 from .types import DType, as_dtype
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -66,12 +67,14 @@ def scalar(dtype) -> ScalarSpec:
 dynamicBuffer = dynamic_buffer
 
 
-def parameters(declared: Mapping[str, BufferSpec | ScalarSpec]) -> tuple[Param, ...]:
-    """Check declarations by name and turn them into graph parameters."""
+def parameters(declared: Mapping[str, BufferSpec | ScalarSpec | TensorSpec]) -> tuple[Param, ...]:
+    """Check declarations by name and turn them into graph parameters: a tensor becomes its
+    buffer followed by its hidden shape, stride and offset scalars (:mod:`accy.dsl.tensors`)."""
     if isinstance(declared, tuple) and all(isinstance(p, Param) for p in declared):
         return declared
     params = []
-    for name, spec in dict(declared).items():
+    declared = dict(declared)
+    for name, spec in declared.items():
         if not isinstance(name, str) or not _IDENT.match(name):
             raise TraceError(f"parameter name {name!r} is not an identifier", user_location())
         if name.startswith("__") or name == "_handles" or hasattr(KernelArgs, name):
@@ -79,25 +82,37 @@ def parameters(declared: Mapping[str, BufferSpec | ScalarSpec]) -> tuple[Param, 
             raise TraceError(f"parameter name {name!r} is taken: args.{name} is the kernel arguments' own "
                              f"{'method' if inspect.isfunction(getattr(KernelArgs, name, None)) else 'attribute'}; "
                              "rename the parameter", user_location())
+        base = reserved_name(name, declared) if isinstance(name, str) else None
+        if base is not None:
+            raise TraceError(f"parameter name {name!r} is reserved: <name>__shape<d>, <name>__stride<d> and "
+                             f"<name>__offset name a tensor parameter's hidden shape, strides and offset, and "
+                             f"'{base}' is a parameter; rename the parameter", user_location())
         if isinstance(spec, ScalarSpec):
             params.append(Param(name, spec.dtype, kind=ParamKind.scalar))
         elif isinstance(spec, BufferSpec):
             params.append(Param(name, spec.dtype, spec.count))
+        elif isinstance(spec, TensorSpec):
+            params.extend(expand(name, spec))
         else:
-            raise TraceError(f"parameter '{name}': expected dynamic_buffer(dtype), buffer(dtype, n) or "
-                             f"scalar(dtype), got {spec!r}", user_location())
+            raise TraceError(f"parameter '{name}': expected dynamic_buffer(dtype), buffer(dtype, n), "
+                             f"tensor(dtype, ndim) or scalar(dtype), got {spec!r}", user_location())
     return tuple(params)
 
 
 class KernelArgs:
-    """The parameters as a kernel body sees them: ``args.dst`` (a buffer), ``args.n``
-    (a scalar's traced value), ``args.param("dst")``, ``args["dst"]``."""
+    """The parameters as a kernel body sees them: ``args.dst`` (a buffer), ``args.x`` (a
+    tensor's :class:`~accy.dsl.tensors.TensorHandle`), ``args.n`` (a scalar's traced value),
+    ``args.param("dst")``, ``args["dst"]``.  A tensor's hidden scalars are not among them."""
 
     def __init__(self, params: tuple[Param, ...], scalars: tuple):
         values = iter(scalars)
-        self._handles = {p.name: Traced(next(values)) if p.is_scalar else BufferHandle(p) for p in params}
+        handles = {p.name: Traced(next(values)) if p.is_scalar else BufferHandle(p) for p in params}
+        for t in tensor_parameters(tuple(params)):
+            hidden = [handles.pop(n) for n in t.hidden]
+            handles[t.name] = TensorHandle(handles[t.name], hidden[:t.ndim], hidden[t.ndim:2 * t.ndim], hidden[-1])
+        self._handles = handles
 
-    def param(self, name: str) -> BufferHandle | Traced:
+    def param(self, name: str) -> BufferHandle | TensorHandle | Traced:
         try:
             return self._handles[name]
         except KeyError:

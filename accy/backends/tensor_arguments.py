@@ -1,0 +1,138 @@
+"""Tensor arguments: the array a caller passes for a ``tensor(dtype, ndim)`` parameter,
+turned into what the graph takes (see :mod:`accy.dsl.tensors`): the array's memory
+span as a flat buffer, and its shape, strides (in elements) and offset as ``index``
+scalars.  One function, :func:`expand_tensor_arguments`, does it for every entry
+point, before anything else looks at the arguments: ``accy.backends.run`` (for its fast
+launchers and the general path alike; ``Program.run``, library entries and
+``accy.compare`` go through it) and ``Program.launch(args=)``.
+:func:`~accy.backends.arguments.bind_arguments` takes the graph's own arguments, the
+expanded ones, and checks that each tensor's layout lies inside its span.
+
+A host array's span is a NumPy view of the caller's memory from its lowest-addressed
+element (so the kernel's stores land in the caller's array); a device array
+(``__cuda_array_interface__``) gets a small object describing the same span as a 1-D
+device array.  An output tensor must not have a zero stride nor overlap itself; that it
+does not overlap another argument is the span overlap check of ``bind_arguments``
+(conservative: a tensor's span may hold elements of another argument between its own).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..dsl.ir import Graph
+from ..dsl.tensors import TensorParams, declared_parameters, tensor_parameters
+from ..errors import ArgumentError
+from .arguments import TensorLayout, _by_name, _dtype_text, as_host_array
+
+
+def _rank(n: int) -> str:
+    return f"{n}-d"
+
+
+def _describe_device(name: str, a, t: TensorParams):
+    interface = a.__cuda_array_interface__
+    shape = tuple(int(n) for n in interface["shape"])
+    dtype = np.dtype(interface["typestr"])
+    strides = interface.get("strides")
+    if strides is None:  # C-contiguous
+        strides, step = [], dtype.itemsize
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= max(n, 1)
+    if interface.get("mask") is not None:
+        raise ArgumentError(f"argument '{name}': a masked device array; pass one without a mask")
+    address, read_only = interface["data"]
+    return shape, tuple(int(s) for s in strides), dtype, int(address or 0), bool(read_only)
+
+
+class DeviceSpan:
+    """A device array's span as a 1-D device array (``__cuda_array_interface__``); it holds
+    the caller's array, which owns the memory."""
+
+    def __init__(self, base, address: int, count: int, typestr: str, read_only: bool, stream=None):
+        self.base = base
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": typestr, "data": (address, read_only),
+                                         "strides": None, "version": 3}
+        if stream is not None:
+            self.__cuda_array_interface__["stream"] = stream
+
+
+def _check(name: str, t: TensorParams, shape, dtype: np.dtype) -> None:
+    if len(shape) != t.ndim:
+        raise ArgumentError(f"argument '{name}': expected a {_rank(t.ndim)} array (tensor({t.dtype}, {t.ndim})), "
+                            f"got a {_rank(len(shape)) if shape else '0-d'} array of shape {tuple(shape)}")
+    if dtype != t.dtype.numpy:
+        raise ArgumentError(f"argument '{name}': expected dtype {t.dtype.numpy} ({t.dtype}), got {_dtype_text(dtype)}")
+
+
+def _element_strides(name: str, strides, itemsize: int) -> tuple[int, ...]:
+    if any(s % itemsize for s in strides):
+        raise ArgumentError(f"argument '{name}': its strides {tuple(strides)} (bytes) are not whole elements of "
+                            f"{itemsize} bytes; pass a copy (np.ascontiguousarray(...))")
+    return tuple(s // itemsize for s in strides)
+
+
+def _layout(shape, strides) -> TensorLayout:
+    """The layout of an array whose element [0, ...] is at ``strides``' origin."""
+    if math.prod(shape) == 0:
+        return TensorLayout(tuple(shape), tuple(strides), 0)
+    offset = -sum(min(0, s * (n - 1)) for n, s in zip(shape, strides))
+    return TensorLayout(tuple(shape), tuple(strides), offset)
+
+
+def expand_tensor(name: str, t: TensorParams, value, output: bool) -> tuple[object, TensorLayout]:
+    """The span (a flat host view or a :class:`DeviceSpan`) and layout of the array passed
+    for tensor ``t``, checked (rank, dtype, and for an ``output`` no self-overlap)."""
+    if isinstance(value, (numbers.Number, np.generic)):
+        raise ArgumentError(f"argument '{name}': expected a {_rank(t.ndim)} array of {t.dtype}, "
+                            f"got the scalar {value!r}")
+    device = hasattr(value, "__cuda_array_interface__") and not hasattr(value, "__array_interface__")
+    if device:
+        shape, byte_strides, dtype, address, read_only = _describe_device(name, value, t)
+    else:
+        value = as_host_array(name, value)
+        shape, byte_strides, dtype = value.shape, value.strides, value.dtype
+    _check(name, t, shape, dtype)
+    layout = _layout(shape, _element_strides(name, byte_strides, dtype.itemsize))
+    if output:
+        why = layout.overlap()
+        if why is not None:
+            raise ArgumentError(f"argument '{name}': the kernel stores to this tensor, but {why} "
+                                f"(shape {tuple(shape)}, strides {layout.strides} in elements); pass a "
+                                "writable array without overlap (a copy: np.ascontiguousarray(...))")
+    low = -layout.offset * dtype.itemsize  # the lowest element's byte offset from element [0, ...]
+    if device:
+        interface = value.__cuda_array_interface__
+        span = DeviceSpan(value, address + low if layout.span else address, layout.span, interface["typestr"],
+                          read_only, interface.get("stream"))
+    else:
+        # turned so every stride is positive, the view starts at the lowest-addressed element
+        lowest = value[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in value.strides)] \
+            if layout.span else value
+        span = np.lib.stride_tricks.as_strided(lowest, (layout.span,), (dtype.itemsize,))
+    return span, layout
+
+
+def expand_tensor_arguments(graph: Graph, args):
+    """``args`` as the caller passes them (one per declared parameter, by position or by
+    name) -> the arguments of ``graph``'s parameters (in parameter order): each tensor's
+    array becomes its span and its shape, strides and offset.  Without tensors, ``args``
+    itself."""
+    params = graph.params
+    tensors = tensor_parameters(params)
+    if not tensors:
+        return args
+    named = _by_name(declared_parameters(params), args)
+    outputs = graph.stored_buffers()
+    for t in tensors:
+        span, layout = expand_tensor(t.name, t, named[t.name], t.name in outputs)
+        named[t.name] = span
+        named.update(zip(t.hidden, (*layout.shape, *layout.strides, layout.offset)))
+    return [named[p.name] for p in params]
+
+
+__all__ = ["DeviceSpan", "expand_tensor", "expand_tensor_arguments"]
