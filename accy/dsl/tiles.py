@@ -77,6 +77,19 @@ class TileOps:
     """The tile builder's own methods (``t.arange``, ``t.dot``, ``t.sum``, ...) and how it
     broadcasts operands."""
 
+    def _block_launch(self, what: str):
+        raise _error(f"{what}: a tile program has no threads of its own to cooperate (no shared memory, barriers "
+                     "or shuffles): it computes on whole tiles, and the compiler spreads them over threads; use "
+                     "t.sum/t.max/t.cumsum for reductions and scans, or write a SIMT kernel with for_each_block")
+
+    def if_(self, cond, then, otherwise=None):
+        """As the scalar builder's: the condition is one scalar for the whole program (for an
+        elementwise choice, ``t.where(cond, a, b)``)."""
+        if isinstance(cond, Tile):
+            raise _error(f"if_: the condition is a {cond.type}; if_ branches the whole program on one bool "
+                         "scalar; for an elementwise choice use t.where(cond, a, b), and mask loads and stores")
+        return super().if_(cond, then, otherwise)
+
     # -- broadcasting ----------------------------------------------------------------
     def _operands(self, opcode: str, *xs) -> list:
         like = next((element_type(x.type) for x in xs if isinstance(x, Traced)), None)
