@@ -315,26 +315,29 @@ class TileOps:
             return tuple(handle.shape), tuple(handle.strides), handle.offset
         return (self.size(handle),), None, None
 
-    def _indices(self, handle, idx, what: str):
+    def _indices(self, handle, idx, what: str, inside_known: bool = False):
         """The flat element offsets for per-dimension indices ``idx`` and where they are inside the
-        tensor (None for a plain buffer: the load's own bounds check is the dimension's)."""
+        tensor (None for a plain buffer, whose load checks its one dimension itself, and where the
+        caller's mask already keeps every active index inside)."""
         shape, strides, offset = self._layout(handle, what)
         idx = tuple(idx) if isinstance(idx, (tuple, list)) else (idx,)
         if len(idx) != len(shape):
             raise _error(f"{what}: '{handle.name}' has {len(shape)} dimension{'s' * (len(shape) != 1)}, got "
                          f"{len(idx)} index{'es' * (len(idx) != 1)}")
-        values = [self._lift(i, index, what) for i in idx]
+        values = [Traced(self._lift(i, index, what)) for i in idx]
         for v in values:
             if not element_type(v.type).is_index:
                 raise _error(f"{what}: indices must be index values (cast(i, index)), got {v.type}")
-        values = [Traced(v) for v in self._broadcast_together(what, values)]
+        broadcast_shapes(*(shape_of(v.type) for v in values), what=f"{what}: indices")
         if strides is None:
             return values[0], None
+        # each dimension's term at its own shape; the sum broadcasts them (rows[:, None] * s0 + cols)
         flat, inside = offset, None
         for i, n, s in zip(values, shape, strides):
             flat = flat + i * s
-            here = (i >= 0) & (i < n)
-            inside = here if inside is None else inside & here
+            if not inside_known:
+                here = (i >= 0) & (i < n)
+                inside = here if inside is None else inside & here
         return flat, inside
 
     def _mask(self, mask, like, what: str):
@@ -345,10 +348,10 @@ class TileOps:
             raise _error(f"{what}: mask must be bool (a comparison), got {m.type}")
         return Traced(m)
 
-    def _access(self, handle, idx, mask, what: str):
+    def _access(self, handle, idx, mask, what: str, inside_known: bool = False):
         """(offsets, mask) tiles of one shape for a masked access; an unmasked index outside a
         tensor's shape is sent out of its memory, so that the access's bounds check reports it."""
-        offsets, inside = self._indices(handle, idx, what)
+        offsets, inside = self._indices(handle, idx, what, inside_known)
         mask = self._mask(mask, offsets, what)
         parts = [offsets] + ([mask] if mask is not None else [])
         shape = broadcast_shapes(*(shape_of(p.type) for p in parts), what=f"{what}: indices and mask")
@@ -359,11 +362,11 @@ class TileOps:
             if shape else mask
         return offsets, mask
 
-    def load_at(self, handle, idx, mask=None, other=0) -> Traced:
+    def load_at(self, handle, idx, mask=None, other=0, *, inside_known: bool = False) -> Traced:
         """``p.x.load(idx, mask=None, other=0)``: the elements at ``idx`` (one index or tile of
         indices per dimension, broadcast together) where ``mask`` holds, ``other`` elsewhere."""
         what = f"{handle.name}.load"
-        offsets, mask = self._access(handle, idx, mask, what)
+        offsets, mask = self._access(handle, idx, mask, what, inside_known)
         other = self._lift(other, handle.dtype, what)
         if other.type != handle.dtype:
             raise _error(f"{what}: other is {other.type}, but '{handle.name}' holds {handle.dtype}")
@@ -376,11 +379,11 @@ class TileOps:
         op = self._record("tile_load", (offsets, other, mask), attrs_)
         return Traced(op.result)
 
-    def store_at(self, handle, idx, value, mask=None) -> None:
+    def store_at(self, handle, idx, value, mask=None, *, inside_known: bool = False) -> None:
         """``p.x.store(idx, value, mask=None)``: write ``value`` (broadcast to the indices' shape)
         where ``mask`` holds; elements where it does not are never touched."""
         what = f"{handle.name}.store"
-        offsets, mask = self._access(handle, idx, mask, what)
+        offsets, mask = self._access(handle, idx, mask, what, inside_known)
         v = self._lift(value, handle.dtype, what)
         if element_type(v.type) != handle.dtype:
             raise _error(f"{what}: value is {v.type}, but '{handle.name}' holds {handle.dtype}; cast it first")
@@ -423,14 +426,14 @@ class TileOps:
         ``origin``; positions past the tensor's edges read ``other``."""
         shape = _static_shape(shape, f"{handle.name}.load_tile")
         idx, inside = self._tile_box(handle, origin, shape, f"{handle.name}.load_tile")
-        return self.load_at(handle, tuple(idx), inside, other)
+        return self.load_at(handle, tuple(idx), inside, other, inside_known=True)
 
     def store_tile(self, handle, origin, value) -> None:
         """``p.x.store_tile(origin, value)``: write the tile at element offsets ``origin``;
         positions past the tensor's edges are not written."""
         v = self._tile(value, f"{handle.name}.store_tile")
         idx, inside = self._tile_box(handle, origin, v.shape, f"{handle.name}.store_tile")
-        self.store_at(handle, tuple(idx), v, inside)
+        self.store_at(handle, tuple(idx), v, inside, inside_known=True)
 
     def _tile_atomic(self, kind: str, handle, idx, value, mask) -> None:
         what = f"{handle.name}.atomic_{kind}"
