@@ -197,17 +197,20 @@ def _ir(ns) -> int:
 def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0,
                       sizes: dict[str, int] | None = None) -> list:
     """Random arguments for ``kernel``: a library entry's shapes, or ``sizes[name]`` (else
-    ``size``) elements per buffer of unknown length; integer buffers hold values in
-    [0, size) (safe as indices); scalars from ``scalars`` (NAME -> text), else the size
-    for an index, 1 for a number."""
+    ``size``) elements per buffer of unknown length (per dimension of a tensor); integer
+    buffers hold values in [0, size) (safe as indices); scalars from ``scalars`` (NAME ->
+    text), else the size for an index, 1 for a number."""
     sizes = sizes or {}
+    from .dsl.tensors import declared_parameters
     from .library.entry import Entry
 
     rng = np.random.default_rng(seed)
     program = getattr(kernel, "program", kernel)
     shapes = kernel.argument_shapes if isinstance(kernel, Entry) else {}
     args = []
-    for p in program.graph.params:
+    params = declared_parameters(program.graph.params)
+    ndims = {t.name: t.ndim for t in program.tensors}
+    for p in params:
         if p.is_scalar:
             text = scalars.get(p.name)
             if text is None:
@@ -218,16 +221,18 @@ def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0,
             continue
         count = (shapes[p.name].element_count() if p.name in shapes else p.count if p.count is not None
                  else sizes.get(p.name, size))
+        if p.name in ndims:
+            count = (count,) * ndims[p.name]
         if p.dtype.is_float:
             args.append(rng.standard_normal(count).astype(p.dtype.numpy))
         elif p.dtype.is_bool:
             args.append(rng.integers(0, 2, count).astype(bool))
         else:
             args.append(rng.integers(0, max(min(size, p.dtype.max), 1), count).astype(p.dtype.numpy))
-    unknown = sorted(set(scalars) - {p.name for p in program.graph.scalars})
+    unknown = sorted(set(scalars) - {p.name for p in params if p.is_scalar})
     if unknown:
         raise AccyError(f"--scalar {', '.join(unknown)}: no such scalar parameter")
-    unknown = sorted(set(sizes) - {p.name for p in program.graph.buffers})
+    unknown = sorted(set(sizes) - {p.name for p in params if not p.is_scalar})
     if unknown:
         raise AccyError(f"--size {', '.join(unknown)}: no such buffer parameter")
     return args

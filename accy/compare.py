@@ -18,6 +18,7 @@ import numpy as np
 
 from .backends import BACKENDS, toolchain
 from .dsl.ops import OPS
+from .dsl.tensors import declared_parameters
 from .errors import AccyError, ArgumentError, BackendUnavailableError, CompileError
 
 FIRST = 5  # disagreeing elements listed per output and pair
@@ -148,7 +149,7 @@ def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1
     ``options`` gives per-backend run options, e.g. ``{"llvm": {"checks": False}}``.
     """
     program, run, shapes = _program_and_shapes(kernel)
-    named = _named(args, program.parameters)
+    named = _named(args, declared_parameters(program.parameters))  # a tensor is one argument
     outputs = sorted(program.graph.stored_buffers())
     results, skipped, failed = {}, {}, {}
     for backend in backends:
