@@ -22,21 +22,23 @@ def at(op: Op) -> str:
     return f" at {op.location}" if op.location is not None else ""
 
 
-def out_of_bounds(op: Op, index: int, size: int, thread: str) -> OutOfBoundsError:
-    verb = {"store": "store to", "atomic": f"atomic_{op.attrs.get('op')} on"}.get(op.opcode, "load from")
+def out_of_bounds(op: Op, index: int, size: int, thread: str, who: str = "thread") -> OutOfBoundsError:
+    """``who`` names the unit that made the access: a thread, or a tile launch's program."""
+    verb = {"store": "store to", "atomic": f"atomic_{op.attrs.get('op')} on", "tile_store": "store to",
+            "tile_atomic": f"atomic_{op.attrs.get('op')} on"}.get(op.opcode, "load from")
     what = "shared array " if op.attrs.get("space", "global") == "shared" else ""
     dimension = out_of_shape_dimension(index)
     if dimension is not None:  # the marker a tensor access puts in place of an element outside its shape
         return OutOfBoundsError(
             f"{verb} tensor '{op.attrs['buffer']}': the index in dimension {dimension} is outside its shape "
-            f"(thread {thread}){at(op)}; nothing was written"
+            f"({who} {thread}){at(op)}; nothing was written"
         )
     return OutOfBoundsError(
         f"{verb} {what}'{op.attrs['buffer']}': index {index} is out of bounds for {size} elements "
-        f"(thread {thread}){at(op)}; nothing was written"
+        f"({who} {thread}){at(op)}; nothing was written"
     )
 
 
-def division_by_zero(op: Op, thread: str) -> ExecutionError:
+def division_by_zero(op: Op, thread: str, who: str = "thread") -> ExecutionError:
     what = "remainder" if op.opcode == "mod" else "division"
-    return ExecutionError(f"{op.opcode}: {op.operands[0].type} {what} by zero in thread {thread}{at(op)}")
+    return ExecutionError(f"{op.opcode}: {op.operands[0].type} {what} by zero in {who} {thread}{at(op)}")

@@ -682,6 +682,9 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, memory_cap: int
     records every op's value for that one logical thread and returns the
     :class:`ThreadTrace`.
     """
+    if graph.is_tile_launch:  # programs of tiles: their own interpreter (which uses this one's op table)
+        from .tile_interpreter import run_tiles
+        return run_tiles(graph, binding, launch, debug_thread=debug_thread)
     check = check_memory_default() if check_memory is None else check_memory
     if debug_thread is not None:
         if graph.is_block_launch:

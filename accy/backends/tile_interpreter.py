@@ -1,0 +1,494 @@
+"""The NumPy interpreter of tile-level kernels (``for_each_tile``): the reference semantics of
+the tile ops (docs: the tile spec, accy/dsl/ops.py's "tile type rules").
+
+Every program of the grid runs at once, as the SIMT interpreter runs every thread at once.
+A tile value is an array of shape ``(P, *tile_shape)``, P the number of programs, or
+``(1, *tile_shape)`` where it is the same in every program (constants, ``arange``, what is
+computed from them only); a scalar is ``(P,)`` or ``()``.  NumPy's broadcasting lines the
+two forms up, so a launch costs a number of NumPy calls proportional to the ops executed,
+never to the programs or the elements.  Programs are numbered with the grid's first axis
+fastest (as the SIMT interpreter numbers threads), which is the order errors search in.
+
+Pointwise ops are the SIMT interpreter's own table (:data:`accy.backends.interpreter.EVAL`),
+so elementwise results are bit for bit the SIMT numpy backend's.  A fold runs one iteration
+at a time for all programs; where its bounds differ between programs (a causal attention's
+key loop) it runs until the longest is done with an *active mask* of programs, as does an
+``if`` on a condition that differs between programs: loads, stores, atomics and the bounds
+and division checks see active programs only.  Outputs are written into scratch copies and
+committed only when the launch succeeds, so a failing launch writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+from ..dsl.ir import Block, Graph, Op
+from ..dsl.ops import SIMT_OPS, TILE_OPS, AtomicKind, Combine, Precision
+from ..dsl.types import element_type
+from ..errors import ArgumentError
+from . import numerics
+from .arguments import Binding
+from .diagnostics import division_by_zero, out_of_bounds, thread_text
+from .interpreter import _WIDE, EVAL, _apply_atomics, _last_uses, _step_without_wrap
+
+F32 = np.dtype(np.float32)
+_LARGEST = np.maximum.reduce  # one NumPy call for a bounds check
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+def _as_f32(x: np.ndarray) -> tuple[np.ndarray, bool]:
+    """f16, bf16 and fp8 elements as f32 (exactly), and whether they were converted."""
+    if numerics._narrow(x.dtype):
+        return x.astype(F32), True
+    return x, False
+
+
+def _zero_signs(result: np.ndarray, x: np.ndarray, combine: Combine, axis: int, running: bool) -> np.ndarray:
+    """Max and min order -0.0 below +0.0, as the scalar max and min (numerics.maximum):
+    NumPy's ufuncs keep whichever zero comes second.  A zero result of max is +0.0 if any
+    +0.0 took part, of min -0.0 if any -0.0 did (over the prefix, for a scan)."""
+    zero = result == 0
+    if result.dtype.kind != "f" or not np.any(zero):
+        return result
+    wanted = (x == 0) & (np.signbit(x) == (combine is Combine.MIN))  # the zero that wins ties
+    seen = np.logical_or.accumulate(wanted, axis=axis) if running else np.any(wanted, axis=axis)
+    winner, loser = (0.0, -0.0) if combine is Combine.MAX else (-0.0, 0.0)
+    return np.where(zero, np.where(seen, winner, loser).astype(result.dtype), result)
+
+
+_UFUNCS = {Combine.SUM: np.add, Combine.PROD: np.multiply, Combine.MAX: np.maximum, Combine.MIN: np.minimum,
+           Combine.AND: np.bitwise_and, Combine.OR: np.bitwise_or, Combine.XOR: np.bitwise_xor}
+
+
+def reduce_along(x: np.ndarray, combine: Combine, axis: int, *, running: bool = False) -> np.ndarray:
+    """``x`` reduced (``running``: scanned) along ``axis`` with ``combine``, as the scalar op
+    folded: integers wrap; f16, bf16 and fp8 compute in f32 (exact for max and min) and each
+    result rounds once to the element type."""
+    dtype = x.dtype
+    y, widened = _as_f32(x)
+    ufunc = _UFUNCS[combine]
+    kwargs = {} if widened or dtype.kind == "b" else {"dtype": dtype}  # integers accumulate in their type
+    result = (ufunc.accumulate if running else ufunc.reduce)(y, axis=axis, **kwargs)
+    if combine in (Combine.MAX, Combine.MIN):
+        result = _zero_signs(result, y, combine, axis, running)
+    return result.astype(dtype, copy=False)
+
+
+def arg_along(x: np.ndarray, combine: Combine, axis: int) -> np.ndarray:
+    """np.argmax / np.argmin along ``axis``: the first of equals, the first NaN if any."""
+    y, _ = _as_f32(x)
+    return (np.argmax if combine is Combine.MAX else np.argmin)(y, axis=axis).astype(np.int64, copy=False)
+
+
+# ----------------------------------------------------------------------------- dot
+
+
+def round_to_tf32(x: np.ndarray) -> np.ndarray:
+    """f32 values rounded to tf32 as ``cvt.rna.tf32.f32``: 10 mantissa bits, to nearest, ties
+    away from zero (on the bits: add half of the dropped part, then drop it); NaN and
+    infinities unchanged."""
+    bits = np.ascontiguousarray(x, F32).view(np.uint32)
+    finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
+    rounded = (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    return np.where(finite, rounded, bits).view(F32)
+
+
+def dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray, precision: Precision) -> np.ndarray:
+    """``acc + a @ b`` over stacks of programs: inputs converted exactly to the accumulator's
+    type, products and sums in it (integers wrap in i32)."""
+    c = acc.dtype
+    if precision is Precision.TF32:
+        a, b = round_to_tf32(a), round_to_tf32(b)
+    a, b = a.astype(c, copy=False), b.astype(c, copy=False)
+    if a.shape[0] == 1 and b.shape[0] == 1:  # the same in every program: one product
+        product = (a[0] @ b[0])[None]
+    else:
+        product = np.matmul(a, b)
+    return np.add(acc, product, dtype=c)
+
+
+# ----------------------------------------------------------------------------- the schedule
+
+
+def _blocks(graph: Graph):
+    yield graph.body
+    for op in graph.body.walk():
+        yield from op.regions
+
+
+_schedules: "weakref.WeakKeyDictionary[Graph, dict]" = weakref.WeakKeyDictionary()
+
+
+def _schedule(graph: Graph) -> dict[Block, tuple[tuple, ...]]:
+    """Per block: each op as ``(op, handler, fn, result, dead)``: the TileInterpreter method
+    running a structural, checked or tile op (else None), the pointwise EVAL entry (its
+    plain function where the operands are wider than f16/bf16), and the values dead after it."""
+    steps = _schedules.get(graph)
+    if steps is None:
+        frees = {}
+        for block in _blocks(graph):
+            frees.update(_last_uses(block))
+        steps = {}
+        for block in _blocks(graph):
+            entries = []
+            for op in block.ops:
+                handler = getattr(TileInterpreter, "op_" + op.opcode, None)
+                fn = None
+                if handler is None:
+                    fn = EVAL[op.opcode]
+                    if op.operands and not numerics._narrow(element_type(op.operands[0].type).numpy):
+                        fn = _WIDE.get(fn, fn)
+                entries.append((op, handler, fn, op.results[0] if op.results else None, frees.get(op, ())))
+            steps[block] = tuple(entries)
+        _schedules[graph] = steps
+    return steps
+
+
+# ----------------------------------------------------------------------------- execution
+
+
+class TileInterpreter:
+    """One launch of a tile graph over NumPy buffers (flat views; outputs are scratch copies)."""
+
+    def __init__(self, graph: Graph, buffers: dict[str, np.ndarray], scalars: dict[str, object],
+                 extents: tuple[int, ...]):
+        self.graph = graph
+        self.buffers = buffers
+        self.env: dict = {}
+        for p, v in zip(graph.scalars, graph.body.args):
+            self.env[v] = scalars[p.name]
+        self.axes = graph.lane_axes(extents)  # the grid's axes, first fastest
+        self.programs = math.prod(extents)
+        self.active = None  # None: every program is active; else a (P,) bool array
+        self.steps = _schedule(graph)
+
+    def run(self) -> None:
+        with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the semantics, not warnings
+            self.run_block(self.graph.body)
+
+    def run_block(self, block: Block) -> None:
+        env = self.env
+        for op, handler, fn, result, dead in self.steps[block]:
+            if handler is None:
+                env[result] = fn(*[env[v] for v in op.operands])
+            else:
+                handler(self, op)
+            for v in dead:
+                del env[v]
+
+    # -- the active programs ------------------------------------------------------
+    def _per_program(self, mask: np.ndarray, ndim: int) -> np.ndarray:
+        """A (P,) mask shaped to broadcast against a value of ``ndim`` dimensions."""
+        return mask.reshape(mask.shape + (1,) * (ndim - 1)) if ndim else mask
+
+    def _where_active(self, bad):
+        """``bad`` (a scalar's or a tile's) restricted to the active programs."""
+        bad = np.asarray(bad)
+        if self.active is None:
+            return bad
+        return bad & self._per_program(self.active, max(bad.ndim, 1))
+
+    def _first_bad(self, bad, values):
+        """(program, value there) of the first active element where ``bad``, or None."""
+        bad = self._where_active(bad)
+        if not np.any(bad):
+            return None
+        if bad.ndim == 0:  # the same in every program, all active
+            return 0, np.asarray(values).reshape(-1)[0].item()
+        shape = np.broadcast_shapes(bad.shape, np.shape(values))
+        position = int(np.argmax(np.broadcast_to(bad, shape)))
+        inner = math.prod(shape[1:])
+        program = position // inner if shape[0] > 1 else 0
+        return program, np.broadcast_to(values, shape).reshape(-1)[position].item()
+
+    def _program(self, program: int) -> str:
+        return thread_text(self.axes, program)
+
+    def _masked(self, mask: np.ndarray) -> np.ndarray:
+        """A tile access's mask and the active programs together."""
+        return mask if self.active is None else mask & self._per_program(self.active, mask.ndim)
+
+    # -- scalars ---------------------------------------------------------------------
+    def op_yield(self, op: Op) -> None:
+        pass
+
+    def op_const(self, op: Op) -> None:
+        self.env[op.result] = op.attrs["dtype"].numpy.type(op.attrs["value"])
+
+    def op_size(self, op: Op) -> None:
+        self.env[op.result] = np.int64(self.buffers[op.attrs["buffer"]].size)
+
+    def op_cast(self, op: Op) -> None:
+        (value,) = op.operands
+        self.env[op.result] = numerics.cast(self.env[value], element_type(value.type), element_type(op.result.type))
+
+    def _division(self, op: Op, integer_op, float_op) -> None:
+        a, b = (self.env[v] for v in op.operands)
+        if not element_type(op.result.type).is_int:
+            if not numerics._narrow(np.asarray(b).dtype):
+                float_op = _WIDE.get(float_op, float_op)
+            self.env[op.result] = float_op(a, b)
+            return
+        zero = np.asarray(b) == 0
+        bad = self._first_bad(zero, b)
+        if bad is not None:
+            raise division_by_zero(op, self._program(bad[0]), who="program")
+        self.env[op.result] = integer_op(a, np.where(zero, 1, b).astype(np.asarray(b).dtype))  # inactive programs
+
+    def op_div(self, op: Op) -> None:
+        self._division(op, np.floor_divide, EVAL["div"])
+
+    def op_mod(self, op: Op) -> None:
+        self._division(op, np.remainder, EVAL["mod"])
+
+    # -- the launch ----------------------------------------------------------------------
+    def op_for_each_tile(self, op: Op) -> None:
+        (block,) = op.regions
+        program = np.arange(self.programs, dtype=np.int64)
+        stride = 1
+        for arg, axis in zip(block.args, self.axes):
+            self.env[arg] = program // stride % axis.extent if len(self.axes) > 1 else program
+            stride *= axis.extent
+        self.run_block(block)
+
+    # -- making and reshaping tiles ---------------------------------------------------
+    def op_splat(self, op: Op) -> None:
+        x = np.asarray(self.env[op.operands[0]])
+        shape = op.attrs.shape
+        lead = x.shape if x.ndim else (1,)
+        self.env[op.result] = np.broadcast_to(x.reshape(lead + (1,) * len(shape)), lead + shape)
+
+    def op_broadcast(self, op: Op) -> None:
+        x = self.env[op.operands[0]]
+        self.env[op.result] = np.broadcast_to(x, x.shape[:1] + op.attrs.shape)
+
+    def op_reshape(self, op: Op) -> None:
+        x = self.env[op.operands[0]]
+        self.env[op.result] = x.reshape(x.shape[:1] + op.attrs.shape)
+
+    def op_trans(self, op: Op) -> None:
+        self.env[op.result] = np.transpose(self.env[op.operands[0]], (0,) + tuple(k + 1 for k in op.attrs.perm))
+
+    def op_arange(self, op: Op) -> None:
+        self.env[op.result] = np.arange(op.attrs.n, dtype=np.int64)[None]
+
+    # -- reductions, scans, dot ------------------------------------------------------------
+    @staticmethod
+    def _scalar_or_tile(x: np.ndarray):
+        """A result with the tile axes reduced away is a scalar: ``()`` where it is the same
+        in every program."""
+        return x[0] if x.shape == (1,) else x
+
+    def op_reduce(self, op: Op) -> None:
+        x = np.asarray(self.env[op.operands[0]])
+        self.env[op.result] = self._scalar_or_tile(reduce_along(x, op.attrs.op, op.attrs.axis + 1))
+
+    def op_argreduce(self, op: Op) -> None:
+        x = np.asarray(self.env[op.operands[0]])
+        self.env[op.result] = self._scalar_or_tile(arg_along(x, op.attrs.op, op.attrs.axis + 1))
+
+    def op_scan(self, op: Op) -> None:
+        x = np.asarray(self.env[op.operands[0]])
+        self.env[op.result] = reduce_along(x, op.attrs.op, op.attrs.axis + 1, running=True)
+
+    def op_dot(self, op: Op) -> None:
+        a, b, acc = (self.env[v] for v in op.operands)
+        self.env[op.result] = dot(a, b, acc, op.attrs.precision)
+
+    # -- memory ------------------------------------------------------------------------------
+    def _checked(self, op: Op, offsets, mask, size: int) -> None:
+        """The OutOfBoundsError of the first active element outside [0, size), if any."""
+        offsets = np.asarray(offsets, np.int64)
+        if _LARGEST(offsets.view(np.uint64), axis=None, initial=0) < size:  # a negative index is huge unsigned
+            return
+        outside = offsets.view(np.uint64) >= size
+        bad = self._first_bad(outside if mask is None else outside & mask, offsets)
+        if bad is not None:
+            raise out_of_bounds(op, bad[1], size, self._program(bad[0]), who="program")
+
+    def op_tile_load(self, op: Op) -> None:
+        offsets, other, mask = (self.env[v] for v in op.operands)
+        memory = self.buffers[op.attrs["buffer"]]
+        every = self.active is None and bool(np.all(mask))
+        if every:
+            self._checked(op, offsets, None, memory.size)
+            self.env[op.result] = memory[offsets]
+            return
+        mask = self._masked(mask)
+        self._checked(op, offsets, mask, memory.size)
+        other = np.asarray(other, memory.dtype)
+        other = self._per_program(other, offsets.ndim) if other.ndim else other
+        if memory.size == 0:  # every element is masked off
+            shape = np.broadcast_shapes(offsets.shape, mask.shape, other.shape)
+            self.env[op.result] = np.broadcast_to(other, shape)
+            return
+        safe = np.where(mask, offsets, 0)  # masked-off elements read element 0, never their own offset
+        self.env[op.result] = np.where(mask, memory[safe], other).astype(memory.dtype, copy=False)
+
+    def _elements(self, op: Op, offsets, value, mask, memory):
+        """The active elements of a tile store or atomic: their checked offsets and values (flat),
+        or (offsets, values) broadcast whole when every element is active."""
+        every = self.active is None and bool(np.all(mask))
+        if not every:
+            mask = self._masked(mask)
+        self._checked(op, offsets, None if every else mask, memory.size)
+        shape = np.broadcast_shapes(np.shape(offsets), np.shape(value), np.shape(mask))
+        offsets, value = np.broadcast_to(offsets, shape), np.broadcast_to(np.asarray(value, memory.dtype), shape)
+        if every:
+            return offsets.reshape(-1), value.reshape(-1)
+        keep = np.broadcast_to(mask, shape)
+        return offsets[keep], value[keep]
+
+    def op_tile_store(self, op: Op) -> None:
+        offsets, value, mask = (self.env[v] for v in op.operands)
+        memory = self.buffers[op.attrs["buffer"]]
+        elements, values = self._elements(op, offsets, value, mask, memory)
+        memory[elements] = values  # one of several elements at one address wins
+
+    def op_tile_atomic(self, op: Op) -> None:
+        offsets, value, mask = (self.env[v] for v in op.operands)
+        memory = self.buffers[op.attrs["buffer"]]
+        elements, values = self._elements(op, offsets, value, mask, memory)
+        if op.attrs["op"] is AtomicKind.ADD:
+            np.add.at(memory, elements, values)  # every duplicate applies, in order (integers wrap)
+        else:  # max and min as the scalar ops (NaN, -0.0 < +0.0), duplicates in order
+            _apply_atomics(op.attrs["op"].value, memory, elements, [values])
+
+    # scalar loads, stores and atomics in a tile program: once per (active) program
+    def _scalar_index(self, op: Op, idx, memory) -> np.ndarray:
+        idx = np.asarray(idx, np.int64)
+        self._checked(op, idx, None, memory.size)
+        return idx
+
+    def _active_programs(self, *values):
+        """Scalars broadcast over the programs, the active ones only."""
+        values = [np.broadcast_to(v, (self.programs,)) for v in values]
+        return values if self.active is None else [v[self.active] for v in values]
+
+    def op_load(self, op: Op) -> None:
+        memory = self.buffers[op.attrs["buffer"]]
+        idx = self._scalar_index(op, self.env[op.operands[0]], memory)
+        if memory.size == 0:  # only inactive programs get here
+            self.env[op.result] = np.zeros(idx.shape, memory.dtype)
+            return
+        outside = idx.view(np.uint64) >= memory.size  # inactive programs only: any address will do
+        self.env[op.result] = memory[np.where(outside, 0, idx) if np.any(outside) else idx]
+
+    def op_store(self, op: Op) -> None:
+        memory = self.buffers[op.attrs["buffer"]]
+        idx = self._scalar_index(op, self.env[op.operands[0]], memory)
+        value = np.asarray(self.env[op.operands[1]], memory.dtype)
+        if self.active is None and idx.ndim == 0 and value.ndim == 0:
+            memory[idx] = value  # the same store in every program
+            return
+        idx, value = self._active_programs(idx, value)
+        memory[idx] = value
+
+    def op_atomic(self, op: Op) -> None:
+        """Atomics take effect in program order; each program gets the old value that order gives it."""
+        memory = self.buffers[op.attrs["buffer"]]
+        idx = self._scalar_index(op, self.env[op.operands[0]], memory)
+        values = [np.asarray(self.env[v], memory.dtype) for v in op.operands[1:]]
+        idx, *values = self._active_programs(idx, *values)
+        old = _apply_atomics(op.attrs["op"].value, memory, np.ascontiguousarray(idx), values)
+        result = np.zeros(self.programs, memory.dtype)
+        result[slice(None) if self.active is None else self.active] = old
+        self.env[op.result] = result
+
+    # -- control -------------------------------------------------------------------------------
+    def _merge(self, mask: np.ndarray, a, b):
+        """``a`` in the programs of ``mask``, else ``b`` (scalars or tiles)."""
+        ndim = max(np.ndim(a), np.ndim(b))
+        return np.where(self._per_program(mask, ndim), a, b)
+
+    def _region_values(self, region: Block) -> list:
+        self.run_block(region)
+        return [self.env[v] for v in region.terminator.operands]
+
+    def op_if(self, op: Op) -> None:
+        cond = self.env[op.operands[0]]
+        then, otherwise = op.regions[0], (op.regions[1] if len(op.regions) > 1 else None)
+        if np.ndim(cond) == 0:  # the same in every program: one branch runs
+            region = then if cond else otherwise
+            values = self._region_values(region) if region is not None else []
+        else:
+            outer = self.active
+            taken = cond if outer is None else cond & outer
+            skipped = ~cond if outer is None else ~cond & outer
+            branches = []
+            try:
+                for region, mask in ((then, taken), (otherwise, skipped)):
+                    if region is not None and np.any(mask):
+                        self.active = mask
+                        branches.append(self._region_values(region))
+                    else:
+                        branches.append(None)
+            finally:
+                self.active = outer
+            if branches[0] is None or branches[1] is None:
+                values = branches[0] or branches[1] or []
+            else:
+                values = [self._merge(cond, a, b) for a, b in zip(*branches)]
+        for r, value in zip(op.results, values):
+            self.env[r] = value
+
+    def _iterate(self, region: Block, i, accs) -> list:
+        env = self.env
+        env[region.args[0]] = i
+        for a, v in zip(region.args[1:], accs):
+            env[a] = v
+        return self._region_values(region)
+
+    def op_fold(self, op: Op) -> None:
+        start, stop, *accs = (self.env[v] for v in op.operands)
+        step = op.attrs["step"]
+        (region,) = op.regions
+        if np.ndim(start) == 0 and np.ndim(stop) == 0:  # the same trips in every program
+            for i in range(int(start), int(stop), step):
+                accs = self._iterate(region, np.int64(i), accs)
+        else:  # until the longest is done; a program that is done keeps its values and does nothing
+            outer = self.active
+            i = np.asarray(start, np.int64) + np.zeros(np.shape(stop), np.int64)
+            try:
+                while True:
+                    inside = (i < stop) if step > 0 else (i > stop)
+                    active = inside if outer is None else inside & outer
+                    if not np.any(active):
+                        break
+                    self.active = active
+                    new = self._iterate(region, i, accs)
+                    accs = [self._merge(active, v, a) for v, a in zip(new, accs)]
+                    i = np.where(active, _step_without_wrap(i, step), i)
+            finally:
+                self.active = outer
+        for r, value in zip(op.results, accs):
+            self.env[r] = value
+
+
+# ----------------------------------------------------------------------------- the backend's entry
+
+
+def run_tiles(graph: Graph, binding: Binding, launch, *, debug_thread=None) -> None:
+    """Execute tile graph ``graph`` on checked arguments; outputs are written only on success."""
+    if debug_thread is not None:
+        raise ArgumentError("debug_thread replays one thread of a for_each launch; a for_each_tile kernel has "
+                            "programs, not threads (run it with backend='numpy' and compare values instead)")
+    if launch.lanes == 0:  # an empty grid runs nothing
+        return
+    scratch = binding.scratch()
+    TileInterpreter(graph, scratch, binding.scalars, tuple(launch.extents)).run()
+    binding.commit(scratch)
+
+
+# every op a tile program may hold has an implementation here: the tile ops, and the SIMT
+# level's scalar ops except the ones that need threads (checked by the tests)
+_THREADS_ONLY = frozenset({"for_each", "for_each_block", "shared", "barrier", "shuffle"})
+IMPLEMENTED = frozenset(EVAL) | frozenset(
+    name for name in SIMT_OPS | TILE_OPS if hasattr(TileInterpreter, "op_" + name))
+assert IMPLEMENTED == (SIMT_OPS - _THREADS_ONLY) | TILE_OPS, sorted(
+    IMPLEMENTED ^ ((SIMT_OPS - _THREADS_ONLY) | TILE_OPS))
