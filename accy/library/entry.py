@@ -12,17 +12,22 @@ import math
 from typing import Sequence
 
 import attrs
+import numpy as np
 
 from ..dsl.ir import Axis, Graph
 from ..dsl.schedule import Launch, Limits, ThreadBlocks
+from ..dsl.tensors import declared_parameters
 from ..dsl.types import DType
 from ..backends import run
+from ..backends.arguments import _by_name
+from ..errors import ArgumentError
 from ..program import Program
 
 
 class Layer(enum.Enum):
     logical = "logical"  # written over logical axes; the schedule maps them to blocks
     block = "block"  # written over blocks of cooperating threads (shared memory, barriers)
+    tile = "tile"  # a tile program (for_each_tile): whole-tile ops the compiler spreads over threads
 
 
 class Category(enum.Enum):
@@ -164,6 +169,32 @@ class BlockGrid:
 
 
 @attrs.frozen
+class TileGrid:
+    """Declared schedule of a tile-layer entry: one tile program per point of ``grid`` (its axes
+    count tiles), ``warps`` * 32 GPU threads each; how a tile spreads over them is the
+    compiler's (on the CPU a program runs on one core)."""
+
+    grid: tuple[Axis, ...]
+    warps: int
+
+    @property
+    def axes(self) -> tuple[Axis, ...]:
+        return self.grid
+
+    @property
+    def threads(self) -> tuple[int, int, int]:
+        return (self.warps * 32, 1, 1)
+
+    def launch(self) -> Launch:
+        extents = tuple(a.extent for a in self.grid)
+        return Launch(grid=extents + (1,) * (3 - len(extents)), block=self.threads, extents=extents)
+
+    def matches_snapshot(self, snapshot: ScheduleSnapshot) -> bool:
+        return (tuple(self.grid) == tuple(snapshot.axes) and tuple(self.threads) == tuple(snapshot.threads)
+                and self.launch() == snapshot.launch)
+
+
+@attrs.frozen
 class TileReuse:
     """A tile of an operand staged in shared memory once per block and reused there: ``tile``
     is its named-axis shape, ``scope`` the outputs of the block that read it."""
@@ -183,7 +214,7 @@ class Specialization:
     reductions: tuple[Reduction, ...]
     reduction_reuse: tuple[ReductionReuse, ...]
     launch: Launch
-    schedule: ThreadBlocks3D | BlockGrid
+    schedule: ThreadBlocks3D | BlockGrid | TileGrid
     # groups of reductions computed together in one loop (online softmax fuses three)
     fused_reductions: tuple[tuple[str, ...], ...] = ()
     causal: bool = False  # key k attends to query q only where k <= q
@@ -291,7 +322,7 @@ class Entry:
     def argument_shapes(self) -> dict[str, Shape]:
         """Each parameter's named-axis shape: outputs first, then inputs, in parameter order."""
         shapes = self.specialization.outputs + self.specialization.inputs
-        return {p.name: s for p, s in zip(self.program.parameters, shapes)}
+        return {p.name: s for p, s in zip(declared_parameters(self.program.parameters), shapes)}
 
     def launch(self, limits: Limits = Limits.default) -> Launch:
         return self.program.launch(limits)
@@ -301,16 +332,20 @@ class Entry:
         return ScheduleSnapshot(graph.axes, self.program.threads.block, self.launch(limits))
 
     @property
-    def schedule(self) -> ThreadBlocks3D | BlockGrid:
+    def schedule(self) -> ThreadBlocks3D | BlockGrid | TileGrid:
         return self.specialization.schedule
 
     def run(self, args, backend: str = "numpy", *, limits: Limits | None = None, **options):
         """Run on NumPy arrays (by position or name); ``dst`` is written in place.
         Returns what the backend returns (a timing, a thread trace), usually None."""
         shapes = self.argument_shapes
-        return run(self.program, args, backend=backend, limits=limits,
-            counts={n: s.element_count() for n, s in shapes.items()},
-            shapes={n: str(s) for n, s in shapes.items()}, **options)
+        tensors = {t.name for t in self.program.tensors}
+        if tensors:  # a tensor's array has a shape to check (its span's count says nothing of a view's)
+            _check_tensor_shapes(self.program.parameters, args, {n: shapes[n] for n in tensors})
+        shapes = {n: s for n, s in shapes.items() if n not in tensors}
+        return run(self.program, args, backend=backend, limits=limits,  # None: the backends' fast launchers
+            counts={n: s.element_count() for n, s in shapes.items()} or None,
+            shapes={n: str(s) for n, s in shapes.items()} or None, **options)
 
     def run_cpu(self, args, limits: Limits = Limits.default) -> None:
         """Run on the NumPy interpreter, checking the launch against ``limits``."""
@@ -325,3 +360,14 @@ class Entry:
     runCpu = run_cpu
     scheduleSnapshot = schedule_snapshot
     createKernelCallArtifact = create_kernel_call_artifact
+
+
+def _check_tensor_shapes(params, args, shapes: dict[str, Shape]) -> None:
+    """Each tensor argument's shape is its declared one, else an ArgumentError naming it."""
+    named = _by_name(declared_parameters(params), args)
+    for name, shape in shapes.items():
+        value = named[name]
+        device = hasattr(value, "__cuda_array_interface__") and not hasattr(value, "__array_interface__")
+        got = tuple(value.__cuda_array_interface__["shape"]) if device else np.shape(value)
+        if tuple(got) != shape.extents:
+            raise ArgumentError(f"argument '{name}': expected shape {shape.extents} ({shape}), got {tuple(got)}")
