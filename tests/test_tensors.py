@@ -387,3 +387,14 @@ def test_the_cli_makes_one_array_per_tensor():
     assert dst.shape == src.shape == (3, 3) and a == 1
     with pytest.raises(accy.AccyError, match=r"--scalar src__offset: no such scalar parameter"):
         example_arguments(scale2d, 3, {"src__offset": "1"})
+
+
+def test_a_race_on_a_tensor_output_names_the_element_by_its_indices():
+    @kernel(dst=tensor(f32, 2))
+    def racy(k, p):
+        k.for_each_1d(axis("i", 2), body=lambda inner, i: p.dst.__setitem__((1, 2), 1.0))
+
+    memory = np.zeros((3, 8), np.float32)
+    with pytest.raises(accy.errors.RaceError, match=r"race on tensor 'dst'\[1, 2\]: "):
+        racy.run([memory[:, ::2]], check_memory=True)
+    assert (memory == 0).all()

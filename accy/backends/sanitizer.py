@@ -92,6 +92,10 @@ class Sanitizer:
         if op.attrs.get("space", "global") == "shared":
             count = self.shared_counts[op.attrs["buffer"]]
             return f"shared array '{op.attrs['buffer']}'[{element % count}] of block {element // count}"
+        layout = self.layouts.get(op.attrs["buffer"])
+        where = layout.index_of(element) if layout is not None else None
+        if where is not None:
+            return f"tensor '{op.attrs['buffer']}'[{', '.join(map(str, where))}]"
         return f"'{op.attrs['buffer']}'[{element}]"
 
     def _race(self, op: Op, element, lane, verb: str, other_lane, other_verb: str, other_op) -> RaceError:
