@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import weakref
 
+import attrs
 import numpy as np
 
-from ..dsl.ir import Graph
+from ..dsl.ir import Graph, Param
 from ..dsl.tensors import TensorParams, declared_parameters, tensor_parameters
 from ..errors import ArgumentError
 from .arguments import TensorLayout, _by_name, _dtype_text, as_host_array
@@ -110,11 +112,38 @@ def expand_tensor(name: str, t: TensorParams, value, output: bool) -> tuple[obje
         span = DeviceSpan(value, address + low if layout.span else address, layout.span, interface["typestr"],
                           read_only, interface.get("stream"))
     else:
-        # turned so every stride is positive, the view starts at the lowest-addressed element
-        lowest = value[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in value.strides)] \
-            if layout.span else value
-        span = np.lib.stride_tricks.as_strided(lowest, (layout.span,), (dtype.itemsize,))
+        span = _host_span(value, layout)
     return span, layout
+
+
+def _host_span(value: np.ndarray, layout: TensorLayout) -> np.ndarray:
+    """The 1-D view of ``value``'s span, from its lowest-addressed element."""
+    if value.flags.c_contiguous:  # the common cases first, as plain views (as_strided costs ~10 us)
+        return value.reshape(-1)
+    if value.flags.f_contiguous:
+        return value.T.reshape(-1)
+    # turned so every stride is positive, the view starts at the lowest-addressed element
+    lowest = value[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in value.strides)] \
+        if layout.span else value
+    return np.lib.stride_tricks.as_strided(lowest, (layout.span,), (value.dtype.itemsize,))
+
+
+@attrs.frozen
+class _Plan:
+    """What expanding a graph's arguments needs, worked out once per graph."""
+
+    tensors: tuple[tuple[TensorParams, bool, tuple[str, ...]], ...]  # each tensor, stored to?, its hidden names
+    declared: tuple[Param, ...]
+    names: tuple[str, ...]  # the graph's parameters, in order
+
+    @classmethod
+    def of(cls, graph: Graph) -> "_Plan":
+        outputs = graph.stored_buffers()
+        return cls(tuple((t, t.name in outputs, t.hidden) for t in tensor_parameters(graph.params)),
+                   declared_parameters(graph.params), tuple(p.name for p in graph.params))
+
+
+_PLANS: "weakref.WeakKeyDictionary[Graph, _Plan]" = weakref.WeakKeyDictionary()
 
 
 def expand_tensor_arguments(graph: Graph, args):
@@ -122,17 +151,17 @@ def expand_tensor_arguments(graph: Graph, args):
     name) -> the arguments of ``graph``'s parameters (in parameter order): each tensor's
     array becomes its span and its shape, strides and offset.  Without tensors, ``args``
     itself."""
-    params = graph.params
-    tensors = tensor_parameters(params)
-    if not tensors:
+    plan = _PLANS.get(graph)
+    if plan is None:
+        plan = _PLANS[graph] = _Plan.of(graph)
+    if not plan.tensors:
         return args
-    named = _by_name(declared_parameters(params), args)
-    outputs = graph.stored_buffers()
-    for t in tensors:
-        span, layout = expand_tensor(t.name, t, named[t.name], t.name in outputs)
+    named = _by_name(plan.declared, args)
+    for t, output, hidden in plan.tensors:
+        span, layout = expand_tensor(t.name, t, named[t.name], output)
         named[t.name] = span
-        named.update(zip(t.hidden, (*layout.shape, *layout.strides, layout.offset)))
-    return [named[p.name] for p in params]
+        named.update(zip(hidden, (*layout.shape, *layout.strides, layout.offset)))
+    return [named[n] for n in plan.names]
 
 
 __all__ = ["DeviceSpan", "expand_tensor", "expand_tensor_arguments"]
