@@ -398,3 +398,35 @@ def test_a_race_on_a_tensor_output_names_the_element_by_its_indices():
     with pytest.raises(accy.errors.RaceError, match=r"race on tensor 'dst'\[1, 2\]: "):
         racy.run([memory[:, ::2]], check_memory=True)
     assert (memory == 0).all()
+
+
+def test_two_dimensions_outside_are_both_named(backend):
+    src, dst = np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float32)
+    with pytest.raises(OutOfBoundsError, match=r"load from tensor 'src': the indices in dimensions 0 and 1 are "
+                                               r"outside its shape"):
+        shift2d.run(dict(dst=dst, src=src, m=1, n=1, di=0, dj=0, si=-3, sj=9), backend=backend)
+
+
+@pytest.mark.parametrize("layout", ["C", "negative-both", "steps"])
+def test_the_host_proves_a_launch_over_the_tensors_own_shape_in_bounds(layout):
+    """The per-dimension test is arithmetic the launch proof bounds: a launch whose indices stay
+    inside the shapes needs no per-access checks and runs in place; one that leaves them does not."""
+    from accy.backends.codegen import host_kernel
+    from accy.backends.targets import Target
+
+    kernel_ = host_kernel(shift2d.graph, Target.host())
+    src = SOURCES[layout]()
+    m, n = src.shape
+
+    def proven(**offsets):
+        args = expand_tensor_arguments(shift2d.graph, dict(dst=np.zeros((m, n), np.float32), src=src, m=m, n=n,
+                                                          di=0, dj=0, si=0, sj=0) | offsets)
+        buffers = [a for p, a in zip(shift2d.graph.params, args) if not p.is_scalar]
+        scalars = [v & (2**64 - 1) for p, v in zip(shift2d.graph.params, args) if p.is_scalar]
+        status, extents = np.zeros(4, np.int64), np.zeros(3, np.int64)
+        return kernel_.prepare([b.ctypes.data for b in buffers], [b.size for b in buffers], scalars,
+                               status.ctypes.data, extents.ctypes.data)
+
+    assert kernel_.plan.infallible
+    assert proven() is True
+    assert proven(sj=1) is False and proven(di=-1) is False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..dsl.ir import Axis, Op
-from ..dsl.tensors import out_of_shape_dimension
+from ..dsl.tensors import out_of_shape_dimensions
 from ..errors import ExecutionError, OutOfBoundsError
 
 
@@ -27,11 +27,13 @@ def out_of_bounds(op: Op, index: int, size: int, thread: str, who: str = "thread
     verb = {"store": "store to", "atomic": f"atomic_{op.attrs.get('op')} on", "tile_store": "store to",
             "tile_atomic": f"atomic_{op.attrs.get('op')} on"}.get(op.opcode, "load from")
     what = "shared array " if op.attrs.get("space", "global") == "shared" else ""
-    dimension = out_of_shape_dimension(index)
-    if dimension is not None:  # the marker a tensor access puts in place of an element outside its shape
+    dimensions = out_of_shape_dimensions(index)
+    if dimensions:  # the marker a tensor access puts in place of an element outside its shape
+        which = (f"the index in dimension {dimensions[0]} is" if len(dimensions) == 1 else
+                 f"the indices in dimensions {', '.join(map(str, dimensions[:-1]))} and {dimensions[-1]} are")
         return OutOfBoundsError(
-            f"{verb} tensor '{op.attrs['buffer']}': the index in dimension {dimension} is outside its shape "
-            f"({who} {thread}){at(op)}; nothing was written"
+            f"{verb} tensor '{op.attrs['buffer']}': {which} outside its shape ({who} {thread}){at(op)}; "
+            "nothing was written"
         )
     return OutOfBoundsError(
         f"{verb} {what}'{op.attrs['buffer']}': index {index} is out of bounds for {size} elements "

@@ -31,24 +31,29 @@ from ..errors import TraceError
 from . import context
 from .ir import Param, ParamKind
 from .traced import BufferHandle, TileAccess, Traced, _error
-from .types import INDEX_MIN, DType, as_dtype, index
+from .types import DType, as_dtype, index
 
 MAX_NDIM = 4
 
 # a reserved hidden-scalar name: <tensor>__shape<d>, <tensor>__stride<d>, <tensor>__offset
 _HIDDEN = re.compile(r"(?P<base>.+?)__(?:(?:shape|stride)(?P<dim>\d+)|offset)\Z")
 
-# The flat index a tensor access uses when dimension d's index is outside the shape:
-# INDEX_MIN + d, never inside any span, so today's flat bounds check fires on every backend
-# and the message can say which dimension (:func:`out_of_shape_dimension`).
-OUT_OF_SHAPE = INDEX_MIN
+# The flat index a tensor access uses when some index is outside its dimension:
+# OUT_OF_SHAPE + sum(c_d * 3**d), c_d = 1 or 2 for each such dimension d (0 for the others),
+# never inside any span, so today's flat
+# bounds check fires on every backend and the message can say which dimensions
+# (:func:`out_of_shape_dimensions`).  Far below any span, yet far enough from the index
+# type's minimum that the host's launch proof computes with it without overflow.
+OUT_OF_SHAPE = -(2**61)
 
 
-def out_of_shape_dimension(flat_index: int) -> int | None:
-    """The dimension whose index was outside a tensor's shape, when ``flat_index`` is the
-    marker a tensor access put in its place; else None."""
-    d = int(flat_index) - OUT_OF_SHAPE
-    return d if 0 <= d < MAX_NDIM else None
+def out_of_shape_dimensions(flat_index: int) -> tuple[int, ...]:
+    """The dimensions whose index was outside a tensor's shape, when ``flat_index`` is the
+    marker a tensor access put in its place; else ()."""
+    code = int(flat_index) - OUT_OF_SHAPE
+    if not 0 < code < 3**MAX_NDIM:
+        return ()
+    return tuple(d for d in range(MAX_NDIM) if code // 3**d % 3)
 
 
 def _dtype(value) -> DType:
@@ -196,8 +201,14 @@ class TensorHandle(TileAccess):
 
     def flat_index(self, idx) -> Traced:
         """The position in the span of element ``idx`` (a tuple of ``ndim`` indices): where an
-        index is outside its dimension, a position outside every span, so the access fails
-        with the backends' bounds error (which names the dimension)."""
+        index is outside its dimension, :data:`OUT_OF_SHAPE` plus a digit per such dimension,
+        outside every span, so the access fails with the backends' bounds error (which names
+        the dimensions).
+
+        The test is arithmetic (``min``, ``max``, ``+``, ``-``, ``*``), not compares and a
+        ``select``: the host's launch proof bounds those, so where the indices are a launch's
+        own (``i`` over ``axis("i", x.shape[0])``) it proves the whole launch in bounds once and
+        runs with no per-access checks and no scratch copies."""
         k = context.current()
         indices = idx if isinstance(idx, tuple) else (idx,)
         if len(indices) != self.ndim:
@@ -205,13 +216,15 @@ class TensorHandle(TileAccess):
                          f"indexed with {len(indices)} ind{'ices' if len(indices) != 1 else 'ex'}; "
                          f"write {self.name}[{', '.join('ijkl'[:self.ndim])}]")
         indices = tuple(self._index(k, i, d) for d, i in enumerate(indices))
-        flat = self.offset
-        for i, stride in zip(indices, self.strides):
+        flat, code = self.offset, 0
+        for d, (i, n, stride) in enumerate(zip(indices, self.shape, self.strides)):
             flat = flat + i * stride
-        for d in reversed(range(self.ndim)):  # the lowest dimension out of its range is the one named
-            inside = (indices[d] >= 0) & (indices[d] < self.shape[d])
-            flat = k.select(inside, flat, k.constant(OUT_OF_SHAPE + d, index))
-        return flat
+            # 1 where i >= n (i - n + 1 cannot wrap for i >= 0; for i < 0 it may, and gives 0 or 1)
+            above = k.min(k.max(i - (n - 1), 0), 1)
+            below = k.max(k.min(i, 0), -1)  # -1 where i < 0 (no negation of i: it could wrap)
+            code = code + (above - below) * 3**d  # a base-3 digit per dimension: 0 inside, 1 or 2 outside
+        # flat where every index is inside, else exactly OUT_OF_SHAPE + code (the wrap cancels)
+        return flat + (OUT_OF_SHAPE + code - flat) * k.min(code, 1)
 
     def _index(self, k, i, d: int) -> Traced:
         if isinstance(i, Traced):
