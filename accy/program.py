@@ -62,6 +62,20 @@ class Program:
         """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
         return optimize(self.traced_graph)
 
+    def graph_for(self, backend: str) -> Graph:
+        """The graph ``backend`` compiles: the optimised graph, but a tile program becomes a SIMT
+        block launch (:func:`accy.backends.distribute.distribute`) for every backend except numpy,
+        which runs tile graphs itself."""
+        if backend == "numpy" or not self.graph.is_tile_launch:
+            return self.graph
+        return self._distributed_graph
+
+    @functools.cached_property
+    def _distributed_graph(self) -> Graph:
+        from .backends.distribute import distribute
+
+        return optimize(distribute(self.graph))
+
     @functools.cached_property
     def launchers(self) -> dict:
         """(backend, limits, *options) -> the backend's launcher for repeated calls (a cache)."""
@@ -93,7 +107,8 @@ class Program:
         from .backends.codegen import emit_ptx
         from .backends.targets import Target
 
-        return emit_ptx(self.graph, Target.nvptx(arch, fast_math=fast_math, checks=checks), self.threads.block)
+        graph = self.graph_for("cuda")
+        return emit_ptx(graph, Target.nvptx(arch, fast_math=fast_math, checks=checks), _block_of(graph, self.threads))
 
     def llvm_ir(self, target: str = "host", *, arch: str = "sm_80", fast_math: bool = False,
                 checks: bool = True) -> str:
@@ -105,19 +120,27 @@ class Program:
             raise TraceError(f"llvm_ir: target must be 'host' or 'nvptx', got {target!r}")
         lowering = Target.host(checks=checks) if target == "host" else Target.nvptx(arch, fast_math=fast_math,
                                                                                    checks=checks)
-        return llvm_ir(self.graph, lowering, self.threads.block)
+        graph = self.graph_for("llvm" if target == "host" else "cuda")
+        return llvm_ir(graph, lowering, _block_of(graph, self.threads))
 
     def create_kernel_call_artifact(self, backend_state, limits: Limits | None = None, *, version: int = 1,
                                     target: str | None = None):
         """Compile with ``backend_state`` into a registry-ready artifact (target = the program's name)."""
         from .backends.artifacts import KernelCallArtifact, build_artifact
 
-        launch = self.launch(limits) if self.graph.static_extents is not None else None
-        artifact = build_artifact(self.graph, launch, self.threads.block, backend_state,
+        graph = self.graph_for("cuda")
+        launch = resolve_launch(graph, self.threads, None, limits) if graph.static_extents is not None else None
+        artifact = build_artifact(graph, launch, _block_of(graph, self.threads), backend_state,
                                   target=target or self.name, version=version)
         return KernelCallArtifact((artifact,), backend_state)
 
     createKernelCallArtifact = create_kernel_call_artifact
+
+
+def _block_of(graph: Graph, threads: ThreadBlocks) -> tuple[int, int, int]:
+    """The block shape a lowering of ``graph`` gets: a block launch's own (a tile program's
+    distributed graph is one), else the program's."""
+    return ThreadBlocks(*graph.block_shape).block if graph.is_block_launch else threads.block
 
 
 def kernel(name: str | None = None, /, **declared) -> Callable[[Callable], Program]:

@@ -1,0 +1,847 @@
+"""The tile distribution: a tile-level graph (``for_each_tile``) rewritten into an ordinary
+SIMT block-launch graph (``for_each_block``, one CTA of ``warps`` * 32 threads per program)
+that the cuda, ptx and llvm lowerings compile unchanged.
+
+The new graph is traced by the ordinary builder (so it is verified, and then optimised,
+like any kernel), driven by a walk over the tile graph's ops:
+
+- each tile value gets a :mod:`layout <accy.backends.layouts>` and, in every thread, one
+  scalar value per register.  Values computed from ``arange``, ``splat`` and elementwise
+  ops of them (index arithmetic, masks) stay *lazy*: a function of the element's
+  coordinates, evaluated in whatever layout a user of the value wants, so broadcasts,
+  reshapes and transposes of them move nothing;
+- elementwise ops work register by register in one layout (the canonical
+  :class:`~accy.backends.layouts.Blocked` one, or an operand's); a reduction's result is
+  left in the :class:`~accy.backends.layouts.Slice` of its operand's layout, so
+  ``x - x.max(axis=1)[:, None]`` broadcasts it back without moving data; every other
+  change of layout goes through shared memory;
+- reductions combine each thread's registers, then the lanes of a warp with shuffles,
+  then the warps through shared memory; a rank-1 reduction's scalar is handed to every
+  thread through shared memory, so later branches on it are uniform;
+- scans run serially per line in shared memory; ``dot`` multiplies from shared-memory
+  copies of its operands with FMAs (tensor cores are the next issue's);
+- loads and stores are guarded by their masks (``if``) so masked-off memory is never
+  touched, and a store or atomic is done only by the owner of each element (a replica
+  never stores; a scalar store or atomic by thread 0 alone).
+
+Shared memory is one scratch array per element type, sized to the largest need and
+reused behind barriers; a program needing more than 48 KiB is a TraceError naming the op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Callable
+
+import attrs
+
+from ..dsl.ir import Graph, Op, Value, constant_of
+from ..dsl.ops import OPS, AtomicAttrs, Combine, LoadAttrs, Precision, SharedAttrs, Space, StoreAttrs
+from ..dsl.schedule import Limits
+from ..dsl.trace import trace
+from ..dsl.traced import _NO_CTX, SharedArray, Traced, axis
+from ..dsl.types import DType, TileType, boolean, element_type, f32, f64, index, u8
+from ..errors import TraceError
+from .layouts import WARP, Blocked, Expand, Layout, Permute, Slice, unit_reshape
+
+SHARED_LIMIT = Limits.default.max_shared_bytes
+
+
+@attrs.frozen(eq=False)
+class Regs:
+    """A tile held in registers: ``values[r]`` is register ``r`` of this thread, in ``layout``."""
+
+    layout: Layout
+    dtype: DType
+    values: tuple
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.layout.shape
+
+
+@attrs.frozen(eq=False)
+class Lazy:
+    """A tile not yet computed: ``at(coords)`` records its element at ``coords`` (ints or
+    traced index values); ``constant`` is its value when every element is one constant."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+    at: Callable
+    constant: object = None
+
+
+_COMBINE_OPS = {Combine.SUM: "add", Combine.PROD: "mul", Combine.MAX: "max", Combine.MIN: "min",
+                Combine.AND: "and", Combine.OR: "or", Combine.XOR: "xor"}
+_IDEMPOTENT = (Combine.MAX, Combine.MIN, Combine.AND, Combine.OR)  # a replica counted twice changes nothing
+
+
+def _strides(shape) -> tuple[int, ...]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return tuple(reversed(out))
+
+
+def distribute(graph: Graph) -> Graph:
+    """The SIMT block-launch graph that computes what the tile graph ``graph`` does."""
+    if not graph.is_tile_launch:
+        raise ValueError(f"distribute: kernel '{graph.name}' is not a tile launch")
+    return _Distributor(graph).run()
+
+
+class _Distributor:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.launch = graph.launch_op
+        self.T = self.launch.attrs.warps * WARP
+        self.env: dict[Value, object] = {}
+        self.scopes: list[dict] = [{}]
+        self.tagged: set[int] = set()
+        self.used = {v for op in graph.body.walk() for v in op.operands}
+        self.pool: dict[DType, list] = {}  # element type -> [SharedArray, its shared op]
+        self.dirty = False  # scratch read since the last barrier
+
+    def run(self) -> Graph:
+        return trace(self.graph.name, self.graph.params, self._kernel)
+
+    # -- scopes: caches of what was recorded in a region are not seen outside it --------
+    def lookup(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def remember(self, key, value):
+        self.scopes[-1][key] = value
+        return value
+
+    @contextlib.contextmanager
+    def region(self, inner):
+        saved = self.b
+        self.b = inner
+        self.scopes.append({})
+        try:
+            yield
+        finally:
+            self.scopes.pop()
+            self.b = saved
+
+    # -- the walk ---------------------------------------------------------------------
+    def _kernel(self, k, args) -> None:
+        self.b = k
+        self.env.update((old, Traced(new)) for old, new in zip(self.graph.body.args, k.block.args))
+        for op in self.graph.body.ops:
+            if op is self.launch:
+                self._open_launch(op)
+            else:
+                self._op(op)
+
+    def _open_launch(self, op: Op) -> None:
+        names = op.attrs.axes
+        thread = next(n for n in ("thread", "lane_", "thread_") if n not in names)
+        grid = tuple(axis(name, self.env[v]) for name, v in zip(names, op.operands))
+        region = op.regions[0]
+
+        def program(inner, block, threads):
+            self.b = inner
+            self.info = inner._launch_info()
+            self.tid = threads[thread]
+            for name, arg in zip(names, region.args):
+                self.env[arg] = block[name]
+            self._walk(region)
+            for array, shared in self.pool.values():  # each scratch sized to its largest use
+                shared.attrs = SharedAttrs(name=array.name, dtype=array.dtype, count=array.count)
+
+        self.b.for_each_block(grid=grid, threads=(axis(thread, self.T),), body=program)
+
+    def _walk(self, block) -> list:
+        for op in block.ops:
+            if op.opdef.terminator:
+                return [self.env[v] for v in op.operands]
+            self._op(op)
+        return []
+
+    def _op(self, op: Op) -> None:
+        ops = self.b.block.ops
+        start = len(ops)
+        handler = getattr(self, f"_op_{op.opcode}", None)
+        if handler is not None:
+            handler(op)
+        elif any(isinstance(v.type, TileType) for v in op.results):
+            self._pointwise(op)
+        else:
+            self._scalar(op)
+        for new in ops[start:]:  # what it recorded reports the tile op's line
+            for o in new.walk():
+                if id(o) not in self.tagged:
+                    self.tagged.add(id(o))
+                    o.location = op.location
+
+    def _record(self, opcode: str, operands, attrs_=None) -> Op:
+        return self.b._record(opcode, [v.value if isinstance(v, Traced) else v for v in operands], attrs_)
+
+    def _scalar(self, op: Op) -> None:
+        new = self._record(op.opcode, [self.env[v] for v in op.operands], op.attrs)
+        for old, value in zip(op.results, new.results):
+            self.env[old] = Traced(value)
+
+    # -- small arithmetic on coordinates (Python ints fold here) ------------------------
+    def const(self, value, dtype=index) -> Traced:
+        return self.b.constant(value, dtype)
+
+    def traced(self, x, dtype=index) -> Traced:
+        return x if isinstance(x, Traced) else self.const(x, dtype)
+
+    def add(self, a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        if isinstance(b, int) and b == 0:
+            return a
+        if isinstance(a, int) and a == 0:
+            return b
+        return self.b.add(self.traced(a), self.traced(b))
+
+    def mul(self, a, k: int):
+        if isinstance(a, int):
+            return a * k
+        if k == 1:
+            return a
+        if k == 0:
+            return 0
+        return self.b.mul(a, k)
+
+    def divmod_(self, a, k: int):
+        if isinstance(a, int):
+            return divmod(a, k)
+        if k == 1:
+            return a, 0
+        return self.b.floor_div(a, k), self.b.mod(a, k)
+
+    def flat(self, coords, shape, base=0):
+        """The row-major position of ``coords`` in ``shape`` (plus ``base``)."""
+        out = base
+        for c, s in zip(coords, _strides(shape)):
+            out = self.add(out, self.mul(c, s))
+        return out
+
+    def unflat(self, e, shape):
+        out = []
+        for n in reversed(shape):
+            if n == 1:
+                out.append(0)
+                continue
+            q, r = self.divmod_(e, n)
+            out.append(r)
+            e = q
+        return tuple(reversed(out))
+
+    def all_of(self, conds):
+        conds = [c for c in conds if c is not None]
+        out = None
+        for c in conds:
+            out = c if out is None else self.b.logical_and(out, c)
+        return out
+
+    # -- layouts: where each register's element is -----------------------------------
+    def canonical(self, shape) -> Layout:
+        return Blocked(tuple(shape), self.T)
+
+    def thread_part(self, d):
+        """This thread's part of a coordinate along ``d``: t_d * per_thread."""
+        if d.threads == 1:
+            return None
+        key = ("thread", d.stride, d.threads, d.per_thread)
+        found = self.lookup(key)
+        if found is not None:
+            return found
+        t = self.tid
+        shift = d.stride.bit_length() - 1
+        if shift:
+            t = self.b.shr(t, shift)
+        if d.stride * d.threads < self.T:
+            t = self.b.bitwise_and(t, d.threads - 1)
+        t = self.mul(t, d.per_thread)
+        return self.remember(key, t)
+
+    def coords(self, layout: Layout) -> list[tuple]:
+        """Each register's coordinates (ints where they do not depend on the thread)."""
+        key = ("coords", layout.dims)
+        found = self.lookup(key)
+        if found is not None:
+            return found
+        parts = [self.thread_part(d) for d in layout.dims]
+        out = []
+        for r in range(layout.registers):
+            cs = []
+            for d, j, part in zip(layout.dims, layout.register_indices(r), parts):
+                if part is None:
+                    cs.append(d.static(j))
+                    continue
+                c = self.add(part, d.static(j))
+                if d.wraps(j):
+                    c = self.b.mod(c, d.size)
+                cs.append(c)
+            out.append(tuple(cs))
+        return self.remember(key, out)
+
+    def owners(self, layout: Layout) -> list:
+        """Per register: a bool that holds where this thread owns its element, or None (always)."""
+        key = ("owners", layout.dims)
+        found = self.lookup(key)
+        if found is not None:
+            return found
+        common = None
+        if layout.replica_bits:
+            common = self.b.eq(self.b.bitwise_and(self.tid, layout.replica_bits), 0)
+        parts = [self.thread_part(d) for d in layout.dims]
+        out = []
+        for r in range(layout.registers):
+            conds = [common]
+            for d, j, part in zip(layout.dims, layout.register_indices(r), parts):
+                if part is not None and d.wraps(j):
+                    conds.append(self.b.lt(self.add(part, d.static(j)), d.size))
+            out.append(self.all_of(conds))
+        return self.remember(key, out)
+
+    # -- tiles in registers --------------------------------------------------------------
+    def regs(self, tile, layout: Layout | None = None, op: Op | None = None) -> Regs:
+        """``tile`` in ``layout`` (its own, or the canonical one, when None)."""
+        if isinstance(tile, Regs):
+            if layout is None or tile.layout.same(layout):
+                return tile
+            return self.convert(tile, layout, op)
+        layout = layout or self.canonical(tile.shape)
+        key = ("lazy", tile, layout.dims)
+        found = self.lookup(key)
+        if found is not None:
+            return found
+        values = tuple(tile.at(c) for c in self.coords(layout))
+        return self.remember(key, Regs(layout, tile.dtype, values))
+
+    def mask(self, tile, layout: Layout) -> list:
+        """A mask's registers in ``layout``; None for a register whose mask is always true."""
+        if isinstance(tile, Lazy) and tile.constant is True:
+            return [None] * layout.registers
+        return list(self.regs(tile, layout).values)
+
+    # -- shared memory --------------------------------------------------------------
+    def scratch(self, dtype: DType, count: int, op: Op) -> SharedArray:
+        dtype = u8 if dtype.is_bool else dtype
+        entry = self.pool.get(dtype)
+        total = sum(a.count * a.dtype.itemsize for a, _ in self.pool.values() if a.dtype != dtype)
+        needed = total + max(count, entry[0].count if entry else 0) * dtype.itemsize
+        if needed > SHARED_LIMIT:
+            what = f"{op.opcode} of a {', '.join(str(v.type) for v in op.operands if isinstance(v.type, TileType))}"
+            raise TraceError(f"{what}: its program needs {needed} bytes of shared memory on a GPU ({count} {dtype} "
+                             f"here), over the limit of {SHARED_LIMIT} bytes (48 KiB) per program; use smaller tiles",
+                             op.location)
+        if entry is None:
+            body = self.info.body
+            array = body._declare_shared(self.info, dtype, count, None, first=True, stem="tile")
+            entry = self.pool[dtype] = [array, body.block.ops[0]]
+        entry[0].count = max(entry[0].count, count)
+        return entry[0]
+
+    def before_write(self) -> None:
+        if self.dirty:  # every thread has read the scratch's last contents before it changes
+            self.b.barrier()
+            self.dirty = False
+
+    def written(self) -> None:
+        self.b.barrier()
+
+    def store_shared(self, array: SharedArray, value, at) -> None:
+        if value.type.is_bool:
+            value = self.b.cast(value, u8)
+        self.b.store(array, value, at)
+
+    def load_shared(self, array: SharedArray, at, dtype: DType) -> Traced:
+        value = self.b.load(array, at)
+        self.dirty = True
+        return self.b.cast(value, boolean) if dtype.is_bool else value
+
+    def convert(self, x: Regs, layout: Layout, op: Op | None, source_of=None) -> Regs:
+        """``x`` in ``layout`` through shared memory: each register is written at its element's
+        row-major position, then read back where ``layout`` wants it (``source_of`` maps a
+        coordinate of the new tile to one of ``x``, for broadcasts and reshapes)."""
+        key = ("convert", x, layout.dims, source_of is None)
+        found = self.lookup(key) if source_of is None else None
+        if found is not None:
+            return found
+        array = self.scratch(x.dtype, math.prod(x.shape), op or self.current_op)
+        self.before_write()
+        for c, v in zip(self.coords(x.layout), x.values):
+            self.store_shared(array, v, self.flat(c, x.shape))
+        self.written()
+        values = []
+        for c in self.coords(layout):
+            src = c if source_of is None else source_of(c)
+            values.append(self.load_shared(array, self.flat(src, x.shape), x.dtype))
+        out = Regs(layout, x.dtype, tuple(values))
+        return self.remember(key, out) if source_of is None else out
+
+    def scalar_to_all(self, value: Traced, op: Op) -> Traced:
+        """``value`` as thread 0 holds it, in every thread, read from shared memory at a fixed
+        place (so the uniformity analysis sees a value every thread shares)."""
+        array = self.scratch(value.type, 1, op)
+        self.before_write()
+        self.b.if_(self.b.eq(self.tid, 0), lambda inner: self._in(inner, lambda: self.store_shared(array, value, 0)))
+        self.written()
+        return self.load_shared(array, 0, value.type)
+
+    def _in(self, inner, fn):
+        with self.region(inner):
+            result = fn()
+        return result
+
+    # -- tile creation and movement --------------------------------------------------
+    def _op_splat(self, op: Op) -> None:
+        x = self.env[op.operands[0]]
+        t = op.result.type
+        self.env[op.result] = Lazy(t.shape, t.dtype, lambda c: x, constant_of(x.value))
+
+    def _op_arange(self, op: Op) -> None:
+        self.env[op.result] = Lazy((op.attrs.n,), index, lambda c: self.traced(c[0]))
+
+    def _op_broadcast(self, op: Op) -> None:
+        x = self.env[op.operands[0]]
+        shape = op.attrs.shape
+        src_shape = x.shape
+        source = lambda c: tuple(0 if n == 1 else ci for n, ci in zip(src_shape, c))  # noqa: E731
+        if isinstance(x, Lazy):
+            self.env[op.result] = Lazy(shape, x.dtype, lambda c: x.at(source(c)), x.constant)
+            return
+        target = self.canonical(shape)
+        if all(n == 1 or a == b for n, a, b in zip(src_shape, x.layout.dims, target.dims)):
+            values = []
+            for r in range(target.registers):
+                js = tuple(0 if n == 1 else j for n, j in zip(src_shape, target.register_indices(r)))
+                values.append(x.values[x.layout.register(js)])
+            self.env[op.result] = Regs(target, x.dtype, tuple(values))
+            return
+        self.current_op = op
+        self.env[op.result] = self.convert(x, target, op, source)
+
+    def _op_reshape(self, op: Op) -> None:
+        x = self.env[op.operands[0]]
+        shape = op.attrs.shape
+        old = x.shape
+        if unit_reshape(old, shape):
+            def source(c):
+                kept = iter(ci for n, ci in zip(shape, c) if n != 1)
+                return tuple(0 if n == 1 else next(kept) for n in old)
+        else:
+            def source(c):
+                return self.unflat(self.flat(c, shape), old)
+        if isinstance(x, Lazy):
+            self.env[op.result] = Lazy(shape, x.dtype, lambda c: x.at(source(c)), x.constant)
+        elif unit_reshape(old, shape):
+            self.env[op.result] = Regs(Expand(x.layout, shape), x.dtype, x.values)
+        else:
+            self.current_op = op
+            self.env[op.result] = self.convert(x, self.canonical(shape), op, source)
+
+    def _op_trans(self, op: Op) -> None:
+        x = self.env[op.operands[0]]
+        perm = op.attrs.perm
+        shape = tuple(x.shape[p] for p in perm)
+
+        def source(c):
+            out = [0] * len(perm)
+            for k, p in enumerate(perm):
+                out[p] = c[k]
+            return tuple(out)
+
+        if isinstance(x, Lazy):
+            self.env[op.result] = Lazy(shape, x.dtype, lambda c: x.at(source(c)), x.constant)
+            return
+        layout = Permute(x.layout, perm)
+        values = tuple(x.values[x.layout.register(source(layout.register_indices(r)))]
+                       for r in range(layout.registers))
+        self.env[op.result] = Regs(layout, x.dtype, values)
+
+    # -- elementwise -------------------------------------------------------------------
+    def _pointwise(self, op: Op) -> None:
+        xs = [self.env[v] for v in op.operands]
+        t = op.result.type
+        if all(isinstance(x, Lazy) for x in xs):
+            def at(c):
+                return Traced(self._record(op.opcode, [x.at(c) for x in xs], op.attrs).result)
+
+            self.env[op.result] = Lazy(t.shape, t.dtype, at)
+            return
+        held = [x for x in xs if isinstance(x, Regs)]
+        canonical = self.canonical(t.shape)
+        layout = canonical if any(x.layout.same(canonical) for x in held) else held[0].layout
+        self.current_op = op
+        regs = [self.regs(x, layout, op) for x in xs]
+        values = tuple(Traced(self._record(op.opcode, vs, op.attrs).result) for vs in zip(*(r.values for r in regs)))
+        self.env[op.result] = Regs(layout, t.dtype, values)
+
+    # -- reductions ------------------------------------------------------------------------
+    def identity(self, combine: Combine, dtype: DType) -> Traced:
+        if combine in (Combine.SUM, Combine.MAX, Combine.MIN):
+            return self.b._identity(str(combine), dtype)
+        if combine is Combine.PROD:
+            return self.const(1.0 if dtype.is_float else 1, dtype)
+        if combine is Combine.AND:
+            return self.const(True if dtype.is_bool else (-1 if dtype.is_signed else dtype.max), dtype)
+        return self.const(False if dtype.is_bool else 0, dtype)
+
+    def combine(self, combine: Combine, a, b):
+        return Traced(self._record(_COMBINE_OPS[combine], [a, b]).result)
+
+    def _axis_bits(self, d) -> tuple[list[int], list[int]]:
+        """The thread bits a dimension uses: (those within a warp, those across warps)."""
+        if d.threads == 1:
+            return [], []
+        lo = d.stride.bit_length() - 1
+        bits = list(range(lo, lo + d.threads.bit_length() - 1))
+        return [k for k in bits if k < 5], [k for k in bits if k >= 5]
+
+    def _reduce_lines(self, x: Regs, axis: int, partials: list, combine_fn, op: Op) -> list:
+        """Combine ``partials`` (per group of registers: a tuple of values) across the threads
+        along ``axis``: shuffles within the warp, then shared memory across warps."""
+        d = x.layout.dims[axis]
+        inwarp, cross = self._axis_bits(d)
+        for k in reversed(inwarp):
+            partials = [combine_fn(p, tuple(self.b.shuffle_xor(v, 1 << k) for v in p)) for p in partials]
+        if not cross:
+            return partials
+        axis_mask = d.bits
+        lo, width = cross[0], 1 << len(cross)
+        base = self.b.bitwise_and(self.tid, (self.T - 1) & ~axis_mask) if (self.T - 1) & ~axis_mask else 0
+        count = len(partials) * self.T
+        places, used = [], {}  # each component's array and where its part starts (two of one type share one)
+        for v in partials[0]:
+            key = u8 if v.type.is_bool else v.type
+            places.append(used.get(key, 0))
+            used[key] = places[-1] + count
+        arrays = [self.scratch(v.type, used[u8 if v.type.is_bool else v.type], op) for v in partials[0]]
+        self.before_write()
+        for g, p in enumerate(partials):
+            for array, first, v in zip(arrays, places, p):
+                self.store_shared(array, v, self.add(self.tid, first + g * self.T))
+        self.written()
+        out = []
+        for g in range(len(partials)):
+            acc = None
+            for w in range(width):
+                here = tuple(self.load_shared(array, self.add(base, first + g * self.T + (w << lo)), v.type)
+                             for array, first, v in zip(arrays, places, partials[g]))
+                acc = here if acc is None else combine_fn(acc, here)
+            out.append(acc)
+        return out
+
+    def _groups(self, layout: Layout, axis: int) -> list[list[int]]:
+        """The registers of each line along ``axis``, lines in the order of the Slice's registers."""
+        groups: dict = {}
+        for r in range(layout.registers):
+            js = layout.register_indices(r)
+            groups.setdefault(js[:axis] + js[axis + 1:], []).append(r)
+        return list(groups.values())
+
+    def _op_reduce(self, op: Op) -> None:
+        self.current_op = op
+        x = self.regs(self.env[op.operands[0]])
+        combine, axis = op.attrs.op, op.attrs.axis
+        dtype = x.dtype
+        acc_type = dtype.compute if combine in (Combine.SUM, Combine.PROD) and dtype.is_float else dtype
+        values = [self.b.cast(v, acc_type) if acc_type != dtype else v for v in x.values]
+        layout = x.layout
+        d = layout.dims[axis]
+        if combine not in _IDEMPOTENT:  # a replica along the axis counts as the identity
+            part = self.thread_part(d)
+            for r in range(layout.registers):
+                j = layout.register_indices(r)[axis]
+                if part is not None and d.wraps(j):
+                    inside = self.b.lt(self.add(part, d.static(j)), d.size)
+                    values[r] = self.b.select(inside, values[r], self.identity(combine, acc_type))
+        partials = []
+        for group in self._groups(layout, axis):
+            acc = values[group[0]]
+            for r in group[1:]:
+                acc = self.combine(combine, acc, values[r])
+            partials.append((acc,))
+        partials = self._reduce_lines(x, axis, partials, lambda p, q: (self.combine(combine, p[0], q[0]),), op)
+        results = [self.b.cast(p[0], dtype) if acc_type != dtype else p[0] for p in partials]
+        self._reduced(op, x, axis, results)
+
+    def _reduced(self, op: Op, x: Regs, axis: int, results: list) -> None:
+        if len(x.shape) == 1:
+            (value,) = results
+            varies = self.info.varies(value.value)
+            self.env[op.result] = self.scalar_to_all(value, op) if varies else value
+        else:
+            self.env[op.result] = Regs(Slice(x.layout, axis), element_type(op.result.type), tuple(results))
+
+    def _op_argreduce(self, op: Op) -> None:
+        self.current_op = op
+        x = self.regs(self.env[op.operands[0]])
+        largest, axis = op.attrs.op is Combine.MAX, op.attrs.axis
+        floats = x.dtype.is_float
+        b = self.b
+
+        def better(p, q):  # symmetric: the better pair, of equals the lower position (NumPy's rule)
+            (pv, pi), (qv, qi) = p, q
+            wins = b.gt(qv, pv) if largest else b.lt(qv, pv)
+            tie = b.eq(qv, pv)
+            if floats:  # NaN beats numbers; two NaNs tie
+                pn, qn = b.isnan(pv), b.isnan(qv)
+                wins = b.logical_or(wins, b.logical_and(qn, b.logical_not(pn)))
+                tie = b.logical_or(tie, b.logical_and(pn, qn))
+            take = b.logical_or(wins, b.logical_and(tie, b.lt(qi, pi)))
+            return b.select(take, qv, pv), b.select(take, qi, pi)
+
+        coords = self.coords(x.layout)
+        partials = []
+        for group in self._groups(x.layout, axis):
+            acc = None
+            for r in group:
+                here = (x.values[r], self.traced(coords[r][axis]))
+                acc = here if acc is None else better(acc, here)
+            partials.append(acc)
+        partials = self._reduce_lines(x, axis, partials, better, op)
+        self._reduced(op, x, axis, [p[1] for p in partials])
+
+    # -- scans ---------------------------------------------------------------------------
+    def _op_scan(self, op: Op) -> None:
+        self.current_op = op
+        x = self.regs(self.env[op.operands[0]])
+        combine, axis = op.attrs.op, op.attrs.axis
+        dtype, shape = x.dtype, x.shape
+        acc_type = dtype.compute if combine in (Combine.SUM, Combine.PROD) and dtype.is_float else dtype
+        n, length = math.prod(shape), shape[axis]
+        lines, step = n // length, _strides(shape)[axis]
+        others = shape[:axis] + shape[axis + 1:]
+        array = self.scratch(dtype, n, op)
+        self.before_write()
+        for c, v in zip(self.coords(x.layout), x.values):
+            self.store_shared(array, v, self.flat(c, shape))
+        self.written()
+
+        def line(l):  # the serial scan of line l (the row-major order of the other axes)
+            cs = list(self.unflat(l, others)) if others else []
+            base = self.flat(tuple(cs[:axis]) + (0,) + tuple(cs[axis:]), shape)
+
+            def each(inner, i, acc):
+                with self.region(inner):
+                    at = self.add(base, self.mul(i, step))
+                    v = self.b.load(array, at)
+                    acc = self.combine(combine, acc, self.b.cast(v, acc_type) if acc_type != dtype else v)
+                    self.b.store(array, self.b.cast(acc, dtype) if acc_type != dtype else acc, at)
+                    return acc
+
+            self.b.fold_range(0, length, 1, self.identity(combine, acc_type), each)
+
+        for k in range(-(-lines // self.T)):
+            l = self.add(self.tid, k * self.T)
+            if (k + 1) * self.T > lines:
+                self.b.if_(self.b.lt(l, lines), lambda inner, l=l: self._in(inner, lambda: line(l)))
+            else:
+                line(l)
+        self.written()
+        values = tuple(self.load_shared(array, self.flat(c, shape), dtype) for c in self.coords(x.layout))
+        self.env[op.result] = Regs(x.layout, dtype, values)
+
+    # -- dot -------------------------------------------------------------------------------
+    def _op_dot(self, op: Op) -> None:
+        self.current_op = op
+        a, b_, acc = (self.env[v] for v in op.operands)
+        acc = self.regs(acc)
+        a, b_ = self.regs(a), self.regs(b_)
+        (m, kk), n = a.shape, b_.shape[1]
+        c_type = acc.dtype
+        tf32 = op.attrs.precision is Precision.TF32
+
+        def widen(v):
+            v = self.b.cast(v, c_type) if a.dtype != c_type else v
+            return self.tf32(v) if tf32 else v
+
+        array = self.scratch(c_type, m * kk + kk * n, op)
+        self.before_write()
+        for c, v in zip(self.coords(a.layout), a.values):
+            self.store_shared(array, widen(v), self.flat(c, (m, kk)))
+        for c, v in zip(self.coords(b_.layout), b_.values):
+            self.store_shared(array, widen(v), self.flat(c, (kk, n), m * kk))
+        self.written()
+        layout = acc.layout
+        coords = self.coords(layout)
+        rows, cols = {}, {}
+        for r in range(layout.registers):
+            j0, j1 = layout.register_indices(r)
+            rows.setdefault(j0, self.mul(coords[r][0], kk))
+            cols.setdefault(j1, self.add(coords[r][1], m * kk))
+        unroll = next(u for u in (4, 2, 1) if kk % u == 0)
+        floats = c_type.is_float
+
+        def step(inner, k, accs):
+            with self.region(inner):
+                accs = list(accs)
+                for du in range(unroll):
+                    ki = self.add(k, du)
+                    av = {j: self.load_shared(array, self.add(at, ki), c_type) for j, at in rows.items()}
+                    kn = self.mul(ki, n)
+                    bv = {j: self.load_shared(array, self.add(at, kn), c_type) for j, at in cols.items()}
+                    for r in range(layout.registers):
+                        j0, j1 = layout.register_indices(r)
+                        if floats:
+                            accs[r] = self.b.fma(av[j0], bv[j1], accs[r])
+                        else:
+                            accs[r] = self.b.add(accs[r], self.b.mul(av[j0], bv[j1]))
+                return tuple(accs)
+
+        result = self.b.fold_range(0, kk, unroll, tuple(acc.values), step)
+        self.dirty = True
+        self.env[op.result] = Regs(layout, c_type, tuple(result))
+
+    def tf32(self, x: Traced) -> Traced:
+        """``x`` (f32) rounded to tf32's 10 mantissa bits, to nearest with ties away from zero, as
+        ``cvt.rna.tf32.f32``: in f64, exactly (|x| / q + 0.5, floored, times q, with q the
+        spacing of tf32 values at |x|, found by a binary search on the exponent)."""
+        b = self.b
+        a = b.cast(b.abs(x), f64)
+        p = self.const(2.0 ** -126, f64)  # 2**e for the largest e <= log2 |x| (at least -126)
+        for s in (128, 64, 32, 16, 8, 4, 2, 1):
+            up = b.mul(p, self.const(2.0 ** s, f64))
+            p = b.select(b.le(up, a), up, p)
+        q = b.mul(p, self.const(2.0 ** -10, f64))
+        rounded = b.mul(b.floor(b.add(b.div(a, q), self.const(0.5, f64))), q)
+        rounded = b.cast(b.copysign(rounded, b.cast(x, f64)), f32)
+        special = b.logical_or(b.isnan(x), b.isinf(x))
+        return b.select(special, x, rounded)
+
+    # -- memory -----------------------------------------------------------------------------
+    def _access_layout(self, *tiles) -> Layout:
+        held = next((t for t in tiles if isinstance(t, Regs)), None)
+        return held.layout if held is not None else self.canonical(tiles[0].shape)
+
+    def _op_tile_load(self, op: Op) -> None:
+        self.current_op = op
+        offsets, other, mask = (self.env[v] for v in op.operands)
+        layout = self._access_layout(offsets, mask)
+        offs = self.regs(offsets, layout, op).values
+        masks = self.mask(mask, layout)
+        attrs_ = LoadAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
+        load = lambda at: Traced(self._record("load", [at], attrs_).result)  # noqa: E731
+        values = []
+        for at, m in zip(offs, masks):
+            if m is None:
+                values.append(load(at))
+            else:
+                values.append(self.b.if_(m, lambda inner, at=at: self._in(inner, lambda: load(at)),
+                                         lambda inner: other))
+        self.env[op.result] = Regs(layout, op.attrs.dtype, tuple(values))
+
+    def _guarded_each(self, op: Op, access) -> None:
+        """``access(offset, value)`` for every register whose element this thread owns and whose
+        mask holds."""
+        self.current_op = op
+        offsets, value, mask = (self.env[v] for v in op.operands)
+        layout = self._access_layout(value, offsets, mask)
+        offs = self.regs(offsets, layout, op).values
+        vals = self.regs(value, layout, op).values
+        masks = self.mask(mask, layout)
+        for at, v, m, owner in zip(offs, vals, masks, self.owners(layout)):
+            guard = self.all_of([owner, m])
+            if guard is None:
+                access(at, v)
+            else:
+                self.b.if_(guard, lambda inner, at=at, v=v: self._in(inner, lambda: access(at, v) and None))
+
+    def _op_tile_store(self, op: Op) -> None:
+        attrs_ = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
+        self._guarded_each(op, lambda at, v: self._record("store", [at, v], attrs_) and None)
+
+    def _op_tile_atomic(self, op: Op) -> None:
+        attrs_ = AtomicAttrs(op=op.attrs.op, buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
+        self._guarded_each(op, lambda at, v: self._record("atomic", [at, v], attrs_) and None)
+
+    def _op_store(self, op: Op) -> None:
+        """A scalar store in a program happens once: thread 0 does it."""
+        if op.attrs.space is not Space.GLOBAL:  # pragma: no cover - tile programs have no shared arrays
+            return self._scalar(op)
+        operands = [self.env[v] for v in op.operands]
+        self.b.if_(self.b.eq(self.tid, 0),
+                   lambda inner: self._in(inner, lambda: self._record("store", operands, op.attrs) and None))
+
+    def _op_atomic(self, op: Op) -> None:
+        """A scalar atomic in a program happens once (thread 0); what it returns reaches every thread."""
+        operands = [self.env[v] for v in op.operands]
+        if op.result not in self.used:
+            self.b.if_(self.b.eq(self.tid, 0),
+                       lambda inner: self._in(inner, lambda: self._record("atomic", operands, op.attrs) and None))
+            return
+        array = self.scratch(op.attrs.dtype, 1, op)
+        self.before_write()
+
+        def once():
+            old = Traced(self._record("atomic", operands, op.attrs).result)
+            self.store_shared(array, old, 0)
+
+        self.b.if_(self.b.eq(self.tid, 0), lambda inner: self._in(inner, once))
+        self.written()
+        self.env[op.result] = self.load_shared(array, 0, op.attrs.dtype)
+
+    # -- control ------------------------------------------------------------------------------
+    def _flatten(self, values, layouts) -> list:
+        out = []
+        for v, layout in zip(values, layouts):
+            if layout is None:
+                out.append(v)
+            else:
+                out.extend(self.regs(v, layout).values)
+        return out
+
+    def _unflatten(self, olds, flat, layouts) -> None:
+        flat = list(flat)
+        for old, layout in zip(olds, layouts):
+            if layout is None:
+                self.env[old] = flat.pop(0)
+            else:
+                values = tuple(flat.pop(0) for _ in range(layout.registers))
+                self.env[old] = Regs(layout, old.type.dtype, values)
+
+    def _op_fold(self, op: Op) -> None:
+        self.current_op = op
+        start, stop, *inits = (self.env[v] for v in op.operands)
+        layouts = [None if isinstance(x, Traced) else self.regs(x).layout for x in inits]
+        region = op.regions[0]
+
+        def body(inner, i, accs):
+            with self.region(inner):
+                self.dirty = True  # the iteration before may have read the scratch
+                self.env[region.args[0]] = i
+                self._unflatten(region.args[1:], accs, layouts)
+                results = self._walk(region)
+                return tuple(self._flatten(results, layouts))
+
+        flat = self.b._loop(start, stop, op.attrs.step, tuple(self._flatten(inits, layouts)), _NO_CTX, body)
+        self.dirty = True
+        self._unflatten(op.results, flat, layouts)
+
+    def _op_if(self, op: Op) -> None:
+        self.current_op = op
+        cond = self.env[op.operands[0]]
+        layouts = [self.canonical(v.type.shape) if isinstance(v.type, TileType) else None for v in op.results]
+        dirty = self.dirty
+
+        def branch(region):
+            def run(inner):
+                with self.region(inner):
+                    self.dirty = dirty
+                    results = self._walk(region)
+                    flat = self._flatten(results, layouts)
+                return tuple(flat) if op.results else None
+
+            return run
+
+        otherwise = branch(op.regions[1]) if len(op.regions) > 1 else None
+        out = self.b.if_(cond, branch(op.regions[0]), otherwise)
+        self.dirty = True
+        if op.results:
+            self._unflatten(op.results, out, layouts)
+
