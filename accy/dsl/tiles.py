@@ -20,6 +20,7 @@ from .ops import (
     ArangeAttrs, ArgReduceAttrs, AtomicAttrs, Combine, DotAttrs, LoadAttrs, OpTypeError, PermAttrs,
     Precision, ReduceAttrs, ShapeAttrs, StoreAttrs, dot_accumulator,
 )
+from .tensors import OUT_OF_SHAPE
 from .traced import Tile, Traced, _error
 from .types import MAX_TILE_RANK, DType, TileType, as_dtype, boolean, element_type, index, shape_of
 
@@ -332,13 +333,13 @@ class TileOps:
         if strides is None:
             return values[0], None
         # each dimension's term at its own shape; the sum broadcasts them (rows[:, None] * s0 + cols)
-        flat, inside = offset, None
-        for i, n, s in zip(values, shape, strides):
+        flat, code = offset, None
+        for d, (i, n, s) in enumerate(zip(values, shape, strides)):
             flat = flat + i * s
-            if not inside_known:
-                here = (i >= 0) & (i < n)
-                inside = here if inside is None else inside & here
-        return flat, inside
+            if not inside_known:  # a base-3 digit per dimension: 1 past its end, 2 below 0 (as tensor[i, j])
+                digit = self.select(i >= n, 3**d, self.select(i < 0, 2 * 3**d, 0))
+                code = digit if code is None else code + digit
+        return flat, code
 
     def _mask(self, mask, like, what: str):
         if mask is None:
@@ -350,13 +351,14 @@ class TileOps:
 
     def _access(self, handle, idx, mask, what: str, inside_known: bool = False):
         """(offsets, mask) tiles of one shape for a masked access; an unmasked index outside a
-        tensor's shape is sent out of its memory, so that the access's bounds check reports it."""
-        offsets, inside = self._indices(handle, idx, what, inside_known)
+        tensor's shape becomes :data:`accy.dsl.tensors.OUT_OF_SHAPE` plus a digit per such
+        dimension, outside its memory, so that the access's bounds check reports it."""
+        offsets, code = self._indices(handle, idx, what, inside_known)
         mask = self._mask(mask, offsets, what)
         parts = [offsets] + ([mask] if mask is not None else [])
         shape = broadcast_shapes(*(shape_of(p.type) for p in parts), what=f"{what}: indices and mask")
-        if inside is not None:
-            offsets = self.select(inside, offsets, -1)
+        if code is not None:  # outside the shape: the marker every backend's bounds check reports by dimension
+            offsets = self.select(code == 0, offsets, code + OUT_OF_SHAPE)
         offsets = Traced(self._to_shape(offsets, shape)) if shape else offsets
         mask = Traced(self._to_shape(mask if mask is not None else self.constant(True, boolean), shape)) \
             if shape else mask
