@@ -64,9 +64,9 @@ class Program:
 
     def graph_for(self, backend: str) -> Graph:
         """The graph ``backend`` compiles: the optimised graph, but a tile program becomes a SIMT
-        block launch (:func:`accy.backends.distribute.distribute`) for every backend except numpy,
-        which runs tile graphs itself."""
-        if backend == "numpy" or not self.graph.is_tile_launch:
+        block launch (:func:`accy.backends.distribute.distribute`) for every backend except numpy
+        and llvm, which run tile graphs themselves (llvm: :mod:`accy.backends.tile_host`)."""
+        if backend in ("numpy", "llvm") or not self.graph.is_tile_launch:
             return self.graph
         return self._distributed_graph
 

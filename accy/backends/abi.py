@@ -73,10 +73,11 @@ def status_error(graph: Graph, ordinals: tuple[Op, ...], status, sizes: dict[str
         return None
     op = ordinals[ordinal]
     thread = thread_text(graph.lane_axes(extents), lane)
+    who = "program" if graph.is_tile_launch else "thread"  # a tile launch's lane is its program number
     if kind == STATUS_DIV_ZERO:
-        return division_by_zero(op, thread)
+        return division_by_zero(op, thread, who=who)
     if op.attrs.get("space", "global") == "shared":
         size = graph.shared_arrays()[op.attrs["buffer"]].attrs["count"]
     else:
         size = sizes[op.attrs["buffer"]]
-    return out_of_bounds(op, detail, size, thread)
+    return out_of_bounds(op, detail, size, thread, who=who)

@@ -20,6 +20,7 @@ from .abi import host_signature, prepare_signature
 from .llvm import LoweredModule
 from .nvptx import NVPTX_TRIPLE, lower_nvptx
 from .spmd import lower_host
+from .tile_host import lower_tile_host
 from .targets import HostTarget, NvptxTarget, Target, init_llvm
 from .toolchain import find_libdevice
 
@@ -123,7 +124,8 @@ class TargetCodegen:
 
 # the one target registry: every target class and what serves it
 TARGETS: dict[type, TargetCodegen] = {
-    HostTarget: TargetCodegen(lambda graph, target, block: lower_host(graph, target), lambda target: host_machine()),
+    HostTarget: TargetCodegen(lambda graph, target, block: (lower_tile_host if graph.is_tile_launch else lower_host)(
+        graph, target), lambda target: host_machine()),
     NvptxTarget: TargetCodegen(lower_nvptx, lambda target: _nvptx_machine(target.arch)),
 }
 

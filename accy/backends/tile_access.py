@@ -1,0 +1,458 @@
+"""What the host's tile lowering knows about a tile program before it emits a line: how each
+access's offsets and mask are built, which tiles it must hold in memory, and where they live.
+
+* Offsets: a ``tile_load``/``tile_store`` whose offsets are ``base + sum_d coef_d * i_d`` (i_d the
+  element's position along axis d), read off the arange/splat/broadcast/reshape/trans/add/sub/mul
+  chain that built them (:class:`Affine`), runs row by row over the tile; with ``coef`` 1 along
+  the last axis a row is consecutive elements: vector loads.  The offsets tile itself is then
+  never built.
+* Masks: a conjunction of comparisons of one axis's position with scalars (``rows < M``,
+  ``cols >= 0``) is a box (:class:`Box`): the lowering turns it into a range per axis and masks
+  only the lanes outside it.  Other masks are built and read element by element.
+* Storage: each tile the program builds lives in a stack array; tiles whose lifetimes do not
+  overlap share one (:func:`plan_storage`); a reshape is its operand's array, a fold's carried
+  tile and its result are one array, and a ``dot`` whose accumulator dies there accumulates in
+  place.
+
+Scalar expressions (:data:`Expr`) are Python ints, scalar graph values, or ``(op, a, b)`` with
+``op`` one of ``add`` and ``mul``; the lowering evaluates them where the access is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import attrs
+
+from ..dsl.ir import Block, Graph, Op, Value, constant_of
+from ..dsl.types import TileType, shape_of
+
+Expr = Union[int, Value, tuple]
+
+
+# -- scalar expressions -------------------------------------------------------------------------
+
+
+def _is_int(e, value=None) -> bool:
+    return isinstance(e, int) and (value is None or e == value)
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    if _is_int(a) and _is_int(b):
+        return a + b
+    if _is_int(a, 0):
+        return b
+    if _is_int(b, 0):
+        return a
+    return ("add", a, b)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    if _is_int(a) and _is_int(b):
+        return a * b
+    if _is_int(a, 0) or _is_int(b, 0):
+        return 0
+    if _is_int(a, 1):
+        return b
+    if _is_int(b, 1):
+        return a
+    return ("mul", a, b)
+
+
+def neg(a: Expr) -> Expr:
+    return mul(-1, a)
+
+
+def sub(a: Expr, b: Expr) -> Expr:
+    return add(a, neg(b))
+
+
+def scalar(v: Value) -> Expr:
+    """An index scalar as an expression (a constant folds to its int)."""
+    c = constant_of(v)
+    return int(c) if isinstance(c, int) and not isinstance(c, bool) else v
+
+
+@attrs.frozen
+class Affine:
+    """Element ``i`` of an index tile is ``base + sum_d coefs[d] * i[d]``."""
+
+    base: Expr
+    coefs: tuple
+
+    @property
+    def uniform(self) -> bool:
+        return all(_is_int(c, 0) for c in self.coefs)
+
+
+@attrs.frozen
+class Box:
+    """A bool tile true exactly where ``lows[d] <= i[d] < highs[d]`` for every bound of every
+    axis d, ``zero_lows <= 0 < zero_highs`` for each bound there (conditions that do not
+    depend on the position) and every scalar bool in ``flags`` holds."""
+
+    lows: tuple  # per axis, a tuple of expressions
+    highs: tuple
+    zero_lows: tuple = ()
+    zero_highs: tuple = ()
+    flags: tuple = ()
+
+    @staticmethod
+    def full(rank: int) -> "Box":
+        return Box(((),) * rank, ((),) * rank)
+
+    def merge(self, other: "Box") -> "Box":
+        return Box(tuple(a + b for a, b in zip(self.lows, other.lows)),
+                   tuple(a + b for a, b in zip(self.highs, other.highs)),
+                   self.zero_lows + other.zero_lows, self.zero_highs + other.zero_highs, self.flags + other.flags)
+
+
+def unit_map(src: tuple[int, ...], dst: tuple[int, ...]):
+    """For a reshape that only adds or drops axes of length 1: each result axis's source axis
+    (None for a new axis of length 1); None for any other reshape."""
+    big_src = [d for d, n in enumerate(src) if n != 1]
+    big_dst = [d for d, n in enumerate(dst) if n != 1]
+    if [src[d] for d in big_src] != [dst[d] for d in big_dst]:
+        return None
+    mapping = [None] * len(dst)
+    for s, d in zip(big_src, big_dst):
+        mapping[d] = s
+    return mapping
+
+
+# the comparisons a box is made of, as bounds on i for D = c*i + base (c = 1 or -1): low or high
+_BOUNDS = {
+    ("lt", 1): ("high", 0, -1), ("le", 1): ("high", 1, -1), ("gt", 1): ("low", 1, -1), ("ge", 1): ("low", 0, -1),
+    ("lt", -1): ("low", 1, 1), ("le", -1): ("low", 0, 1), ("gt", -1): ("high", 0, 1), ("ge", -1): ("high", 1, 1),
+}
+
+
+class Shapes:
+    """The affine and box forms of a tile program's values (memoised)."""
+
+    def __init__(self):
+        self._affine: dict[Value, Affine | None] = {}
+        self._box: dict[Value, Box | None] = {}
+
+    def affine(self, v: Value, conditions=frozenset()) -> Affine | None:
+        """``v`` (an index scalar or tile) as an :class:`Affine`, or None.  ``conditions``: bool
+        tiles known true where the form is used (a ``select`` on one of them is its true arm)."""
+        op = v.op
+        if op is not None and op.opcode == "select" and op.operands[0] in conditions:
+            return self.affine(op.operands[1], conditions)
+        if v not in self._affine:
+            self._affine[v] = self._affine_of(v)
+        return self._affine[v]
+
+    def _affine_of(self, v: Value) -> Affine | None:
+        t = v.type
+        if not isinstance(t, TileType):
+            return Affine(scalar(v), ()) if t.is_index else None
+        op = v.op
+        if not t.dtype.is_index or op is None:
+            return None
+        rank, code = len(t.shape), op.opcode
+        if code == "arange":
+            return Affine(0, (1,))
+        if code == "splat":
+            s = op.operands[0]
+            return Affine(scalar(s), (0,) * rank) if s.type.is_index else None
+        if code in ("broadcast", "reshape", "trans"):
+            x = self.affine(op.operands[0])
+            if x is None:
+                return None
+            src = shape_of(op.operands[0].type)
+            if code == "broadcast":
+                return Affine(x.base, tuple(c if src[d] == t.shape[d] else 0 for d, c in enumerate(x.coefs)))
+            if code == "trans":
+                return Affine(x.base, tuple(x.coefs[p] for p in op.attrs.perm))
+            mapping = unit_map(src, t.shape)
+            if mapping is None:
+                return None
+            return Affine(x.base, tuple(0 if m is None else x.coefs[m] for m in mapping))
+        if code in ("add", "sub", "mul"):
+            x, y = (self.affine(o) for o in op.operands)
+            if x is None or y is None:
+                return None
+            if code == "add":
+                return Affine(add(x.base, y.base), tuple(add(a, b) for a, b in zip(x.coefs, y.coefs)))
+            if code == "sub":
+                return Affine(sub(x.base, y.base), tuple(sub(a, b) for a, b in zip(x.coefs, y.coefs)))
+            if y.uniform:
+                return Affine(mul(x.base, y.base), tuple(mul(c, y.base) for c in x.coefs))
+            if x.uniform:
+                return Affine(mul(y.base, x.base), tuple(mul(c, x.base) for c in y.coefs))
+        return None
+
+    def box(self, v: Value) -> Box | None:
+        """The bool tile ``v`` as a :class:`Box`, or None."""
+        if v not in self._box:
+            self._box[v] = self._box_of(v)
+        return self._box[v]
+
+    def _box_of(self, v: Value) -> Box | None:
+        t = v.type
+        op = v.op
+        if not isinstance(t, TileType) or not t.dtype.is_bool or op is None:
+            return None
+        rank, code = len(t.shape), op.opcode
+        if code == "splat":
+            s = op.operands[0]
+            c = constant_of(s)
+            if c is True:
+                return Box.full(rank)
+            if c is False:
+                return attrs.evolve(Box.full(rank), zero_highs=(0,))
+            return attrs.evolve(Box.full(rank), flags=(s,))
+        if code == "and":
+            x, y = (self.box(o) for o in op.operands)
+            return None if x is None or y is None else x.merge(y)
+        if code in ("broadcast", "reshape", "trans"):
+            x = self.box(op.operands[0])
+            if x is None:
+                return None
+            src = shape_of(op.operands[0].type)
+            if code == "trans":
+                perm = op.attrs.perm
+                return attrs.evolve(x, lows=tuple(x.lows[p] for p in perm), highs=tuple(x.highs[p] for p in perm))
+            if code == "broadcast":
+                mapping = [d if src[d] == t.shape[d] else None for d in range(rank)]
+            else:
+                mapping = unit_map(src, t.shape)
+                if mapping is None:
+                    return None
+            kept = {m for m in mapping if m is not None}
+            dropped = [d for d in range(len(src)) if d not in kept]  # a length-1 axis: its position is 0
+            return Box(tuple(() if m is None else x.lows[m] for m in mapping),
+                       tuple(() if m is None else x.highs[m] for m in mapping),
+                       x.zero_lows + tuple(e for d in dropped for e in x.lows[d]),
+                       x.zero_highs + tuple(e for d in dropped for e in x.highs[d]), x.flags)
+        if code in ("lt", "le", "gt", "ge"):
+            x, y = (self.affine(o) for o in op.operands)
+            if x is None or y is None:
+                return None
+            coefs = [sub(a, b) for a, b in zip(x.coefs, y.coefs)]
+            base = sub(x.base, y.base)
+            moving = [d for d, c in enumerate(coefs) if not _is_int(c, 0)]
+            box = Box.full(rank)
+            if not moving:  # the same for every element: a bound on a position that is 0
+                kind, shift, sign = _BOUNDS[(code, 1)]
+                bound = add(mul(sign, base), shift)
+                return attrs.evolve(box, zero_lows=(bound,)) if kind == "low" else attrs.evolve(box, zero_highs=(bound,))
+            if len(moving) != 1 or not (_is_int(coefs[moving[0]], 1) or _is_int(coefs[moving[0]], -1)):
+                return None
+            (d,) = moving
+            kind, shift, sign = _BOUNDS[(code, coefs[d])]
+            bound = add(mul(sign, base), shift)
+            bounds = tuple((bound,) if k == d else () for k in range(rank))
+            return attrs.evolve(box, lows=bounds) if kind == "low" else attrs.evolve(box, highs=bounds)
+        return None
+
+
+def conjuncts(v: Value) -> frozenset[Value]:
+    """The bool values whose ``and`` is ``v`` (``v`` itself among them)."""
+    out, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        out.add(x)
+        if x.op is not None and x.op.opcode == "and":
+            todo.extend(x.op.operands)
+    return frozenset(out)
+
+
+@attrs.frozen
+class AccessPlan:
+    """How a tile access runs: ``offsets`` row by row from its affine form (None: read from the
+    offsets tile, element by element), ``box`` its mask as ranges (None: read the mask tile)."""
+
+    offsets: Affine | None
+    box: Box | None
+
+    @property
+    def contiguous(self) -> bool:
+        """Consecutive elements along the last axis (vector loads and stores)."""
+        return self.offsets is not None and _is_int(self.offsets.coefs[-1], 1)
+
+
+ACCESSES = ("tile_load", "tile_store", "tile_atomic")
+
+
+def plan_accesses(region: Block) -> dict[Op, AccessPlan]:
+    shapes = Shapes()
+    plans = {}
+    for op in region.walk():
+        if op.opcode not in ACCESSES:
+            continue
+        offsets, mask = op.operands[0], op.operands[-1]
+        affine = None if op.opcode == "tile_atomic" else shapes.affine(offsets, conjuncts(mask))
+        box = shapes.box(mask) if affine is not None else None
+        plans[op] = AccessPlan(affine, box)
+    return plans
+
+
+def _reads(op: Op, plans: dict[Op, AccessPlan]) -> list[Value]:
+    """The tile operands whose elements ``op`` reads from memory."""
+    tiles = [v for v in op.operands if isinstance(v.type, TileType)]
+    plan = plans.get(op)
+    if plan is None:
+        return tiles
+    skip = set()
+    if plan.offsets is not None:
+        skip.add(0)
+    if plan.box is not None:
+        skip.add(len(op.operands) - 1)
+    return [v for k, v in enumerate(op.operands) if isinstance(v.type, TileType) and k not in skip]
+
+
+_SIDE_EFFECTS = frozenset({"tile_store", "tile_atomic", "store", "atomic", "fold", "if", "yield", "load", "size"})
+
+
+def needed_tiles(region: Block, plans: dict[Op, AccessPlan]) -> set[Value]:
+    """The tile values some op reads element by element: the others are never built."""
+    ops = list(region.walk())
+    needed: set[Value] = set()
+    for op in ops:  # carried tiles and branch results are always built
+        if op.opcode in ("fold", "if"):
+            needed.update(r for r in op.results if isinstance(r.type, TileType))
+            for block in op.regions:
+                needed.update(a for a in block.args if isinstance(a.type, TileType))
+    for op in reversed(ops):
+        makes_tiles = any(isinstance(r.type, TileType) for r in op.results)
+        if makes_tiles and op.opcode not in _SIDE_EFFECTS and not any(r in needed for r in op.results):
+            continue
+        needed.update(_reads(op, plans))
+    return needed
+
+
+# -- storage ------------------------------------------------------------------------------------
+
+
+class _Groups:
+    def __init__(self):
+        self.parent: dict[Value, Value] = {}
+
+    def find(self, v: Value) -> Value:
+        root = v
+        while self.parent.get(root, root) is not root:
+            root = self.parent[root]
+        while v is not root:
+            v, self.parent[v] = self.parent.get(v, v), root
+        return root
+
+    def union(self, a: Value, b: Value) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra is not rb:
+            self.parent[rb] = ra
+
+
+@attrs.frozen
+class StoragePlan:
+    """Each built tile's stack array (``slot_of``: value -> slot number), each slot's size
+    in bytes, and the dots that accumulate in place."""
+
+    slot_of: dict
+    slot_bytes: tuple[int, ...]
+    in_place: frozenset
+
+
+def tile_bytes(t: TileType, lanes: int) -> int:
+    """A tile's array: its elements and a vector's worth more (row loops write whole vectors)."""
+    return (t.size + lanes) * t.dtype.itemsize
+
+
+def plan_storage(region: Block, needed: set[Value], plans: dict[Op, AccessPlan], lanes: int) -> StoragePlan:
+    ops = list(region.walk())
+    pos = {op: k for k, op in enumerate(ops)}
+    end = {}  # a region op's last position
+    for op in reversed(ops):
+        end[op] = max([pos[op]] + [end[o] for r in op.regions for o in r.ops])
+
+    def defined_at(v: Value) -> int:
+        if v.op is not None:
+            return pos[v.op]
+        owner = v.owner.parent  # a block argument: the op whose region it is
+        return pos[owner] if owner in pos else -1
+
+    last = {v: defined_at(v) for v in needed}
+    for op in ops:
+        for v in _reads(op, plans) + ([v for v in op.operands if v in needed] if op.opcode == "yield" else []):
+            if v not in needed:
+                continue
+            at, start = pos[op], defined_at(v)
+            parent = op.block.parent
+            while parent is not None and parent in pos:  # used in a loop defined outside it: live all the loop
+                if parent.opcode == "fold" and not pos[parent] <= start <= end[parent]:
+                    at = max(at, end[parent])
+                parent = parent.block.parent
+            last[v] = max(last[v], at)
+    groups = _Groups()
+    for op in ops:
+        if op.opcode == "reshape" and op.result in needed:
+            groups.union(op.operands[0], op.result)
+        if op.opcode == "fold":
+            for arg, result in zip(op.regions[0].args[1:], op.results):
+                if isinstance(arg.type, TileType):
+                    groups.union(arg, result)
+                    last[arg] = max(last[arg], end[op])
+
+    def group_last(root: Value) -> int:
+        return max(last[v] for v in needed if groups.find(v) is root)
+
+    in_place = set()
+    for op in ops:
+        if op.opcode != "dot" or op.result not in needed:
+            continue
+        acc = op.operands[2]
+        owner = acc.owner.parent if acc.op is None else None
+        if owner is not None and owner.opcode == "fold":  # a carried accumulator: its own uses end here
+            k = owner.regions[0].args.index(acc) - 1
+            yields = owner.regions[0].terminator.operands
+            if last_use(acc, ops, pos, plans) <= pos[op] and [j for j, y in enumerate(yields) if y is op.result] == [k]:
+                groups.union(acc, op.result)
+                in_place.add(op)
+        elif acc.op is not None and group_last(groups.find(acc)) <= pos[op]:
+            groups.union(acc, op.result)
+            in_place.add(op)
+    spans: dict[Value, list] = {}
+    for v in needed:
+        root = groups.find(v)
+        span = spans.setdefault(root, [math.inf, -1, 0])
+        span[0] = min(span[0], defined_at(v))
+        span[1] = max(span[1], last[v])
+        span[2] = max(span[2], tile_bytes(v.type, lanes))
+    slot_bytes: list[int] = []
+    busy: list[tuple[int, int]] = []  # (last position, slot)
+    free: list[int] = []
+    slot_of_root = {}
+    for root, (start, stop, size) in sorted(spans.items(), key=lambda item: (item[1][0], item[1][1])):
+        for entry in [e for e in busy if e[0] < start]:
+            busy.remove(entry)
+            free.append(entry[1])
+        fits = [s for s in free if slot_bytes[s] >= size]
+        if fits:
+            slot = min(fits, key=lambda s: slot_bytes[s])
+        elif free:
+            slot = max(free, key=lambda s: slot_bytes[s])
+            slot_bytes[slot] = size
+        else:
+            slot = len(slot_bytes)
+            slot_bytes.append(size)
+        if slot in free:
+            free.remove(slot)
+        busy.append((stop, slot))
+        slot_of_root[root] = slot
+    return StoragePlan({v: slot_of_root[groups.find(v)] for v in needed}, tuple(slot_bytes), frozenset(in_place))
+
+
+def last_use(v: Value, ops, pos, plans) -> int:
+    """The last position at which ``v`` is read (its own uses, not its group's)."""
+    at = -1
+    for op in ops:
+        if v in op.operands and (op.opcode == "yield" or v in _reads(op, plans)):
+            at = max(at, pos[op])
+    return at
+
+
+def program_region(graph: Graph) -> Block:
+    return graph.launch_op.regions[0]

@@ -1,0 +1,1064 @@
+"""The llvm backend's native path for tile-level kernels (``for_each_tile``).
+
+A program runs on one core.  Each tile it builds lives in a stack array of its static shape
+(:mod:`.tile_access` decides which tiles are built at all and which share an array), and
+each tile op is a loop over that array in vectors of ``L`` elements (the host's vector width
+in 32-bit lanes), which LLVM's O3 pipeline keeps as SIMD code:
+
+* pointwise ops and casts: one loop over the elements, each op lowered by the scalar op
+  table (:data:`accy.backends.llvm.LOWER`) on vectors, so every element rounds as the
+  scalar op does, bit for bit;
+* reductions and argreductions along the last axis: vector partial results per row, combined
+  at the end; along another axis, vectors across the axes after it; scans along the last
+  axis: an in-vector prefix and a carry, across others: running vectors;
+* ``dot``: a register-blocked micro-kernel (a block of ``MR`` rows by ``NV`` vectors of the
+  accumulator held in registers over k, one broadcast of ``a`` and ``NV`` vector loads of
+  ``b`` per k), the accumulator tile in memory between dots;
+* ``tile_load``/``tile_store`` whose offsets are affine with unit stride along the last axis
+  (``rows[:, None] * stride + cols[None, :]``, ``load_tile``): one masked vector access per
+  chunk of a row, its mask from the ranges the mask's comparisons give and its bounds checked
+  once per row; other affine offsets: gathers; anything else: the offsets and mask tiles,
+  gathered element by element.
+
+An active offset outside its buffer records the first failure in the status word (the
+access is skipped) and the launch, which writes scratch copies of the outputs, raises the
+llvm backend's OutOfBoundsError and writes nothing, as every host kernel does.  A launch's
+unit of work is one program (x fastest), split over the thread pool by :mod:`.host`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import attrs
+from llvmlite import ir
+
+from ..dsl.ir import Block, Graph, Op, Value
+from ..dsl.ops import Combine, Precision
+from ..dsl.types import DType, TileType, f32, f64
+from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
+from .chunking import Chunking, Chunks, host_vector_width, untyped
+from .llvm import LOWER, Lowering, LoweredModule, host_entry_name
+from .llvm_types import I1, I8, I32, I64, VOID, constant, intrinsic_suffix, llvm_type, memory_type
+from .spmd import HostPlan, SpmdLowering
+from .targets import HostTarget
+from .tile_access import AccessPlan, Box, plan_accesses, plan_storage, needed_tiles, tile_bytes
+
+TILE_OPS_LOWERED = frozenset({"splat", "broadcast", "reshape", "trans", "arange", "reduce", "argreduce", "scan",
+                              "dot", "tile_load", "tile_store", "tile_atomic"})
+REDUCE_UNROLL = 4  # independent partial vectors of a row reduction (hides the add's latency)
+
+
+def _i64(x) -> ir.Value:
+    return x if isinstance(x, ir.Value) else ir.Constant(I64, int(x))
+
+
+class _Element:
+    __slots__ = ("type",)
+
+    def __init__(self, t: DType):
+        self.type = t
+
+
+class ElementOp:
+    """An op seen element by element: operands and result typed by their element types, so
+    the scalar op table lowers it on vectors of elements; ``real`` is the graph's op (for
+    the status word)."""
+
+    def __init__(self, opcode: str, operand_types, result_type: DType, real: Op, attrs_=None):
+        self.opcode = opcode
+        self.operands = tuple(_Element(t) for t in operand_types)
+        self.results = (_Element(result_type),)
+        self.attrs = attrs_
+        self.real = real
+        self.location = real.location
+
+    @property
+    def result(self):
+        return self.results[0]
+
+
+@attrs.frozen(eq=False)
+class Tile:
+    """A tile's stack array: ``ptr`` to its elements, row-major, bools as bytes."""
+
+    ptr: ir.Value
+    type: TileType
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def size(self) -> int:
+        return self.type.size
+
+    @property
+    def mem(self) -> ir.Type:
+        return memory_type(self.type.dtype)
+
+
+_COMBINE_OPS = {Combine.SUM: "add", Combine.PROD: "mul", Combine.MAX: "max", Combine.MIN: "min",
+                Combine.AND: "and", Combine.OR: "or", Combine.XOR: "xor"}
+
+
+def _identity(combine: Combine, t: DType):
+    if combine is Combine.SUM:
+        return -0.0 if t.is_float else 0
+    if combine is Combine.PROD:
+        return 1.0 if t.is_float else 1
+    if combine is Combine.MAX:
+        return -math.inf if t.is_float else (0 if t.is_bool else t.min)
+    if combine is Combine.MIN:
+        return math.inf if t.is_float else t.max
+    if combine is Combine.AND:
+        return 1 if t.is_bool else -1
+    return 0
+
+
+def micro_kernel_shape(acc: DType, lanes: int) -> tuple[int, int]:
+    """(MR rows, NV vectors) of the dot micro-kernel's register block (``ACCY_TILE_DOT=MRxNV``
+    overrides it, for benchmarks)."""
+    forced = os.environ.get("ACCY_TILE_DOT")
+    if forced:
+        mr, nv = forced.split("x")
+        return int(mr), int(nv)
+    if lanes >= 16:  # 32 vector registers
+        return (8, 2) if acc.bits <= 32 else (4, 2)
+    return (4, 2) if acc.bits <= 32 else (2, 2)
+
+
+class TileHostLowering(Lowering):
+    """Lowers a tile graph's programs for the host, ``lanes`` elements per vector."""
+
+    math_function = SpmdLowering.math_function
+
+    def __init__(self, graph: Graph, target: HostTarget, lanes: int):
+        super().__init__(graph, target)
+        self.L = lanes
+        region = graph.launch_op.regions[0]
+        self.plans: dict[Op, AccessPlan] = plan_accesses(region)
+        self.needed = needed_tiles(region, self.plans)
+        self.storage = plan_storage(region, self.needed, self.plans, lanes)
+        self.tiles: dict[Value, Tile] = {}
+        self.slots: list[ir.Value] = []
+        self.valid: ir.Value | None = None  # the lanes of a partial chunk (for a vector check)
+        self.program: ir.Value | None = None
+        self.lane_of = lambda: self.program if self.program is not None else ir.Constant(I64, 0)
+        self.allocas: ir.IRBuilder | None = None
+
+    # -- entry points ---------------------------------------------------------------------
+    def lower_launcher(self) -> ir.Function:
+        """``void name_host(<the ABI's parameters>, unit_begin, unit_end)``: programs
+        ``[unit_begin, unit_end)``, numbered with the first grid axis fastest."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]),
+                         host_entry_name(self.graph))
+        stack = fn.append_basic_block("allocas")
+        self.allocas = ir.IRBuilder(stack)
+        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._bind_params(fn)
+        begin, end = fn.args[-2:]
+        begin.name, end.name = "unit_begin", "unit_end"
+        for size in self.storage.slot_bytes:
+            self.slots.append(self._stack_array(size))
+        self.lower_top_level()
+        one = ir.Constant(I64, 1)
+        extents = [b.select(b.icmp_signed(">", e, one), e, one) for e in self.extents]
+        region = self.graph.launch_op.regions[0]
+
+        def program(unit, carries):
+            self.program = unit
+            pids, rest = [], unit
+            for extent in extents:
+                pids.append(b.urem(rest, extent))
+                rest = b.udiv(rest, extent)
+            for arg, pid in zip(region.args, pids):
+                self.values[arg] = pid
+            self.lower_block(region)
+            return []
+
+        self._for(begin, end, program, name="program")
+        b.ret_void()
+        self.allocas.branch(fn.blocks[1])
+        return fn
+
+    def lower_prepare(self) -> ir.Function:
+        """``i1 name_prepare(<the ABI's parameters>, i64* extents)``: writes the extents; true
+        (the launch cannot fail, so it may run in place) only without checks."""
+        self.values.clear()
+        self.program = None
+        fn = ir.Function(self.module, ir.FunctionType(I1, self._signature() + [ir.PointerType()]),
+                         f"{self.graph.name}_prepare")
+        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._bind_params(fn)
+        out = fn.args[-1]
+        out.name = "extents"
+        self.lower_top_level()
+        for k, extent in enumerate(self.extents):
+            b.store(extent, b.gep(out, [ir.Constant(I64, k)], source_etype=I64, inbounds=True))
+        b.ret(ir.Constant(I1, 0 if self.target.checks else 1))
+        return fn
+
+    def _stack_array(self, size: int) -> ir.Value:
+        slot = self.allocas.alloca(ir.ArrayType(I8, size))
+        slot.align = 64
+        return untyped(slot)
+
+    # -- ops ------------------------------------------------------------------------------
+    def lower_op(self, op: Op) -> None:
+        code = op.opcode
+        if code == "yield":
+            return
+        if code in ("fold", "if"):
+            getattr(self, f"op_{code}")(op)
+            return
+        tiles = [r for r in op.results if isinstance(r.type, TileType)]
+        if tiles and not any(r in self.needed for r in tiles):
+            return  # never read element by element (an access's offsets or mask, read by its form)
+        if code in TILE_OPS_LOWERED:
+            getattr(self, f"tile_{code}")(op)
+        elif tiles:
+            self.pointwise(op)
+        else:
+            super().lower_op(op)
+
+    def tile(self, v: Value) -> Tile:
+        return self.tiles[v]
+
+    def _new(self, v: Value) -> Tile:
+        """The array ``v`` is built in."""
+        tile = Tile(self.slots[self.storage.slot_of[v]], v.type)
+        self.tiles[v] = tile
+        return tile
+
+    def _temporary(self, t: TileType) -> Tile:
+        return Tile(self._stack_array(tile_bytes(t, self.L)), t)
+
+    # -- vectors, memory and loops ------------------------------------------------------------
+    def _vec(self, ty: ir.Type, n: int | None = None) -> ir.VectorType:
+        return ir.VectorType(ty, n or self.L)
+
+    def _iota(self, n: int | None = None) -> ir.Constant:
+        n = n or self.L
+        return ir.Constant(self._vec(I64, n), [ir.Constant(I64, k) for k in range(n)])
+
+    def _below(self, count: int) -> ir.Constant:
+        """The lanes ``< count`` of a vector, as a constant mask."""
+        return ir.Constant(self._vec(I1), [ir.Constant(I1, int(k < count)) for k in range(self.L)])
+
+    def _splat(self, x: ir.Value, n: int | None = None) -> ir.Value:
+        n = n or self.L
+        if isinstance(x, ir.Constant) and not isinstance(x.type, ir.VectorType):
+            return ir.Constant(self._vec(x.type, n), [x] * n)
+        one = self.b.insert_element(ir.Constant(self._vec(x.type, n), None), x, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(one, ir.Constant(one.type, None), ir.Constant(self._vec(I32, n), None))
+
+    def _lane(self, v: ir.Value, k) -> ir.Value:
+        return self.b.extract_element(v, ir.Constant(I32, k) if isinstance(k, int) else k)
+
+    def _at(self, tile: Tile, idx) -> ir.Value:
+        return self.b.gep(tile.ptr, [_i64(idx)], source_etype=tile.mem)
+
+    def _from_memory(self, v: ir.Value, dtype: DType) -> ir.Value:
+        return self.b.trunc(v, self._vec(I1, v.type.count) if isinstance(v.type, ir.VectorType) else I1) \
+            if dtype.is_bool else v
+
+    def _to_memory(self, v: ir.Value, dtype: DType) -> ir.Value:
+        return self.b.zext(v, self._vec(I8, v.type.count) if isinstance(v.type, ir.VectorType) else I8) \
+            if dtype.is_bool else v
+
+    def _intrinsic(self, name: str, ret: ir.Type, args) -> ir.Value:
+        return self.b.call(self.declare(name, ret, [a.type for a in args]), list(args))
+
+    def _masked_load(self, ptr: ir.Value, mask: ir.Value, passthru: ir.Value, align: int) -> ir.Value:
+        ty = passthru.type
+        return self._intrinsic(f"llvm.masked.load.{intrinsic_suffix(ty)}.p0", ty,
+                               [ptr, ir.Constant(I32, align), mask, passthru])
+
+    def _masked_store(self, value: ir.Value, ptr: ir.Value, mask: ir.Value, align: int) -> None:
+        self._intrinsic(f"llvm.masked.store.{intrinsic_suffix(value.type)}.p0", VOID,
+                        [value, ptr, ir.Constant(I32, align), mask])
+
+    def _addresses(self, base: ir.Value, etype: ir.Type, offsets: ir.Value) -> ir.Value:
+        pointers = self.b.gep(base, [offsets], source_etype=etype)
+        pointers.type = self._vec(pointers.type, offsets.type.count)  # llvmlite types a vector GEP as one pointer
+        return pointers
+
+    def _gather(self, pointers: ir.Value, mask: ir.Value, passthru: ir.Value, align: int) -> ir.Value:
+        ty = passthru.type
+        return self._intrinsic(f"llvm.masked.gather.{intrinsic_suffix(ty)}.v{ty.count}p0", ty,
+                               [pointers, ir.Constant(I32, align), mask, passthru])
+
+    def _scatter(self, value: ir.Value, pointers: ir.Value, mask: ir.Value, align: int) -> None:
+        self._intrinsic(f"llvm.masked.scatter.{intrinsic_suffix(value.type)}.v{value.type.count}p0", VOID,
+                        [value, pointers, ir.Constant(I32, align), mask])
+
+    def _load(self, tile: Tile, idx, mask: ir.Value | None = None, n: int | None = None) -> ir.Value:
+        """``n`` (default ``L``) elements of ``tile`` from ``idx``; ``mask``: zeros elsewhere."""
+        ty = self._vec(tile.mem, n)
+        ptr = self._at(tile, idx)
+        if mask is None:
+            v = self.b.load(ptr, typ=ty, align=tile.dtype.itemsize)
+        else:
+            v = self._masked_load(ptr, mask, ir.Constant(ty, [ir.Constant(tile.mem, 0)] * ty.count),
+                                  tile.dtype.itemsize)
+        return self._from_memory(v, tile.dtype)
+
+    def _store(self, tile: Tile, idx, v: ir.Value, mask: ir.Value | None = None) -> None:
+        v = self._to_memory(v, tile.dtype)
+        if mask is None:
+            self.b.store(v, self._at(tile, idx), align=tile.dtype.itemsize)
+        else:
+            self._masked_store(v, self._at(tile, idx), mask, tile.dtype.itemsize)
+
+    def _load1(self, tile: Tile, idx) -> ir.Value:
+        return self._from_memory(self.b.load(self._at(tile, idx), typ=tile.mem, align=tile.dtype.itemsize), tile.dtype)
+
+    def _store1(self, tile: Tile, idx, v: ir.Value) -> None:
+        self.b.store(self._to_memory(v, tile.dtype), self._at(tile, idx), align=tile.dtype.itemsize)
+
+    def _for(self, lo, hi, body, carries=(), *, step: int = 1, name: str = "t") -> list[ir.Value]:
+        """``for i in range(lo, hi, step)``: ``carries = body(i, carries)``; returns the last."""
+        b = self.b
+        carries = list(carries)
+        if not isinstance(lo, ir.Value) and not isinstance(hi, ir.Value):
+            if hi <= lo:
+                return carries
+            if hi - lo <= step:  # one trip: no loop
+                return list(body(_i64(lo), carries))
+        lo, hi = _i64(lo), _i64(hi)
+        pre = b.block
+        head, loop, done = (b.append_basic_block(f"{name}_{n}") for n in ("head", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        iv = b.phi(I64, name=name)
+        iv.add_incoming(lo, pre)
+        phis = []
+        for c in carries:
+            phi = b.phi(c.type)
+            phi.add_incoming(c, pre)
+            phis.append(phi)
+        b.cbranch(b.icmp_signed("<", iv, hi), loop, done)
+        b.position_at_end(loop)
+        new = list(body(iv, phis))
+        latch = b.block
+        iv.add_incoming(b.add(iv, ir.Constant(I64, step)), latch)
+        for phi, value in zip(phis, new):
+            phi.add_incoming(value, latch)
+        b.branch(head)
+        b.position_at_end(done)
+        return phis
+
+    def _chunks(self, n: int, body, carries=()) -> list[ir.Value]:
+        """``body(j, valid, carries)`` for each chunk of ``L`` of ``n`` elements (``j`` its first;
+        ``valid`` None for a whole chunk, else the constant mask of the last one's lanes)."""
+        full, rest = divmod(n, self.L)
+        carries = list(carries)
+        if full:
+            width = ir.Constant(I64, self.L)
+            carries = self._for(0, full, lambda k, cs: body(self.b.mul(k, width), None, cs), carries, name="chunk")
+        if rest:
+            carries = list(body(ir.Constant(I64, full * self.L), self._below(rest), carries))
+        return carries
+
+    def _rows(self, outer: tuple[int, ...], body, name: str = "row") -> None:
+        """``body(r, idx)`` for each row ``r`` of a tile whose axes before the last are ``outer``
+        (``idx``: the row's position along each of them)."""
+        b = self.b
+
+        def row(r, carries):
+            idx, rest = [], r
+            for extent in reversed(outer):
+                idx.append(b.urem(rest, ir.Constant(I64, extent)) if extent > 1 else ir.Constant(I64, 0))
+                rest = b.udiv(rest, ir.Constant(I64, extent)) if extent > 1 else rest
+            body(r, idx[::-1])
+            return []
+
+        self._for(0, math.prod(outer), row, name=name)
+
+    def _copy(self, dst: Tile, src: Tile) -> None:
+        if dst.ptr is src.ptr:
+            return
+        self._chunks(src.size, lambda j, valid, cs: (self._store(dst, j, self._load(src, j)), [])[1])
+
+    # -- checks ---------------------------------------------------------------------------
+    def check(self, op, ok: ir.Value, kind: int, detail: ir.Value) -> None:
+        if not isinstance(ok.type, ir.VectorType):
+            super().check(op, ok, kind, detail)
+            return
+        bad = self.b.not_(ok)
+        if self.valid is not None:
+            bad = self.b.and_(bad, self.valid)
+        self._fail_lanes(op, bad, detail, kind)
+
+    def _fail_lanes(self, op, bad: ir.Value, detail: ir.Value, kind: int) -> None:
+        n = bad.type.count
+        bits = self.b.bitcast(bad, ir.IntType(n))
+
+        def report():
+            first = self.call("llvm.cttz", [bits, ir.Constant(I1, 0)])
+            return self.b.extract_element(detail, first), self.lane()
+
+        self.fail_if(op, self.b.icmp_unsigned("!=", bits, ir.Constant(bits.type, 0)), kind, report)
+
+    def fail_if(self, op, bad: ir.Value, kind: int, report) -> None:
+        super().fail_if(getattr(op, "real", op), bad, kind, report)
+
+    # -- pointwise ---------------------------------------------------------------------------
+    def pointwise(self, op: Op) -> None:
+        out = self._new(op.result)
+        ins = [self.tile(v) for v in op.operands]
+        element = ElementOp(op.opcode, [t.dtype for t in ins], out.dtype, op, op.attrs)
+        lower = LOWER[op.opcode]
+
+        def chunk(j, valid, carries):
+            args = [self._load(t, j, valid) for t in ins]
+            self.valid = valid
+            self._store(out, j, lower(self, element, args))
+            self.valid = None
+            return []
+
+        self._chunks(out.size, chunk)
+
+    def _combiner(self, combine: Combine, t: DType, real: Op):
+        name = _COMBINE_OPS[combine]
+        element = ElementOp(name, (t, t), t, real)
+        return lambda a, b: LOWER[name](self, element, [a, b])
+
+    # -- shapes -------------------------------------------------------------------------------
+    def tile_splat(self, op: Op) -> None:
+        out = self._new(op.result)
+        v = self._splat(self.value(op.operands[0]))
+        self._chunks(out.size, lambda j, valid, cs: (self._store(out, j, v), [])[1])
+
+    def tile_arange(self, op: Op) -> None:
+        out = self._new(op.result)
+        self._chunks(out.size, lambda j, valid, cs: (self._store(out, j, self.b.add(self._splat(j), self._iota())), [])[1])
+
+    def tile_reshape(self, op: Op) -> None:
+        self.tiles[op.result] = Tile(self.tile(op.operands[0]).ptr, op.result.type)
+
+    def tile_broadcast(self, op: Op) -> None:
+        src = self.tile(op.operands[0])
+        out = self._new(op.result)
+        shape, n = out.shape, out.shape[-1]
+        strides = _strides(src.shape)
+        b = self.b
+
+        def row(r, idx):
+            offset = ir.Constant(I64, 0)
+            for d, i in enumerate(idx):
+                if src.shape[d] == shape[d] and src.shape[d] > 1:
+                    offset = b.add(offset, b.mul(i, ir.Constant(I64, strides[d])))
+            first = b.mul(r, ir.Constant(I64, n))
+            if src.shape[-1] == n:
+                self._chunks(n, lambda j, valid, cs: (self._store(out, b.add(first, j), self._load(src, b.add(offset, j))), [])[1])
+            else:
+                v = self._splat(self._load1(src, offset))
+                self._chunks(n, lambda j, valid, cs: (self._store(out, b.add(first, j), v), [])[1])
+
+        self._rows(shape[:-1], row)
+
+    def tile_trans(self, op: Op) -> None:
+        src = self.tile(op.operands[0])
+        out = self._new(op.result)
+        perm = op.attrs.perm
+        strides = _strides(src.shape)
+        along = [strides[p] for p in perm]  # the source stride of each result axis
+        n = out.shape[-1]
+        b = self.b
+        all_lanes = self._below(self.L)
+
+        def row(r, idx):
+            offset = ir.Constant(I64, 0)
+            for d, i in enumerate(idx):
+                offset = b.add(offset, b.mul(i, ir.Constant(I64, along[d])))
+            first = b.mul(r, ir.Constant(I64, n))
+
+            def chunk(j, valid, cs):
+                at = b.add(self._splat(b.add(offset, b.mul(j, ir.Constant(I64, along[-1])))),
+                           b.mul(self._iota(), self._splat(ir.Constant(I64, along[-1]))))
+                passthru = ir.Constant(self._vec(src.mem), [ir.Constant(src.mem, 0)] * self.L)
+                v = self._gather(self._addresses(src.ptr, src.mem, at), valid or all_lanes, passthru, src.dtype.itemsize)
+                self._store(out, b.add(first, j), self._from_memory(v, src.dtype))
+                return []
+
+            self._chunks(n, chunk)
+
+        self._rows(out.shape[:-1], row)
+
+    # -- reductions and scans -------------------------------------------------------------------
+    def _axis_view(self, shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+        return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+    def _widen(self, v: ir.Value, t: DType) -> ir.Value:
+        return self.widen(v, t) if t.is_narrow else v
+
+    def _result(self, op: Op, value: ir.Value, at) -> None:
+        """Store one element of a reduction's result (or set it, when it is a scalar)."""
+        if isinstance(op.result.type, TileType):
+            self._store1(self.tiles[op.result], at, value)
+        else:
+            self.values[op.result] = value
+
+    def tile_reduce(self, op: Op) -> None:
+        x = self.tile(op.operands[0])
+        combine, axis = op.attrs.op, op.attrs.axis
+        t = x.dtype
+        acc_t = t.compute if t.is_narrow else t
+        comb = self._combiner(combine, acc_t, op)
+        if isinstance(op.result.type, TileType):
+            self._new(op.result)
+        A, R, B = self._axis_view(x.shape, axis)
+        b = self.b
+        identity = constant(self._vec(llvm_type(acc_t)), _identity(combine, acc_t))
+        finish = (lambda v: self.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
+        if B == 1:
+            def row(a, cs):
+                first = b.mul(a, ir.Constant(I64, R))
+                unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1
+                step = unroll * self.L
+                groups = R // step
+
+                def group(g, accs):
+                    start = b.add(first, b.mul(g, ir.Constant(I64, step)))
+                    return [comb(acc, self._widen(self._load(x, b.add(start, ir.Constant(I64, k * self.L))), t))
+                            for k, acc in enumerate(accs)]
+
+                accs = self._for(0, groups, group, [identity] * unroll, name="reduce")
+                acc = accs[0]
+                for other in accs[1:]:
+                    acc = comb(acc, other)
+                done = groups * step
+
+                def chunk(j, valid, cs):
+                    (acc,) = cs
+                    v = self._widen(self._load(x, b.add(first, b.add(j, ir.Constant(I64, done)))), t)
+                    if valid is not None:
+                        v = b.select(valid, v, identity)
+                    return [comb(acc, v)]
+
+                (acc,) = self._chunks(R - done, chunk, [acc])
+                self._result(op, finish(self._horizontal(acc, comb)), a)
+                return []
+
+            self._for(0, A, row, name="reduce_row")
+            return
+
+        def block(a, cs):
+            base = b.mul(a, ir.Constant(I64, R * B))
+
+            def chunk(j, valid, cs):
+                start = b.add(base, j)
+                acc = self._widen(self._load(x, start), t)
+                acc, = self._for(1, R, lambda r, cs: [comb(cs[0], self._widen(
+                    self._load(x, b.add(start, b.mul(r, ir.Constant(I64, B)))), t))], [acc], name="reduce_axis")
+                self._store(self.tiles[op.result], b.add(b.mul(a, ir.Constant(I64, B)), j), finish(acc))
+                return []
+
+            self._chunks(B, chunk)
+            return []
+
+        self._for(0, A, block, name="reduce_block")
+
+    def _horizontal(self, v: ir.Value, comb) -> ir.Value:
+        """The combine of a vector's lanes (halves combined until one lane is left)."""
+        b = self.b
+        n = v.type.count
+        while n > 1:
+            h = n // 2
+            lo = b.shuffle_vector(v, v, ir.Constant(self._vec(I32, h), list(range(h))))
+            hi = b.shuffle_vector(v, v, ir.Constant(self._vec(I32, h), list(range(h, n))))
+            v, n = comb(lo, hi), h
+        return self._lane(v, 0)
+
+    def _better(self, t: DType, combine: Combine, x: ir.Value, best: ir.Value) -> ir.Value:
+        """Where ``x`` beats ``best`` for an arg reduction (strictly; a NaN beats a number)."""
+        b = self.b
+        name = ">" if combine is Combine.MAX else "<"
+        if t.is_float:
+            wins = b.fcmp_ordered(name, x, best)
+            return b.or_(wins, b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("ord", best, best)))
+        return (b.icmp_unsigned if t.is_unsigned else b.icmp_signed)(name, x, best)
+
+    def _tie(self, t: DType, x: ir.Value, y: ir.Value) -> ir.Value:
+        b = self.b
+        if t.is_float:
+            return b.or_(b.fcmp_ordered("==", x, y), b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_unordered("uno", y, y)))
+        return b.icmp_unsigned("==", x, y)
+
+    def tile_argreduce(self, op: Op) -> None:
+        x = self.tile(op.operands[0])
+        combine, axis = op.attrs.op, op.attrs.axis
+        t = x.dtype
+        ct = t.compute if t.is_narrow else t
+        if isinstance(op.result.type, TileType):
+            self._new(op.result)
+        A, R, B = self._axis_view(x.shape, axis)
+        b = self.b
+        if B == 1:
+            def row(a, cs):
+                first = b.mul(a, ir.Constant(I64, R))
+                v0 = self._widen(self._load(x, first), t)
+                iota = self._iota()
+                if R < self.L:  # lanes past the row repeat element 0 at position 0: they never win
+                    valid = self._below(R)
+                    v0 = b.select(valid, v0, self._splat(self._lane(v0, 0)))
+                    i0 = b.select(valid, iota, self._splat(ir.Constant(I64, 0)))
+                else:
+                    i0 = iota
+
+                def chunk(j, valid, cs):
+                    best, at = cs
+                    j = b.add(j, ir.Constant(I64, self.L))
+                    v = self._widen(self._load(x, b.add(first, j)), t)
+                    wins = self._better(ct, combine, v, best)
+                    if valid is not None:
+                        wins = b.and_(wins, valid)
+                    return [b.select(wins, v, best), b.select(wins, b.add(self._splat(j), iota), at)]
+
+                best, at = self._chunks(max(R - self.L, 0), chunk, [v0, i0])
+                n = self.L
+                while n > 1:  # halves: the better of each pair of lanes, the lower position on a tie
+                    h = n // 2
+                    lo_mask, hi_mask = (ir.Constant(self._vec(I32, h), list(r)) for r in (range(h), range(h, n)))
+                    v1, v2 = (b.shuffle_vector(best, best, m) for m in (lo_mask, hi_mask))
+                    i1, i2 = (b.shuffle_vector(at, at, m) for m in (lo_mask, hi_mask))
+                    take = b.or_(self._better(ct, combine, v2, v1), b.and_(self._tie(ct, v1, v2), b.icmp_signed("<", i2, i1)))
+                    best, at, n = b.select(take, v2, v1), b.select(take, i2, i1), h
+                self._result(op, self._lane(at, 0), a)
+                return []
+
+            self._for(0, A, row, name="argreduce_row")
+            return
+
+        def block(a, cs):
+            base = b.mul(a, ir.Constant(I64, R * B))
+
+            def chunk(j, valid, cs):
+                start = b.add(base, j)
+                best = self._widen(self._load(x, start), t)
+
+                def step(r, cs):
+                    best, at = cs
+                    v = self._widen(self._load(x, b.add(start, b.mul(r, ir.Constant(I64, B)))), t)
+                    wins = self._better(ct, combine, v, best)
+                    return [b.select(wins, v, best), b.select(wins, self._splat(r), at)]
+
+                _, at = self._for(1, R, step, [best, self._splat(ir.Constant(I64, 0))], name="argreduce_axis")
+                self._store(self.tiles[op.result], b.add(b.mul(a, ir.Constant(I64, B)), j), at)
+                return []
+
+            self._chunks(B, chunk)
+            return []
+
+        self._for(0, A, block, name="argreduce_block")
+
+    def tile_scan(self, op: Op) -> None:
+        x = self.tile(op.operands[0])
+        out = self._new(op.result)
+        combine, axis = op.attrs.op, op.attrs.axis
+        t = x.dtype
+        acc_t = t.compute if t.is_narrow else t
+        comb = self._combiner(combine, acc_t, op)
+        finish = (lambda v: self.narrow(v, t)) if t.is_narrow else (lambda v: v)
+        A, R, B = self._axis_view(x.shape, axis)
+        b = self.b
+        L = self.L
+        identity = constant(self._vec(llvm_type(acc_t)), _identity(combine, acc_t))
+        if B == 1:
+            def row(a, cs):
+                first = b.mul(a, ir.Constant(I64, R))
+
+                def chunk(j, valid, cs):
+                    (carry,) = cs
+                    v = self._widen(self._load(x, b.add(first, j)), t)
+                    s = 1
+                    while s < L:  # in-vector inclusive prefix: lane k combines lanes k-s..k
+                        shifted = b.shuffle_vector(v, identity, ir.Constant(self._vec(I32), [
+                            k - s if k >= s else L + k for k in range(L)]))
+                        v, s = comb(shifted, v), 2 * s
+                    v = comb(carry, v)
+                    self._store(out, b.add(first, j), finish(v))
+                    return [b.shuffle_vector(v, v, ir.Constant(self._vec(I32), [L - 1] * L))]
+
+                self._chunks(R, chunk, [identity])
+                return []
+
+            self._for(0, A, row, name="scan_row")
+            return
+
+        def block(a, cs):
+            base = b.mul(a, ir.Constant(I64, R * B))
+
+            def chunk(j, valid, cs):
+                start = b.add(base, j)
+                acc = self._widen(self._load(x, start), t)
+                self._store(out, start, finish(acc))
+
+                def step(r, cs):
+                    at = b.add(start, b.mul(r, ir.Constant(I64, B)))
+                    acc = comb(cs[0], self._widen(self._load(x, at), t))
+                    self._store(out, at, finish(acc))
+                    return [acc]
+
+                self._for(1, R, step, [acc], name="scan_axis")
+                return []
+
+            self._chunks(B, chunk)
+            return []
+
+        self._for(0, A, block, name="scan_block")
+
+    # -- dot ----------------------------------------------------------------------------------
+    def _dot_input(self, tile: Tile, acc_t: DType, tf32: bool) -> Tile:
+        """``tile`` converted to the accumulator's type (and rounded to tf32), in a temporary."""
+        if tile.dtype == acc_t and not tf32:
+            return tile
+        out = self._temporary(tile.type.with_dtype(acc_t))
+        b = self.b
+
+        def chunk(j, valid, cs):
+            v = self.convert(self._load(tile, j), tile.dtype, acc_t)
+            if tf32:
+                bits = b.bitcast(v, self._vec(I32))
+                finite = b.icmp_unsigned("!=", b.and_(bits, constant(bits, 0x7F800000)), constant(bits, 0x7F800000))
+                rounded = b.and_(b.add(bits, constant(bits, 0x1000)), constant(bits, -0x2000))
+                v = b.bitcast(b.select(finite, rounded, bits), v.type)
+            self._store(out, j, v)
+            return []
+
+        self._chunks(tile.size, chunk)
+        return out
+
+    def tile_dot(self, op: Op) -> None:
+        a_tile, b_tile, acc = (self.tile(v) for v in op.operands)
+        out = self._new(op.result)
+        acc_t = out.dtype
+        tf32 = op.attrs.precision is Precision.TF32
+        a_tile = self._dot_input(a_tile, acc_t, tf32)
+        b_tile = self._dot_input(b_tile, acc_t, tf32)
+        M, K = a_tile.shape
+        N = b_tile.shape[1]
+        lanes = max(1, self.L * 32 // acc_t.bits)  # one vector register of the accumulator's type
+        mr, nv = micro_kernel_shape(acc_t, self.L)
+        nr = nv * lanes
+        b = self.b
+
+        def block(i0, j0, rows: int, vectors: int, last: int) -> None:
+            """Rows ``i0 .. i0+rows`` by ``vectors`` vectors from column ``j0``; the last vector
+            holds ``last`` columns."""
+            tail = None if last == lanes else ir.Constant(self._vec(I1, lanes), [ir.Constant(I1, int(k < last))
+                                                                                 for k in range(lanes)])
+            masks = [None] * (vectors - 1) + [tail]
+            where = [[b.add(b.mul(b.add(i0, ir.Constant(I64, i)), ir.Constant(I64, N)),
+                            b.add(j0, ir.Constant(I64, v * lanes))) for v in range(vectors)] for i in range(rows)]
+            c = [self._load(acc, where[i][v], masks[v], n=lanes) for i in range(rows) for v in range(vectors)]
+
+            def step(k, cs):
+                row_b = b.mul(k, ir.Constant(I64, N))
+                bs = [self._load(b_tile, b.add(row_b, b.add(j0, ir.Constant(I64, v * lanes))), n=lanes)
+                      for v in range(vectors)]
+                new = []
+                for i in range(rows):
+                    a_ik = self._splat(self._load1(a_tile, b.add(b.mul(b.add(i0, ir.Constant(I64, i)),
+                                                                       ir.Constant(I64, K)), k)), lanes)
+                    for v in range(vectors):
+                        acc_v = cs[i * vectors + v]
+                        if acc_t.is_float:
+                            new.append(self.call("llvm.fma", [a_ik, bs[v], acc_v]))
+                        else:
+                            new.append(b.add(acc_v, b.mul(a_ik, bs[v])))
+                return new
+
+            c = self._for(0, K, step, c, name="dot_k")
+            for i in range(rows):
+                for v in range(vectors):
+                    self._store(out, where[i][v], c[i * vectors + v], masks[v])
+
+        full_cols, rest_cols = divmod(N, nr)
+        column_blocks = []  # (first column, vectors, columns in the last vector)
+        if full_cols:
+            column_blocks.append((None, nv, lanes))
+        if rest_cols:
+            column_blocks.append((full_cols * nr, -(-rest_cols // lanes), rest_cols - (-(-rest_cols // lanes) - 1) * lanes))
+        full_rows, rest_rows = divmod(M, mr)
+
+        def rows_block(i0, rows):
+            for first, vectors, last in column_blocks:
+                if first is None:
+                    self._for(0, full_cols, lambda jb, cs: (block(i0, b.mul(jb, ir.Constant(I64, nr)), rows, nv, lanes),
+                                                            [])[1], name="dot_j")
+                else:
+                    block(i0, ir.Constant(I64, first), rows, vectors, last)
+
+        if full_rows:
+            self._for(0, full_rows, lambda ib, cs: (rows_block(b.mul(ib, ir.Constant(I64, mr)), mr), [])[1], name="dot_i")
+        if rest_rows:
+            rows_block(ir.Constant(I64, full_rows * mr), rest_rows)
+
+    # -- memory -------------------------------------------------------------------------------
+    def _expr(self, e) -> ir.Value:
+        if isinstance(e, int):
+            return ir.Constant(I64, e)
+        if isinstance(e, tuple):
+            kind, x, y = e
+            return (self.b.add if kind == "add" else self.b.mul)(self._expr(x), self._expr(y))
+        return self.value(e)
+
+    def _box_ranges(self, box: Box, shape: tuple[int, ...]):
+        """Each axis's [lo, hi) (clamped to the tile) and the i1 of the conditions that do not
+        depend on the position."""
+        b = self.b
+        zero = ir.Constant(I64, 0)
+        ranges = []
+        for d, n in enumerate(shape):
+            lo, hi = zero, ir.Constant(I64, n)
+            for e in box.lows[d]:
+                lo = self.call("llvm.smax", [lo, self._expr(e)])
+            for e in box.highs[d]:
+                hi = self.call("llvm.smin", [hi, self._expr(e)])
+            ranges.append((lo, hi))
+        uniform = ir.Constant(I1, 1)
+        for e in box.zero_lows:
+            uniform = b.and_(uniform, b.icmp_signed("<=", self._expr(e), zero))
+        for e in box.zero_highs:
+            uniform = b.and_(uniform, b.icmp_signed(">", self._expr(e), zero))
+        for v in box.flags:
+            uniform = b.and_(uniform, self.value(v))
+        return ranges, uniform
+
+    def _access(self, op: Op, value: Tile | None, out: Tile | None, other: ir.Value | None) -> None:
+        """A tile_load (into ``out``, ``other`` where masked off) or tile_store (of ``value``) by
+        its plan: row by row from the affine offsets, else element by element."""
+        plan = self.plans[op]
+        kind = STATUS_STORE_OOB if value is not None else STATUS_LOAD_OOB
+        if plan.offsets is None:
+            self._access_elements(op, value, out, other, kind)
+        else:
+            self._access_rows(op, plan, value, out, other, kind)
+
+    def _buffer(self, op: Op):
+        name, dtype = op.attrs.buffer, op.attrs.dtype
+        return self.pointers[name], self.counts[name], memory_type(dtype), dtype
+
+    def _access_elements(self, op: Op, value, out, other, kind) -> None:
+        offsets, mask = self.tile(op.operands[0]), self.tile(op.operands[-1])
+        ptr, count, mem, dtype = self._buffer(op)
+        b = self.b
+        checks = self._checked(op)
+        passthru = self._splat(self._to_memory(other, dtype)) if other is not None else None
+
+        def chunk(j, valid, cs):
+            at = self._load(offsets, j)
+            m = self._load(mask, j)
+            if valid is not None:
+                m = b.and_(m, valid)
+            if checks:
+                ok = b.icmp_unsigned("<", at, self._splat(count))
+                self._fail_lanes(op, b.and_(m, b.not_(ok)), at, kind)
+                m = b.and_(m, ok)
+            pointers = self._addresses(ptr, mem, at)
+            if value is None:
+                self._store(out, j, self._from_memory(self._gather(pointers, m, passthru, dtype.itemsize), dtype))
+            else:
+                self._scatter(self._to_memory(self._load(value, j), dtype), pointers, m, dtype.itemsize)
+            return []
+
+        self._chunks((out or value).size, chunk)
+
+    def _access_rows(self, op: Op, plan: AccessPlan, value, out, other, kind) -> None:
+        tile = out if out is not None else value
+        shape = tile.shape
+        n = shape[-1]
+        ptr, count, mem, dtype = self._buffer(op)
+        b = self.b
+        L = self.L
+        checks = self._checked(op)
+        base = self._expr(plan.offsets.base)
+        coefs = [self._expr(c) for c in plan.offsets.coefs]
+        contiguous = plan.contiguous
+        step = coefs[-1]
+        box = plan.box
+        mask_tile = None if box is not None else self.tile(op.operands[-1])
+        if box is not None:
+            ranges, uniform = self._box_ranges(box, shape)
+            lo, hi = ranges[-1]
+        passthru = self._splat(self._to_memory(other, dtype)) if other is not None else None
+        iota = self._iota()
+        align = dtype.itemsize
+
+        def row(r, idx):
+            row_base = base
+            for i, c in zip(idx, coefs):
+                row_base = b.add(row_base, b.mul(i, c))
+            first = b.mul(r, ir.Constant(I64, n))
+            active = None
+            if box is not None:
+                active = uniform
+                for i, (l, h) in zip(idx, ranges):
+                    active = b.and_(active, b.and_(b.icmp_signed("<=", l, i), b.icmp_signed("<", i, h)))
+                if contiguous and checks:  # the row's run of elements is in bounds iff both ends are
+                    start = b.add(row_base, lo)
+                    final = b.sub(b.add(row_base, hi), ir.Constant(I64, 1))
+                    ok = b.and_(b.icmp_unsigned("<", start, count), b.icmp_unsigned("<", final, count))
+                    bad = b.and_(b.and_(active, b.icmp_signed("<", lo, hi)), b.not_(ok))
+                    detail = lambda start=start: (b.select(b.icmp_unsigned("<", start, count), count, start),  # noqa: E731
+                                                  self.lane())
+                    self.fail_if(op, bad, kind, detail)
+                    active = b.and_(active, ok)
+
+            def chunk(j, valid, cs):
+                jv = b.add(self._splat(j), iota)
+                if box is not None:
+                    m = b.and_(b.and_(b.icmp_signed(">=", jv, self._splat(lo)), b.icmp_signed("<", jv, self._splat(hi))),
+                               self._splat(active))
+                else:
+                    m = self._load(mask_tile, b.add(first, j))
+                    if valid is not None:
+                        m = b.and_(m, valid)
+                if contiguous:
+                    at = b.add(row_base, j)
+                    if checks and box is None:
+                        offsets = b.add(self._splat(at), iota)
+                        ok = b.icmp_unsigned("<", offsets, self._splat(count))
+                        self._fail_lanes(op, b.and_(m, b.not_(ok)), offsets, kind)
+                        m = b.and_(m, ok)
+                    where = b.gep(ptr, [at], source_etype=mem)
+                    if value is None:
+                        self._store(out, b.add(first, j), self._from_memory(self._masked_load(where, m, passthru, align), dtype))
+                    else:
+                        self._masked_store(self._to_memory(self._load(value, b.add(first, j)), dtype), where, m, align)
+                    return []
+                offsets = b.add(self._splat(row_base), b.mul(jv, self._splat(step)))
+                if checks:
+                    ok = b.icmp_unsigned("<", offsets, self._splat(count))
+                    self._fail_lanes(op, b.and_(m, b.not_(ok)), offsets, kind)
+                    m = b.and_(m, ok)
+                pointers = self._addresses(ptr, mem, offsets)
+                if value is None:
+                    self._store(out, b.add(first, j), self._from_memory(self._gather(pointers, m, passthru, align), dtype))
+                else:
+                    self._scatter(self._to_memory(self._load(value, b.add(first, j)), dtype), pointers, m, align)
+                return []
+
+            self._chunks(n, chunk)
+
+        self._rows(shape[:-1], row)
+
+    def tile_tile_load(self, op: Op) -> None:
+        out = self._new(op.result)
+        self._access(op, None, out, self.value(op.operands[1]))
+
+    def tile_tile_store(self, op: Op) -> None:
+        self._access(op, self.tile(op.operands[1]), None, None)
+
+    def tile_tile_atomic(self, op: Op) -> None:
+        offsets, value, mask = (self.tile(v) for v in op.operands)
+        b = self.b
+
+        def element(e, cs):
+            with b.if_then(self._load1(mask, e)):
+                self.atomic_at(op, self._load1(offsets, e), [self._load1(value, e)])
+            return []
+
+        self._for(0, offsets.size, element, name="atomic")
+
+    # -- control ------------------------------------------------------------------------------
+    def _yield_into(self, targets: list[Tile], values: list[Value]) -> None:
+        """Copy yielded tiles into ``targets``; a value held in another target is copied out first."""
+        sources = [self.tile(v) for v in values]
+        held = {id(t.ptr) for t in targets}
+        staged = []
+        for target, source in zip(targets, sources):
+            if source.ptr is not target.ptr and id(source.ptr) in held:
+                temp = self._temporary(source.type)
+                self._copy(temp, source)
+                source = temp
+            staged.append(source)
+        for target, source in zip(targets, staged):
+            self._copy(target, source)
+
+    def op_fold(self, op: Op) -> None:
+        b = self.b
+        start, stop = (self.value(v) for v in op.operands[:2])
+        step = op.attrs.step
+        (region,) = op.regions
+        carried = region.args[1:]
+        is_tile = [isinstance(a.type, TileType) for a in carried]
+        tiles = {a: self._new(a) for a, t in zip(carried, is_tile) if t}
+        for arg, init in zip(carried, op.operands[2:]):
+            if arg in tiles:
+                self._copy(tiles[arg], self.tile(init))
+        inits = [self.value(init) for arg, init in zip(carried, op.operands[2:]) if arg not in tiles]
+        trips = self._trip_count(start, stop, step)
+
+        def trip(k, scalars):
+            self.values[region.args[0]] = b.add(start, b.mul(k, ir.Constant(I64, step)))
+            it = iter(scalars)
+            for arg in carried:
+                if arg in tiles:
+                    self.tiles[arg] = tiles[arg]
+                else:
+                    self.values[arg] = next(it)
+            self.lower_block(region)
+            yielded = region.terminator.operands
+            self._yield_into([tiles[a] for a in carried if a in tiles], [v for a, v in zip(carried, yielded) if a in tiles])
+            return [self.value(v) for a, v in zip(carried, yielded) if a not in tiles]
+
+        finals = iter(self._for(0, trips, trip, inits, name=f"fold{self.ordinals[op]}"))
+        for arg, result in zip(carried, op.results):
+            if arg in tiles:
+                self.tiles[result] = Tile(tiles[arg].ptr, result.type)
+            else:
+                self.values[result] = next(finals)
+
+    def op_if(self, op: Op) -> None:
+        b = self.b
+        tag = self.ordinals[op]
+        cond = self.value(op.operands[0])
+        targets = {r: self._new(r) for r in op.results if isinstance(r.type, TileType)}
+        blocks = [b.append_basic_block(f"if_{tag}_{n}") for n in ("then", "else", "end")]
+        b.cbranch(cond, blocks[0], blocks[1])
+        incoming = []
+        for block, region in zip(blocks, (*op.regions, None)[:2]):
+            b.position_at_end(block)
+            scalars = []
+            if region is not None:
+                self.lower_block(region)
+                yielded = region.terminator.operands
+                self._yield_into([targets[r] for r in op.results if r in targets],
+                                 [v for r, v in zip(op.results, yielded) if r in targets])
+                scalars = [self.value(v) for r, v in zip(op.results, yielded) if r not in targets]
+            incoming.append((scalars, b.block))
+            b.branch(blocks[2])
+        b.position_at_end(blocks[2])
+        scalar_results = [r for r in op.results if r not in targets]
+        for k, result in enumerate(scalar_results):
+            phi = b.phi(llvm_type(result.type))
+            for values, block in incoming:
+                phi.add_incoming(values[k], block)
+            self.values[result] = phi
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return out[::-1]
+
+
+def lower_tile_host(graph: Graph, target: HostTarget) -> LoweredModule:
+    """Lower tile graph ``graph`` for the host: a launcher over programs."""
+    lanes = target.vector_width or host_vector_width()
+    lw = TileHostLowering(graph, target, lanes)
+    entry = lw.lower_launcher().name
+    lw.lower_prepare()
+    return LoweredModule(lw.module, entry, False, tuple(graph.body.walk()),
+                         HostPlan(Chunking(Chunks.block, lanes), not target.checks))
