@@ -87,6 +87,8 @@ class Program:
         graph = self.traced_graph
         if graph.is_block_launch:
             return ThreadBlocks(*graph.block_shape)
+        if graph.is_tile_launch:  # a program is a block of warps * 32 threads (on the CPU, one lane)
+            return ThreadBlocks(graph.launch_op.attrs.warps * 32)
         return self.schedule if self.schedule is not None else DEFAULT_THREADS[len(graph.axes)]
 
     def launch(self, limits: Limits | None = None, *, args=None) -> Launch:

@@ -220,8 +220,6 @@ def test_schedule_is_the_tile_programs_grid():
     assert [str(a) for a in graph.axes] == ["q_tile=3", "b=2"]
 
 
-@pytest.mark.xfail(strict=True, reason="Program.launch does not yet give a tile launch its own geometry (one block "
-                   "of warps*32 threads per program); it tiles the grid with the default 2-D thread block")
 def test_schedule_matches_the_programs_launch():
     entry = scaled_dot_product_tile(ScaledDotProduct(*ODD), tiles=AttentionTiles(16, 32, warps=2))
     snapshot = entry.schedule_snapshot()

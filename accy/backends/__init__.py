@@ -54,9 +54,10 @@ def launch_for(graph, threads: ThreadBlocks, extents, limits: Limits | None) -> 
     """The launch covering ``extents``, checked against ``limits``."""
     _check_limits(limits)
     limits = limits or Limits.default
-    if graph.is_block_launch:  # the extents count blocks; the block's shape is the launch's own
+    if graph.is_block_launch or graph.is_tile_launch:  # the extents count blocks (programs); its own shape
         pad = lambda values: tuple(values) + (1,) * (3 - len(values))  # noqa: E731
-        launch = limits.check(Launch(grid=pad(extents), block=pad(graph.block_shape), extents=tuple(extents)))
+        block = graph.block_shape if graph.is_block_launch else (graph.launch_op.attrs.warps * 32,)
+        launch = limits.check(Launch(grid=pad(extents), block=pad(block), extents=tuple(extents)))
     else:
         launch = limits.check(threads.launch(extents))
     shared = sum(op.attrs["count"] * op.attrs["dtype"].itemsize for op in graph.shared_arrays().values())
