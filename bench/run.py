@@ -7,6 +7,9 @@ Sections:
   Jacobi, tiled matmul, histogram, sum, flash and naive attention) on the llvm backend and
   the interpreter, against plain NumPy (and torch SDPA), with the project's targets
   (bench/targets.py); drawn as a chart when matplotlib is installed;
+- ``tiles``: the tile programs (examples/tile_*.py, the tile attention entry) on llvm and the
+  numpy backend against NumPy and torch SDPA, with issue 18's targets (bench/tiles.py), and
+  a tile kernel's cold trace + compile;
 - ``attention``: every attention entry at tiny..large shapes on every CPU backend, against
   NumPy, einsum, the same loop nest in C and torch SDPA (bench/attention.py);
 - ``interpreter`` (not run by default: the attention section holds the same rows): the
@@ -29,11 +32,11 @@ import sys
 
 import numpy as np
 
-from . import attention, chart, targets
+from . import attention, chart, targets, tiles
 from .timing import contention, machine, measure
 
-SECTIONS = ("launch", "targets", "attention", "interpreter", "ptx", "compile")
-DEFAULT_SECTIONS = ("launch", "targets", "attention", "ptx", "compile")  # attention has the interpreter's rows too
+SECTIONS = ("launch", "targets", "tiles", "attention", "interpreter", "ptx", "compile")
+DEFAULT_SECTIONS = ("launch", "targets", "tiles", "attention", "ptx", "compile")  # attention has the interpreter's rows too
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
@@ -92,6 +95,13 @@ def main(argv=None) -> int:
             os.makedirs(os.path.dirname(os.path.abspath(ns.chart)), exist_ok=True)
             why = chart.draw(rows, ns.chart)
             print(f"chart: {why or ns.chart}")
+    if "tiles" in sections:
+        print("\n== tiles: tile programs on llvm and the numpy backend against NumPy ==")
+        rows = targets.run_workloads(measure, ns.budget, ns.quick, ns.only, tiles.WORKLOADS, tiles.QUICK)
+        targets.print_rows(rows)
+        cold = tiles.cold_compile()
+        print("  cold tile matmul: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in cold.items()))
+        report["tiles"] = {"rows": rows, "cold": cold}
     if "attention" in sections:
         print("\n== attention entries on every CPU backend ==")
         rows = attention.bench_kernels(shapes, quick=ns.quick)

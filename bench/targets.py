@@ -256,15 +256,18 @@ def max_error(result, expected) -> float:
     return worst
 
 
-def run_workloads(measure, budget: float, quick: bool = False, only: str | None = None) -> list[dict]:
-    """Time every workload on its backends and baselines; one row per workload."""
+def run_workloads(measure, budget: float, quick: bool = False, only: str | None = None, workloads=None,
+                  skip_quick=None) -> list[dict]:
+    """Time every workload (``WORKLOADS`` unless given) on its backends and baselines; one
+    row per workload."""
     rows = []
-    for w in WORKLOADS:
+    skip_quick = QUICK if skip_quick is None else skip_quick
+    for w in WORKLOADS if workloads is None else workloads:
         if only and only not in w.kernel:
             continue
         row = {"kernel": w.kernel, "size": w.size, "targets": [], "seconds": {}, "errors": {}, "skipped": {}}
         rows.append(row)
-        if quick and (w.kernel, w.size) in QUICK:
+        if quick and (w.kernel, w.size) in skip_quick:
             row["skipped"]["all"] = "--quick"
             continue
         setup = w.setup()
