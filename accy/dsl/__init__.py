@@ -44,7 +44,7 @@ __all__ = [
     "Block", "Graph", "Op", "Param", "ParamKind", "SourceLocation", "Value", "OPS", "OpDef", "parse",
     "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "hoist_loop_invariants",
     "optimize", "verify", "Launch", "Limits", "ThreadBlocks", "thread_blocks", "BufferSpec", "KernelArgs",
-    "ScalarSpec", "buffer", "dynamic_buffer", "dynamicBuffer", "scalar", "trace", "DTYPES", "DType", "bf16",
+    "ScalarSpec", "buffer", "cdiv", "dynamic_buffer", "dynamicBuffer", "scalar", "trace", "DTYPES", "DType", "bf16",
     "boolean", "f16", "f32", "f64", "f8e4m3", "f8e5m2", "i8", "i16", "i32", "i64", "index", "u8", "u16", "u32", "u64",
     "TensorHandle", "TensorSpec", "tensor",
 ]
