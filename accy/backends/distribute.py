@@ -675,26 +675,23 @@ class _Distributor:
             j0, j1 = layout.register_indices(r)
             rows.setdefault(j0, self.mul(coords[r][0], kk))
             cols.setdefault(j1, self.add(coords[r][1], m * kk))
-        unroll = next(u for u in (4, 2, 1) if kk % u == 0)
         floats = c_type.is_float
 
-        def step(inner, k, accs):
+        def step(inner, k, accs):  # one k at a time: LLVM unrolls; unrolling here only lengthens live ranges
             with self.region(inner):
                 accs = list(accs)
-                for du in range(unroll):
-                    ki = self.add(k, du)
-                    av = {j: self.load_shared(array, self.add(at, ki), c_type) for j, at in rows.items()}
-                    kn = self.mul(ki, n)
-                    bv = {j: self.load_shared(array, self.add(at, kn), c_type) for j, at in cols.items()}
-                    for r in range(layout.registers):
-                        j0, j1 = layout.register_indices(r)
-                        if floats:
-                            accs[r] = self.b.fma(av[j0], bv[j1], accs[r])
-                        else:
-                            accs[r] = self.b.add(accs[r], self.b.mul(av[j0], bv[j1]))
+                av = {j: self.load_shared(array, self.add(at, k), c_type) for j, at in rows.items()}
+                kn = self.mul(k, n)
+                bv = {j: self.load_shared(array, self.add(at, kn), c_type) for j, at in cols.items()}
+                for r in range(layout.registers):
+                    j0, j1 = layout.register_indices(r)
+                    if floats:
+                        accs[r] = self.b.fma(av[j0], bv[j1], accs[r])
+                    else:
+                        accs[r] = self.b.add(accs[r], self.b.mul(av[j0], bv[j1]))
                 return tuple(accs)
 
-        result = self.b.fold_range(0, kk, unroll, tuple(acc.values), step)
+        result = self.b.fold_range(0, kk, 1, tuple(acc.values), step)
         self.dirty = True
         self.env[op.result] = Regs(layout, c_type, tuple(result))
 
