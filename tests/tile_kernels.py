@@ -159,6 +159,9 @@ def _elementwise():
             c = p.c.load(rows, mask=rows < p.M)  # along columns
             y = t.where(x > 0, t.exp(x) * r[None, :], x - c[:, None]) + t.maximum(x, 0.5) * 2.0
             y = y + abs(c[:, None] - r[None, :]) / 3.0
+            head = p.r.load(t.arange(32))  # the same in every program
+            top = t.max(p.c.load(t.arange(64), mask=t.arange(64) < p.M, other=-5.0))  # past c's end: masked
+            y = y + head[None, :] * top
             p.out.store(rows[:, None] * p.N + cols[None, :], y, mask=inside)
             h = (x.cast(f16) * 3.0 + 1.0).sqrt()
             p.half.store(rows[:, None] * p.N + cols[None, :], h, mask=inside)
@@ -175,6 +178,7 @@ def _elementwise():
         exp = np.exp(x.astype(np.float64)).astype(np.float32)  # math functions: float64 rounded once
         y = np.where(x > 0, exp * r, x - c) + np.maximum(x, np.float32(0.5)) * np.float32(2.0)
         y = y + np.abs(c - r) / np.float32(3.0)
+        y = y + a["r"][np.arange(N) % 32][None, :] * max(a["c"].max(), np.float32(-5.0))  # head: per column tile
         # f16 arithmetic: f32 rounded to f16 after each op
         h = (x.astype(np.float16).astype(np.float32) * 3).astype(np.float16)
         h = (h.astype(np.float32) + 1).astype(np.float16)
@@ -630,7 +634,8 @@ def _causal_fold():
     running sum as it goes (stores under the active mask), with a scalar carry, and ifs whose
     condition differs between programs (one storing in each branch, one giving a scalar)."""
 
-    @accy.kernel(total=accy.dynamic_buffer(f32), partial=accy.dynamic_buffer(f32), trips=accy.dynamic_buffer(index),
+    @accy.kernel(total=accy.dynamic_buffer(f32), partial=accy.dynamic_buffer(f32), again=accy.dynamic_buffer(f32),
+                 trips=accy.dynamic_buffer(index),
                  parity=accy.dynamic_buffer(f32), top=accy.dynamic_buffer(f32), x=accy.dynamic_buffer(f32),
                  blocks=accy.scalar(index))
     def causal_fold(k, p):
@@ -640,13 +645,17 @@ def _causal_fold():
             e = t.arange(8)[:, None] * 16 + t.arange(16)[None, :]
 
             def step(t, j, carry):
-                acc, count = carry
-                acc = acc + p.x.load(j * 128 + e)
+                acc, again, count = carry
+                acc = acc + p.x.load(j * 128 + e)  # boxes of the buffer
                 p.partial.store((m * p.blocks + j) * 128 + e, acc)  # only while j <= m
-                return acc, count + 1
+                picked = t.where(e >= 0, j * 128 + e, -1)  # offsets no longer affine: element by element
+                again = again + p.x.load(picked)
+                p.again.store(t.where(e >= 0, (m * p.blocks + j) * 128 + e, -1), again)
+                return acc, again, count + 1
 
-            acc, count = t.fold_range(0, m + 1, 1, (t.zeros((8, 16), f32), t.constant(0, index)), step)
-            p.total.store(m * 128 + e, acc)
+            zeros = t.zeros((8, 16), f32)
+            acc, again, count = t.fold_range(0, m + 1, 1, (zeros, zeros, t.constant(0, index)), step)
+            p.total.store(m * 128 + e, acc + again)
             p.trips[m] = count
             here = m * 16 + t.arange(16)
             t.if_(m % 2 == 1, lambda t: p.parity.store(here, t.full((16,), 1.0, f32)),
@@ -657,6 +666,7 @@ def _causal_fold():
     def make(rng):
         blocks = 5
         return dict(total=np.zeros(blocks * 128, np.float32), partial=np.full(blocks * blocks * 128, np.nan, np.float32),
+                    again=np.full(blocks * blocks * 128, np.nan, np.float32),
                     trips=np.zeros(blocks, np.int64), parity=np.zeros(blocks * 16, np.float32),
                     top=np.zeros(blocks, np.float32),
                     x=rng.integers(-8, 8, blocks * 128).astype(np.float32), blocks=blocks)  # exact sums
@@ -671,7 +681,8 @@ def _causal_fold():
         parity = np.where((np.arange(blocks) % 2 == 1)[:, None], 1.0, ieee_max(running, axis=1))
         odd = np.arange(blocks) % 2 == 1
         top = np.where(odd, -1.0, ieee_max(running, axis=(1, 2)))
-        return dict(total=running.reshape(-1), partial=partial.reshape(-1), trips=np.arange(1, blocks + 1),
+        return dict(total=2 * running.reshape(-1), partial=partial.reshape(-1), again=partial.reshape(-1),
+                    trips=np.arange(1, blocks + 1),
                     parity=parity.reshape(-1), top=top)
 
     return TileCase("causal_fold", causal_fold, make, reference)

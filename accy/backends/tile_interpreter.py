@@ -23,11 +23,12 @@ from __future__ import annotations
 import math
 import weakref
 
+import attrs
 import numpy as np
 
 from ..dsl.ir import Block, Graph, Op
 from ..dsl.ops import SIMT_OPS, TILE_OPS, AtomicKind, Combine, Precision
-from ..dsl.types import element_type
+from ..dsl.types import TileType, element_type
 from ..errors import ArgumentError
 from . import numerics
 from .arguments import Binding
@@ -35,6 +36,7 @@ from .diagnostics import division_by_zero, out_of_bounds, thread_text
 from .interpreter import _WIDE, EVAL, _apply_atomics, _last_uses, _step_without_wrap
 
 F32 = np.dtype(np.float32)
+_AFFINE = frozenset({"add", "sub", "mul"})  # index arithmetic an Affine tile stays affine under
 _LARGEST = np.maximum.reduce  # one NumPy call for a bounds check
 
 
@@ -112,6 +114,112 @@ def dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray, precision: Precision) -> 
     return np.add(acc, product, dtype=c)
 
 
+# ----------------------------------------------------------------------------- unevaluated index tiles and masks
+#
+# Offsets are mostly affine in the tile positions (``rows[:, None] * n + cols``) and masks the and of
+# one condition per axis (``(rows[:, None] < m) & (cols[None, :] < n)``).  Held in those forms, a
+# load or store reads or writes each program's box of elements through one strided view of the
+# buffer, without materialising (P, *shape) offsets, and touches only the elements its mask holds;
+# any other use evaluates them (TileInterpreter.env does, on first reading).
+
+
+@attrs.frozen(eq=False)
+class Affine:
+    """An index tile ``base + sum_d coefs[d] * i_d`` (i_d: an element's position along tile axis d):
+    ``base`` a scalar ((P,) or ()), ``coefs`` the same in every program."""
+
+    base: object
+    coefs: tuple
+    shape: tuple[int, ...]
+
+    def evaluate(self, programs=None) -> np.ndarray:
+        """The offsets (of ``programs`` only, where given), wrapping as the graph's index arithmetic."""
+        base = np.asarray(self.base, np.int64)
+        if programs is not None and base.ndim:
+            base = base[programs]
+        lead = base.shape if base.ndim else (1,)
+        rank = len(self.shape)
+        out = base.reshape(lead + (1,) * rank)
+        for d, (c, n) in enumerate(zip(self.coefs, self.shape)):
+            if c != 0 and n > 1:
+                out = out + (np.arange(n, dtype=np.int64) * np.int64(c)).reshape((1,) * (d + 1) + (n,) + (1,) * (
+                    rank - d - 1))
+        return np.broadcast_to(out, out.shape[:1] + self.shape)
+
+
+@attrs.frozen(eq=False)
+class Conjunction:
+    """A mask held as the and of its ``factors``: bool arrays that broadcast to (P or 1, *shape),
+    each as compact as its broadcasting allows."""
+
+    factors: tuple
+    shape: tuple[int, ...]
+
+    def evaluate(self, programs=None) -> np.ndarray:
+        factors = [f[programs] if programs is not None and f.shape[0] > 1 else f for f in self.factors]
+        out = factors[0]
+        for f in factors[1:]:
+            out = np.logical_and(out, f)
+        return np.broadcast_to(out, out.shape[:1] + self.shape)
+
+
+def _compact(x: np.ndarray) -> np.ndarray:
+    """A broadcast view without its broadcast axes (length 1 again): what np.broadcast_to made it from."""
+    return x[tuple(slice(0, 1) if stride == 0 and n > 1 else slice(None) for stride, n in zip(x.strides, x.shape))]
+
+
+def _unit_axes(old: tuple[int, ...], new: tuple[int, ...]):
+    """For a reshape that only inserts or removes axes of length 1: each new axis's old axis (None
+    for an inserted one); else None."""
+    kept = [d for d, n in enumerate(old) if n != 1]
+    if [old[d] for d in kept] != [n for n in new if n != 1]:
+        return None
+    it = iter(kept)
+    return [next(it) if n != 1 else None for n in new]
+
+
+class _Values(dict):
+    """The interpreter's values: a lazily held one (Affine, Conjunction) is evaluated on first reading."""
+
+    __slots__ = ("lazy",)
+
+    def __init__(self):
+        super().__init__()
+        self.lazy: dict = {}
+
+    def __missing__(self, value):
+        evaluated = self[value] = self.lazy[value].evaluate()
+        return evaluated
+
+
+@attrs.frozen
+class _Plan:
+    """How a tile access reaches memory: the ``fast`` programs each through the box of ``lengths``
+    at ``lows`` (a strided view from their ``starts``), the ``rest`` (masks that are not boxes, boxes
+    that stick out of the buffer) element by element."""
+
+    fast: np.ndarray  # program numbers
+    rest: np.ndarray
+    starts: np.ndarray  # per fast program: the buffer offset of its box's first element
+    lows: tuple[int, ...]
+    lengths: tuple[int, ...]
+    strides: tuple[int, ...]  # elements per step along each tile axis
+    uniform: bool  # every program's box is one and the same: the value is the same in every program
+
+    @property
+    def span(self) -> int:
+        return sum(c * (n - 1) for c, n in zip(self.strides, self.lengths)) + 1
+
+    def window(self, memory: np.ndarray, writeable: bool = False) -> np.ndarray:
+        """Every box of the buffer, by its first element (the boxes that fit in it)."""
+        item = memory.itemsize
+        return np.lib.stride_tricks.as_strided(memory, (memory.size - self.span + 1,) + self.lengths,
+                                               (item,) + tuple(c * item for c in self.strides), writeable=writeable)
+
+    def box(self) -> tuple[slice, ...]:
+        return tuple(slice(lo, lo + n) for lo, n in zip(self.lows, self.lengths))
+
+
 # ----------------------------------------------------------------------------- the schedule
 
 
@@ -138,6 +246,11 @@ def _schedule(graph: Graph) -> dict[Block, tuple[tuple, ...]]:
             entries = []
             for op in block.ops:
                 handler = getattr(TileInterpreter, "op_" + op.opcode, None)
+                if len(op.results) == 1 and isinstance(op.results[0].type, TileType):
+                    if op.opcode in _AFFINE and op.result.type.dtype.is_index:
+                        handler = TileInterpreter.index_arithmetic
+                    elif op.opcode == "and" and op.result.type.dtype.is_bool:
+                        handler = TileInterpreter.conjunction
                 fn = None
                 if handler is None:
                     fn = EVAL[op.opcode]
@@ -159,7 +272,8 @@ class TileInterpreter:
                  extents: tuple[int, ...]):
         self.graph = graph
         self.buffers = buffers
-        self.env: dict = {}
+        self.env = _Values()
+        self.lazy = self.env.lazy  # values held as an Affine or a Conjunction
         for p, v in zip(graph.scalars, graph.body.args):
             self.env[v] = scalars[p.name]
         self.axes = graph.lane_axes(extents)  # the grid's axes, first fastest
@@ -172,14 +286,15 @@ class TileInterpreter:
             self.run_block(self.graph.body)
 
     def run_block(self, block: Block) -> None:
-        env = self.env
+        env, lazy = self.env, self.lazy
         for op, handler, fn, result, dead in self.steps[block]:
             if handler is None:
                 env[result] = fn(*[env[v] for v in op.operands])
             else:
                 handler(self, op)
             for v in dead:
-                del env[v]
+                env.pop(v, None)
+                lazy.pop(v, None)
 
     # -- the active programs ------------------------------------------------------
     def _per_program(self, mask: np.ndarray, ndim: int) -> np.ndarray:
@@ -193,9 +308,11 @@ class TileInterpreter:
             return bad
         return bad & self._per_program(self.active, max(bad.ndim, 1))
 
-    def _first_bad(self, bad, values):
-        """(program, value there) of the first active element where ``bad``, or None."""
-        bad = self._where_active(bad)
+    def _first_bad(self, bad, values, programs=None):
+        """(program, value there) of the first active element where ``bad``, or None; ``programs``:
+        the program of each leading row, where ``bad`` holds some programs only (active ones)."""
+        if programs is None:
+            bad = self._where_active(bad)
         if not np.any(bad):
             return None
         if bad.ndim == 0:  # the same in every program, all active
@@ -204,6 +321,8 @@ class TileInterpreter:
         position = int(np.argmax(np.broadcast_to(bad, shape)))
         inner = math.prod(shape[1:])
         program = position // inner if shape[0] > 1 else 0
+        if programs is not None:
+            program = int(programs[program])
         return program, np.broadcast_to(values, shape).reshape(-1)[position].item()
 
     def _program(self, program: int) -> str:
@@ -260,22 +379,78 @@ class TileInterpreter:
     def op_splat(self, op: Op) -> None:
         x = np.asarray(self.env[op.operands[0]])
         shape = op.attrs.shape
+        if op.result.type.dtype.is_index:
+            self.lazy[op.result] = Affine(x, (0,) * len(shape), shape)
+            return
         lead = x.shape if x.ndim else (1,)
         self.env[op.result] = np.broadcast_to(x.reshape(lead + (1,) * len(shape)), lead + shape)
 
     def op_broadcast(self, op: Op) -> None:
-        x = self.env[op.operands[0]]
-        self.env[op.result] = np.broadcast_to(x, x.shape[:1] + op.attrs.shape)
+        shape = op.attrs.shape
+        held = self.lazy.get(op.operands[0])
+        if isinstance(held, Affine):
+            self.lazy[op.result] = Affine(held.base, held.coefs, shape)  # a broadcast axis had length 1
+        elif isinstance(held, Conjunction):
+            self.lazy[op.result] = Conjunction(held.factors, shape)
+        else:
+            x = self.env[op.operands[0]]
+            self.env[op.result] = np.broadcast_to(x, x.shape[:1] + shape)
 
     def op_reshape(self, op: Op) -> None:
-        x = self.env[op.operands[0]]
-        self.env[op.result] = x.reshape(x.shape[:1] + op.attrs.shape)
+        shape = op.attrs.shape
+        held = self.lazy.get(op.operands[0])
+        axes = _unit_axes(held.shape, shape) if held is not None else None
+        if isinstance(held, Affine) and axes is not None:
+            self.lazy[op.result] = Affine(held.base, tuple(0 if d is None else held.coefs[d] for d in axes), shape)
+        elif isinstance(held, Conjunction) and axes is not None:
+            self.lazy[op.result] = Conjunction(tuple(f.reshape(f.shape[:1] + tuple(
+                1 if d is None else f.shape[d + 1] for d in axes)) for f in held.factors), shape)
+        else:
+            x = self.env[op.operands[0]]
+            self.env[op.result] = x.reshape(x.shape[:1] + shape)
 
     def op_trans(self, op: Op) -> None:
-        self.env[op.result] = np.transpose(self.env[op.operands[0]], (0,) + tuple(k + 1 for k in op.attrs.perm))
+        perm = op.attrs.perm
+        held = self.lazy.get(op.operands[0])
+        shape = tuple(op.result.type.shape)
+        if isinstance(held, Affine):
+            self.lazy[op.result] = Affine(held.base, tuple(held.coefs[k] for k in perm), shape)
+        elif isinstance(held, Conjunction):
+            self.lazy[op.result] = Conjunction(tuple(np.transpose(f, (0,) + tuple(k + 1 for k in perm))
+                                                     for f in held.factors), shape)
+        else:
+            self.env[op.result] = np.transpose(self.env[op.operands[0]], (0,) + tuple(k + 1 for k in perm))
 
     def op_arange(self, op: Op) -> None:
-        self.env[op.result] = np.arange(op.attrs.n, dtype=np.int64)[None]
+        self.lazy[op.result] = Affine(np.int64(0), (1,), (op.attrs.n,))
+
+    def index_arithmetic(self, op: Op) -> None:
+        """add, sub and mul of index tiles: Affine where both are (and for mul one is a splat of a
+        value the same in every program), else evaluated as the op table's."""
+        a, b = (self.lazy.get(v) for v in op.operands)
+        name = op.opcode
+        if isinstance(a, Affine) and isinstance(b, Affine):
+            if name == "mul" and not any(a.coefs) and np.ndim(a.base) == 0:
+                a, b = b, a
+            if name != "mul":
+                sign = np.int64(1 if name == "add" else -1)
+                self.lazy[op.result] = Affine(EVAL[name](a.base, b.base), tuple(
+                    np.int64(x) + sign * np.int64(y) for x, y in zip(a.coefs, b.coefs)), a.shape)
+                return
+            if not any(b.coefs) and np.ndim(b.base) == 0:
+                c = np.int64(b.base)
+                self.lazy[op.result] = Affine(EVAL["mul"](a.base, c), tuple(np.int64(x) * c for x in a.coefs), a.shape)
+                return
+        fn = EVAL[name]
+        self.env[op.result] = _WIDE.get(fn, fn)(*[self.env[v] for v in op.operands])
+
+    def conjunction(self, op: Op) -> None:
+        """and of bool tiles: held as its factors (each condition at its own axes' shape)."""
+        factors = []
+        for v in op.operands:
+            held = self.lazy.get(v)
+            factors.extend(held.factors if isinstance(held, Conjunction) else (_compact(np.asarray(self.env[v])),))
+        self.lazy[op.result] = Conjunction(tuple(factors), tuple(op.result.type.shape))
 
     # -- reductions, scans, dot ------------------------------------------------------------
     @staticmethod
@@ -301,43 +476,131 @@ class TileInterpreter:
         self.env[op.result] = dot(a, b, acc, op.attrs.precision)
 
     # -- memory ------------------------------------------------------------------------------
-    def _checked(self, op: Op, offsets, mask, size: int) -> None:
-        """The OutOfBoundsError of the first active element outside [0, size), if any."""
+    def _checked(self, op: Op, offsets, mask, size: int, programs=None) -> None:
+        """The OutOfBoundsError of the first active element outside [0, size), if any (``programs``:
+        the program of each leading row, where the arrays hold some programs only)."""
         offsets = np.asarray(offsets, np.int64)
         if _LARGEST(offsets.view(np.uint64), axis=None, initial=0) < size:  # a negative index is huge unsigned
             return
         outside = offsets.view(np.uint64) >= size
-        bad = self._first_bad(outside if mask is None else outside & mask, offsets)
+        bad = self._first_bad(outside if mask is None else outside & mask, offsets, programs)
         if bad is not None:
             raise out_of_bounds(op, bad[1], size, self._program(bad[0]), who="program")
 
-    def op_tile_load(self, op: Op) -> None:
-        offsets, other, mask = (self.env[v] for v in op.operands)
-        memory = self.buffers[op.attrs["buffer"]]
-        every = self.active is None and bool(np.all(mask))
-        if every:
-            self._checked(op, offsets, None, memory.size)
-            self.env[op.result] = memory[offsets]
-            return
-        mask = self._masked(mask)
-        self._checked(op, offsets, mask, memory.size)
-        other = np.asarray(other, memory.dtype)
-        other = self._per_program(other, offsets.ndim) if other.ndim else other
-        if memory.size == 0:  # every element is masked off
-            shape = np.broadcast_shapes(offsets.shape, mask.shape, other.shape)
-            self.env[op.result] = np.broadcast_to(other, shape)
-            return
-        safe = np.where(mask, offsets, 0)  # masked-off elements read element 0, never their own offset
-        self.env[op.result] = np.where(mask, memory[safe], other).astype(memory.dtype, copy=False)
+    def _plan(self, op: Op, size: int) -> _Plan | None:
+        """The boxes a tile access reaches, where its offsets are an Affine tile with non-negative
+        steps and its mask is one contiguous range per axis in each program; else None."""
+        affine = self.lazy.get(op.operands[0])
+        if not isinstance(affine, Affine) or any(c < 0 for c in affine.coefs):
+            return None
+        held = self.lazy.get(op.operands[-1])
+        factors = held.factors if isinstance(held, Conjunction) else (_compact(np.asarray(self.env[op.operands[-1]])),)
+        shape, programs = affine.shape, self.programs
+        live, along = self.active, {}
+        for f in factors:
+            axes = [d for d in range(len(shape)) if f.shape[d + 1] > 1]
+            if len(axes) > 1:
+                return None
+            if not axes:  # a condition on the program, not the element
+                g = f.reshape(f.shape[:1])
+                live = g if live is None else live & g
+            else:
+                (d,) = axes
+                g = f.reshape(f.shape[0], shape[d])
+                along[d] = g if d not in along else along[d] & g
+        lows, lengths = [], []
+        for d, n in enumerate(shape):
+            g = along.get(d)
+            if g is None:
+                lows.append(np.zeros(1, np.int64))
+                lengths.append(np.full(1, n, np.int64))
+                continue
+            count = np.count_nonzero(g, axis=1)
+            first = np.argmax(g, axis=1)
+            if not np.all((count == 0) | (n - np.argmax(g[:, ::-1], axis=1) - first == count)):
+                return None  # not one range
+            lows.append(first)
+            lengths.append(count)
+        lows = np.stack([np.broadcast_to(x, (programs,)) for x in lows], axis=1)
+        lengths = np.stack([np.broadcast_to(x, (programs,)) for x in lengths], axis=1)
+        some = np.all(lengths > 0, axis=1)
+        if live is not None:
+            some &= np.broadcast_to(live, (programs,))
+        nothing = np.zeros(0, np.int64)
+        if not some.any():
+            return _Plan(nothing, nothing, nothing, (0,) * len(shape), shape, (0,) * len(shape), False)
+        ref = int(np.argmax(some))
+        low, length = lows[ref], lengths[ref]
+        same = some & np.all(lows == low, axis=1) & np.all(lengths == length, axis=1)
+        coefs = np.array(affine.coefs, np.int64)
+        starts = np.broadcast_to(np.asarray(affine.base, np.int64), (programs,)) + (lows * coefs).sum(axis=1)
+        strides = tuple(int(c) for c in coefs)
+        plan = _Plan(nothing, nothing, nothing, tuple(int(x) for x in low), tuple(int(x) for x in length), strides,
+                     False)
+        fast = same & (starts >= 0) & (starts <= size - plan.span)
+        chosen = starts[fast]
+        uniform = bool(fast.all()) and np.ndim(affine.base) == 0 and bool(np.all(chosen == chosen[0]))
+        return attrs.evolve(plan, fast=np.flatnonzero(fast), rest=np.flatnonzero(some & ~fast), starts=chosen,
+                            uniform=uniform)
 
-    def _elements(self, op: Op, offsets, value, mask, memory):
-        """The active elements of a tile store or atomic: their checked offsets and values (flat),
-        or (offsets, values) broadcast whole when every element is active."""
-        every = self.active is None and bool(np.all(mask))
-        if not every:
+    def _some_programs(self, op: Op, programs: np.ndarray):
+        """The offsets and mask of a tile access in ``programs`` only (active ones: a plan's rest)."""
+        affine, held = self.lazy[op.operands[0]], self.lazy.get(op.operands[-1])
+        if isinstance(held, Conjunction):
+            mask = held.evaluate(programs)
+        else:
+            mask = np.asarray(self.env[op.operands[-1]])
+            mask = mask[programs] if mask.shape[0] > 1 else mask
+        return affine.evaluate(programs), mask
+
+    def _gather(self, op: Op, memory, offsets, mask, other, programs=None):
+        """Masked elements of ``memory`` (``mask`` None: all of them), checked; masked-off offsets are
+        never read."""
+        self._checked(op, offsets, mask, memory.size, programs)
+        if mask is None:
+            return memory[offsets]
+        if memory.size == 0:  # every element is masked off
+            return np.broadcast_to(other, np.broadcast_shapes(offsets.shape, mask.shape, other.shape))
+        safe = np.where(mask, offsets, 0)  # masked-off elements read element 0, never their own offset
+        return np.where(mask, memory[safe], other).astype(memory.dtype, copy=False)
+
+    def op_tile_load(self, op: Op) -> None:
+        memory = self.buffers[op.attrs["buffer"]]
+        other = np.asarray(self.env[op.operands[1]], memory.dtype)
+        other = self._per_program(other, 1 + len(op.result.type.shape)) if other.ndim else other
+        plan = self._plan(op, memory.size)
+        if plan is None:
+            offsets, mask = self.env[op.operands[0]], self.env[op.operands[2]]
+            every = self.active is None and bool(np.all(mask))
+            self.env[op.result] = self._gather(op, memory, offsets, None if every else self._masked(mask), other)
+            return
+        shape = op.result.type.shape
+        whole = plan.lengths == shape  # every element of the box (its lows are then 0)
+        if plan.uniform and whole:  # the same elements in every program
+            self.env[op.result] = plan.window(memory)[plan.starts[0]][None].copy()
+            return
+        if whole and plan.fast.size == self.programs:
+            self.env[op.result] = plan.window(memory)[plan.starts]
+            return
+        lead = 1 if plan.uniform and other.ndim == 0 else self.programs
+        result = np.empty((lead,) + shape, memory.dtype)
+        result[...] = other
+        if plan.fast.size:
+            rows = slice(None) if lead == 1 else plan.fast
+            result[(rows,) + plan.box()] = plan.window(memory)[plan.starts[:1] if lead == 1 else plan.starts]
+        if plan.rest.size:
+            offsets, mask = self._some_programs(op, plan.rest)
+            rest_other = other[plan.rest] if other.ndim and other.shape[0] > 1 else other
+            result[plan.rest] = self._gather(op, memory, offsets, mask, rest_other, plan.rest)
+        self.env[op.result] = result
+
+    def _elements(self, op: Op, offsets, value, mask, memory, programs=None):
+        """The active elements of a tile store or atomic: their checked offsets and values (flat)."""
+        every = mask is None or (self.active is None and programs is None and bool(np.all(mask)))
+        if not every and programs is None:
             mask = self._masked(mask)
-        self._checked(op, offsets, None if every else mask, memory.size)
-        shape = np.broadcast_shapes(np.shape(offsets), np.shape(value), np.shape(mask))
+        self._checked(op, offsets, None if every else mask, memory.size, programs)
+        shape = np.broadcast_shapes(np.shape(offsets), np.shape(value), () if every else np.shape(mask))
         offsets, value = np.broadcast_to(offsets, shape), np.broadcast_to(np.asarray(value, memory.dtype), shape)
         if every:
             return offsets.reshape(-1), value.reshape(-1)
@@ -345,10 +608,26 @@ class TileInterpreter:
         return offsets[keep], value[keep]
 
     def op_tile_store(self, op: Op) -> None:
-        offsets, value, mask = (self.env[v] for v in op.operands)
         memory = self.buffers[op.attrs["buffer"]]
-        elements, values = self._elements(op, offsets, value, mask, memory)
-        memory[elements] = values  # one of several elements at one address wins
+        value = self.env[op.operands[1]]
+        plan = self._plan(op, memory.size)
+        if plan is None:
+            offsets, mask = self.env[op.operands[0]], self.env[op.operands[2]]
+            elements, values = self._elements(op, offsets, value, mask, memory)
+            memory[elements] = values  # one of several elements at one address wins
+            return
+        values = np.broadcast_to(np.asarray(value, memory.dtype), (self.programs,) + op.operands[1].type.shape)
+        if plan.rest.size:  # checked before anything is written
+            offsets, mask = self._some_programs(op, plan.rest)
+            elements, rest = self._elements(op, offsets, values[plan.rest], mask, memory, plan.rest)
+        if plan.fast.size:
+            window = plan.window(memory, writeable=True)
+            if plan.fast.size == self.programs and plan.lengths == values.shape[1:]:
+                window[plan.starts] = values
+            else:
+                window[plan.starts] = values[(plan.fast,) + plan.box()]
+        if plan.rest.size:
+            memory[elements] = rest
 
     def op_tile_atomic(self, op: Op) -> None:
         offsets, value, mask = (self.env[v] for v in op.operands)
