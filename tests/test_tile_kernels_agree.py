@@ -11,8 +11,10 @@ second-order terms. Each non-numpy backend is also compared with the numpy backe
 reference interpreter) on the same inputs, so a failure says whether the backend or the
 reference disagrees.
 
-The ptx backend runs its PTX on accy's emulator, which is slow: it gets small shapes and
-small tiles (still several tiles per program loop, and ragged edges everywhere).
+Each kernel runs with its example's own tiles and, on llvm and ptx, also with small tiles
+on one warp (tiles narrower than a vector, many tiles along each loop, a 32-thread block).
+The ptx backend runs its PTX on accy's emulator, which runs every thread: it gets smaller
+shapes (still several of the examples' tiles, and ragged edges everywhere).
 """
 
 import importlib.util
@@ -25,7 +27,6 @@ import pytest
 from accy import bf16, f32, i32
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BACKENDS = ["numpy", "llvm", "ptx"]
 U = 2.0 ** -24  # f32's unit roundoff: every kernel here accumulates in f32
 MATH = 4 * U  # a math function (exp, rsqrt) within 2 ulp: a relative error of at most 2 * 2u
 
@@ -51,7 +52,24 @@ def needs_tile_path(backend: str) -> None:
                     f"{' or '.join(f'accy.backends.{m}' for m in modules)} is missing")
 
 
+@attrs.frozen
+class Target:
+    """A backend, and whether the kernels run with their examples' tiles or with small tiles
+    on one warp (tiles narrower than a vector, many tiles along a loop, a 32-thread block)."""
+
+    backend: str
+    small_tiles: bool = False
+
+    def __str__(self) -> str:
+        return self.backend + ("-small-tiles" if self.small_tiles else "")
+
+
+TARGETS = [Target("numpy"), Target("llvm"), Target("llvm", True), Target("ptx"), Target("ptx", True)]
+on_every_target = pytest.mark.parametrize("target", TARGETS, ids=str)
+
+
 def small(backend: str) -> bool:
+    """The emulator runs every thread of the PTX: smaller shapes there."""
     return backend == "ptx"
 
 
@@ -104,13 +122,14 @@ def also_against_numpy(backend, program, outputs, inputs, got, bound, agreement,
 # -- vector add -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_vector_add(backend):
+@on_every_target
+def test_vector_add(target):
+    backend = target.backend
     needs_tile_path(backend)
     module = example("tile_vector_add")
-    program = module.make_vector_add(32) if small(backend) else module.tile_vector_add
+    program = module.make_vector_add(32) if target.small_tiles else module.tile_vector_add
     rng = np.random.default_rng(1)
-    n = 77 if small(backend) else 50_001
+    n = 2_500 if small(backend) else 50_001
     x = rng.standard_normal(3 * n, dtype=np.float32)
     y = rng.standard_normal(n, dtype=np.float32)
     for xs, ys in ((x[:n], y), (x[::3], y[::-1])):  # contiguous, then a step and a reversed view
@@ -125,7 +144,7 @@ def test_vector_add(backend):
 
 def matmul_cases(backend):
     rng = np.random.default_rng(2)
-    M, N, K = (19, 23, 21) if small(backend) else (333, 517, 129)
+    M, N, K = (70, 90, 50) if small(backend) else (333, 517, 129)
     a = rng.standard_normal((M, K), dtype=np.float32)
     b = rng.standard_normal((K, N), dtype=np.float32)
     bt = np.ascontiguousarray(b.T)
@@ -133,12 +152,13 @@ def matmul_cases(backend):
             ("bf16 in, f32 out", bf16, a.astype(bf16.numpy), b.astype(bf16.numpy))]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_matmul_f32_bf16_and_a_transposed_view(backend):
+@on_every_target
+def test_matmul_f32_bf16_and_a_transposed_view(target):
+    backend = target.backend
     needs_tile_path(backend)
     module = example("tile_matmul")
     for what, dtype, a, b in matmul_cases(backend):
-        program = module.make_matmul(dtype, 8, 8, 8, warps=1) if small(backend) else module.make_matmul(dtype)
+        program = module.make_matmul(dtype, 8, 8, 8, warps=1) if target.small_tiles else module.make_matmul(dtype)
         c = np.full((a.shape[0], b.shape[1]), np.nan, np.float32)
         (got,) = run(program, [c], [a, b], backend)
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
@@ -179,14 +199,15 @@ def softmax_reference(x):
     return e / e.sum(axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_row_softmax(backend):
+@on_every_target
+def test_row_softmax(target):
+    backend = target.backend
     needs_tile_path(backend)
     module = example("tile_softmax")
-    rows, cols = (2, 16) if small(backend) else (module.ROWS, module.COLS)
-    program = module.make_softmax(rows, cols, warps=1) if small(backend) else module.tile_softmax
+    rows, cols = (2, 16) if target.small_tiles else (module.ROWS, module.COLS)
+    program = module.make_softmax(rows, cols, warps=1) if target.small_tiles else module.tile_softmax
     rng = np.random.default_rng(3)
-    R, C = (3, 40) if small(backend) else (37, 781)
+    R, C = (6, 300) if small(backend) else (37, 781)
     big = (rng.standard_normal((R, 2 * C)) * 10).astype(np.float32)
     for x in (np.ascontiguousarray(big[:, :C]), big[:, ::2]):  # C order, then a step along the rows
         dst = np.full((R, C), np.nan, np.float32)
@@ -230,17 +251,18 @@ def rms_norm_bound(x, w, eps) -> np.ndarray:
 
 def norm_inputs(backend):
     rng = np.random.default_rng(4)
-    R, C = (3, 37) if small(backend) else (29, 1000)
+    R, C = (6, 300) if small(backend) else (29, 1000)
     big = (rng.standard_normal((C, 2 * R)) * 2 + 50).astype(np.float32)  # offset: cancellation in x - mean
     w, b = rng.standard_normal(C, dtype=np.float32), rng.standard_normal(C, dtype=np.float32)
     return [(np.ascontiguousarray(big[:, :R].T), w, b), (big[:, ::2].T, w[::-1], b)]  # then transposed views
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_layer_norm(backend):
+@on_every_target
+def test_layer_norm(target):
+    backend = target.backend
     needs_tile_path(backend)
     module = example("tile_norms")
-    program = module.make_layer_norm(2, 16, warps=1) if small(backend) else module.tile_layer_norm
+    program = module.make_layer_norm(2, 16, warps=1) if target.small_tiles else module.tile_layer_norm
     eps = np.float32(1e-5)
     for x, w, b in norm_inputs(backend):
         y = np.full(x.shape, np.nan, np.float32)
@@ -253,11 +275,12 @@ def test_layer_norm(backend):
         also_against_numpy(backend, program, [y], [x, w, b, eps], [got], bound, BOUNDED, f"layer norm on {backend}")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_rms_norm(backend):
+@on_every_target
+def test_rms_norm(target):
+    backend = target.backend
     needs_tile_path(backend)
     module = example("tile_norms")
-    program = module.make_rms_norm(2, 16, warps=1) if small(backend) else module.tile_rms_norm
+    program = module.make_rms_norm(2, 16, warps=1) if target.small_tiles else module.tile_rms_norm
     eps = np.float32(1e-5)
     for x, w, _ in norm_inputs(backend):
         y = np.full(x.shape, np.nan, np.float32)
@@ -272,13 +295,14 @@ def test_rms_norm(backend):
 # -- row argmax -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_row_argmax_ties_nan_and_infinities(backend):
+@on_every_target
+def test_row_argmax_ties_nan_and_infinities(target):
+    backend = target.backend
     needs_tile_path(backend)
     module = example("tile_argmax")
-    program = module.make_argmax(2, 16, warps=1) if small(backend) else module.tile_argmax
+    program = module.make_argmax(2, 16, warps=1) if target.small_tiles else module.tile_argmax
     rng = np.random.default_rng(5)
-    R, C = (7, 50) if small(backend) else (23, 1000)
+    R, C = (7, 300) if small(backend) else (23, 1000)
     x = rng.integers(-9, 9, (R, C)).astype(np.float32)  # many ties, across tiles too
     x[1, C // 2] = x[1, C - 3] = np.nan  # the first NaN wins
     x[2, 3:] = np.inf
@@ -297,16 +321,17 @@ def test_row_argmax_ties_nan_and_infinities(backend):
 # -- row cumsum -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_row_cumsum_f32_and_i32(backend):
+@on_every_target
+def test_row_cumsum_f32_and_i32(target):
+    backend = target.backend
     needs_tile_path(backend)
     module = example("tile_cumsum")
     rng = np.random.default_rng(6)
-    R, C = (3, 40) if small(backend) else (21, 1000)
+    R, C = (5, 300) if small(backend) else (21, 1000)
     x = rng.standard_normal((R, C), dtype=np.float32)
     xi = rng.integers(-2 ** 31, 2 ** 31, (R, C), dtype=np.int64).astype(np.int32)  # the sums wrap
     for dtype, data in ((f32, x), (i32, xi)):
-        program = module.make_cumsum(dtype, 2, 16, warps=1) if small(backend) else module.make_cumsum(dtype)
+        program = module.make_cumsum(dtype, 2, 16, warps=1) if target.small_tiles else module.make_cumsum(dtype)
         for xs in (data, data[::-1]):  # and a view with a negative row stride
             dst = np.zeros((R, C), data.dtype)
             (got,) = run(program, [dst], [xs], backend)
@@ -330,13 +355,14 @@ def stencil_reference(x):
     return x * np.float32(0.5) + around * np.float32(0.125)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_stencil_on_strided_views(backend):
+@on_every_target
+def test_stencil_on_strided_views(target):
+    backend = target.backend
     needs_tile_path(backend)
     module = example("tile_stencil")
-    program = module.make_stencil(4, 8, warps=1) if small(backend) else module.tile_stencil
+    program = module.make_stencil(4, 8, warps=1) if target.small_tiles else module.tile_stencil
     rng = np.random.default_rng(7)
-    big = rng.standard_normal((19, 20) if small(backend) else (203, 130), dtype=np.float32)
+    big = rng.standard_normal((70, 70) if small(backend) else (203, 130), dtype=np.float32)
     x = big[::2, 1::2]
     M, N = x.shape
     out = np.full((3 * M + 2, 2 * N + 3), np.nan, np.float32)
@@ -359,13 +385,14 @@ def test_stencil_on_strided_views(backend):
 # -- histogram with atomic_add on tiles -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_histogram_atomic_add_of_tiles(backend):
+@on_every_target
+def test_histogram_atomic_add_of_tiles(target):
+    backend = target.backend
     needs_tile_path(backend)
     module = example("tile_histogram")
-    program = module.make_histogram(32, warps=1) if small(backend) else module.tile_histogram
+    program = module.make_histogram(32, warps=1) if target.small_tiles else module.tile_histogram
     rng = np.random.default_rng(8)
-    n, bins = (150, 16) if small(backend) else (100_003, 256)
+    n, bins = (3_000, 16) if small(backend) else (100_003, 256)
     x = rng.integers(-3, bins + 3, n).astype(np.int32)
     x[:40] = 5  # one bin hit many times within one tile
     expected = np.bincount(x[(x >= 0) & (x < bins)], minlength=bins)
