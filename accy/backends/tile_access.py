@@ -291,38 +291,120 @@ def plan_accesses(region: Block) -> dict[Op, AccessPlan]:
     return plans
 
 
-def _reads(op: Op, plans: dict[Op, AccessPlan]) -> list[Value]:
-    """The tile operands whose elements ``op`` reads from memory."""
-    tiles = [v for v in op.operands if isinstance(v.type, TileType)]
-    plan = plans.get(op)
-    if plan is None:
-        return tiles
-    skip = set()
+def _leaves(e, out: list) -> list:
+    """The scalar graph values an expression reads."""
+    if isinstance(e, tuple):
+        _leaves(e[1], out)
+        _leaves(e[2], out)
+    elif isinstance(e, Value):
+        out.append(e)
+    return out
+
+
+def plan_leaves(plan: AccessPlan) -> list[Value]:
+    out: list[Value] = []
     if plan.offsets is not None:
-        skip.add(0)
+        for e in (plan.offsets.base, *plan.offsets.coefs):
+            _leaves(e, out)
     if plan.box is not None:
-        skip.add(len(op.operands) - 1)
-    return [v for k, v in enumerate(op.operands) if isinstance(v.type, TileType) and k not in skip]
+        box = plan.box
+        for e in (*(e for d in box.lows for e in d), *(e for d in box.highs for e in d), *box.zero_lows,
+                  *box.zero_highs):
+            _leaves(e, out)
+        out.extend(box.flags)
+    return out
 
 
-_SIDE_EFFECTS = frozenset({"tile_store", "tile_atomic", "store", "atomic", "fold", "if", "yield", "load", "size"})
+_EFFECTS = frozenset({"tile_store", "tile_atomic", "store", "atomic"})
 
 
-def needed_tiles(region: Block, plans: dict[Op, AccessPlan]) -> set[Value]:
-    """The tile values some op reads element by element: the others are never built."""
+@attrs.frozen
+class Liveness:
+    """What a run of the program computes: the ops it lowers and the values they read.  A
+    check-only run (``check_only``) lowers just what its bounds and division checks need:
+    stores and atomics check their indices and write nothing, loads whose values nothing
+    needs only check."""
+
+    ops: frozenset
+    values: frozenset
+    check_only: bool
+    plans: dict
+
+    def reads(self, op: Op) -> list[Value]:
+        """The values ``op`` reads when it runs (a tile through its array, a scalar as itself)."""
+        code, plan = op.opcode, self.plans.get(op)
+        if plan is not None:
+            last = len(op.operands) - 1
+            results_live = any(r in self.values for r in op.results)
+            kept = []
+            for k, v in enumerate(op.operands):
+                if (k == 0 and plan.offsets is not None) or (k == last and plan.box is not None):
+                    continue  # read through its form
+                if k == 1 and ((code == "tile_load" and not results_live) or (code != "tile_load" and self.check_only)):
+                    continue  # a load's other, a store's value
+                kept.append(v)
+            return kept + plan_leaves(plan)
+        if self.check_only and code in ("store", "atomic"):
+            return [op.operands[0]]
+        if code in ("fold", "if"):
+            return []  # their operands are read as their regions' liveness says (see liveness)
+        return list(op.operands)
+
+
+def _is_checked_division(op: Op) -> bool:
+    return op.opcode in ("div", "mod") and element_of(op.result.type).is_int
+
+
+def element_of(t):
+    return t.dtype if isinstance(t, TileType) else t
+
+
+def liveness(region: Block, plans: dict[Op, AccessPlan], check_only: bool = False) -> Liveness:
+    """The ops a run of the program lowers and the values it reads (a backward fixpoint:
+    a fold's carried value is live where its result or a read in the body needs it)."""
     ops = list(region.walk())
-    needed: set[Value] = set()
-    for op in ops:  # carried tiles and branch results are always built
-        if op.opcode in ("fold", "if"):
-            needed.update(r for r in op.results if isinstance(r.type, TileType))
-            for block in op.regions:
-                needed.update(a for a in block.args if isinstance(a.type, TileType))
-    for op in reversed(ops):
-        makes_tiles = any(isinstance(r.type, TileType) for r in op.results)
-        if makes_tiles and op.opcode not in _SIDE_EFFECTS and not any(r in needed for r in op.results):
-            continue
-        needed.update(_reads(op, plans))
-    return needed
+    live_ops: set[Op] = set()
+    values: set[Value] = set()
+    state = Liveness(live_ops, values, check_only, plans)  # reads() sees the sets as they grow
+
+    def root(op: Op) -> bool:
+        if op.opcode in _EFFECTS:
+            return True
+        return check_only and (op.opcode in ("tile_load", "load") or _is_checked_division(op))
+
+    changed = True
+    while changed:
+        changed = False
+        size = (len(live_ops), len(values))
+        for op in reversed(ops):
+            code = op.opcode
+            if code == "yield":
+                parent = op.block.parent
+                if parent is None or parent.opcode not in ("fold", "if"):
+                    continue
+                targets = parent.regions[0].args[1:] if parent.opcode == "fold" else parent.results
+                values.update(v for v, t in zip(op.operands, targets) if t in values)
+                continue
+            if code in ("fold", "if"):
+                inner = any(o in live_ops for r in op.regions for o in r.walk())
+                if code == "fold":
+                    body = op.regions[0]
+                    for arg, result, init in zip(body.args[1:], op.results, op.operands[2:]):
+                        if result in values:
+                            values.add(arg)
+                        if arg in values:
+                            values.add(init)
+                if inner or any(r in values for r in op.results):
+                    live_ops.add(op)
+                    values.update(op.operands[:2] if code == "fold" else op.operands[:1])
+                continue
+            if root(op) or any(r in values for r in op.results):
+                live_ops.add(op)
+                values.update(state.reads(op))
+                if _is_checked_division(op):  # checked as it is computed, into its own array
+                    values.update(op.results)
+        changed = size != (len(live_ops), len(values))
+    return Liveness(frozenset(live_ops), frozenset(values), check_only, plans)
 
 
 # -- storage ------------------------------------------------------------------------------------
@@ -361,8 +443,19 @@ def tile_bytes(t: TileType, lanes: int) -> int:
     return (t.size + lanes) * t.dtype.itemsize
 
 
-def plan_storage(region: Block, needed: set[Value], plans: dict[Op, AccessPlan], lanes: int) -> StoragePlan:
+def plan_storage(region: Block, live: Liveness, lanes: int) -> StoragePlan:
     ops = list(region.walk())
+    needed = {v for v in live.values if isinstance(v.type, TileType)}
+
+    def uses(op: Op) -> list[Value]:
+        if op.opcode == "yield":
+            return [v for v in op.operands if v in needed]
+        if op not in live.ops:
+            return []
+        if op.opcode == "fold":  # the inits are copied in
+            return [i for a, i in zip(op.regions[0].args[1:], op.operands[2:]) if a in needed]
+        return [v for v in live.reads(op) if v in needed]
+
     pos = {op: k for k, op in enumerate(ops)}
     end = {}  # a region op's last position
     for op in reversed(ops):
@@ -376,9 +469,7 @@ def plan_storage(region: Block, needed: set[Value], plans: dict[Op, AccessPlan],
 
     last = {v: defined_at(v) for v in needed}
     for op in ops:
-        for v in _reads(op, plans) + ([v for v in op.operands if v in needed] if op.opcode == "yield" else []):
-            if v not in needed:
-                continue
+        for v in uses(op):
             at, start = pos[op], defined_at(v)
             parent = op.block.parent
             while parent is not None and parent in pos:  # used in a loop defined outside it: live all the loop
@@ -392,7 +483,7 @@ def plan_storage(region: Block, needed: set[Value], plans: dict[Op, AccessPlan],
             groups.union(op.operands[0], op.result)
         if op.opcode == "fold":
             for arg, result in zip(op.regions[0].args[1:], op.results):
-                if isinstance(arg.type, TileType):
+                if arg in needed:
                     groups.union(arg, result)
                     last[arg] = max(last[arg], end[op])
 
@@ -408,7 +499,7 @@ def plan_storage(region: Block, needed: set[Value], plans: dict[Op, AccessPlan],
         if owner is not None and owner.opcode == "fold":  # a carried accumulator: its own uses end here
             k = owner.regions[0].args.index(acc) - 1
             yields = owner.regions[0].terminator.operands
-            if last_use(acc, ops, pos, plans) <= pos[op] and [j for j, y in enumerate(yields) if y is op.result] == [k]:
+            if last_use(acc, ops, pos, uses) <= pos[op] and [j for j, y in enumerate(yields) if y is op.result] == [k]:
                 groups.union(acc, op.result)
                 in_place.add(op)
         elif acc.op is not None and group_last(groups.find(acc)) <= pos[op]:
@@ -445,11 +536,11 @@ def plan_storage(region: Block, needed: set[Value], plans: dict[Op, AccessPlan],
     return StoragePlan({v: slot_of_root[groups.find(v)] for v in needed}, tuple(slot_bytes), frozenset(in_place))
 
 
-def last_use(v: Value, ops, pos, plans) -> int:
+def last_use(v: Value, ops, pos, uses) -> int:
     """The last position at which ``v`` is read (its own uses, not its group's)."""
     at = -1
     for op in ops:
-        if v in op.operands and (op.opcode == "yield" or v in _reads(op, plans)):
+        if v in uses(op):
             at = max(at, pos[op])
     return at
 

@@ -43,7 +43,7 @@ from .llvm import LOWER, Lowering, LoweredModule, host_entry_name
 from .llvm_types import I1, I8, I32, I64, VOID, constant, intrinsic_suffix, llvm_type, memory_type
 from .spmd import HostPlan, SpmdLowering
 from .targets import HostTarget
-from .tile_access import AccessPlan, Box, plan_accesses, plan_storage, needed_tiles, tile_bytes
+from .tile_access import AccessPlan, Box, liveness, plan_accesses, plan_storage, tile_bytes
 
 TILE_OPS_LOWERED = frozenset({"splat", "broadcast", "reshape", "trans", "arange", "reduce", "argreduce", "scan",
                               "dot", "tile_load", "tile_store", "tile_atomic"})
@@ -141,35 +141,45 @@ class TileHostLowering(Lowering):
     def __init__(self, graph: Graph, target: HostTarget, lanes: int):
         super().__init__(graph, target)
         self.L = lanes
-        region = graph.launch_op.regions[0]
-        self.plans: dict[Op, AccessPlan] = plan_accesses(region)
-        self.needed = needed_tiles(region, self.plans)
-        self.storage = plan_storage(region, self.needed, self.plans, lanes)
+        self.region = graph.launch_op.regions[0]
+        self.region_ops = frozenset(self.region.walk())
+        self.plans: dict[Op, AccessPlan] = plan_accesses(self.region)
         self.tiles: dict[Value, Tile] = {}
         self.slots: list[ir.Value] = []
         self.valid: ir.Value | None = None  # the lanes of a partial chunk (for a vector check)
         self.program: ir.Value | None = None
         self.lane_of = lambda: self.program if self.program is not None else ir.Constant(I64, 0)
         self.allocas: ir.IRBuilder | None = None
+        # a launch that reads no buffer it writes can be checked whole before it runs (prepare's
+        # check-only pass): then it runs on the caller's arrays, with no scratch copies
+        self.check_pass = target.checks and not (graph.loaded_buffers() & graph.stored_buffers())
+        self._mode(check_only=False)
+
+    def _mode(self, check_only: bool) -> None:
+        """Lower the full program, or only what its checks need (stores and atomics write nothing)."""
+        self.check_only = check_only
+        self.live = liveness(self.region, self.plans, check_only)
+        self.storage = plan_storage(self.region, self.live, self.L)
 
     # -- entry points ---------------------------------------------------------------------
-    def lower_launcher(self) -> ir.Function:
-        """``void name_host(<the ABI's parameters>, unit_begin, unit_end)``: programs
-        ``[unit_begin, unit_end)``, numbered with the first grid axis fastest."""
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]),
-                         host_entry_name(self.graph))
-        stack = fn.append_basic_block("allocas")
-        self.allocas = ir.IRBuilder(stack)
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+    def _entry(self, fn: ir.Function) -> ir.IRBuilder:
+        """The function's stack arrays (in a first block, branched from at the end) and the
+        kernel's top level, lowered once."""
+        self.allocas = ir.IRBuilder(fn.append_basic_block("allocas"))
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.values.clear()
+        self.tiles.clear()
+        self.program = None
         self._bind_params(fn)
-        begin, end = fn.args[-2:]
-        begin.name, end.name = "unit_begin", "unit_end"
-        for size in self.storage.slot_bytes:
-            self.slots.append(self._stack_array(size))
+        self.slots = [self._stack_array(size) for size in self.storage.slot_bytes]
         self.lower_top_level()
+        return self.b
+
+    def _programs(self, begin: ir.Value, end: ir.Value) -> None:
+        """Programs ``[begin, end)``, numbered with the first grid axis fastest."""
+        b = self.b
         one = ir.Constant(I64, 1)
         extents = [b.select(b.icmp_signed(">", e, one), e, one) for e in self.extents]
-        region = self.graph.launch_op.regions[0]
 
         def program(unit, carries):
             self.program = unit
@@ -177,31 +187,54 @@ class TileHostLowering(Lowering):
             for extent in extents:
                 pids.append(b.urem(rest, extent))
                 rest = b.udiv(rest, extent)
-            for arg, pid in zip(region.args, pids):
+            for arg, pid in zip(self.region.args, pids):
                 self.values[arg] = pid
-            self.lower_block(region)
+            self.lower_block(self.region)
             return []
 
         self._for(begin, end, program, name="program")
+
+    def lower_launcher(self) -> ir.Function:
+        """``void name_host(<the ABI's parameters>, unit_begin, unit_end)``: programs
+        ``[unit_begin, unit_end)``."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]),
+                         host_entry_name(self.graph))
+        self._mode(check_only=False)
+        b = self._entry(fn)
+        begin, end = fn.args[-2:]
+        begin.name, end.name = "unit_begin", "unit_end"
+        self._programs(begin, end)
         b.ret_void()
         self.allocas.branch(fn.blocks[1])
         return fn
 
     def lower_prepare(self) -> ir.Function:
-        """``i1 name_prepare(<the ABI's parameters>, i64* extents)``: writes the extents; true
-        (the launch cannot fail, so it may run in place) only without checks."""
-        self.values.clear()
-        self.program = None
+        """``i1 name_prepare(<the ABI's parameters>, i64* extents)``: writes the extents and
+        returns whether the launch cannot fail (so it may run on the caller's arrays): always
+        without checks; with them, when the check-only pass over every program found nothing."""
         fn = ir.Function(self.module, ir.FunctionType(I1, self._signature() + [ir.PointerType()]),
                          f"{self.graph.name}_prepare")
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
-        self._bind_params(fn)
+        if self.check_pass:
+            self._mode(check_only=True)
+        b = self._entry(fn)
         out = fn.args[-1]
         out.name = "extents"
-        self.lower_top_level()
         for k, extent in enumerate(self.extents):
             b.store(extent, b.gep(out, [ir.Constant(I64, k)], source_etype=I64, inbounds=True))
-        b.ret(ir.Constant(I1, 0 if self.target.checks else 1))
+        if not self.check_pass:
+            b.ret(ir.Constant(I1, 0 if self.target.checks else 1))
+        else:
+            status = self.allocas.alloca(ir.ArrayType(I64, 4))  # its own: the caller's says how the extents went
+            b.store(ir.Constant(ir.ArrayType(I64, 4), [0] * 4), status)
+            self.status = untyped(status)
+            units = ir.Constant(I64, 1)
+            for e in self.extents:
+                units = b.mul(units, b.select(b.icmp_signed(">", e, ir.Constant(I64, 0)), e, ir.Constant(I64, 0)))
+            self._programs(ir.Constant(I64, 0), units)
+            kind = b.load(self.status, typ=I64)
+            b.ret(b.icmp_signed("==", kind, ir.Constant(I64, 0)))
+        self.allocas.branch(fn.blocks[1])
+        self._mode(check_only=False)
         return fn
 
     def _stack_array(self, size: int) -> ir.Value:
@@ -212,17 +245,17 @@ class TileHostLowering(Lowering):
     # -- ops ------------------------------------------------------------------------------
     def lower_op(self, op: Op) -> None:
         code = op.opcode
-        if code == "yield":
-            return
+        if code == "yield" or (op in self.region_ops and op not in self.live.ops):
+            return  # nothing this run needs (a tile only an access's form reads, a check-only run's values)
         if code in ("fold", "if"):
             getattr(self, f"op_{code}")(op)
-            return
-        tiles = [r for r in op.results if isinstance(r.type, TileType)]
-        if tiles and not any(r in self.needed for r in tiles):
-            return  # never read element by element (an access's offsets or mask, read by its form)
-        if code in TILE_OPS_LOWERED:
+        elif self.check_only and code in ("store", "atomic"):
+            if self._checked(op):
+                idx = self.value(op.operands[0])
+                self.check(op, self.within(op, idx), STATUS_STORE_OOB, idx)
+        elif code in TILE_OPS_LOWERED:
             getattr(self, f"tile_{code}")(op)
-        elif tiles:
+        elif any(isinstance(r.type, TileType) for r in op.results):
             self.pointwise(op)
         else:
             super().lower_op(op)
@@ -837,7 +870,7 @@ class TileHostLowering(Lowering):
         """A tile_load (into ``out``, ``other`` where masked off) or tile_store (of ``value``) by
         its plan: row by row from the affine offsets, else element by element."""
         plan = self.plans[op]
-        kind = STATUS_STORE_OOB if value is not None else STATUS_LOAD_OOB
+        kind = STATUS_LOAD_OOB if op.opcode == "tile_load" else STATUS_STORE_OOB
         if plan.offsets is None:
             self._access_elements(op, value, out, other, kind)
         else:
@@ -864,17 +897,16 @@ class TileHostLowering(Lowering):
                 self._fail_lanes(op, b.and_(m, b.not_(ok)), at, kind)
                 m = b.and_(m, ok)
             pointers = self._addresses(ptr, mem, at)
-            if value is None:
+            if out is not None:
                 self._store(out, j, self._from_memory(self._gather(pointers, m, passthru, dtype.itemsize), dtype))
-            else:
+            elif value is not None:
                 self._scatter(self._to_memory(self._load(value, j), dtype), pointers, m, dtype.itemsize)
             return []
 
-        self._chunks((out or value).size, chunk)
+        self._chunks(offsets.size, chunk)
 
     def _access_rows(self, op: Op, plan: AccessPlan, value, out, other, kind) -> None:
-        tile = out if out is not None else value
-        shape = tile.shape
+        shape = op.operands[0].type.shape
         n = shape[-1]
         ptr, count, mem, dtype = self._buffer(op)
         b = self.b
@@ -882,7 +914,6 @@ class TileHostLowering(Lowering):
         checks = self._checked(op)
         base = self._expr(plan.offsets.base)
         coefs = [self._expr(c) for c in plan.offsets.coefs]
-        contiguous = plan.contiguous
         step = coefs[-1]
         box = plan.box
         mask_tile = None if box is not None else self.tile(op.operands[-1])
@@ -893,78 +924,102 @@ class TileHostLowering(Lowering):
         iota = self._iota()
         align = dtype.itemsize
 
-        def row(r, idx):
-            row_base = base
-            for i, c in zip(idx, coefs):
-                row_base = b.add(row_base, b.mul(i, c))
-            first = b.mul(r, ir.Constant(I64, n))
-            active = None
-            if box is not None:
-                active = uniform
-                for i, (l, h) in zip(idx, ranges):
-                    active = b.and_(active, b.and_(b.icmp_signed("<=", l, i), b.icmp_signed("<", i, h)))
-                if contiguous and checks:  # the row's run of elements is in bounds iff both ends are
-                    start = b.add(row_base, lo)
-                    final = b.sub(b.add(row_base, hi), ir.Constant(I64, 1))
-                    ok = b.and_(b.icmp_unsigned("<", start, count), b.icmp_unsigned("<", final, count))
-                    bad = b.and_(b.and_(active, b.icmp_signed("<", lo, hi)), b.not_(ok))
-                    detail = lambda start=start: (b.select(b.icmp_unsigned("<", start, count), count, start),  # noqa: E731
-                                                  self.lane())
-                    self.fail_if(op, bad, kind, detail)
-                    active = b.and_(active, ok)
-
-            def chunk(j, valid, cs):
-                jv = b.add(self._splat(j), iota)
+        def rows(contiguous: bool) -> None:
+            def row(r, idx):
+                row_base = base
+                for i, c in zip(idx, coefs):
+                    row_base = b.add(row_base, b.mul(i, c))
+                first = b.mul(r, ir.Constant(I64, n))
+                active = None
                 if box is not None:
-                    m = b.and_(b.and_(b.icmp_signed(">=", jv, self._splat(lo)), b.icmp_signed("<", jv, self._splat(hi))),
-                               self._splat(active))
-                else:
-                    m = self._load(mask_tile, b.add(first, j))
-                    if valid is not None:
-                        m = b.and_(m, valid)
-                if contiguous:
-                    at = b.add(row_base, j)
-                    if checks and box is None:
-                        offsets = b.add(self._splat(at), iota)
+                    active = uniform
+                    for i, (l, h) in zip(idx, ranges):
+                        active = b.and_(active, b.and_(b.icmp_signed("<=", l, i), b.icmp_signed("<", i, h)))
+                    if contiguous and checks:  # the row's run of elements is in bounds iff both ends are
+                        start = b.add(row_base, lo)
+                        final = b.sub(b.add(row_base, hi), ir.Constant(I64, 1))
+                        ok = b.and_(b.icmp_unsigned("<", start, count), b.icmp_unsigned("<", final, count))
+                        bad = b.and_(b.and_(active, b.icmp_signed("<", lo, hi)), b.not_(ok))
+                        detail = lambda start=start: (b.select(b.icmp_unsigned("<", start, count), count, start),  # noqa: E731
+                                                      self.lane())
+                        self.fail_if(op, bad, kind, detail)
+                        active = b.and_(active, ok)
+
+                def chunk(j, valid, cs):
+                    jv = b.add(self._splat(j), iota)
+                    if box is not None:
+                        m = b.and_(b.and_(b.icmp_signed(">=", jv, self._splat(lo)), b.icmp_signed("<", jv, self._splat(hi))),
+                                   self._splat(active))
+                    else:
+                        m = self._load(mask_tile, b.add(first, j))
+                        if valid is not None:
+                            m = b.and_(m, valid)
+                    if contiguous:
+                        at = b.add(row_base, j)
+                        if checks and box is None:
+                            offsets = b.add(self._splat(at), iota)
+                            ok = b.icmp_unsigned("<", offsets, self._splat(count))
+                            self._fail_lanes(op, b.and_(m, b.not_(ok)), offsets, kind)
+                            m = b.and_(m, ok)
+                        where = b.gep(ptr, [at], source_etype=mem)
+                        if out is None and value is None:
+                            return []
+                        if value is None:
+                            self._store(out, b.add(first, j), self._from_memory(self._masked_load(where, m, passthru, align), dtype))
+                        else:
+                            self._masked_store(self._to_memory(self._load(value, b.add(first, j)), dtype), where, m, align)
+                        return []
+                    offsets = b.add(self._splat(row_base), b.mul(jv, self._splat(step)))
+                    if checks:
                         ok = b.icmp_unsigned("<", offsets, self._splat(count))
                         self._fail_lanes(op, b.and_(m, b.not_(ok)), offsets, kind)
                         m = b.and_(m, ok)
-                    where = b.gep(ptr, [at], source_etype=mem)
-                    if value is None:
-                        self._store(out, b.add(first, j), self._from_memory(self._masked_load(where, m, passthru, align), dtype))
-                    else:
-                        self._masked_store(self._to_memory(self._load(value, b.add(first, j)), dtype), where, m, align)
+                    pointers = self._addresses(ptr, mem, offsets)
+                    if out is not None:
+                        self._store(out, b.add(first, j), self._from_memory(self._gather(pointers, m, passthru, align), dtype))
+                    elif value is not None:
+                        self._scatter(self._to_memory(self._load(value, b.add(first, j)), dtype), pointers, m, align)
                     return []
-                offsets = b.add(self._splat(row_base), b.mul(jv, self._splat(step)))
-                if checks:
-                    ok = b.icmp_unsigned("<", offsets, self._splat(count))
-                    self._fail_lanes(op, b.and_(m, b.not_(ok)), offsets, kind)
-                    m = b.and_(m, ok)
-                pointers = self._addresses(ptr, mem, offsets)
-                if value is None:
-                    self._store(out, b.add(first, j), self._from_memory(self._gather(pointers, m, passthru, align), dtype))
-                else:
-                    self._scatter(self._to_memory(self._load(value, b.add(first, j)), dtype), pointers, m, align)
-                return []
 
-            self._chunks(n, chunk)
+                self._chunks(n, chunk)
 
-        self._rows(shape[:-1], row)
+            self._rows(shape[:-1], row)
+
+        static = plan.offsets.coefs[-1]
+        if isinstance(static, int):
+            rows(static == 1)
+            return
+        # a run-time stride along the last axis (a tensor's): vector accesses where it is 1
+        unit, strided, done = (b.append_basic_block(n) for n in ("unit_stride", "strided", "strided_done"))
+        b.cbranch(b.icmp_signed("==", step, ir.Constant(I64, 1)), unit, strided)
+        for block, contiguous in ((unit, True), (strided, False)):
+            b.position_at_end(block)
+            rows(contiguous)
+            b.branch(done)
+        b.position_at_end(done)
 
     def tile_tile_load(self, op: Op) -> None:
+        if op.result not in self.live.values:  # a check-only run: the bounds alone
+            self._access(op, None, None, None)
+            return
         out = self._new(op.result)
         self._access(op, None, out, self.value(op.operands[1]))
 
     def tile_tile_store(self, op: Op) -> None:
-        self._access(op, self.tile(op.operands[1]), None, None)
+        self._access(op, None if self.check_only else self.tile(op.operands[1]), None, None)
 
     def tile_tile_atomic(self, op: Op) -> None:
-        offsets, value, mask = (self.tile(v) for v in op.operands)
+        offsets, mask = self.tile(op.operands[0]), self.tile(op.operands[2])
+        value = None if self.check_only else self.tile(op.operands[1])
         b = self.b
 
         def element(e, cs):
             with b.if_then(self._load1(mask, e)):
-                self.atomic_at(op, self._load1(offsets, e), [self._load1(value, e)])
+                idx = self._load1(offsets, e)
+                if value is not None:
+                    self.atomic_at(op, idx, [self._load1(value, e)])
+                elif self._checked(op):
+                    self.check(op, self.within(op, idx), STATUS_STORE_OOB, idx)
             return []
 
         self._for(0, offsets.size, element, name="atomic")
@@ -989,40 +1044,42 @@ class TileHostLowering(Lowering):
         start, stop = (self.value(v) for v in op.operands[:2])
         step = op.attrs.step
         (region,) = op.regions
-        carried = region.args[1:]
-        is_tile = [isinstance(a.type, TileType) for a in carried]
-        tiles = {a: self._new(a) for a, t in zip(carried, is_tile) if t}
-        for arg, init in zip(carried, op.operands[2:]):
+        live = self.live.values
+        carried = [(arg, init, result) for arg, init, result in zip(region.args[1:], op.operands[2:], op.results)
+                   if arg in live]
+        tiles = {arg: self._new(arg) for arg, _, _ in carried if isinstance(arg.type, TileType)}
+        for arg, init, _ in carried:
             if arg in tiles:
                 self._copy(tiles[arg], self.tile(init))
-        inits = [self.value(init) for arg, init in zip(carried, op.operands[2:]) if arg not in tiles]
+        scalars = [(arg, init, result) for arg, init, result in carried if arg not in tiles]
         trips = self._trip_count(start, stop, step)
+        yields = dict(zip(region.args[1:], region.terminator.operands))
 
-        def trip(k, scalars):
+        def trip(k, phis):
             self.values[region.args[0]] = b.add(start, b.mul(k, ir.Constant(I64, step)))
-            it = iter(scalars)
-            for arg in carried:
-                if arg in tiles:
-                    self.tiles[arg] = tiles[arg]
-                else:
-                    self.values[arg] = next(it)
+            for (arg, _, _), phi in zip(scalars, phis):
+                self.values[arg] = phi
+            for arg, tile in tiles.items():
+                self.tiles[arg] = tile
             self.lower_block(region)
-            yielded = region.terminator.operands
-            self._yield_into([tiles[a] for a in carried if a in tiles], [v for a, v in zip(carried, yielded) if a in tiles])
-            return [self.value(v) for a, v in zip(carried, yielded) if a not in tiles]
+            self._yield_into(list(tiles.values()), [yields[a] for a in tiles])
+            return [self.value(yields[arg]) for arg, _, _ in scalars]
 
-        finals = iter(self._for(0, trips, trip, inits, name=f"fold{self.ordinals[op]}"))
-        for arg, result in zip(carried, op.results):
-            if arg in tiles:
-                self.tiles[result] = Tile(tiles[arg].ptr, result.type)
-            else:
-                self.values[result] = next(finals)
+        finals = self._for(0, trips, trip, [self.value(init) for _, init, _ in scalars],
+                           name=f"fold{self.ordinals[op]}")
+        for (_, _, result), final in zip(scalars, finals):
+            self.values[result] = final
+        for arg, tile in tiles.items():
+            result = op.results[region.args.index(arg) - 1]
+            self.tiles[result] = Tile(tile.ptr, result.type)
 
     def op_if(self, op: Op) -> None:
         b = self.b
         tag = self.ordinals[op]
         cond = self.value(op.operands[0])
-        targets = {r: self._new(r) for r in op.results if isinstance(r.type, TileType)}
+        live = [r for r in op.results if r in self.live.values]
+        targets = {r: self._new(r) for r in live if isinstance(r.type, TileType)}
+        scalar_results = [r for r in live if r not in targets]
         blocks = [b.append_basic_block(f"if_{tag}_{n}") for n in ("then", "else", "end")]
         b.cbranch(cond, blocks[0], blocks[1])
         incoming = []
@@ -1031,14 +1088,12 @@ class TileHostLowering(Lowering):
             scalars = []
             if region is not None:
                 self.lower_block(region)
-                yielded = region.terminator.operands
-                self._yield_into([targets[r] for r in op.results if r in targets],
-                                 [v for r, v in zip(op.results, yielded) if r in targets])
-                scalars = [self.value(v) for r, v in zip(op.results, yielded) if r not in targets]
+                yielded = dict(zip(op.results, region.terminator.operands))
+                self._yield_into(list(targets.values()), [yielded[r] for r in targets])
+                scalars = [self.value(yielded[r]) for r in scalar_results]
             incoming.append((scalars, b.block))
             b.branch(blocks[2])
         b.position_at_end(blocks[2])
-        scalar_results = [r for r in op.results if r not in targets]
         for k, result in enumerate(scalar_results):
             phi = b.phi(llvm_type(result.type))
             for values, block in incoming:
@@ -1061,4 +1116,4 @@ def lower_tile_host(graph: Graph, target: HostTarget) -> LoweredModule:
     entry = lw.lower_launcher().name
     lw.lower_prepare()
     return LoweredModule(lw.module, entry, False, tuple(graph.body.walk()),
-                         HostPlan(Chunking(Chunks.block, lanes), not target.checks))
+                         HostPlan(Chunking(Chunks.block, lanes), lw.check_pass or not target.checks))
