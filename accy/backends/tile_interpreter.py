@@ -219,6 +219,24 @@ class _Plan:
     def box(self) -> tuple[slice, ...]:
         return tuple(slice(lo, lo + n) for lo, n in zip(self.lows, self.lengths))
 
+    def rows(self):
+        """The fast programs as a slice where they are consecutive, else their numbers."""
+        fast = self.fast
+        if fast.size and fast[-1] - fast[0] + 1 == fast.size:
+            return slice(int(fast[0]), int(fast[-1]) + 1)
+        return fast
+
+    def boxes(self, memory: np.ndarray, writeable: bool = False) -> np.ndarray:
+        """The fast programs' boxes, (programs, *lengths): one strided view of the buffer where
+        their starts step evenly (a fresh copy, read-only, where they do not)."""
+        starts = self.starts
+        step = int(starts[1] - starts[0]) if starts.size > 1 else 0
+        if step >= 0 and (starts.size < 3 or np.all(np.diff(starts) == step)):
+            item = memory.itemsize
+            return np.lib.stride_tricks.as_strided(memory[int(starts[0]):], (starts.size,) + self.lengths, (
+                step * item,) + tuple(c * item for c in self.strides), writeable=writeable)
+        return None if writeable else self.window(memory)[starts]
+
 
 # ----------------------------------------------------------------------------- the schedule
 
@@ -489,7 +507,9 @@ class TileInterpreter:
 
     def _plan(self, op: Op, size: int) -> _Plan | None:
         """The boxes a tile access reaches, where its offsets are an Affine tile with non-negative
-        steps and its mask is one contiguous range per axis in each program; else None."""
+        steps and its mask is one contiguous range per axis in each program; else None.  (Called
+        for every access: the common cases, a factor that masks nothing and one the same in every
+        program, cost a NumPy call or two.)"""
         affine = self.lazy.get(op.operands[0])
         if not isinstance(affine, Affine) or any(c < 0 for c in affine.coefs):
             return None
@@ -498,6 +518,8 @@ class TileInterpreter:
         shape, programs = affine.shape, self.programs
         live, along = self.active, {}
         for f in factors:
+            if f.all():
+                continue  # masks nothing
             axes = [d for d in range(len(shape)) if f.shape[d + 1] > 1]
             if len(axes) > 1:
                 return None
@@ -508,40 +530,46 @@ class TileInterpreter:
                 (d,) = axes
                 g = f.reshape(f.shape[0], shape[d])
                 along[d] = g if d not in along else along[d] & g
-        lows, lengths = [], []
-        for d, n in enumerate(shape):
-            g = along.get(d)
-            if g is None:
-                lows.append(np.zeros(1, np.int64))
-                lengths.append(np.full(1, n, np.int64))
-                continue
+        lows, lengths = [0] * len(shape), list(shape)  # per axis: an int, or per program (P,)
+        for d, g in along.items():
             count = np.count_nonzero(g, axis=1)
             first = np.argmax(g, axis=1)
-            if not np.all((count == 0) | (n - np.argmax(g[:, ::-1], axis=1) - first == count)):
+            if not np.all((count == 0) | (shape[d] - np.argmax(g[:, ::-1], axis=1) - first == count)):
                 return None  # not one range
-            lows.append(first)
-            lengths.append(count)
-        lows = np.stack([np.broadcast_to(x, (programs,)) for x in lows], axis=1)
-        lengths = np.stack([np.broadcast_to(x, (programs,)) for x in lengths], axis=1)
-        some = np.all(lengths > 0, axis=1)
-        if live is not None:
-            some &= np.broadcast_to(live, (programs,))
+            lows[d], lengths[d] = (int(first[0]), int(count[0])) if g.shape[0] == 1 else (first, count)
+        some = None if live is None else np.broadcast_to(live, (programs,))
+        for n in lengths:
+            if np.ndim(n):
+                some = n > 0 if some is None else some & (n > 0)
+            elif n == 0:
+                some = np.zeros(programs, bool)
         nothing = np.zeros(0, np.int64)
-        if not some.any():
+        if some is not None and not some.any():
             return _Plan(nothing, nothing, nothing, (0,) * len(shape), shape, (0,) * len(shape), False)
-        ref = int(np.argmax(some))
-        low, length = lows[ref], lengths[ref]
-        same = some & np.all(lows == low, axis=1) & np.all(lengths == length, axis=1)
-        coefs = np.array(affine.coefs, np.int64)
-        starts = np.broadcast_to(np.asarray(affine.base, np.int64), (programs,)) + (lows * coefs).sum(axis=1)
-        strides = tuple(int(c) for c in coefs)
-        plan = _Plan(nothing, nothing, nothing, tuple(int(x) for x in low), tuple(int(x) for x in length), strides,
-                     False)
-        fast = same & (starts >= 0) & (starts <= size - plan.span)
-        chosen = starts[fast]
-        uniform = bool(fast.all()) and np.ndim(affine.base) == 0 and bool(np.all(chosen == chosen[0]))
-        return attrs.evolve(plan, fast=np.flatnonzero(fast), rest=np.flatnonzero(some & ~fast), starts=chosen,
-                            uniform=uniform)
+        ref = int(np.argmax(some)) if some is not None else 0
+        low = tuple(int(x[ref]) if np.ndim(x) else x for x in lows)
+        length = tuple(int(x[ref]) if np.ndim(x) else x for x in lengths)
+        same = some
+        for x, want in zip(lows + lengths, low + length):
+            if np.ndim(x):
+                same = (x == want) if same is None else same & (x == want)
+        starts = np.asarray(affine.base, np.int64)
+        for c, lo in zip(affine.coefs, low):
+            if c and lo:
+                starts = starts + np.int64(c) * np.int64(lo)
+        plan = _Plan(nothing, nothing, nothing, low, length, tuple(int(c) for c in affine.coefs), False)
+        inside = (starts >= 0) & (starts <= size - plan.span)
+        fast = inside if same is None else same & inside
+        if np.ndim(fast) == 0:  # the same box in every program
+            if not fast:
+                return attrs.evolve(plan, rest=np.arange(programs))
+            return attrs.evolve(plan, fast=np.arange(programs), starts=np.broadcast_to(starts, (programs,)),
+                                uniform=np.ndim(starts) == 0)
+        fast = np.broadcast_to(fast, (programs,))
+        chosen = np.broadcast_to(starts, (programs,))[fast]
+        rest = ~fast if some is None else some & ~fast
+        return attrs.evolve(plan, fast=np.flatnonzero(fast), rest=np.flatnonzero(rest), starts=chosen,
+                            uniform=bool(fast.all()) and np.ndim(affine.base) == 0 and bool(np.all(chosen == chosen[0])))
 
     def _some_programs(self, op: Op, programs: np.ndarray):
         """The offsets and mask of a tile access in ``programs`` only (active ones: a plan's rest)."""
@@ -580,14 +608,23 @@ class TileInterpreter:
             self.env[op.result] = plan.window(memory)[plan.starts[0]][None].copy()
             return
         if whole and plan.fast.size == self.programs:
-            self.env[op.result] = plan.window(memory)[plan.starts]
+            self.env[op.result] = np.array(plan.boxes(memory))
             return
-        lead = 1 if plan.uniform and other.ndim == 0 else self.programs
-        result = np.empty((lead,) + shape, memory.dtype)
-        result[...] = other
+        uniform = plan.uniform and other.ndim == 0
+        result = np.empty((1 if uniform else self.programs,) + shape, memory.dtype)
+        rows = slice(0, 1) if uniform else plan.rows()
+        if plan.fast.size and isinstance(rows, slice) and other.ndim == 0:
+            # `other` where no box is: the rows before and after the fast ones, the slabs around each box
+            result[:rows.start], result[rows.stop:] = other, other
+            for d, side in enumerate(plan.box()):
+                before = (rows,) + (slice(None),) * d
+                result[before + (slice(0, side.start),)] = other
+                result[before + (slice(side.stop, None),)] = other
+        else:
+            result[...] = other
         if plan.fast.size:
-            rows = slice(None) if lead == 1 else plan.fast
-            result[(rows,) + plan.box()] = plan.window(memory)[plan.starts[:1] if lead == 1 else plan.starts]
+            boxes = plan.window(memory)[plan.starts[:1]] if uniform else plan.boxes(memory)
+            result[(rows,) + plan.box()] = boxes
         if plan.rest.size:
             offsets, mask = self._some_programs(op, plan.rest)
             rest_other = other[plan.rest] if other.ndim and other.shape[0] > 1 else other
@@ -621,11 +658,12 @@ class TileInterpreter:
             offsets, mask = self._some_programs(op, plan.rest)
             elements, rest = self._elements(op, offsets, values[plan.rest], mask, memory, plan.rest)
         if plan.fast.size:
-            window = plan.window(memory, writeable=True)
-            if plan.fast.size == self.programs and plan.lengths == values.shape[1:]:
-                window[plan.starts] = values
-            else:
-                window[plan.starts] = values[(plan.fast,) + plan.box()]
+            boxes = plan.boxes(memory, writeable=True)
+            chosen = values[(plan.rows(),) + plan.box()]
+            if boxes is not None:
+                boxes[...] = chosen
+            else:  # starts that do not step evenly: box by box through the window of every box
+                plan.window(memory, writeable=True)[plan.starts] = chosen
         if plan.rest.size:
             memory[elements] = rest
 
