@@ -37,7 +37,7 @@ from typing import Callable
 import attrs
 
 from ..dsl.ir import Graph, Op, Value, constant_of
-from ..dsl.ops import OPS, AtomicAttrs, Combine, LoadAttrs, Precision, SharedAttrs, Space, StoreAttrs
+from ..dsl.ops import AtomicAttrs, Combine, LoadAttrs, Precision, SharedAttrs, Space, StoreAttrs
 from ..dsl.schedule import Limits
 from ..dsl.trace import trace
 from ..dsl.traced import _NO_CTX, SharedArray, Traced, axis
@@ -103,6 +103,7 @@ class _Distributor:
         self.used = {v for op in graph.body.walk() for v in op.operands}
         self.pool: dict[DType, list] = {}  # element type -> [SharedArray, its shared op]
         self.dirty = False  # scratch read since the last barrier
+        self.current_op: Op | None = None  # the tile op being rewritten (for errors)
 
     def run(self) -> Graph:
         return trace(self.graph.name, self.graph.params, self._kernel)
@@ -165,6 +166,7 @@ class _Distributor:
         return []
 
     def _op(self, op: Op) -> None:
+        self.current_op = op
         ops = self.b.block.ops
         start = len(ops)
         handler = getattr(self, f"_op_{op.opcode}", None)
@@ -422,7 +424,6 @@ class _Distributor:
                 values.append(x.values[x.layout.register(js)])
             self.env[op.result] = Regs(target, x.dtype, tuple(values))
             return
-        self.current_op = op
         self.env[op.result] = self.convert(x, target, op, source)
 
     def _op_reshape(self, op: Op) -> None:
@@ -441,7 +442,6 @@ class _Distributor:
         elif unit_reshape(old, shape):
             self.env[op.result] = Regs(Expand(x.layout, shape), x.dtype, x.values)
         else:
-            self.current_op = op
             self.env[op.result] = self.convert(x, self.canonical(shape), op, source)
 
     def _op_trans(self, op: Op) -> None:
@@ -476,7 +476,6 @@ class _Distributor:
         held = [x for x in xs if isinstance(x, Regs)]
         canonical = self.canonical(t.shape)
         layout = canonical if any(x.layout.same(canonical) for x in held) else held[0].layout
-        self.current_op = op
         regs = [self.regs(x, layout, op) for x in xs]
         values = tuple(Traced(self._record(op.opcode, vs, op.attrs).result) for vs in zip(*(r.values for r in regs)))
         self.env[op.result] = Regs(layout, t.dtype, values)
@@ -545,7 +544,6 @@ class _Distributor:
         return list(groups.values())
 
     def _op_reduce(self, op: Op) -> None:
-        self.current_op = op
         x = self.regs(self.env[op.operands[0]])
         combine, axis = op.attrs.op, op.attrs.axis
         dtype = x.dtype
@@ -579,7 +577,6 @@ class _Distributor:
             self.env[op.result] = Regs(Slice(x.layout, axis), element_type(op.result.type), tuple(results))
 
     def _op_argreduce(self, op: Op) -> None:
-        self.current_op = op
         x = self.regs(self.env[op.operands[0]])
         largest, axis = op.attrs.op is Combine.MAX, op.attrs.axis
         floats = x.dtype.is_float
@@ -609,7 +606,6 @@ class _Distributor:
 
     # -- scans ---------------------------------------------------------------------------
     def _op_scan(self, op: Op) -> None:
-        self.current_op = op
         x = self.regs(self.env[op.operands[0]])
         combine, axis = op.attrs.op, op.attrs.axis
         dtype, shape = x.dtype, x.shape
@@ -649,7 +645,6 @@ class _Distributor:
 
     # -- dot -------------------------------------------------------------------------------
     def _op_dot(self, op: Op) -> None:
-        self.current_op = op
         a, b_, acc = (self.env[v] for v in op.operands)
         acc = self.regs(acc)
         a, b_ = self.regs(a), self.regs(b_)
@@ -717,7 +712,6 @@ class _Distributor:
         return held.layout if held is not None else self.canonical(tiles[0].shape)
 
     def _op_tile_load(self, op: Op) -> None:
-        self.current_op = op
         offsets, other, mask = (self.env[v] for v in op.operands)
         layout = self._access_layout(offsets, mask)
         offs = self.regs(offsets, layout, op).values
@@ -736,7 +730,6 @@ class _Distributor:
     def _guarded_each(self, op: Op, access) -> None:
         """``access(offset, value)`` for every register whose element this thread owns and whose
         mask holds."""
-        self.current_op = op
         offsets, value, mask = (self.env[v] for v in op.operands)
         layout = self._access_layout(value, offsets, mask)
         offs = self.regs(offsets, layout, op).values
@@ -803,7 +796,6 @@ class _Distributor:
                 self.env[old] = Regs(layout, old.type.dtype, values)
 
     def _op_fold(self, op: Op) -> None:
-        self.current_op = op
         start, stop, *inits = (self.env[v] for v in op.operands)
         layouts = [None if isinstance(x, Traced) else self.regs(x).layout for x in inits]
         region = op.regions[0]
@@ -821,7 +813,6 @@ class _Distributor:
         self._unflatten(op.results, flat, layouts)
 
     def _op_if(self, op: Op) -> None:
-        self.current_op = op
         cond = self.env[op.operands[0]]
         layouts = [self.canonical(v.type.shape) if isinstance(v.type, TileType) else None for v in op.results]
         dirty = self.dirty
