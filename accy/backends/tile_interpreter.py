@@ -16,6 +16,11 @@ key loop) it runs until the longest is done with an *active mask* of programs, a
 ``if`` on a condition that differs between programs: loads, stores, atomics and the bounds
 and division checks see active programs only.  Outputs are written into scratch copies and
 committed only when the launch succeeds, so a failing launch writes nothing.
+
+Offsets and masks are held unevaluated where they are affine in the tile positions and the and
+of one range per axis (:class:`Affine`, :class:`Conjunction`): an access then copies each
+program's box of elements through a strided view of the buffer, never forming a masked-off
+element's address.  ``check_memory`` (races, unwritten outputs) applies to SIMT launches only.
 """
 
 from __future__ import annotations
