@@ -40,18 +40,6 @@ def example(name: str):
     return module
 
 
-# which module each backend runs a tile graph with (docs/ir.md, "How backends get tile graphs")
-TILE_PATHS = {"numpy": ("tile_interpreter",), "llvm": ("tile_host", "distribute"), "ptx": ("distribute",)}
-
-
-def needs_tile_path(backend: str) -> None:
-    """Skip, saying why, where this checkout's ``backend`` has no way to run a tile graph yet."""
-    modules = TILE_PATHS[backend]
-    if not any(importlib.util.find_spec(f"accy.backends.{m}") for m in modules):
-        pytest.skip(f"the {backend} backend does not run tile graphs on this checkout yet: "
-                    f"{' or '.join(f'accy.backends.{m}' for m in modules)} is missing")
-
-
 @attrs.frozen
 class Target:
     """A backend, and whether the kernels run with their examples' tiles or with small tiles
@@ -125,7 +113,6 @@ def also_against_numpy(backend, program, outputs, inputs, got, bound, agreement,
 @on_every_target
 def test_vector_add(target):
     backend = target.backend
-    needs_tile_path(backend)
     module = example("tile_vector_add")
     program = module.make_vector_add(32) if target.small_tiles else module.tile_vector_add
     rng = np.random.default_rng(1)
@@ -155,7 +142,6 @@ def matmul_cases(backend):
 @on_every_target
 def test_matmul_f32_bf16_and_a_transposed_view(target):
     backend = target.backend
-    needs_tile_path(backend)
     module = example("tile_matmul")
     for what, dtype, a, b in matmul_cases(backend):
         program = module.make_matmul(dtype, 8, 8, 8, warps=1) if target.small_tiles else module.make_matmul(dtype)
@@ -202,7 +188,6 @@ def softmax_reference(x):
 @on_every_target
 def test_row_softmax(target):
     backend = target.backend
-    needs_tile_path(backend)
     module = example("tile_softmax")
     rows, cols = (2, 16) if target.small_tiles else (module.ROWS, module.COLS)
     program = module.make_softmax(rows, cols, warps=1) if target.small_tiles else module.tile_softmax
@@ -260,7 +245,6 @@ def norm_inputs(backend):
 @on_every_target
 def test_layer_norm(target):
     backend = target.backend
-    needs_tile_path(backend)
     module = example("tile_norms")
     program = module.make_layer_norm(2, 16, warps=1) if target.small_tiles else module.tile_layer_norm
     eps = np.float32(1e-5)
@@ -278,7 +262,6 @@ def test_layer_norm(target):
 @on_every_target
 def test_rms_norm(target):
     backend = target.backend
-    needs_tile_path(backend)
     module = example("tile_norms")
     program = module.make_rms_norm(2, 16, warps=1) if target.small_tiles else module.tile_rms_norm
     eps = np.float32(1e-5)
@@ -298,7 +281,6 @@ def test_rms_norm(target):
 @on_every_target
 def test_row_argmax_ties_nan_and_infinities(target):
     backend = target.backend
-    needs_tile_path(backend)
     module = example("tile_argmax")
     program = module.make_argmax(2, 16, warps=1) if target.small_tiles else module.tile_argmax
     rng = np.random.default_rng(5)
@@ -324,7 +306,6 @@ def test_row_argmax_ties_nan_and_infinities(target):
 @on_every_target
 def test_row_cumsum_f32_and_i32(target):
     backend = target.backend
-    needs_tile_path(backend)
     module = example("tile_cumsum")
     rng = np.random.default_rng(6)
     R, C = (5, 300) if small(backend) else (21, 1000)
@@ -358,7 +339,6 @@ def stencil_reference(x):
 @on_every_target
 def test_stencil_on_strided_views(target):
     backend = target.backend
-    needs_tile_path(backend)
     module = example("tile_stencil")
     program = module.make_stencil(4, 8, warps=1) if target.small_tiles else module.tile_stencil
     rng = np.random.default_rng(7)
@@ -388,7 +368,6 @@ def test_stencil_on_strided_views(target):
 @on_every_target
 def test_histogram_atomic_add_of_tiles(target):
     backend = target.backend
-    needs_tile_path(backend)
     module = example("tile_histogram")
     program = module.make_histogram(32, warps=1) if target.small_tiles else module.tile_histogram
     rng = np.random.default_rng(8)
