@@ -16,7 +16,9 @@ ROWS, COLS = 4, 256
 def make_cumsum(dtype=f32, rows: int = ROWS, cols: int = COLS, warps: int = 4):
     """dst = np.cumsum(x, axis=1) for 2-D tensors of ``dtype``."""
 
-    @kernel("tile_cumsum" if dtype == f32 else f"tile_cumsum_{dtype}", dst=tensor(dtype, 2), x=tensor(dtype, 2))
+    name = "tile_cumsum" if dtype == f32 else f"tile_cumsum_{dtype}"
+
+    @kernel(name, dst=tensor(dtype, 2), x=tensor(dtype, 2))
     def tile_cumsum(k, p):
         R, C = p.x.shape
 

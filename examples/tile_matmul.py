@@ -17,7 +17,9 @@ from accy import axis, bf16, cdiv, f32, kernel, tensor
 def make_matmul(dtype=f32, bm: int = 64, bn: int = 64, bk: int = 32, warps: int = 4):
     """c (f32) = a @ b for ``dtype`` inputs (f32 or bf16), one bm x bn tile of c per program."""
 
-    @kernel("tile_matmul" if dtype == f32 else f"tile_matmul_{dtype}", c=tensor(f32, 2), a=tensor(dtype, 2), b=tensor(dtype, 2))
+    name = "tile_matmul" if dtype == f32 else f"tile_matmul_{dtype}"
+
+    @kernel(name, c=tensor(f32, 2), a=tensor(dtype, 2), b=tensor(dtype, 2))
     def tile_matmul(k, p):
         M, K = p.a.shape
         N = p.b.shape[1]
