@@ -143,3 +143,11 @@ def test_a_simt_kernel_refuses_masks_and_tile_accesses():
 
     with pytest.raises(TraceError, match="tile-level access"):
         kern.traced_graph
+
+
+def test_an_if_may_return_tiles_and_its_text_parses_back():
+    graph = _trace(lambda t, pid, p: p.y.store(t.arange(4), t.if_(pid["m"] < 2, lambda t: t.zeros((4,)),
+                                                                   lambda t: t.full((4,), 1.0))))
+    (op,) = [op for op in graph.body.walk() if op.opcode == "if"]
+    assert op.attrs.results == (TileType(f32, (4,)),)
+    assert parse(graph.text()).text() == graph.text()

@@ -211,8 +211,8 @@ class FoldAttrs(OpAttrs):
 
 
 def _dtypes(instance, field, value):
-    if not isinstance(value, tuple) or not all(isinstance(t, DType) for t in value):
-        _fail(instance, field, "a tuple of DTypes", value)
+    if not isinstance(value, tuple) or not all(isinstance(t, (DType, TileType)) for t in value):
+        _fail(instance, field, "a tuple of DTypes (or TileTypes, in a tile program)", value)
 
 
 @_schema
