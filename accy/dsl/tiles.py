@@ -146,7 +146,9 @@ class TileOps:
         return Traced(self._record("arange", (), ArangeAttrs(n=n)).result)
 
     def full(self, shape, value, dtype=None) -> Tile:
-        """A tile of ``shape`` holding ``value`` everywhere (of ``dtype``, else the value's type)."""
+        """A tile of ``shape`` holding ``value`` everywhere, of ``dtype``, else of the value's type:
+        a Python int makes an ``index`` tile and a float an ``f32`` one, so give ``dtype`` for a
+        tile to store into a tensor of another type (``t.full(shape, 1, p.h.dtype)``)."""
         shape = _static_shape(shape, "full")
         if dtype is not None:
             dtype = self._dtype(dtype, "full")
