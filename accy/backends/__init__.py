@@ -24,7 +24,7 @@ from .extents import evaluate_extents
 from .tensor_arguments import expand_tensor_arguments
 
 # backend name -> the module defining it as BACKEND (imported on first use; cuda imports its driver only when run)
-_MODULES = {"numpy": "interpreter", "llvm": "host", "ptx": "emulated", "cuda": "cuda"}
+_MODULES = {"numpy": "numpy_backend", "llvm": "host", "ptx": "emulated", "cuda": "cuda"}
 BACKENDS = tuple(_MODULES)
 
 

@@ -36,13 +36,12 @@ import attrs
 import numpy as np
 
 from ..dsl.ir import Block, Graph, Op, Value
-from ..dsl.ops import OPS, REDUCTIONS, SIMT_OPS
+from ..dsl.ops import REDUCTIONS, SIMT_OPS
 from ..dsl.schedule import Launch
 from ..dsl.types import INDEX_MAX, INDEX_MIN
 from ..errors import ArgumentError, BarrierError
 from . import numerics
-from .arguments import Binding, host_info
-from .contract import Backend
+from .arguments import Binding
 from .debug import Observer, Recorder, check_thread
 from .diagnostics import at, division_by_zero, out_of_bounds, thread_text
 from .sanitizer import Sanitizer
@@ -682,9 +681,6 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, memory_cap: int
     records every op's value for that one logical thread and returns the
     :class:`ThreadTrace`.
     """
-    if graph.is_tile_launch:  # programs of tiles: their own interpreter (which uses this one's op table)
-        from .tile_interpreter import run_tiles
-        return run_tiles(graph, binding, launch, debug_thread=debug_thread)
     check = check_memory_default() if check_memory is None else check_memory
     if debug_thread is not None:
         if graph.is_block_launch:
@@ -724,9 +720,6 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, memory_cap: int
     replay.run()
     return recorder.trace()
 
-
-BACKEND = Backend("numpy", frozenset({"memory_cap", "check_memory", "debug_thread", "debug_cap"}),
-                  run_graph, host_info)
 
 # every op of the table has exactly one implementation here (checked by the test suite)
 IMPLEMENTED = frozenset(EVAL) | STRUCTURAL | CHECKED
