@@ -106,7 +106,7 @@ def test_tile_values_read_like_arrays():
     (lambda t, pid, p: t.if_(t.arange(4) < 2, lambda t: None), "use t.where"),
     (lambda t, pid, p: t.fold_range(0, 4, 1, t.zeros((4,)), lambda t, i, acc: acc + t.zeros((8,))),
      r"shapes \(4,\) and \(8,\)"),
-    (lambda t, pid, p: p.x.load_tile((0, 0), (4, 4)), "'x' has 1 dimensions, the origin gives 2"),
+    (lambda t, pid, p: p.x.load_tile((0, 0), (4, 4)), "'x' has 1 dimension, the origin gives 2"),
     (lambda t, pid, p: t.zeros((4, 4)).reshape(3, 4), r"cannot reshape a tile of shape \(4, 4\)"),
     (lambda t, pid, p: t.zeros((4, 4))[1], "indexed only with ':', None"),
     (lambda t, pid, p: p.x.load(t.arange(4).cast(i32)), "indices must be index values"),

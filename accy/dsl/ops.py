@@ -800,8 +800,8 @@ OPS: dict[str, OpDef] = {
         _def("reshape", _reshape, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),
         _def("trans", _trans, PermAttrs, " $0 perm {perm} : $0:type", tiles=True),
         _def("arange", _arange, ArangeAttrs, " {n}", tiles=True),
-        _def("reduce", _reduce, ReduceAttrs, " {op} $0 axis {axis} : $0:type", tiles=True),
-        _def("argreduce", _argreduce, ArgReduceAttrs, " {op} $0 axis {axis} : $0:type", tiles=True),
+        _def("reduce", _reduce, ReduceAttrs, " {op} $0 axis {axis} : $0:type -> $type", tiles=True),
+        _def("argreduce", _argreduce, ArgReduceAttrs, " {op} $0 axis {axis} : $0:type -> $type", tiles=True),
         _def("scan", _scan, ReduceAttrs, " {op} $0 axis {axis} : $0:type", tiles=True),
         _def("dot", _dot, DotAttrs, " $0, $1, $2{? precision {precision}} : $0:type, $2:type", tiles=True),
         # element e: mask[e] ? buffer[offsets[e]] : other; masked-off elements are never touched

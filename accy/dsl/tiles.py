@@ -46,7 +46,7 @@ def broadcast_shapes(*shapes: tuple[int, ...], what: str = "operands") -> tuple[
 
 
 def _static_shape(shape, what: str) -> tuple[int, ...]:
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, (bool, np.bool_)):
+    if isinstance(shape, Traced) or (isinstance(shape, numbers.Integral) and not isinstance(shape, (bool, np.bool_))):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)) or not shape:
         raise _error(f"{what}: a tile shape is a tuple of Python ints, got {shape!r}")
@@ -60,7 +60,7 @@ def _static_shape(shape, what: str) -> tuple[int, ...]:
     if len(shape) > MAX_TILE_RANK:
         raise _error(f"{what}: tiles have 1 to {MAX_TILE_RANK} dimensions, got {len(shape)} ({shape})")
     if math.prod(shape) > MAX_TILE_ELEMENTS:
-        raise _error(f"{what}: a {'x'.join(map(str, shape))} tile holds {math.prod(shape)} elements, over the limit "
+        raise _error(f"{what}: a tile of shape {shape} holds {math.prod(shape)} elements, over the limit "
                      f"of {MAX_TILE_ELEMENTS} per tile (a GPU program keeps its tiles in registers); use smaller "
                      "tiles and loop over them with fold_range")
     return shape
@@ -412,7 +412,8 @@ class TileOps:
         tensor_shape = self._layout(handle, what)[0]
         origin = tuple(origin) if isinstance(origin, (tuple, list)) else (origin,)
         if len(origin) != len(tensor_shape):
-            raise _error(f"{what}: '{handle.name}' has {len(tensor_shape)} dimensions, the origin gives {len(origin)}")
+            dims = f"{len(tensor_shape)} dimension{'s' * (len(tensor_shape) != 1)}"
+            raise _error(f"{what}: '{handle.name}' has {dims}, the origin gives {len(origin)}")
         if len(shape) != len(tensor_shape):
             raise _error(f"{what}: the tile shape {shape} must have one size per dimension of '{handle.name}' "
                          f"({len(tensor_shape)})")
