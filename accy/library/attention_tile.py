@@ -33,6 +33,9 @@ from .entry import Category, Entry, Layer, TileGrid, TileReuse, Shape
 DTYPES = (f32, bf16, f16)
 LOG2_E = math.log2(math.e)
 MIN_FITTED_TILE = 16  # fitting never shrinks a tile below this (the size of a tensor-core operand)
+# a GPU program stages both operands of a dot in shared memory as f32 (accy/backends/distribute.py);
+# 32 KiB of its 48 KiB leaves room for the layout conversions around them
+DOT_STAGING_ELEMENTS = 8192
 
 
 def _warps(instance, attribute, value):
@@ -44,11 +47,12 @@ def _warps(instance, attribute, value):
 class AttentionTiles:
     """The tile program's tile sizes: ``block_q`` queries per program, keys visited ``block_k`` at
     a time, the head dimensions ``h`` and ``v`` whole (static from the spec); ``warps`` is the
-    GPU's threads per program / 32 (a hint on the CPU)."""
+    GPU's threads per program / 32 (a hint on the CPU).  8 warps by default: at 64 x 64 tiles and
+    head dim 64, 4 warps hold too many tile elements per thread and spill at sm_90."""
 
     block_q: int = attrs.field(default=64, validator=positive_int)
     block_k: int = attrs.field(default=64, validator=positive_int)
-    warps: int = attrs.field(default=4, validator=_warps)
+    warps: int = attrs.field(default=8, validator=_warps)
 
     def tile_shapes(self, spec: ScaledDotProduct) -> dict[str, tuple[int, int]]:
         """The largest tiles a program holds, by what they are."""
@@ -56,25 +60,34 @@ class AttentionTiles:
                 "value": (self.block_k, spec.value), "scores": (self.block_q, self.block_k),
                 "accumulator": (self.block_q, spec.value)}
 
+    def dot_operands(self, spec: ScaledDotProduct) -> dict[str, int]:
+        """The elements of both operands of each dot: Q K^T and P V."""
+        bq, bk = self.block_q, self.block_k
+        return {"scores": bq * spec.qk + spec.qk * bk, "values": bq * bk + bk * spec.value}
+
+    def fits(self, spec: ScaledDotProduct) -> bool:
+        return (all(r * c <= MAX_TILE_ELEMENTS for r, c in self.tile_shapes(spec).values())
+                and all(n <= DOT_STAGING_ELEMENTS for n in self.dot_operands(spec).values()))
+
     def fitted(self, spec: ScaledDotProduct) -> "AttentionTiles":
         """These tiles for ``spec``: a tile no taller than the power of two covering its extent
-        (but not below 16), then halved (keys first) until every tile holds at most
-        ``MAX_TILE_ELEMENTS``."""
+        (but not below 16), then the larger of the two halved (keys on a tie) until every tile
+        holds at most ``MAX_TILE_ELEMENTS`` and each dot's operands at most
+        ``DOT_STAGING_ELEMENTS`` (what a GPU program stages in shared memory)."""
         def cover(block, extent):
             return min(block, max(MIN_FITTED_TILE, 1 << (extent - 1).bit_length()))
 
         tiles = attrs.evolve(self, block_q=cover(self.block_q, spec.queries), block_k=cover(self.block_k, spec.keys))
-        while True:
-            over = [n for n, s in tiles.tile_shapes(spec).items() if s[0] * s[1] > MAX_TILE_ELEMENTS]
-            if not over:
-                return tiles
-            if tiles.block_k > 1 and ("key" in over or "value" in over or "scores" in over):
+        while not tiles.fits(spec):
+            if tiles.block_k > 1 and tiles.block_k >= tiles.block_q:
                 tiles = attrs.evolve(tiles, block_k=tiles.block_k // 2)
             elif tiles.block_q > 1:
                 tiles = attrs.evolve(tiles, block_q=tiles.block_q // 2)
             else:
-                raise ValueError(f"attention tiles: head dimensions h={spec.qk}, v={spec.value} do not fit one tile "
-                                 f"row of at most {MAX_TILE_ELEMENTS} elements")
+                raise ValueError(f"attention tiles: head dimensions h={spec.qk}, v={spec.value} do not fit even "
+                                 f"1 x 1 query and key tiles (at most {MAX_TILE_ELEMENTS} elements a tile and "
+                                 f"{DOT_STAGING_ELEMENTS} for a dot's operands)")
+        return tiles
 
 
 def names(spec: ScaledDotProduct, tiles: AttentionTiles, dtype: DType) -> tuple[str, str]:
