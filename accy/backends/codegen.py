@@ -51,8 +51,9 @@ def _new_host_machine() -> llvm.TargetMachine:
     )
 
 
-def _optimise(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
+def _optimise(module: llvm.ModuleRef, machine: llvm.TargetMachine, *, unroll: bool = True) -> None:
     options = llvm.create_pipeline_tuning_options(speed_level=3)
+    options.loop_unrolling = unroll
     builder = llvm.create_pass_builder(machine, options)
     builder.getModulePassManager().run(module, builder)
 
@@ -261,7 +262,9 @@ def _jit(graph: Graph, target: Target) -> HostKernel:
     machine = host_machine()
     lowered = _lower(graph, target)
     module = _parse(lowered, machine)
-    _optimise(module, machine)
+    # a tile kernel's loops are already vectors of whole registers (and its dot unrolled by hand):
+    # LLVM's unrolling of them costs a third of the compile and gains nothing measurable
+    _optimise(module, machine, unroll=not graph.is_tile_launch)
     # the engine owns (and frees with itself) the target machine it is given: give it its own
     engine = llvm.create_mcjit_compiler(module, _new_host_machine())
     engine.finalize_object()

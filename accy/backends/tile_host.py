@@ -47,6 +47,7 @@ from .tile_access import AccessPlan, Box, liveness, plan_accesses, plan_storage,
 
 TILE_OPS_LOWERED = frozenset({"splat", "broadcast", "reshape", "trans", "arange", "reduce", "argreduce", "scan",
                               "dot", "tile_load", "tile_store", "tile_atomic"})
+GROUP = 4  # programs along axis 0 that run together (see _decode)
 REDUCE_UNROLL = 4  # independent partial vectors of a row reduction (hides the add's latency)
 
 
@@ -122,13 +123,10 @@ def _identity(combine: Combine, t: DType):
 
 
 def micro_kernel_shape(acc: DType, lanes: int) -> tuple[int, int]:
-    """(MR rows, NV vectors) of the dot micro-kernel's register block (``ACCY_TILE_DOT=MRxNV``
-    overrides it, for benchmarks)."""
-    forced = os.environ.get("ACCY_TILE_DOT")
-    if forced:
-        mr, nv = forced.split("x")
-        return int(mr), int(nv)
-    if lanes >= 16:  # 32 vector registers
+    """(MR rows, NV vectors) of the dot micro-kernel's register block: MR * NV accumulators,
+    NV vectors of ``b`` and one broadcast of ``a`` fit the vector registers (32 with AVX-512,
+    16 below), with enough independent FMAs in flight to cover their latency."""
+    if lanes >= 16:
         return (8, 2) if acc.bits <= 32 else (4, 2)
     return (4, 2) if acc.bits <= 32 else (2, 2)
 
@@ -182,17 +180,43 @@ class TileHostLowering(Lowering):
         extents = [b.select(b.icmp_signed(">", e, one), e, one) for e in self.extents]
 
         def program(unit, carries):
-            self.program = unit
-            pids, rest = [], unit
-            for extent in extents:
-                pids.append(b.urem(rest, extent))
-                rest = b.udiv(rest, extent)
+            pids = self._decode(unit, extents)
+            linear, stride = ir.Constant(I64, 0), ir.Constant(I64, 1)  # the program's number in the messages
+            for pid, extent in zip(pids, extents):
+                linear = b.add(linear, b.mul(pid, stride))
+                stride = b.mul(stride, extent)
+            self.program = linear
             for arg, pid in zip(self.region.args, pids):
                 self.values[arg] = pid
             self.lower_block(self.region)
             return []
 
         self._for(begin, end, program, name="program")
+
+    def _decode(self, unit: ir.Value, extents: list[ir.Value]) -> list[ir.Value]:
+        """The program a unit of work runs.  On a grid of two or more axes, consecutive units
+        walk the first two in groups of GROUP along the first: one thread's programs then share
+        the rows of one operand and the columns of the other (a matmul's panels stay in L2)."""
+        b = self.b
+        if len(extents) < 2 or GROUP <= 1:
+            pids, rest = [], unit
+            for extent in extents:
+                pids.append(b.urem(rest, extent))
+                rest = b.udiv(rest, extent)
+            return pids
+        e0, e1 = extents[:2]
+        plane = b.mul(e0, e1)
+        within, rest = b.urem(unit, plane), b.udiv(unit, plane)
+        group = ir.Constant(I64, GROUP)
+        per_group = b.mul(group, e1)
+        first = b.mul(b.udiv(within, per_group), group)  # the group's first index along axis 0
+        size = self.call("llvm.umin", [b.sub(e0, first), group])  # the last group may be short
+        offset = b.urem(within, per_group)
+        pids = [b.add(first, b.urem(offset, size)), b.udiv(offset, size)]
+        for extent in extents[2:]:
+            pids.append(b.urem(rest, extent))
+            rest = b.udiv(rest, extent)
+        return pids
 
     def lower_launcher(self) -> ir.Function:
         """``void name_host(<the ABI's parameters>, unit_begin, unit_end)``: programs
@@ -795,12 +819,12 @@ class TileHostLowering(Lowering):
 
             def step(k, cs):
                 row_b = b.mul(k, ir.Constant(I64, N))
-                bs = [self._load(b_tile, b.add(row_b, b.add(j0, ir.Constant(I64, v * lanes))), n=lanes)
+                bs = [self._load(b_tile, b.add(row_b, b.add(j0, ir.Constant(I64, v * lanes))), masks[v], n=lanes)
                       for v in range(vectors)]
                 new = []
                 for i in range(rows):
-                    a_ik = self._splat(self._load1(a_tile, b.add(b.mul(b.add(i0, ir.Constant(I64, i)),
-                                                                       ir.Constant(I64, K)), k)), lanes)
+                    a_ik = self._splat(self._load1(a_tile, b.add(b.mul(b.add(i0, ir.Constant(I64, i)), ir.Constant(I64, K)), k)),
+                                       lanes)
                     for v in range(vectors):
                         acc_v = cs[i * vectors + v]
                         if acc_t.is_float:
@@ -809,7 +833,11 @@ class TileHostLowering(Lowering):
                             new.append(b.add(acc_v, b.mul(a_ik, bs[v])))
                 return new
 
-            c = self._for(0, K, step, c, name="dot_k")
+            pair = ir.Constant(I64, 2)  # two k per trip: the loop's own instructions are a tenth of a pair's
+            c = self._for(0, K // 2, lambda kk, cs: step(b.add(b.mul(kk, pair), ir.Constant(I64, 1)),
+                                                      step(b.mul(kk, pair), cs)), c, name="dot_k")
+            if K % 2:
+                c = step(ir.Constant(I64, K - 1), c)
             for i in range(rows):
                 for v in range(vectors):
                     self._store(out, where[i][v], c[i * vectors + v], masks[v])
@@ -837,6 +865,7 @@ class TileHostLowering(Lowering):
 
     # -- memory -------------------------------------------------------------------------------
     def _expr(self, e) -> ir.Value:
+        """An access form's scalar expression."""
         if isinstance(e, int):
             return ir.Constant(I64, e)
         if isinstance(e, tuple):
@@ -985,17 +1014,71 @@ class TileHostLowering(Lowering):
 
             self._rows(shape[:-1], row)
 
+        def whole_rows() -> None:
+            """Every element active and inside the buffer: plain vector accesses, no checks."""
+
+            def row(r, idx):
+                row_base = base
+                for i, c in zip(idx, coefs):
+                    row_base = b.add(row_base, b.mul(i, c))
+                first = b.mul(r, ir.Constant(I64, n))
+
+                def chunk(j, valid, cs):
+                    where = b.gep(ptr, [b.add(row_base, j)], source_etype=mem)
+                    if out is not None:
+                        v = b.load(where, typ=self._vec(mem), align=align) if valid is None else \
+                            self._masked_load(where, valid, passthru, align)
+                        self._store(out, b.add(first, j), self._from_memory(v, dtype))
+                    elif valid is None:
+                        b.store(self._to_memory(self._load(value, b.add(first, j)), dtype), where, align=align)
+                    else:
+                        self._masked_store(self._to_memory(self._load(value, b.add(first, j)), dtype), where, valid, align)
+                    return []
+
+                self._chunks(n, chunk)
+
+            if out is not None or value is not None:
+                self._rows(shape[:-1], row)
+
+        def unit_rows() -> None:
+            if box is None:
+                rows(True)
+                return
+            whole = uniform
+            for (lo_d, hi_d), extent in zip(ranges, shape):
+                whole = b.and_(whole, b.and_(b.icmp_signed("==", lo_d, ir.Constant(I64, 0)),
+                                             b.icmp_signed("==", hi_d, ir.Constant(I64, extent))))
+            if checks:  # the tile's lowest and highest offsets
+                low = high = base
+                for c, extent in zip(coefs, shape):
+                    span = b.mul(c, ir.Constant(I64, extent - 1))
+                    low = b.add(low, self.call("llvm.smin", [span, ir.Constant(I64, 0)]))
+                    high = b.add(high, self.call("llvm.smax", [span, ir.Constant(I64, 0)]))
+                whole = b.and_(whole, b.and_(b.icmp_signed(">=", low, ir.Constant(I64, 0)),
+                                             b.icmp_signed("<", high, count)))
+            fast, edge, joined = (b.append_basic_block(name) for name in ("whole_tile", "edge_tile", "tile_done"))
+            b.cbranch(whole, fast, edge)
+            b.position_at_end(fast)
+            whole_rows()
+            b.branch(joined)
+            b.position_at_end(edge)
+            rows(True)
+            b.branch(joined)
+            b.position_at_end(joined)
+
         static = plan.offsets.coefs[-1]
         if isinstance(static, int):
-            rows(static == 1)
+            unit_rows() if static == 1 else rows(False)
             return
         # a run-time stride along the last axis (a tensor's): vector accesses where it is 1
         unit, strided, done = (b.append_basic_block(n) for n in ("unit_stride", "strided", "strided_done"))
         b.cbranch(b.icmp_signed("==", step, ir.Constant(I64, 1)), unit, strided)
-        for block, contiguous in ((unit, True), (strided, False)):
-            b.position_at_end(block)
-            rows(contiguous)
-            b.branch(done)
+        b.position_at_end(unit)
+        unit_rows()
+        b.branch(done)
+        b.position_at_end(strided)
+        rows(False)
+        b.branch(done)
         b.position_at_end(done)
 
     def tile_tile_load(self, op: Op) -> None:
