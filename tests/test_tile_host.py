@@ -248,3 +248,34 @@ def test_a_tile_kernel_compiles_once_per_process():
                                                                   "gather_scatter")], ids=str)
 def test_kernel_matches_numpy_at_narrower_vectors(case, width):
     run_case(case, "llvm", np.random.default_rng(7), vector_width=width)
+
+
+@accy.kernel(top=accy.dynamic_buffer(index), low=accy.dynamic_buffer(index), x=accy.dynamic_buffer(f32),
+             R=accy.scalar(index), C=accy.scalar(index))
+def long_argmax(k, p):
+    @k.for_each_tile(grid=axis("r", cdiv(p.R, 4)))
+    def body(t, pid):
+        r = pid["r"] * 4 + t.arange(4)
+        c = t.arange(1024)
+        inside = (r[:, None] < p.R) & (c[None, :] < p.C)
+        x = p.x.load(r[:, None] * p.C + c[None, :], mask=inside, other=float("nan"))
+        x = t.where(inside, x, float("-inf"))  # past the row: never the first maximum or the first NaN
+        p.top.store(r, t.argmax(x, axis=1), mask=r < p.R)
+        p.low.store(r, t.argmin(t.where(inside, x, float("inf")), axis=1), mask=r < p.R)
+
+
+def test_argmax_of_long_rows_ties_to_the_lowest_position_and_finds_the_first_nan():
+    """Rows long enough for the unrolled chains of compares: ties and NaNs in different chains."""
+    R, C = 7, 1000
+    x = np.random.default_rng(4).integers(-3, 4, (R, C)).astype(np.float32)  # many ties
+    x[1, [700, 900]] = np.nan
+    x[2, [3, 17, 999]] = np.nan
+    x[3, :] = 1.0
+    x[4, 999] = 9.0
+    x[5, [0, 16, 32, 48]] = -0.0  # zeros of both signs tie
+    x[5, :] = np.where(x[5] == 0, 0.0, -5.0)
+    x[5, 48] = -0.0
+    top, low = np.zeros(R, np.int64), np.zeros(R, np.int64)
+    long_argmax.run(dict(top=top, low=low, x=x.ravel(), R=R, C=C), backend="llvm")
+    np.testing.assert_array_equal(top, np.argmax(x, axis=1))
+    np.testing.assert_array_equal(low, np.argmin(x, axis=1))

@@ -659,35 +659,62 @@ class TileHostLowering(Lowering):
         A, R, B = self._axis_view(x.shape, axis)
         b = self.b
         if B == 1:
+            iota = self._iota()
+            unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1  # independent chains of compares
+            step = unroll * self.L
+
+            def pick(v1, i1, v2, i2):
+                """The better of two (value, position) vectors lane by lane, the lower position on a tie."""
+                take = b.or_(self._better(ct, combine, v2, v1), b.and_(self._tie(ct, v1, v2), b.icmp_signed("<", i2, i1)))
+                return b.select(take, v2, v1), b.select(take, i2, i1)
+
             def row(a, cs):
                 first = b.mul(a, ir.Constant(I64, R))
                 v0 = self._widen(self._load(x, first), t)
-                iota = self._iota()
                 if R < self.L:  # lanes past the row repeat element 0 at position 0: they never win
                     valid = self._below(R)
                     v0 = b.select(valid, v0, self._splat(self._lane(v0, 0)))
                     i0 = b.select(valid, iota, self._splat(ir.Constant(I64, 0)))
                 else:
                     i0 = iota
+                start = [v0] + [self._widen(self._load(x, b.add(first, ir.Constant(I64, u * self.L))), t)
+                                for u in range(1, unroll)]
+                at0 = [i0] + [b.add(iota, self._splat(ir.Constant(I64, u * self.L))) for u in range(1, unroll)]
+
+                def group(g, cs):
+                    out = []
+                    for u in range(unroll):
+                        j = b.add(b.mul(g, ir.Constant(I64, step)), ir.Constant(I64, u * self.L))
+                        v = self._widen(self._load(x, b.add(first, j)), t)
+                        wins = self._better(ct, combine, v, cs[u])
+                        out.append(b.select(wins, v, cs[u]))
+                        out.append(b.select(wins, b.add(self._splat(j), iota), cs[unroll + u]))
+                    return out[0::2] + out[1::2]
+
+                groups = R // step if unroll > 1 else 1
+                carried = self._for(1, groups, group, start + at0, name="argreduce")
+                best, at = carried[0], carried[unroll]
+                for u in range(1, unroll):
+                    best, at = pick(best, at, carried[u], carried[unroll + u])
+                done = groups * step
 
                 def chunk(j, valid, cs):
                     best, at = cs
-                    j = b.add(j, ir.Constant(I64, self.L))
+                    j = b.add(j, ir.Constant(I64, done))
                     v = self._widen(self._load(x, b.add(first, j)), t)
                     wins = self._better(ct, combine, v, best)
                     if valid is not None:
                         wins = b.and_(wins, valid)
                     return [b.select(wins, v, best), b.select(wins, b.add(self._splat(j), iota), at)]
 
-                best, at = self._chunks(max(R - self.L, 0), chunk, [v0, i0])
+                best, at = self._chunks(max(R - done, 0), chunk, [best, at])
                 n = self.L
-                while n > 1:  # halves: the better of each pair of lanes, the lower position on a tie
+                while n > 1:  # halves: the better of each pair of lanes
                     h = n // 2
                     lo_mask, hi_mask = (ir.Constant(self._vec(I32, h), list(r)) for r in (range(h), range(h, n)))
                     v1, v2 = (b.shuffle_vector(best, best, m) for m in (lo_mask, hi_mask))
                     i1, i2 = (b.shuffle_vector(at, at, m) for m in (lo_mask, hi_mask))
-                    take = b.or_(self._better(ct, combine, v2, v1), b.and_(self._tie(ct, v1, v2), b.icmp_signed("<", i2, i1)))
-                    best, at, n = b.select(take, v2, v1), b.select(take, i2, i1), h
+                    (best, at), n = pick(v1, i1, v2, i2), h
                 self._result(op, self._lane(at, 0), a)
                 return []
 
@@ -850,18 +877,21 @@ class TileHostLowering(Lowering):
             column_blocks.append((full_cols * nr, -(-rest_cols // lanes), rest_cols - (-(-rest_cols // lanes) - 1) * lanes))
         full_rows, rest_rows = divmod(M, mr)
 
-        def rows_block(i0, rows):
-            for first, vectors, last in column_blocks:
-                if first is None:
-                    self._for(0, full_cols, lambda jb, cs: (block(i0, b.mul(jb, ir.Constant(I64, nr)), rows, nv, lanes),
-                                                            [])[1], name="dot_j")
-                else:
-                    block(i0, ir.Constant(I64, first), rows, vectors, last)
+        def column_block(j0, vectors, last):
+            """One block of columns down every row: its panel of ``b`` stays in L1 while ``a``
+            streams past (``a`` is read as broadcasts; ``b`` as whole vectors)."""
+            if full_rows:
+                self._for(0, full_rows, lambda ib, cs: (block(b.mul(ib, ir.Constant(I64, mr)), j0, mr, vectors, last),
+                                                        [])[1], name="dot_i")
+            if rest_rows:
+                block(ir.Constant(I64, full_rows * mr), j0, rest_rows, vectors, last)
 
-        if full_rows:
-            self._for(0, full_rows, lambda ib, cs: (rows_block(b.mul(ib, ir.Constant(I64, mr)), mr), [])[1], name="dot_i")
-        if rest_rows:
-            rows_block(ir.Constant(I64, full_rows * mr), rest_rows)
+        for first, vectors, last in column_blocks:
+            if first is None:
+                self._for(0, full_cols, lambda jb, cs: (column_block(b.mul(jb, ir.Constant(I64, nr)), nv, lanes), [])[1],
+                          name="dot_j")
+            else:
+                column_block(ir.Constant(I64, first), vectors, last)
 
     # -- memory -------------------------------------------------------------------------------
     def _expr(self, e) -> ir.Value:
