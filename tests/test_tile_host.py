@@ -279,3 +279,42 @@ def test_argmax_of_long_rows_ties_to_the_lowest_position_and_finds_the_first_nan
     long_argmax.run(dict(top=top, low=low, x=x.ravel(), R=R, C=C), backend="llvm")
     np.testing.assert_array_equal(top, np.argmax(x, axis=1))
     np.testing.assert_array_equal(low, np.argmin(x, axis=1))
+
+
+def make_row_extrema(dtype):
+    @accy.kernel(f"row_extrema_{dtype}", top=accy.dynamic_buffer(dtype), low=accy.dynamic_buffer(dtype),
+                 x=accy.dynamic_buffer(dtype), R=accy.scalar(index), C=accy.scalar(index))
+    def row_extrema(k, p):
+        @k.for_each_tile(grid=axis("r", cdiv(p.R, 4)))
+        def body(t, pid):
+            r = pid["r"] * 4 + t.arange(4)
+            c = t.arange(512)
+            inside = (r[:, None] < p.R) & (c[None, :] < p.C)
+            x = p.x.load(r[:, None] * p.C + c[None, :], mask=inside, other=float("nan"))
+            p.top.store(r, t.max(t.where(inside, x, float("-inf")), axis=1), mask=r < p.R)
+            p.low.store(r, t.min(t.where(inside, x, float("inf")), axis=1), mask=r < p.R)
+
+    return row_extrema
+
+
+@pytest.mark.parametrize("dtype", [f32, f16, accy.f64], ids=str)
+def test_row_max_and_min_propagate_nans_and_order_signed_zeros(dtype):
+    """Long rows (the unrolled, keyed path): NaNs of either sign anywhere, zeros of both signs,
+    infinities; every other element bit for bit as the scalar max and min fold."""
+    from tile_kernels import assert_output, ieee_max, ieee_min
+
+    R, C = 9, 500
+    x = np.random.default_rng(6).standard_normal((R, C)).astype(dtype.numpy)
+    x[1, 300] = np.nan
+    x[2, 7] = -np.array(np.nan, dtype.numpy)  # a NaN with its sign set
+    x[3, :] = 0.0
+    x[3, 250] = -0.0
+    x[4, :] = -0.0
+    x[4, 499] = 0.0
+    x[5, 100], x[5, 200] = np.inf, -np.inf
+    x[6, :] = -np.inf
+    x[7, :] = -0.0
+    top, low = np.zeros(R, dtype.numpy), np.zeros(R, dtype.numpy)
+    make_row_extrema(dtype).run(dict(top=top, low=low, x=x.ravel(), R=R, C=C), backend="llvm")
+    assert_output("max", top, ieee_max(x, axis=1).astype(dtype.numpy))
+    assert_output("min", low, ieee_min(x, axis=1).astype(dtype.numpy))

@@ -576,6 +576,36 @@ class TileHostLowering(Lowering):
         identity = constant(self._vec(llvm_type(acc_t)), _identity(combine, acc_t))
         finish = (lambda v: self.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
         if B == 1:
+            keyed = acc_t.is_float and combine in (Combine.MAX, Combine.MIN)
+            if keyed:  # float max/min as integer max/min of order-preserving keys (see _float_key)
+                bits = ir.IntType(acc_t.bits)
+                start_state = [constant(self._vec(bits), -(1 << (acc_t.bits - 1))),
+                               constant(self._vec(bits), (1 << (acc_t.bits - 1)) - 1)]
+
+                def take(v):
+                    key = self._float_key(v)
+                    return [key, key]
+
+                def merge(s1, s2):
+                    return [self.call("llvm.smax", [s1[0], s2[0]]), self.call("llvm.smin", [s1[1], s2[1]])]
+
+                def result(state):
+                    high = self.call("llvm.vector.reduce.smax", [state[0]], ty=bits)
+                    low = self.call("llvm.vector.reduce.smin", [state[1]], ty=bits)
+                    return self._keyed_extremum(high, low, acc_t, combine)
+            else:
+                start_state = [identity]
+
+                def take(v):
+                    return [v]
+
+                def merge(s1, s2):
+                    return [comb(s1[0], s2[0])]
+
+                def result(state):
+                    return self._horizontal(state[0], comb)
+            width = len(start_state)
+
             def row(a, cs):
                 first = b.mul(a, ir.Constant(I64, R))
                 unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1
@@ -583,25 +613,27 @@ class TileHostLowering(Lowering):
                 groups = R // step
 
                 def group(g, accs):
-                    start = b.add(first, b.mul(g, ir.Constant(I64, step)))
-                    return [comb(acc, self._widen(self._load(x, b.add(start, ir.Constant(I64, k * self.L))), t))
-                            for k, acc in enumerate(accs)]
+                    begin = b.add(first, b.mul(g, ir.Constant(I64, step)))
+                    out = []
+                    for k in range(unroll):
+                        v = self._widen(self._load(x, b.add(begin, ir.Constant(I64, k * self.L))), t)
+                        out += merge(accs[k * width:(k + 1) * width], take(v))
+                    return out
 
-                accs = self._for(0, groups, group, [identity] * unroll, name="reduce")
-                acc = accs[0]
-                for other in accs[1:]:
-                    acc = comb(acc, other)
+                accs = self._for(0, groups, group, start_state * unroll, name="reduce")
+                state = accs[:width]
+                for k in range(1, unroll):
+                    state = merge(state, accs[k * width:(k + 1) * width])
                 done = groups * step
 
                 def chunk(j, valid, cs):
-                    (acc,) = cs
                     v = self._widen(self._load(x, b.add(first, b.add(j, ir.Constant(I64, done)))), t)
                     if valid is not None:
                         v = b.select(valid, v, identity)
-                    return [comb(acc, v)]
+                    return merge(cs, take(v))
 
-                (acc,) = self._chunks(R - done, chunk, [acc])
-                self._result(op, finish(self._horizontal(acc, comb)), a)
+                state = self._chunks(R - done, chunk, state)
+                self._result(op, finish(result(state)), a)
                 return []
 
             self._for(0, A, row, name="reduce_row")
@@ -623,6 +655,30 @@ class TileHostLowering(Lowering):
 
         self._for(0, A, block, name="reduce_block")
 
+    def _float_key(self, v: ir.Value) -> ir.Value:
+        """An integer per float whose signed order is the float order with -0 < +0; NaNs sort
+        above +inf (sign clear) or below -inf (sign set)."""
+        b = self.b
+        n = v.type.element.width if isinstance(v.type.element, ir.IntType) else {"float": 32, "double": 64}[str(v.type.element)]
+        bits = b.bitcast(v, self._vec(ir.IntType(n), v.type.count))
+        flip = b.lshr(b.ashr(bits, constant(bits, n - 1)), constant(bits, 1))  # all but the sign, where negative
+        return b.xor(bits, flip)
+
+    def _keyed_extremum(self, high: ir.Value, low: ir.Value, t: DType, combine: Combine) -> ir.Value:
+        """The max (min) of float keys ``high`` (``low``): the largest (smallest) key, or a quiet NaN
+        where either end holds one, as the scalar max (min) propagates NaNs."""
+        b = self.b
+        n = t.bits
+        ty = llvm_type(t)
+        quiet = 1 << (t.format.mantissa - 1)
+        inf_key = t.format.inf_code  # +inf's bits are its own key; -inf's key is their complement
+        unkey = lambda k: b.xor(k, b.lshr(b.ashr(k, ir.Constant(k.type, n - 1)), ir.Constant(k.type, 1)))  # noqa: E731
+        nan_high = b.icmp_signed(">", high, ir.Constant(high.type, inf_key))
+        nan_low = b.icmp_signed("<", low, ir.Constant(low.type, ~inf_key))
+        value = unkey(high if combine is Combine.MAX else low)
+        nan = b.or_(b.select(nan_high, unkey(high), unkey(low)), ir.Constant(high.type, quiet))
+        return b.bitcast(b.select(b.or_(nan_high, nan_low), nan, value), ty)
+
     def _horizontal(self, v: ir.Value, comb) -> ir.Value:
         """The combine of a vector's lanes (halves combined until one lane is left)."""
         b = self.b
@@ -638,9 +694,8 @@ class TileHostLowering(Lowering):
         """Where ``x`` beats ``best`` for an arg reduction (strictly; a NaN beats a number)."""
         b = self.b
         name = ">" if combine is Combine.MAX else "<"
-        if t.is_float:
-            wins = b.fcmp_ordered(name, x, best)
-            return b.or_(wins, b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("ord", best, best)))
+        if t.is_float:  # greater (less), or unordered -- x a NaN -- unless best already is one
+            return b.and_(b.fcmp_unordered(name, x, best), b.fcmp_ordered("ord", best, best))
         return (b.icmp_unsigned if t.is_unsigned else b.icmp_signed)(name, x, best)
 
     def _tie(self, t: DType, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -659,7 +714,8 @@ class TileHostLowering(Lowering):
         A, R, B = self._axis_view(x.shape, axis)
         b = self.b
         if B == 1:
-            iota = self._iota()
+            # positions as i32 (a tile row has at most 16384): half the vector work of i64
+            iota = ir.Constant(self._vec(I32), [ir.Constant(I32, k) for k in range(self.L)])
             unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1  # independent chains of compares
             step = unroll * self.L
 
@@ -674,12 +730,12 @@ class TileHostLowering(Lowering):
                 if R < self.L:  # lanes past the row repeat element 0 at position 0: they never win
                     valid = self._below(R)
                     v0 = b.select(valid, v0, self._splat(self._lane(v0, 0)))
-                    i0 = b.select(valid, iota, self._splat(ir.Constant(I64, 0)))
+                    i0 = b.select(valid, iota, self._splat(ir.Constant(I32, 0)))
                 else:
                     i0 = iota
                 start = [v0] + [self._widen(self._load(x, b.add(first, ir.Constant(I64, u * self.L))), t)
                                 for u in range(1, unroll)]
-                at0 = [i0] + [b.add(iota, self._splat(ir.Constant(I64, u * self.L))) for u in range(1, unroll)]
+                at0 = [i0] + [b.add(iota, self._splat(ir.Constant(I32, u * self.L))) for u in range(1, unroll)]
 
                 def group(g, cs):
                     out = []
@@ -688,7 +744,7 @@ class TileHostLowering(Lowering):
                         v = self._widen(self._load(x, b.add(first, j)), t)
                         wins = self._better(ct, combine, v, cs[u])
                         out.append(b.select(wins, v, cs[u]))
-                        out.append(b.select(wins, b.add(self._splat(j), iota), cs[unroll + u]))
+                        out.append(b.select(wins, b.add(self._splat(b.trunc(j, I32)), iota), cs[unroll + u]))
                     return out[0::2] + out[1::2]
 
                 groups = R // step if unroll > 1 else 1
@@ -705,7 +761,7 @@ class TileHostLowering(Lowering):
                     wins = self._better(ct, combine, v, best)
                     if valid is not None:
                         wins = b.and_(wins, valid)
-                    return [b.select(wins, v, best), b.select(wins, b.add(self._splat(j), iota), at)]
+                    return [b.select(wins, v, best), b.select(wins, b.add(self._splat(b.trunc(j, I32)), iota), at)]
 
                 best, at = self._chunks(max(R - done, 0), chunk, [best, at])
                 n = self.L
@@ -715,7 +771,7 @@ class TileHostLowering(Lowering):
                     v1, v2 = (b.shuffle_vector(best, best, m) for m in (lo_mask, hi_mask))
                     i1, i2 = (b.shuffle_vector(at, at, m) for m in (lo_mask, hi_mask))
                     (best, at), n = pick(v1, i1, v2, i2), h
-                self._result(op, self._lane(at, 0), a)
+                self._result(op, b.sext(self._lane(at, 0), I64), a)
                 return []
 
             self._for(0, A, row, name="argreduce_row")
