@@ -122,3 +122,18 @@ def test_debug_thread_is_refused_for_programs():
     with pytest.raises(ArgumentError, match="for_each_tile kernel has programs, not threads"):
         case.program.run(dict(sums=np.zeros(12, np.float32), count=np.zeros(1, np.int32),
                               x=np.zeros(12 * 64, np.float32)), debug_thread={"m": 0, "n": 0})
+
+
+def test_a_fold_yielding_a_lazily_held_index_tile_sees_each_iteration():
+    # the yielded offsets are an Affine tile made anew each iteration: the previous
+    # iteration's evaluation of it must not be read back
+    @accy.kernel(out=accy.dynamic_buffer(index))
+    def last_offsets(k, p):
+        @k.for_each_tile(grid=axis("i", 2))
+        def body(t, pid):
+            r = t.fold_range(0, 3, 1, t.zeros((4,), index), lambda t, i, c: pid["i"] * 10 + i + t.arange(4))
+            p.out.store(pid["i"] * 4 + t.arange(4), r)
+
+    out = np.zeros(8, np.int64)
+    last_offsets.run(dict(out=out))
+    np.testing.assert_array_equal(out, [2, 3, 4, 5, 12, 13, 14, 15])

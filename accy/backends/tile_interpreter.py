@@ -730,7 +730,13 @@ class TileInterpreter:
 
     def _region_values(self, region: Block) -> list:
         self.run_block(region)
-        return [self.env[v] for v in region.terminator.operands]
+        env, lazy = self.env, self.lazy
+        values = [env[v] for v in region.terminator.operands]
+        for v in region.terminator.operands:  # the region sets them anew when it runs again: a lazily
+            if v.block is region:  # held one must not find its previous evaluation still there
+                env.pop(v, None)
+                lazy.pop(v, None)
+        return values
 
     def op_if(self, op: Op) -> None:
         cond = self.env[op.operands[0]]
