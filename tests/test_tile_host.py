@@ -245,7 +245,7 @@ def test_a_tile_kernel_compiles_once_per_process():
 @pytest.mark.parametrize("width", [4, 8])
 @pytest.mark.parametrize("case", [c for c in CASES if c.name in ("elementwise", "reductions", "argreductions", "scans",
                                                                   "dot_f32", "dot_f64", "dot_i8", "masked_edges",
-                                                                  "gather_scatter")], ids=str)
+                                                                  "gather_scatter", "shapes")], ids=str)
 def test_kernel_matches_numpy_at_narrower_vectors(case, width):
     run_case(case, "llvm", np.random.default_rng(7), vector_width=width)
 
@@ -318,3 +318,21 @@ def test_row_max_and_min_propagate_nans_and_order_signed_zeros(dtype):
     make_row_extrema(dtype).run(dict(top=top, low=low, x=x.ravel(), R=R, C=C), backend="llvm")
     assert_output("max", top, ieee_max(x, axis=1).astype(dtype.numpy))
     assert_output("min", low, ieee_min(x, axis=1).astype(dtype.numpy))
+
+
+@pytest.mark.parametrize("dtype, shape", [(f32, (32, 48)), (accy.i64, (16, 16)), (f16, (16, 32)), (f32, (12, 20))],
+                         ids=str)
+def test_transpose_by_register_blocks_and_by_gathers(dtype, shape):
+    R, C = shape
+
+    @accy.kernel(f"transpose_{dtype}_{R}x{C}", y=accy.dynamic_buffer(dtype), x=accy.dynamic_buffer(dtype))
+    def transpose(k, p):
+        @k.for_each_tile(grid=axis("i", 1))
+        def body(t, pid):
+            x = p.x.load(t.arange(R)[:, None] * C + t.arange(C)[None, :])
+            p.y.store(t.arange(C)[:, None] * R + t.arange(R)[None, :], x.T)
+
+    x = np.arange(R * C).astype(dtype.numpy)
+    y = np.zeros(R * C, dtype.numpy)
+    transpose.run([y, x], backend="llvm")
+    np.testing.assert_array_equal(y.reshape(C, R), x.reshape(R, C).T)

@@ -521,10 +521,44 @@ class TileHostLowering(Lowering):
 
         self._rows(shape[:-1], row)
 
+    def _transpose_block(self, rows: list[ir.Value]) -> list[ir.Value]:
+        """The transpose of an L x L block held as L row vectors: the off-diagonal halves of
+        ever smaller square blocks swapped, each step one two-vector shuffle per row."""
+        b = self.b
+        L = len(rows)
+        v = list(rows)
+        h = L // 2
+        while h:
+            for i in range(L):
+                if i & h:
+                    continue
+                top, bottom = v[i], v[i + h]
+                mask_top = [k if not k & h else L + k - h for k in range(L)]
+                mask_bottom = [k + h if not k & h else L + k for k in range(L)]
+                v[i] = b.shuffle_vector(top, bottom, ir.Constant(self._vec(I32), mask_top))
+                v[i + h] = b.shuffle_vector(top, bottom, ir.Constant(self._vec(I32), mask_bottom))
+            h //= 2
+        return v
+
     def tile_trans(self, op: Op) -> None:
         src = self.tile(op.operands[0])
         out = self._new(op.result)
         perm = op.attrs.perm
+        L = self.L
+        if perm == (1, 0) and src.shape[0] % L == 0 and src.shape[1] % L == 0:  # by L x L blocks in registers
+            R, C = src.shape
+            b = self.b
+
+            def block(rb, cb):
+                r0, c0 = b.mul(rb, ir.Constant(I64, L)), b.mul(cb, ir.Constant(I64, L))
+                rows = [self._load(src, b.add(b.mul(b.add(r0, ir.Constant(I64, i)), ir.Constant(I64, C)), c0))
+                        for i in range(L)]
+                for j, column in enumerate(self._transpose_block(rows)):
+                    self._store(out, b.add(b.mul(b.add(c0, ir.Constant(I64, j)), ir.Constant(I64, R)), r0), column)
+
+            self._for(0, R // L, lambda rb, cs: (self._for(0, C // L, lambda cb, cs: (block(rb, cb), [])[1],
+                                                           name="trans_c"), [])[1], name="trans_r")
+            return
         strides = _strides(src.shape)
         along = [strides[p] for p in perm]  # the source stride of each result axis
         n = out.shape[-1]
