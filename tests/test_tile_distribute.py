@@ -8,7 +8,9 @@ the rewrite.  Shapes are tiny: the emulator is slow.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import pathlib
 
 import numpy as np
 import pytest
@@ -20,6 +22,8 @@ from accy.backends.distribute import distribute
 from accy.backends.layouts import Blocked, Expand, Permute, Slice
 from accy.backends.tensor_arguments import expand_tensor_arguments
 from accy.errors import OutOfBoundsError, TraceError
+from accy.library.attention import ScaledDotProduct
+from accy.library.attention_tile import scaled_dot_product_tile
 from tile_kernels import CASES, assert_output
 
 NEEDS_PTXAS = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="no ptxas: pip install nvidia-cuda-nvcc")
@@ -225,13 +229,43 @@ def test_the_distributed_graph_is_an_ordinary_block_launch():
 
 # -- ptxas: every kernel assembles at sm_80 and sm_90 without spills --------------------------------
 
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def _example_programs() -> list:
+    """Every program of examples/tile_*.py (each lists them in PROGRAMS), at its defaults."""
+    programs = []
+    for path in sorted(EXAMPLES.glob("tile_*.py")):
+        spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        programs += module.PROGRAMS
+    return programs
+
+
+def _attention_programs() -> list:
+    """The tile attention entry at its default tiles (64 x 64, head dim 64), f32 and bf16."""
+    spec = ScaledDotProduct(1, 128, 128, 64, 64)
+    return [scaled_dot_product_tile(spec, dtype).program for dtype in (accy.f32, accy.bf16)]
+
 
 @NEEDS_PTXAS
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_kernel_assembles_without_spills(arch):
     programs = [case.program for case in CASES] + [matmul(), rows_kernel, replicas]
+    programs += _example_programs() + _attention_programs()
+    assert len(programs) > len(CASES) + 3 + 2
     for program in programs:
         used = toolchain.resources(program.ptx(arch), arch)
         assert used.spill_stores == used.spill_loads == 0, (program.name, used)
     used = toolchain.resources(matmul().ptx(arch), arch)
     assert used.registers <= 128 and used.shared_bytes == (64 * 32 + 32 * 64) * 4
+
+
+def test_a_program_budgets_its_registers_for_256_resident_threads():
+    """A program's threads hold whole tiles: ptxas may give each up to 255 registers (the SIMT
+    level's 512 resident threads, 128 registers, spilled layer norm and flash attention)."""
+    for warps, blocks in ((1, 8), (4, 2), (8, 1), (32, 1)):
+        graph = matmul(32, 32, 16, warps=warps).graph_for("ptx")
+        assert graph.launch_op.attrs.min_blocks == blocks
+        assert f".minnctapersm {blocks}\n" in matmul(32, 32, 16, warps=warps).ptx("sm_80")

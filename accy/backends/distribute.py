@@ -46,6 +46,10 @@ from ..errors import TraceError
 from .layouts import WARP, Blocked, Expand, Layout, Permute, Slice, unit_reshape
 
 SHARED_LIMIT = Limits.default.max_shared_bytes
+# the resident threads per SM a program's registers are budgeted for: its threads hold whole
+# tiles (a 64x64 f32 tile is 32 registers a thread at 4 warps), so the SIMT level's 512 (128
+# registers) spills them (layer norm, flash attention); 256 leave ptxas up to 255 a thread
+RESIDENT_THREADS = 256
 
 
 @attrs.frozen(eq=False)
@@ -156,7 +160,11 @@ class _Distributor:
             for array, shared in self.pool.values():  # each scratch sized to its largest use
                 shared.attrs = SharedAttrs(name=array.name, dtype=array.dtype, count=array.count)
 
-        self.b.for_each_block(grid=grid, threads=(axis(thread, self.T),), body=program)
+        outer = self.b
+        outer.for_each_block(grid=grid, threads=(axis(thread, self.T),), body=program)
+        self.b = outer
+        block = next(o for o in reversed(outer.block.ops) if o.opcode == "for_each_block")
+        block.attrs = attrs.evolve(block.attrs, min_blocks=max(1, RESIDENT_THREADS // self.T))
 
     def _walk(self, block) -> list:
         for op in block.ops:

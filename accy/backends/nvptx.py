@@ -201,10 +201,11 @@ class NvptxLowering(Lowering):
                 self.values[arg] = value
             self.lower_block(launch.regions[0])
         b.ret_void()
-        # aim at 512 resident threads per SM (at most 128 registers each): without a hint ptxas
-        # trades registers for occupancy on its own and may spill
+        # aim at 512 resident threads per SM (at most 128 registers each) unless the launch says
+        # how many blocks to budget for (a tile program does): without a hint ptxas trades
+        # registers for occupancy on its own and may spill
         self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)),
-                       min_blocks=max(1, 512 // per_block))
+                       min_blocks=launch.attrs.min_blocks or max(1, 512 // per_block))
         return fn
 
     def _linear(self, threads: list[ir.Value]) -> ir.Value:

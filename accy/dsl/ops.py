@@ -236,10 +236,18 @@ def _thread_axes(instance, field, value):
         _fail(instance, field, "axes named unlike each other and the grid's", value)
 
 
+def _min_blocks(instance, field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        _fail(instance, field, "a non-negative int", value)
+
+
 @_schema
 class ForEachBlockAttrs(OpAttrs):
     axes: tuple[str, ...] = attrs.field(validator=_names_of)  # the grid axes ($grid)
     threads: tuple[tuple[str, int], ...] = attrs.field(validator=_thread_axes)  # ($threads)
+    # blocks per SM a GPU lowering budgets registers for (CUDA's minBlocksPerMultiprocessor);
+    # 0: the lowering's default.  The tile distribution sets it: its threads hold whole tiles
+    min_blocks: int = _field(tf.INT, _min_blocks, default=0)
 
 
 def _count(instance, field, value):
@@ -780,8 +788,8 @@ OPS: dict[str, OpDef] = {
              verify=_launch_axes),
         _def("yield", _no_results, NoAttrs, "{? $0...}", pure=False, terminator=True),
         # the block level: blocks of cooperating threads, shared memory, barriers, atomics, warps
-        _def("for_each_block", _for_each, ForEachBlockAttrs, " ($grid) threads ($threads) {", pure=False,
-             regions=RegionKind.LAUNCH, thread_blocks=True, verify=_launch_axes),
+        _def("for_each_block", _for_each, ForEachBlockAttrs, " ($grid) threads ($threads){? min_blocks {min_blocks}} {",
+             pure=False, regions=RegionKind.LAUNCH, thread_blocks=True, verify=_launch_axes),
         # declares a per-block array (name, dtype, count)
         _def("shared", _no_results, SharedAttrs, " %{name} : {dtype}[{count}]", pure=False, in_blocks=True,
              declares_shared=True),
