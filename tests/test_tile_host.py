@@ -336,3 +336,44 @@ def test_transpose_by_register_blocks_and_by_gathers(dtype, shape):
     y = np.zeros(R * C, dtype.numpy)
     transpose.run([y, x], backend="llvm")
     np.testing.assert_array_equal(y.reshape(C, R), x.reshape(R, C).T)
+
+
+@accy.kernel(y=accy.dynamic_buffer(f32), total=accy.dynamic_buffer(f32), x=accy.dynamic_buffer(f32),
+             n=accy.scalar(index))
+def branches(k, p):
+    """An if_ on a program-uniform condition returning a tile and a scalar, inside a fold that
+    carries a tile and a scalar."""
+
+    @k.for_each_tile(grid=axis("i", cdiv(p.n, 16)))
+    def body(t, pid):
+        i = pid["i"] * 16 + t.arange(16)
+        x = p.x.load(i, mask=i < p.n)
+
+        def step(t, j, carry):
+            tile, count = carry
+            odd = (pid["i"] + j) % 2 == 1
+            new, extra = t.if_(odd, lambda t: (tile * 2.0, count + 1.0), lambda t: (tile + x, count))
+            return new, extra
+
+        tile, count = t.fold_range(0, 3, 1, (x, t.sum(x * 0.0)), step)  # a scalar f32 0 to count in
+        p.y.store(i, tile, mask=i < p.n)
+        p.total[pid["i"]] = count
+
+
+def test_if_with_tile_and_scalar_results_inside_a_fold():
+    n = 40
+    x = np.arange(n, dtype=np.float32)
+    y, total = np.zeros(n, np.float32), np.zeros(3, np.float32)
+    branches.run(dict(y=y, total=total, x=x, n=n), backend="llvm")
+    want, counts = x.copy(), []
+    for program in range(3):
+        part, count = x[program * 16:(program + 1) * 16].copy(), 0.0
+        for j in range(3):
+            if (program + j) % 2 == 1:
+                part, count = part * 2, count + 1
+            else:
+                part = part + x[program * 16:(program + 1) * 16]
+        want[program * 16:(program + 1) * 16] = part
+        counts.append(count)
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(total, counts)
