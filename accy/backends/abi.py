@@ -16,10 +16,12 @@ and skips its access; a non-zero ``kind`` after the launch means it failed, and
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
-from ..dsl.ir import Graph, Op
+from ..dsl.ir import Axis, Graph, Op
+from ..dsl.ops import BlockUnit
 from ..dsl.types import DType
 from .diagnostics import division_by_zero, out_of_bounds, thread_text
 
@@ -74,6 +76,11 @@ def status_error(graph: Graph, ordinals: tuple[Op, ...], status, sizes: dict[str
     op = ordinals[ordinal]
     thread = thread_text(graph.lane_axes(extents), lane)
     who = "program" if graph.is_tile_launch else "thread"  # a tile launch's lane is its program number
+    launch = graph.launch_op
+    if launch.opdef.thread_blocks and launch.attrs.unit is BlockUnit.PROGRAM:  # a tile launch, distributed
+        per_block = math.prod(n for _, n in launch.attrs.threads)
+        grid = tuple(Axis(name, e) for name, e in zip(launch.attrs.axes, extents))
+        who, thread = "program", f"{thread_text(grid, lane // per_block)}, thread {lane % per_block}"
     if kind == STATUS_DIV_ZERO:
         return division_by_zero(op, thread, who=who)
     if op.attrs.get("space", "global") == "shared":

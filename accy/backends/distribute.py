@@ -37,7 +37,7 @@ from typing import Callable
 import attrs
 
 from ..dsl.ir import Graph, Op, Value, constant_of
-from ..dsl.ops import AtomicAttrs, Combine, LoadAttrs, Precision, SharedAttrs, Space, StoreAttrs
+from ..dsl.ops import AtomicAttrs, BlockUnit, Combine, LoadAttrs, Precision, SharedAttrs, Space, StoreAttrs
 from ..dsl.schedule import Limits
 from ..dsl.trace import trace
 from ..dsl.traced import _NO_CTX, SharedArray, Traced, axis
@@ -164,7 +164,7 @@ class _Distributor:
         outer.for_each_block(grid=grid, threads=(axis(thread, self.T),), body=program)
         self.b = outer
         block = next(o for o in reversed(outer.block.ops) if o.opcode == "for_each_block")
-        block.attrs = attrs.evolve(block.attrs, min_blocks=max(1, RESIDENT_THREADS // self.T))
+        block.attrs = attrs.evolve(block.attrs, min_blocks=max(1, RESIDENT_THREADS // self.T), unit=BlockUnit.PROGRAM)
 
     def _walk(self, block) -> list:
         for op in block.ops:

@@ -45,6 +45,13 @@ class Space(enum.StrEnum):
     SHARED = "shared"  # a block's shared array
 
 
+class BlockUnit(enum.StrEnum):
+    """What a block launch's blocks are, for its errors to name."""
+
+    BLOCK = "block"  # blocks of cooperating threads: an error names the thread
+    PROGRAM = "program"  # a tile launch's programs (the tile distribution's output): it names the program
+
+
 class ShuffleMode(enum.StrEnum):
     IDX = "idx"  # lane src % 32
     XOR = "xor"  # lane ^ mask
@@ -248,6 +255,7 @@ class ForEachBlockAttrs(OpAttrs):
     # blocks per SM a GPU lowering budgets registers for (CUDA's minBlocksPerMultiprocessor);
     # 0: the lowering's default.  The tile distribution sets it: its threads hold whole tiles
     min_blocks: int = _field(tf.INT, _min_blocks, default=0)
+    unit: BlockUnit = _field(tf.enum_codec(BlockUnit), default=BlockUnit.BLOCK, converter=_to_enum(BlockUnit, "unit"))
 
 
 def _count(instance, field, value):
@@ -788,8 +796,8 @@ OPS: dict[str, OpDef] = {
              verify=_launch_axes),
         _def("yield", _no_results, NoAttrs, "{? $0...}", pure=False, terminator=True),
         # the block level: blocks of cooperating threads, shared memory, barriers, atomics, warps
-        _def("for_each_block", _for_each, ForEachBlockAttrs, " ($grid) threads ($threads){? min_blocks {min_blocks}} {",
-             pure=False, regions=RegionKind.LAUNCH, thread_blocks=True, verify=_launch_axes),
+        _def("for_each_block", _for_each, ForEachBlockAttrs,
+             " ($grid) threads ($threads){? as {unit}}{? min_blocks {min_blocks}} {", pure=False, regions=RegionKind.LAUNCH, thread_blocks=True, verify=_launch_axes),
         # declares a per-block array (name, dtype, count)
         _def("shared", _no_results, SharedAttrs, " %{name} : {dtype}[{count}]", pure=False, in_blocks=True,
              declares_shared=True),
