@@ -9,6 +9,8 @@ access's offsets and mask are built, which tiles it must hold in memory, and whe
 * Masks: a conjunction of comparisons of one axis's position with scalars (``rows < M``,
   ``cols >= 0``) is a box (:class:`Box`): the lowering turns it into a range per axis and masks
   only the lanes outside it.  Other masks are built and read element by element.
+* Liveness (:func:`liveness`): what a run lowers, backwards from its stores, atomics and (for
+  a check-only run) its checks; a tile read only through an access's form is never built.
 * Storage: each tile the program builds lives in a stack array; tiles whose lifetimes do not
   overlap share one (:func:`plan_storage`); a reshape is its operand's array, a fold's carried
   tile and its result are one array, and a ``dot`` whose accumulator dies there accumulates in
@@ -25,7 +27,7 @@ from typing import Union
 
 import attrs
 
-from ..dsl.ir import Block, Graph, Op, Value, constant_of
+from ..dsl.ir import Block, Op, Value, constant_of
 from ..dsl.types import TileType, shape_of
 
 Expr = Union[int, Value, tuple]
@@ -544,6 +546,3 @@ def last_use(v: Value, ops, pos, uses) -> int:
             at = max(at, pos[op])
     return at
 
-
-def program_region(graph: Graph) -> Block:
-    return graph.launch_op.regions[0]

@@ -7,36 +7,42 @@ in 32-bit lanes), which LLVM's O3 pipeline keeps as SIMD code:
 
 * pointwise ops and casts: one loop over the elements, each op lowered by the scalar op
   table (:data:`accy.backends.llvm.LOWER`) on vectors, so every element rounds as the
-  scalar op does, bit for bit;
-* reductions and argreductions along the last axis: vector partial results per row, combined
-  at the end; along another axis, vectors across the axes after it; scans along the last
-  axis: an in-vector prefix and a carry, across others: running vectors;
-* ``dot``: a register-blocked micro-kernel (a block of ``MR`` rows by ``NV`` vectors of the
-  accumulator held in registers over k, one broadcast of ``a`` and ``NV`` vector loads of
-  ``b`` per k), the accumulator tile in memory between dots;
+  scalar op does, bit for bit (math functions are vecmath's routines, as on every host path);
+* reductions and argreductions along the last axis: independent vector partials per row,
+  combined at the end (a float max or min on order-preserving integer keys); along another
+  axis, vectors across the axes after it; scans along the last axis: an in-vector prefix and a
+  carry, across others: running vectors; a 2-D transpose by L x L blocks in registers;
+* ``dot``: a register-blocked micro-kernel (``MR`` rows by ``NV`` vectors of the accumulator
+  in registers over k, one broadcast of ``a`` and ``NV`` vector loads of ``b`` per k), column
+  blocks outermost; the accumulator tile in memory between dots (in place where it dies);
 * ``tile_load``/``tile_store`` whose offsets are affine with unit stride along the last axis
-  (``rows[:, None] * stride + cols[None, :]``, ``load_tile``): one masked vector access per
-  chunk of a row, its mask from the ranges the mask's comparisons give and its bounds checked
-  once per row; other affine offsets: gathers; anything else: the offsets and mask tiles,
-  gathered element by element.
+  (``rows[:, None] * stride + cols[None, :]``, ``load_tile``; a tensor's run-time stride is
+  tested for 1): plain vector accesses where the mask's box covers the tile and its ends are
+  in bounds, else one masked vector access per chunk of a row with the row's bounds checked
+  once; other affine offsets: gathers; anything else: the offsets and mask tiles, element by
+  element.
 
-An active offset outside its buffer records the first failure in the status word (the
-access is skipped) and the launch, which writes scratch copies of the outputs, raises the
-llvm backend's OutOfBoundsError and writes nothing, as every host kernel does.  A launch's
-unit of work is one program (x fastest), split over the thread pool by :mod:`.host`.
+Checks: an active offset outside its buffer records the first failure in the status word
+(the access is skipped) and the launch raises the llvm backend's OutOfBoundsError, writing
+nothing.  A launch that reads no buffer it writes is checked whole before it runs, by
+``prepare``'s check-only pass over every program (only what the checks need: offsets,
+masks, the loads and divisions they depend on); when that finds nothing the launch runs on
+the caller's arrays, else on scratch copies (:mod:`.host`) that are dropped on failure.
+
+A launch's unit of work is one program, split over the thread pool by :mod:`.host`;
+consecutive units walk a 2-D grid in groups of GROUP along its first axis.
 """
 
 from __future__ import annotations
 
 import math
-import os
 
 import attrs
 from llvmlite import ir
 
-from ..dsl.ir import Block, Graph, Op, Value
+from ..dsl.ir import Graph, Op, Value
 from ..dsl.ops import Combine, Precision
-from ..dsl.types import DType, TileType, f32, f64
+from ..dsl.types import DType, TileType
 from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
 from .chunking import Chunking, Chunks, host_vector_width, untyped
 from .llvm import LOWER, Lowering, LoweredModule, host_entry_name
@@ -1059,7 +1065,6 @@ class TileHostLowering(Lowering):
         n = shape[-1]
         ptr, count, mem, dtype = self._buffer(op)
         b = self.b
-        L = self.L
         checks = self._checked(op)
         base = self._expr(plan.offsets.base)
         coefs = [self._expr(c) for c in plan.offsets.coefs]
