@@ -7,14 +7,15 @@ from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from .arguments import Binding, host_info
 from .contract import Backend
-from .interpreter import run_graph
+from .interpreter import DEFAULT_MEMORY_CAP, run_graph
 from .tile_interpreter import run_tiles
 
 
 def run(graph: Graph, binding: Binding, launch: Launch, **options):
     """Execute ``graph`` on checked arguments; outputs are written only on success."""
     if graph.is_tile_launch:
-        return run_tiles(graph, binding, launch, debug_thread=options.get("debug_thread"))
+        return run_tiles(graph, binding, launch, debug_thread=options.get("debug_thread"),
+                         memory_cap=options.get("memory_cap", DEFAULT_MEMORY_CAP))
     return run_graph(graph, binding, launch, **options)
 
 
