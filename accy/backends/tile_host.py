@@ -744,6 +744,41 @@ class TileHostLowering(Lowering):
             return b.or_(b.fcmp_ordered("==", x, y), b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_unordered("uno", y, y)))
         return b.icmp_unsigned("==", x, y)
 
+    def _arg_finish(self, t: DType, combine: Combine, bests: list, ats: list) -> ir.Value:
+        """The position an arg reduction picks from per-lane candidates (``bests`` and their
+        positions ``ats``, i32): the best value over every lane (keyed for floats), then the
+        lowest position holding it -- or holding a NaN, if any lane holds one."""
+        b = self.b
+        high = combine is Combine.MAX
+        if t.is_float:
+            keys = [self._float_key(v) for v in bests]
+            name = "smax" if high else "smin"
+        else:
+            keys = bests
+            name = ("umax" if high else "umin") if t.is_unsigned else ("smax" if high else "smin")
+        key = keys[0]
+        for other in keys[1:]:
+            key = self.call(f"llvm.{name}", [key, other])
+        best = self.call(f"llvm.vector.reduce.{name}", [key], ty=key.type.element)
+        if t.is_float:
+            nans = [b.fcmp_unordered("uno", v, v) for v in bests]
+            anywhere = nans[0]
+            for other in nans[1:]:
+                anywhere = b.or_(anywhere, other)
+            anywhere = self.call("llvm.vector.reduce.or", [anywhere], ty=I1)
+            value = b.bitcast(b.xor(best, b.lshr(b.ashr(best, ir.Constant(best.type, t.bits - 1)),
+                                                 ir.Constant(best.type, 1))), llvm_type(t))
+            chosen = [b.select(anywhere, nan, b.fcmp_ordered("==", v, self._splat(value)))
+                      for v, nan in zip(bests, nans)]  # -0 and +0 tie, as NumPy's compare has them
+        else:
+            chosen = [b.icmp_unsigned("==", v, self._splat(best)) for v in bests]
+        none = self._splat(ir.Constant(I32, 2**31 - 1))
+        at = None
+        for where, c in zip(ats, chosen):
+            here = b.select(c, where, none)
+            at = here if at is None else self.call("llvm.smin", [at, here])
+        return self.call("llvm.vector.reduce.smin", [at], ty=I32)
+
     def tile_argreduce(self, op: Op) -> None:
         x = self.tile(op.operands[0])
         combine, axis = op.attrs.op, op.attrs.axis
@@ -758,11 +793,6 @@ class TileHostLowering(Lowering):
             iota = ir.Constant(self._vec(I32), [ir.Constant(I32, k) for k in range(self.L)])
             unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1  # independent chains of compares
             step = unroll * self.L
-
-            def pick(v1, i1, v2, i2):
-                """The better of two (value, position) vectors lane by lane, the lower position on a tie."""
-                take = b.or_(self._better(ct, combine, v2, v1), b.and_(self._tie(ct, v1, v2), b.icmp_signed("<", i2, i1)))
-                return b.select(take, v2, v1), b.select(take, i2, i1)
 
             def row(a, cs):
                 first = b.mul(a, ir.Constant(I64, R))
@@ -789,9 +819,6 @@ class TileHostLowering(Lowering):
 
                 groups = R // step if unroll > 1 else 1
                 carried = self._for(1, groups, group, start + at0, name="argreduce")
-                best, at = carried[0], carried[unroll]
-                for u in range(1, unroll):
-                    best, at = pick(best, at, carried[u], carried[unroll + u])
                 done = groups * step
 
                 def chunk(j, valid, cs):
@@ -803,15 +830,9 @@ class TileHostLowering(Lowering):
                         wins = b.and_(wins, valid)
                     return [b.select(wins, v, best), b.select(wins, b.add(self._splat(b.trunc(j, I32)), iota), at)]
 
-                best, at = self._chunks(max(R - done, 0), chunk, [best, at])
-                n = self.L
-                while n > 1:  # halves: the better of each pair of lanes
-                    h = n // 2
-                    lo_mask, hi_mask = (ir.Constant(self._vec(I32, h), list(r)) for r in (range(h), range(h, n)))
-                    v1, v2 = (b.shuffle_vector(best, best, m) for m in (lo_mask, hi_mask))
-                    i1, i2 = (b.shuffle_vector(at, at, m) for m in (lo_mask, hi_mask))
-                    (best, at), n = pick(v1, i1, v2, i2), h
-                self._result(op, b.sext(self._lane(at, 0), I64), a)
+                best, at = self._chunks(max(R - done, 0), chunk, [carried[0], carried[unroll]])
+                bests, ats = [best] + carried[1:unroll], [at] + carried[unroll + 1:]
+                self._result(op, b.sext(self._arg_finish(ct, combine, bests, ats), I64), a)
                 return []
 
             self._for(0, A, row, name="argreduce_row")
