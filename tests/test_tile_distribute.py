@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import math
 import pathlib
 
 import numpy as np
@@ -168,6 +169,60 @@ def test_softmax_argmax_and_cumsum_rows(backend):
     soft = args["out"].reshape(rows, cols)
     assert np.allclose(soft[[0, 2]], (e / e.sum(axis=1, keepdims=True))[[0, 2]], rtol=1e-5, atol=0)
     assert np.isnan(soft[1]).all()
+
+
+def scan_kernel(shape, warps, op, axis_, dtype):
+    """Two programs, each scanning one ``shape`` tile of x (row-major) along ``axis_`` into out."""
+    n = math.prod(shape)
+
+    @accy.kernel(out=accy.dynamic_buffer(dtype), x=accy.dynamic_buffer(dtype))
+    def scan(k, p):
+        @k.for_each_tile(grid=axis("i", 2), warps=warps)
+        def body(t, pid):
+            at = pid["i"] * n
+            for d, size in enumerate(shape):
+                ramp = t.arange(size).reshape(tuple(size if e == d else 1 for e in range(len(shape))))
+                at = at + ramp * math.prod(shape[d + 1:])
+            p.out.store(at, getattr(t, f"cum{op}")(p.x.load(at), axis=axis_))
+
+    return scan
+
+
+SCANS = [((256,), 2, 0), ((4, 256), 4, 1), ((64, 32), 4, 0), ((64, 32), 4, 1), ((2, 3, 8), 1, 1), ((16, 1), 1, 0),
+         ((40,), 2, 0)]  # in a warp and across warps; along axis 0; a line in one thread; replicas
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape,warps,axis_", SCANS, ids=str)
+def test_scans_agree_with_numpy(shape, warps, axis_, backend):
+    rng = np.random.default_rng(4)
+    line = (2,) + shape
+    for op, dtype in (("sum", i32), ("min", i32), ("max", f32), ("sum", f32), ("sum", accy.bf16)):
+        if dtype == i32:
+            x = rng.integers(-2**31, 2**31, line, dtype=np.int64).astype(np.int32)  # sums wrap
+        else:
+            x = rng.standard_normal(line).astype(dtype.numpy)
+            if op == "max":
+                x.flat[::7] = np.nan  # NaN propagates from its position on
+        out = np.zeros(x.size, dtype.numpy)
+        run_distributed(scan_kernel(shape, warps, op, axis_, dtype), dict(out=out, x=x.reshape(-1)), backend)
+        got, where = out.reshape(line), f"cum{op} {dtype} of {shape} along {axis_}"
+        if op != "sum" or dtype == i32:  # integer scans and max/min are exact
+            want = {"sum": np.cumsum, "min": np.minimum.accumulate, "max": np.maximum.accumulate}[op](x, axis=axis_ + 1)
+            np.testing.assert_array_equal(got, want.astype(dtype.numpy), err_msg=where)
+            continue
+        wide = x.astype(np.float64)
+        exact, size = np.cumsum(wide, axis=axis_ + 1), np.cumsum(np.abs(wide), axis=axis_ + 1)
+        m = np.cumsum(np.ones_like(wide), axis=axis_ + 1) * 2.0**-24  # f32 accumulation of position + 1 terms
+        bound = m / (1 - m) * size + (2.0**-8 * np.abs(exact) if dtype == accy.bf16 else 0)  # one rounding to bf16
+        assert np.all(np.abs(got.astype(np.float64) - exact) <= bound), where
+
+
+def test_a_scan_along_threads_runs_in_parallel():
+    """Runs within each thread, shuffles within a warp, shared memory across warps: no serial loop."""
+    graph = scan_kernel((4, 256), 4, "sum", 1, f32).graph_for("ptx")
+    ops = [op.opcode for op in graph.body.walk()]
+    assert "fold" not in ops and ops.count("shuffle") > 0 and ops.count("barrier") == 1
 
 
 @accy.kernel(count=accy.dynamic_buffer(i32), total=accy.dynamic_buffer(f32), x=accy.dynamic_buffer(f32))

@@ -18,8 +18,10 @@ like any kernel), driven by a walk over the tile graph's ops:
 - reductions combine each thread's registers, then the lanes of a warp with shuffles,
   then the warps through shared memory; a rank-1 reduction's scalar is handed to every
   thread through shared memory, so later branches on it are uniform;
-- scans run serially per line in shared memory; ``dot`` multiplies from shared-memory
-  copies of its operands with FMAs (tensor cores are the next issue's);
+- scans run in the same three steps (each thread's registers, shuffles within the warp,
+  shared memory across warps), or serially per line in shared memory where the layout
+  holds replicas past the line's end; ``dot`` multiplies from shared-memory copies of its
+  operands with FMAs (tensor cores are the next issue's);
 - loads and stores are guarded by their masks (``if``) so masked-off memory is never
   touched, and a store or atomic is done only by the owner of each element (a replica
   never stores; a scalar store or atomic by thread 0 alone).
@@ -498,6 +500,13 @@ class _Distributor:
             return self.const(True if dtype.is_bool else (-1 if dtype.is_signed else dtype.max), dtype)
         return self.const(False if dtype.is_bool else 0, dtype)
 
+    def scan_identity(self, combine: Combine, dtype: DType) -> Traced:
+        """As :meth:`identity`, but -0.0 for a float sum: it leaves every float as it is (0.0
+        turns -0.0 into 0.0, and a scan's output is the identity combined with its prefix)."""
+        if combine is Combine.SUM and dtype.is_float:
+            return self.const(-0.0, dtype)
+        return self.identity(combine, dtype)
+
     def combine(self, combine: Combine, a, b):
         return Traced(self._record(_COMBINE_OPS[combine], [a, b]).result)
 
@@ -616,8 +625,100 @@ class _Distributor:
     def _op_scan(self, op: Op) -> None:
         x = self.regs(self.env[op.operands[0]])
         combine, axis = op.attrs.op, op.attrs.axis
-        dtype, shape = x.dtype, x.shape
+        dtype = x.dtype
         acc_type = dtype.compute if combine in (Combine.SUM, Combine.PROD) and dtype.is_float else dtype
+        d = x.layout.dims[axis]
+        lines = len(self._groups(x.layout, axis))
+        cross = self._axis_bits(d)[1]
+        scratch = lines * d.reps * self.T * acc_type.itemsize if cross else 0
+        if any(d.wraps(j) for j in range(d.registers)) or scratch > SHARED_LIMIT // 3:
+            return self._serial_scan(op, x, acc_type)  # replicas past the end, or too many lines at once
+        self._parallel_scan(op, x, acc_type)
+
+    def _parallel_scan(self, op: Op, x: Regs, acc_type: DType) -> None:
+        """Each thread scans its registers along the axis (runs of ``per_thread`` consecutive
+        elements, ``reps`` of them); the runs' totals are scanned across the threads along the
+        axis, with shuffles within the warp (Hillis-Steele) then through shared memory across
+        warps; each run adds what the threads before it hold, and each repetition what the
+        repetitions before it total.  Float sums are reordered (the gamma_n bound holds)."""
+        combine, axis = op.attrs.op, op.attrs.axis
+        dtype, layout = x.dtype, x.layout
+        d = layout.dims[axis]
+        b = self.b
+        fn = lambda p, q: self.combine(combine, p, q)  # noqa: E731
+        values = [b.cast(v, acc_type) if acc_type != dtype else v for v in x.values]
+        inwarp, cross = self._axis_bits(d)
+        lo = d.stride.bit_length() - 1
+        part = None  # this thread's index along the axis, within its warp
+        if inwarp:
+            part = b.bitwise_and(b.shr(self.tid, lo) if lo else self.tid, (1 << len(inwarp)) - 1)
+        groups = self._groups(layout, axis)
+        runs = []  # per group and repetition: the registers of this thread's run, in order
+        for group in groups:
+            by_j = sorted(group, key=lambda r: layout.register_indices(r)[axis])
+            runs.append([by_j[k * d.per_thread:(k + 1) * d.per_thread] for k in range(d.reps)])
+        scanned = {}
+        totals = []  # per group and repetition: this thread's run total
+        for group_runs in runs:
+            for run in group_runs:
+                acc = None
+                for r in run:
+                    acc = values[r] if acc is None else fn(acc, values[r])
+                    scanned[r] = acc
+                totals.append(acc)
+        # inclusive scans of the run totals over the lanes along the axis
+        inclusive = list(totals)
+        for i in range(len(inwarp)):
+            delta = 1 << (lo + i)
+            ups = [b.shuffle_up(v, delta) for v in inclusive]
+            take = b.ge(part, 1 << i)
+            inclusive = [b.select(take, fn(u, v), v) for u, v in zip(ups, inclusive)]
+        identity = self.scan_identity(combine, acc_type)
+        if inwarp:
+            first = b.eq(part, 0)
+            before = [b.select(first, identity, b.shuffle_up(v, 1 << lo)) for v in inclusive]
+            last = ((1 << len(inwarp)) - 1) << lo  # the lane bits of the last thread of a warp's part
+            src = b.bitwise_or(b.bitwise_and(self.tid, WARP - 1), last)
+            segment = [b.shuffle(v, src) for v in inclusive]  # the warp's part's total
+        else:
+            before, segment = [identity] * len(totals), list(totals)
+        if cross:  # the totals of the warps before this one along the axis, through shared memory
+            array = self.scratch(acc_type, len(totals) * self.T, op)
+            self.before_write()
+            for g, v in enumerate(segment):
+                self.store_shared(array, v, self.add(self.tid, g * self.T))
+            self.written()
+            clo, width = cross[0], 1 << len(cross)
+            mine = b.bitwise_and(b.shr(self.tid, clo), width - 1)
+            base = b.bitwise_and(self.tid, (self.T - 1) & ~(((width - 1) << clo)))
+            earlier, whole = [], []
+            for g in range(len(totals)):
+                acc_before, acc_all = identity, None
+                for w in range(width):
+                    v = self.load_shared(array, self.add(base, g * self.T + (w << clo)), acc_type)
+                    acc_before = b.select(b.gt(mine, w), fn(acc_before, v), acc_before)
+                    acc_all = v if acc_all is None else fn(acc_all, v)
+                earlier.append(acc_before)
+                whole.append(acc_all)
+            before = [fn(e, v) for e, v in zip(earlier, before)]
+            segment = whole
+        out = [None] * layout.registers
+        g = 0
+        for group_runs in runs:
+            carry = None  # what the repetitions before this one total
+            for run in group_runs:
+                prefix = before[g] if carry is None else fn(carry, before[g])
+                for r in run:
+                    out[r] = fn(prefix, scanned[r])
+                carry = segment[g] if carry is None else fn(carry, segment[g])
+                g += 1
+        out = tuple(b.cast(v, dtype) if acc_type != dtype else v for v in out)
+        self.env[op.result] = Regs(layout, dtype, out)
+
+    def _serial_scan(self, op: Op, x: Regs, acc_type: DType) -> None:
+        """Each line scanned by one thread in shared memory (a layout with replicas past the end)."""
+        combine, axis = op.attrs.op, op.attrs.axis
+        dtype, shape = x.dtype, x.shape
         n, length = math.prod(shape), shape[axis]
         lines, step = n // length, _strides(shape)[axis]
         others = shape[:axis] + shape[axis + 1:]
@@ -639,7 +740,7 @@ class _Distributor:
                     self.b.store(array, self.b.cast(acc, dtype) if acc_type != dtype else acc, at)
                     return acc
 
-            self.b.fold_range(0, length, 1, self.identity(combine, acc_type), each)
+            self.b.fold_range(0, length, 1, self.scan_identity(combine, acc_type), each)
 
         for k in range(-(-lines // self.T)):
             l = self.add(self.tid, k * self.T)
