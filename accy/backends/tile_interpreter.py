@@ -317,6 +317,10 @@ class _FoldPlan:
 
 
 _WRITES = frozenset({"store", "atomic", "tile_store", "tile_atomic"})
+# A chunk's temporaries stay near a cache's size whatever the memory cap: trips whose data is larger
+# than that already spend far longer in NumPy than in Python (a layer norm's row sweeps), and running
+# them at once only adds memory traffic and page faults.
+_CHUNK_BYTES = 16 * 2**20
 _COMBINING = frozenset(REDUCTIONS.values())
 
 
@@ -917,7 +921,8 @@ class TileInterpreter:
         if np.ndim(start) == 0 and np.ndim(stop) == 0:  # the same trips in every program
             trips = range(int(start), int(stop), step)
             plan = self.fold_plans.get(op)
-            chunk = 0 if plan is None else min(len(trips), self.memory_cap // max(1, self.programs * plan.trip_bytes))
+            budget = min(self.memory_cap, _CHUNK_BYTES)
+            chunk = 0 if plan is None else min(len(trips), budget // max(1, self.programs * plan.trip_bytes))
             if chunk >= 2:
                 fold_counts.vectorised += 1
                 accs = self._vectorised_fold(trips, chunk, region, plan, accs)
