@@ -255,7 +255,8 @@ class ForEachBlockAttrs(OpAttrs):
     # blocks per SM a GPU lowering budgets registers for (CUDA's minBlocksPerMultiprocessor);
     # 0: the lowering's default.  The tile distribution sets it: its threads hold whole tiles
     min_blocks: int = _field(tf.INT, _min_blocks, default=0)
-    unit: BlockUnit = _field(tf.enum_codec(BlockUnit), default=BlockUnit.BLOCK, converter=_to_enum(BlockUnit, "unit"))
+    unit: BlockUnit = _field(tf.enum_codec(BlockUnit), default=BlockUnit.BLOCK,
+                             converter=_to_enum(BlockUnit, "unit"))
 
 
 def _count(instance, field, value):
@@ -797,7 +798,8 @@ OPS: dict[str, OpDef] = {
         _def("yield", _no_results, NoAttrs, "{? $0...}", pure=False, terminator=True),
         # the block level: blocks of cooperating threads, shared memory, barriers, atomics, warps
         _def("for_each_block", _for_each, ForEachBlockAttrs,
-             " ($grid) threads ($threads){? as {unit}}{? min_blocks {min_blocks}} {", pure=False, regions=RegionKind.LAUNCH, thread_blocks=True, verify=_launch_axes),
+             " ($grid) threads ($threads){? as {unit}}{? min_blocks {min_blocks}} {", pure=False,
+             regions=RegionKind.LAUNCH, thread_blocks=True, verify=_launch_axes),
         # declares a per-block array (name, dtype, count)
         _def("shared", _no_results, SharedAttrs, " %{name} : {dtype}[{count}]", pure=False, in_blocks=True,
              declares_shared=True),
