@@ -290,21 +290,15 @@ class TileOps:
             precision = Precision(precision)
         except ValueError:
             raise _error(f"dot: precision must be 'ieee' or 'tf32', got {precision!r}") from None
-        if a.ndim != 2 or b.ndim != 2:
-            raise _error(f"dot: a and b must be 2-D tiles, got {a.type} and {b.type}")
-        if a.shape[1] != b.shape[0]:
-            raise _error(f"dot: inner dimensions differ: a is {a.shape[0]}x{a.shape[1]} and b is "
-                         f"{b.shape[0]}x{b.shape[1]} ({a.shape[1]} != {b.shape[0]})")
-        if a.dtype != b.dtype:
-            raise _error(f"dot: a holds {a.dtype} and b holds {b.dtype}; cast one so both match")
-        wanted = dot_accumulator(a.dtype)
-        if wanted is None:
-            raise _error(f"dot: takes float or 8-bit integer tiles, got {a.dtype}")
-        shape = (a.shape[0], b.shape[1])
-        acc = self.zeros(shape, wanted) if acc is None else acc
-        if not isinstance(acc, Tile) or acc.type != TileType(wanted, shape):
+        if acc is None:  # zeros of the accumulator type; the op's type rule checks the rest
+            wanted = dot_accumulator(a.dtype) if a.ndim == b.ndim == 2 else None
+            if wanted is not None:
+                acc = self.zeros((a.shape[0], b.shape[1]), wanted)
+        if not isinstance(acc, Tile):
             got = acc.type if isinstance(acc, Traced) else repr(acc)
-            raise _error(f"dot: the accumulator must be a {TileType(wanted, shape)} for {a.dtype} inputs, got {got}")
+            raise _error(f"dot({a.type}, {b.type}): the accumulator must be a tile, got {got}"
+                         if acc is not None else f"dot({a.type}, {b.type}): takes 2-D tiles of float or "
+                                                 f"8-bit integer elements")
         return Traced(self._record("dot", (a, b, acc), DotAttrs(precision=precision)).result)
 
     # -- memory -----------------------------------------------------------------------
