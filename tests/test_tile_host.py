@@ -377,3 +377,22 @@ def test_if_with_tile_and_scalar_results_inside_a_fold():
         counts.append(count)
     np.testing.assert_array_equal(y, want)
     np.testing.assert_array_equal(total, counts)
+
+
+@accy.kernel(y=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+def rows_past_the_shape(k, p):
+    @k.for_each_tile(grid=axis("i", 2))
+    def body(t, pid):
+        r = pid["i"] * 4 + t.arange(4)
+        c = t.arange(8)
+        p.y.store((r[:, None], c[None, :]), p.x.load((r[:, None], c[None, :])))  # unmasked: rows 6 and 7 are out
+
+
+@pytest.mark.parametrize("step", [1, 2], ids=["contiguous", "a view with a step"])
+def test_an_unmasked_tensor_index_outside_its_shape_names_the_dimension_and_writes_nothing(step):
+    x = np.ones((6, 8 * step), np.float32)[:, ::step]
+    y = np.zeros((8, 8), np.float32)
+    with pytest.raises(OutOfBoundsError, match=r"load from tensor 'x': the index in dimension 0 is outside its shape "
+                                               r"\(program i=1\)"):
+        rows_past_the_shape.run([y, x], backend="llvm")
+    assert (y == 0).all()

@@ -196,6 +196,8 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = 
     pointers = [_address(a) for a in arrays]
     counts = [a.size for a in arrays]
     fits = kernel.prepare(pointers, counts, scalars, status.ctypes.data, extents.ctypes.data)
+    if status[0] and getattr(kernel.plan, "checked_whole", False):  # prepare checked every program (tile_host)
+        raise status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
     units = kernel.plan.chunking.units(launch.extents)
     if kernel.plan.infallible and fits and not status[0]:  # nothing can fail: run on the caller's arrays
         _launch(kernel, pointers, counts, scalars, status, units, threads, in_place=graph.name)

@@ -47,7 +47,7 @@ from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
 from .chunking import Chunking, Chunks, host_vector_width, untyped
 from .llvm import LOWER, Lowering, LoweredModule, host_entry_name
 from .llvm_types import I1, I8, I32, I64, VOID, constant, intrinsic_suffix, llvm_type, memory_type
-from .spmd import HostPlan, SpmdLowering
+from .spmd import SpmdLowering
 from .targets import HostTarget
 from .tile_access import AccessPlan, Box, liveness, plan_accesses, plan_storage, tile_bytes
 
@@ -160,10 +160,13 @@ class TileHostLowering(Lowering):
         self._mode(check_only=False)
 
     def _mode(self, check_only: bool) -> None:
-        """Lower the full program, or only what its checks need (stores and atomics write nothing)."""
+        """Lower the full program, or only what its checks need (stores and atomics write nothing).
+        Where prepare checks the launch whole, the launcher itself checks nothing: it runs only
+        after that pass found no failure."""
         self.check_only = check_only
         self.live = liveness(self.region, self.plans, check_only)
         self.storage = plan_storage(self.region, self.live, self.L)
+        self.unchecked = _EVERY_OP if self.check_pass and not check_only else frozenset()
 
     # -- entry points ---------------------------------------------------------------------
     def _entry(self, fn: ir.Function) -> ir.IRBuilder:
@@ -253,16 +256,14 @@ class TileHostLowering(Lowering):
             b.store(extent, b.gep(out, [ir.Constant(I64, k)], source_etype=I64, inbounds=True))
         if not self.check_pass:
             b.ret(ir.Constant(I1, 0 if self.target.checks else 1))
-        else:
-            status = self.allocas.alloca(ir.ArrayType(I64, 4))  # its own: the caller's says how the extents went
-            b.store(ir.Constant(ir.ArrayType(I64, 4), [0] * 4), status)
-            self.status = untyped(status)
+        else:  # every program's checks, in program order, into the status word; unless the extents failed
+            zero = ir.Constant(I64, 0)
             units = ir.Constant(I64, 1)
             for e in self.extents:
-                units = b.mul(units, b.select(b.icmp_signed(">", e, ir.Constant(I64, 0)), e, ir.Constant(I64, 0)))
-            self._programs(ir.Constant(I64, 0), units)
-            kind = b.load(self.status, typ=I64)
-            b.ret(b.icmp_signed("==", kind, ir.Constant(I64, 0)))
+                units = b.mul(units, b.select(b.icmp_signed(">", e, zero), e, zero))
+            failed = b.icmp_signed("!=", b.load(self.status, typ=I64), zero)
+            self._programs(zero, b.select(failed, zero, units))
+            b.ret(b.icmp_signed("==", b.load(self.status, typ=I64), zero))
         self.allocas.branch(fn.blocks[1])
         self._mode(check_only=False)
         return fn
@@ -1186,15 +1187,13 @@ class TileHostLowering(Lowering):
             if out is not None or value is not None:
                 self._rows(shape[:-1], row)
 
-        def unit_rows() -> None:
-            if box is None:
-                rows(True)
-                return
+        def whole_tile() -> ir.Value:
+            """Every element active and (with checks) the tile's lowest and highest offsets inside."""
             whole = uniform
             for (lo_d, hi_d), extent in zip(ranges, shape):
                 whole = b.and_(whole, b.and_(b.icmp_signed("==", lo_d, ir.Constant(I64, 0)),
                                              b.icmp_signed("==", hi_d, ir.Constant(I64, extent))))
-            if checks:  # the tile's lowest and highest offsets
+            if checks:
                 low = high = base
                 for c, extent in zip(coefs, shape):
                     span = b.mul(c, ir.Constant(I64, extent - 1))
@@ -1202,19 +1201,34 @@ class TileHostLowering(Lowering):
                     high = b.add(high, self.call("llvm.smax", [span, ir.Constant(I64, 0)]))
                 whole = b.and_(whole, b.and_(b.icmp_signed(">=", low, ir.Constant(I64, 0)),
                                              b.icmp_signed("<", high, count)))
+            return whole
+
+        def split(fast_path, edge_path) -> None:
             fast, edge, joined = (b.append_basic_block(name) for name in ("whole_tile", "edge_tile", "tile_done"))
-            b.cbranch(whole, fast, edge)
+            b.cbranch(whole_tile(), fast, edge)
             b.position_at_end(fast)
-            whole_rows()
+            fast_path()
             b.branch(joined)
             b.position_at_end(edge)
-            rows(True)
+            edge_path()
             b.branch(joined)
             b.position_at_end(joined)
+
+        def unit_rows() -> None:
+            if box is None:
+                rows(True)
+            else:
+                split(whole_rows, lambda: rows(True))
 
         static = plan.offsets.coefs[-1]
         if isinstance(static, int):
             unit_rows() if static == 1 else rows(False)
+            return
+        if self.check_only:  # whatever the stride: a whole tile needs no check, else each element's
+            if box is None:
+                rows(False)
+            else:
+                split(lambda: None, lambda: rows(False))
             return
         # a run-time stride along the last axis (a tensor's): vector accesses where it is 1
         unit, strided, done = (b.append_basic_block(n) for n in ("unit_stride", "strided", "strided_done"))
@@ -1345,4 +1359,26 @@ def lower_tile_host(graph: Graph, target: HostTarget) -> LoweredModule:
     entry = lw.lower_launcher().name
     lw.lower_prepare()
     return LoweredModule(lw.module, entry, False, tuple(graph.body.walk()),
-                         HostPlan(Chunking(Chunks.block, lanes), lw.check_pass or not target.checks))
+                         TilePlan(Chunking(Chunks.block, lanes), lw.check_pass or not target.checks, lw.check_pass))
+
+
+@attrs.frozen
+class TilePlan:
+    """What the host runtime needs to know about a tile launcher (as :class:`~.spmd.HostPlan`):
+    its units, whether it cannot fail once prepare says the launch fits, and whether prepare
+    checked every program (then a failure it records is the launch's error, raised before any
+    program runs)."""
+
+    chunking: Chunking
+    infallible: bool
+    checked_whole: bool
+
+
+class _Everything:
+    """Every op: the launcher's unchecked set where prepare checked the launch whole."""
+
+    def __contains__(self, op) -> bool:
+        return True
+
+
+_EVERY_OP = _Everything()
