@@ -1,0 +1,74 @@
+"""Differential fuzzing of the tile level: random tile programs (tests/fuzz_tiles.py) run on
+the numpy backend (the reference, accy/backends/tile_interpreter.py), llvm (the native tile
+path) and ptx (the distribution into SIMT blocks, on the emulator) must agree: every output
+array bit for bit (the gaps of strided views, the elements a mask keeps off, NaN payloads
+aside), except float sums, cumsums and dots, each within gamma_n * sum |terms| of the float64
+value (the tile level's accuracy rule, docs/ir.md), on every backend the reference included.
+Every drawn program is valid and in bounds by construction (masked-off indices may be wild),
+so any error a run raises is a failure too.
+
+Each example is one seed; the programs are small (tiny tiles and grids, which the emulator
+runs in a fraction of a second).  ``test_tile_programs_agree_at_larger_tiles`` draws larger
+tiles for numpy and llvm alone (and llvm split over 3 threads and with checks off).
+
+Scaling: ``ACCY_FUZZ_EXAMPLES`` (examples per test; default 30, 10x with ``--fuzz-long``)
+and ``ACCY_FUZZ_TILE_SEED`` (the first seed, default 0: the default run is the same every
+time; a failure names its seed, and ``ACCY_FUZZ_TILE_SEED=<seed> ACCY_FUZZ_EXAMPLES=1``
+reruns just it).  ``ACCY_FUZZ_BACKENDS`` (tests/fuzz_scaffold.py) picks the backends.
+Bugs it found are pinned, minimised, in tests/test_tile_regressions.py.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+import fuzz_tiles
+from fuzz_scaffold import FUZZ_BACKENDS, fuzz_examples
+
+pytestmark = pytest.mark.fuzz
+
+EXAMPLES = int(os.environ.get("ACCY_FUZZ_EXAMPLES", "30"))
+FIRST_SEED = int(os.environ.get("ACCY_FUZZ_TILE_SEED", "0"))
+BIG_SEEDS = 1_000_000  # the larger programs' seeds start here, so the two tests draw different programs
+
+
+def _seeds(request, first: int, default: int) -> range:
+    n = fuzz_examples(request.config, default, default * 10)
+    return range(first, first + n)
+
+
+def _report(drawn, problems) -> str:
+    return (f"{len(problems)} disagreement(s) in tile program seed {drawn.seed} (rerun: ACCY_FUZZ_TILE_SEED="
+            f"{drawn.seed - (BIG_SEEDS if drawn.seed >= BIG_SEEDS else 0)} ACCY_FUZZ_EXAMPLES=1)\n"
+            + drawn.describe() + "\n" + "\n".join(problems) + "\n" + drawn.program.graph.text())
+
+
+def _fuzz(request, first: int, default: int, backends, *, big: bool, variants: bool) -> None:
+    failed = []
+    for seed in _seeds(request, first, default):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            drawn = fuzz_tiles.draw(seed, big=big)
+            runs = {b: fuzz_tiles.run_on(drawn, b) for b in backends}
+            if variants and "llvm" in backends:
+                runs["llvm, 3 threads"] = fuzz_tiles.run_on(drawn, "llvm", threads=3)
+                runs["llvm, checks=False"] = fuzz_tiles.run_on(drawn, "llvm", checks=False)
+            problems = fuzz_tiles.check(drawn, runs)
+        if problems:
+            failed.append(_report(drawn, problems))
+            if len(failed) >= 3:
+                break
+    assert not failed, "\n\n".join(failed)
+
+
+def test_tile_programs_agree(request):
+    backends = [b for b in FUZZ_BACKENDS if b in ("numpy", "llvm", "ptx", "cuda")]
+    _fuzz(request, FIRST_SEED, EXAMPLES, backends, big=False, variants=False)
+
+
+def test_tile_programs_agree_at_larger_tiles(request):
+    backends = [b for b in FUZZ_BACKENDS if b in ("numpy", "llvm")]
+    _fuzz(request, BIG_SEEDS + FIRST_SEED, max(1, EXAMPLES // 2), backends, big=True, variants=True)
