@@ -430,3 +430,23 @@ def test_the_host_proves_a_launch_over_the_tensors_own_shape_in_bounds(layout):
     assert kernel_.plan.infallible
     assert proven() is True
     assert proven(sj=1) is False and proven(di=-1) is False
+
+
+@pytest.mark.parametrize("dtype", [accy.f8e5m2, accy.f8e4m3, accy.bf16])
+def test_strided_views_of_narrow_floats_bind_and_tile_loads_read_them(dtype):
+    # NumPy cannot rebuild float8_e5m2 from an array interface ("<f1"): every strided view
+    # accy makes goes through same-width unsigned integers
+    @accy.kernel(dst=accy.tensor(dtype, 2), x=accy.tensor(dtype, 2))
+    def double(k, p):
+        @k.for_each_tile(grid=accy.axis("r", accy.cdiv(p.x.shape[0], 4)))
+        def body(t, pid):
+            v = p.x.load_tile((pid["r"] * 4, 0), (4, 8))
+            p.dst.store_tile((pid["r"] * 4, 0), (v.cast(accy.f32) * 2.0).cast(dtype))
+
+    big = np.arange(96, dtype=np.float32).reshape(12, 8).astype(dtype.numpy)
+    x = big[::2]  # a stepped view: the span path, not a plain reshape
+    want = (x.astype(np.float32) * 2).astype(dtype.numpy)
+    for backend in ("numpy", "llvm", "ptx"):
+        dst = np.zeros((6, 8), dtype.numpy)[:, ::-1]  # a reversed output view
+        double.run([dst, x], backend=backend)
+        assert np.array_equal(dst.astype(np.float32), want.astype(np.float32)), backend

@@ -183,6 +183,15 @@ def _dlpack_view(a) -> np.ndarray | None:
     return np.asarray(_Borrowed(capsule, interface)).view(dtype)
 
 
+def strided_view(memory: np.ndarray, shape, strides, writeable: bool = False) -> np.ndarray:
+    """``np.lib.stride_tricks.as_strided`` for every accy type: NumPy cannot rebuild an fp8
+    dtype from its array interface ("<f1"), so the view is made of same-width unsigned
+    integers and viewed back."""
+    bits = memory.view(np.dtype(f"u{memory.itemsize}"))
+    view = np.lib.stride_tricks.as_strided(bits, tuple(shape), tuple(strides), writeable=writeable)
+    return view.view(memory.dtype)
+
+
 def as_host_array(name: str, a) -> np.ndarray:
     """A NumPy view of a host array-like (no copy), or an error naming the argument."""
     if type(a) is np.ndarray:

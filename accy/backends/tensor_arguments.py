@@ -28,7 +28,7 @@ import numpy as np
 from ..dsl.ir import Graph, Param
 from ..dsl.tensors import TensorParams, declared_parameters, tensor_parameters
 from ..errors import ArgumentError
-from .arguments import TensorLayout, _by_name, _dtype_text, as_host_array
+from .arguments import TensorLayout, _by_name, _dtype_text, as_host_array, strided_view
 
 
 def _rank(n: int) -> str:
@@ -125,7 +125,7 @@ def _host_span(value: np.ndarray, layout: TensorLayout) -> np.ndarray:
     # turned so every stride is positive, the view starts at the lowest-addressed element
     lowest = value[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in value.strides)] \
         if layout.span else value
-    return np.lib.stride_tricks.as_strided(lowest, (layout.span,), (value.dtype.itemsize,))
+    return strided_view(lowest, (layout.span,), (value.dtype.itemsize,), writeable=value.flags.writeable)
 
 
 @attrs.frozen

@@ -36,7 +36,7 @@ from ..dsl.ops import REDUCTIONS, SIMT_OPS, TILE_OPS, AtomicKind, Combine, Preci
 from ..dsl.types import TileType, element_type
 from ..errors import ArgumentError, ExecutionError, OutOfBoundsError
 from . import numerics
-from .arguments import Binding
+from .arguments import Binding, strided_view
 from .diagnostics import division_by_zero, out_of_bounds, thread_text
 from .interpreter import _WIDE, DEFAULT_MEMORY_CAP, EVAL, _apply_atomics, _last_uses, _step_without_wrap, _uses
 
@@ -218,8 +218,8 @@ class _Plan:
     def window(self, memory: np.ndarray, writeable: bool = False) -> np.ndarray:
         """Every box of the buffer, by its first element (the boxes that fit in it)."""
         item = memory.itemsize
-        return np.lib.stride_tricks.as_strided(memory, (memory.size - self.span + 1,) + self.lengths,
-                                               (item,) + tuple(c * item for c in self.strides), writeable=writeable)
+        return strided_view(memory, (memory.size - self.span + 1,) + self.lengths,
+                            (item,) + tuple(c * item for c in self.strides), writeable=writeable)
 
     def box(self) -> tuple[slice, ...]:
         return tuple(slice(lo, lo + n) for lo, n in zip(self.lows, self.lengths))
@@ -238,7 +238,7 @@ class _Plan:
         step = int(starts[1] - starts[0]) if starts.size > 1 else 0
         if step >= 0 and (starts.size < 3 or np.all(np.diff(starts) == step)):
             item = memory.itemsize
-            return np.lib.stride_tricks.as_strided(memory[int(starts[0]):], (starts.size,) + self.lengths, (
+            return strided_view(memory[int(starts[0]):], (starts.size,) + self.lengths, (
                 step * item,) + tuple(c * item for c in self.strides), writeable=writeable)
         return None if writeable else self.window(memory)[starts]
 
@@ -505,6 +505,10 @@ class TileInterpreter:
 
     def op_size(self, op: Op) -> None:
         self.env[op.result] = np.int64(self.buffers[op.attrs["buffer"]].size)
+
+    def op_aligned(self, op: Op) -> None:
+        address = self.buffers[op.attrs["buffer"]].__array_interface__["data"][0]
+        self.env[op.result] = np.bool_(address % op.attrs["bytes"] == 0)
 
     def op_cast(self, op: Op) -> None:
         (value,) = op.operands
