@@ -58,3 +58,38 @@ def test_bug1_f32_cumsum_along_axis_0_on_llvm():
     out = np.zeros_like(x)
     _scan_kernel((2, 25), 0, "cumsum", f32).run(dict(out=out, x=x), backend="llvm")
     np.testing.assert_array_equal(out, np.cumsum(x.reshape(2, 25), axis=0).reshape(-1))
+
+
+# -- bug 2: the numpy backend crashes on a masked access whose offsets have a huge stride -------
+# offsets i * s with s = 2**62 a run-time scalar and only i == 0 active: every masked-off offset
+# is out of range (allowed: "its offset may be anything"), llvm and ptx read/write element 0
+# only, but the tile interpreter raises a bare OverflowError ("Python int too large to convert
+# to C long") from accy/backends/tile_interpreter.py's box plan (plan.boxes -> strided_view:
+# the box's byte strides, stride * itemsize, do not fit a C long) instead of ignoring the
+# masked-off lanes.
+BUG2 = pytest.mark.xfail(strict=True, raises=OverflowError,
+                         reason="bug 2: accy/backends/tile_interpreter.py builds a strided box view for a masked "
+                                "access whose stride is 2**62 (OverflowError); the mask leaves one element")
+
+
+def _huge_stride(kind):
+    @accy.kernel(out=accy.dynamic_buffer(f32), x=accy.dynamic_buffer(f32), s=accy.scalar(accy.index))
+    def huge_stride(k, p):
+        @k.for_each_tile(grid=axis("m", 2), warps=1)
+        def body(t, pid):
+            i = t.arange(4) + pid["m"] * 4
+            if kind == "load":
+                p.out.store(i, p.x.load(i * p.s, mask=i == 0, other=5.0))
+            else:
+                p.out.store(i * p.s, t.full((4,), 1.0, f32), mask=i == 0)
+
+    return huge_stride
+
+
+@pytest.mark.parametrize("backend", [pytest.param("numpy", marks=BUG2), "llvm", "ptx"])
+@pytest.mark.parametrize("kind", ["load", "store"])
+def test_bug2_masked_access_with_a_huge_stride(backend, kind):
+    args = dict(out=np.zeros(8, np.float32), x=np.arange(8, dtype=np.float32), s=2**62)
+    _huge_stride(kind).run(args, backend=backend)
+    want = [0.0] + [5.0] * 7 if kind == "load" else [1.0] + [0.0] * 7
+    np.testing.assert_array_equal(args["out"], want)
