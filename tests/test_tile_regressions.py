@@ -93,3 +93,29 @@ def test_bug2_masked_access_with_a_huge_stride(backend, kind):
     _huge_stride(kind).run(args, backend=backend)
     want = [0.0] + [5.0] * 7 if kind == "load" else [1.0] + [0.0] * 7
     np.testing.assert_array_equal(args["out"], want)
+
+
+# -- bug 3: the numpy backend applies a program-independent tile atomic once, not per program --
+# Three programs each atomic_add 1 at offsets arange(2) (the same in every program): h must be
+# [3, 3] (every program's adds apply, as on llvm and ptx), numpy gives [1, 1]; with duplicates
+# inside the tile (arange(4) // 2) it gives [2, 2] for [6, 6].  Offsets that depend on the
+# program are right.  The tile interpreter evaluates a value that is uniform over the programs
+# once (accy/backends/tile_interpreter.py, op_tile_atomic / the uniform offsets plan), which is
+# right for a load and a store but loses the other programs' updates of an atomic.
+BUG3 = pytest.mark.xfail(strict=True, reason="bug 3: accy/backends/tile_interpreter.py applies a tile atomic whose "
+                                             "offsets are the same in every program once for the whole launch")
+
+
+@pytest.mark.parametrize("backend", [pytest.param("numpy", marks=BUG3), "llvm", "ptx"])
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_bug3_program_independent_tile_atomic_applies_once_per_program(backend, duplicates):
+    @accy.kernel(h=accy.dynamic_buffer(i32))
+    def hist(k, p):
+        @k.for_each_tile(grid=axis("m", 3), warps=1)
+        def body(t, pid):
+            where = t.arange(4) // 2 if duplicates else t.arange(2)
+            p.h.atomic_add(where, t.full(where.shape, 1, i32))
+
+    args = dict(h=np.zeros(3, np.int32))
+    hist.run(args, backend=backend)
+    np.testing.assert_array_equal(args["h"], [6, 6, 0] if duplicates else [3, 3, 0])
