@@ -119,3 +119,26 @@ def test_bug3_program_independent_tile_atomic_applies_once_per_program(backend, 
     args = dict(h=np.zeros(3, np.int32))
     hist.run(args, backend=backend)
     np.testing.assert_array_equal(args["h"], [6, 6, 0] if duplicates else [3, 3, 0])
+
+
+# -- bug 4 (fixed in accy/dsl/tiles.py): p.x.atomic_add at scalar indices in a tile program ----
+# p.x.load and p.x.store take scalar indices in a tile program (one access per program), but
+# p.x.atomic_add(0, 1) was a TraceError ("give a tile of indices").  Now it is one scalar
+# atomic per program (returning the old value), masked by a scalar condition like a store.
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bug4_scalar_atomic_in_a_tile_program_runs_once_per_program(backend):
+    @accy.kernel(h=accy.dynamic_buffer(i32), g=accy.tensor(f32, 2))
+    def counts(k, p):
+        @k.for_each_tile(grid=(axis("m", 3), axis("n", 2)), warps=4)
+        def body(t, pid):
+            p.h.atomic_add(0, 1)
+            p.h.atomic_max(1, pid["m"].cast(i32) * 10, mask=pid["n"] == 1)
+            p.h.atomic_add(2, 1, mask=pid["m"] == 0)
+            p.g.atomic_add((pid["m"], pid["n"]), 2.5)  # a tensor (a reversed view) at scalar indices
+
+    args = dict(h=np.zeros(3, np.int32), g=np.zeros((3, 2), np.float32)[::-1])
+    counts.run(args, backend=backend)
+    np.testing.assert_array_equal(args["h"], [6, 20, 2])
+    np.testing.assert_array_equal(args["g"], np.full((3, 2), 2.5, np.float32))

@@ -434,13 +434,19 @@ class TileOps:
         idx, inside = self._tile_box(handle, origin, v.shape, f"{handle.name}.store_tile")
         self.store_at(handle, tuple(idx), v, inside, inside_known=True)
 
-    def _tile_atomic(self, kind: str, handle, idx, value, mask) -> None:
+    def _tile_atomic(self, kind: str, handle, idx, value, mask) -> Traced | None:
         what = f"{handle.name}.atomic_{kind}"
         offsets, mask = self._access(handle, idx, mask, what)
         v = self._lift(value, handle.dtype, what)
         shape = shape_of(offsets.type) or shape_of(v.type)
-        if not shape:
-            raise _error(f"{what}: at the tile level give a tile of indices (or use the scalar atomic_{kind})")
+        if not shape:  # every index and the value scalars: one atomic per program, as a scalar store is
+            if element_type(v.type) != handle.dtype:
+                raise _error(f"{what}: value is {v.type}, but '{handle.name}' holds {handle.dtype}; cast it first")
+            attrs_ = AtomicAttrs(op=kind, buffer=handle.name, dtype=handle.dtype)
+            if mask is None:
+                return Traced(self._record("atomic", (offsets, v), attrs_).result)
+            self.if_(mask, lambda t: t._record("atomic", (offsets, v), attrs_) and None)
+            return None
         if not shape_of(offsets.type):
             offsets = Traced(self._to_shape(offsets, shape))
             mask = Traced(self._to_shape(mask if mask is not None else self.constant(True, boolean), shape))
