@@ -35,7 +35,7 @@ def test_attributes_are_immutable_and_read_as_a_mapping_too():
     a = LoadAttrs(buffer="x", dtype=f32, space="shared")
     assert a.space is Space.SHARED and a.space == "shared"
     assert a["buffer"] == "x" and a.get("space", "global") == "shared" and dict(a) == {
-        "buffer": "x", "dtype": f32, "space": Space.SHARED}
+        "buffer": "x", "dtype": f32, "space": Space.SHARED, "vec": 1}
     assert SizeAttrs(buffer="x").get("space", "global") == "global"
     with pytest.raises(KeyError):
         a["keys"]  # fields only, not methods
@@ -182,12 +182,25 @@ def tile_kernel():
     return tiles
 
 
+def vector_kernel():
+    """A tile copy distributed for a GPU: its vector accesses (load and store vec 4, aligned)."""
+
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32))
+    def vectors(k, a):
+        @k.for_each_tile(grid=axis("i", 1), warps=1)
+        def body(t, pid):
+            a.dst.store(t.arange(128), a.x.load(t.arange(128)))
+
+    return vectors
+
+
 def test_the_block_ops_text_form_is_the_documented_one():
     assert block_kernel().traced_graph.text() == EXPECTED_BLOCK_TEXT
 
 
 def test_every_op_prints_and_parses_back_exactly():
-    graphs = [pointwise_kernel().traced_graph, block_kernel().traced_graph, tile_kernel().traced_graph]
+    graphs = [pointwise_kernel().traced_graph, block_kernel().traced_graph, tile_kernel().traced_graph,
+              vector_kernel().graph_for("ptx")]
     seen = {op.opcode for g in graphs for op in g.body.walk()}
     assert seen == set(OPS), sorted(set(OPS) - seen)
     for graph in graphs:
@@ -230,7 +243,7 @@ kernel @k(%dst: buffer<f32, ?>) {
     ("%0 = const 4 : index", "%0 = frobnicate 4 : index", r"line 2: cannot read .*: no op named 'frobnicate'"),
     ("store %dst[%1] = %2 : f32", "store %dst[%1] %2 : f32",
      r"line 5: cannot read 'store %dst\[%1\] %2 : f32' \(does not have the form\): a store is written "
-     r"'store \{\?\{space\} \}%\{buffer\}\[\$0\] = \$1 : \{dtype\}'"),
+     r"'store \{\?\{space\} \}%\{buffer\}\[\$0\] = \$1\.\.\. : \{dtype\}\{\? vec \{vec\}\}'"),
     ("store %dst[%1]", "store local %dst[%1]", r"line 5: cannot read"),
     ("store %dst[%1]", "store shared %dst[%1]", r"line 5: %dst is not a declared shared array"),
     # the source type a cast states is the operand's (it used to be read and ignored)

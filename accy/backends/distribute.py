@@ -24,7 +24,13 @@ like any kernel), driven by a walk over the tile graph's ops:
   operands with FMAs (tensor cores are the next issue's);
 - loads and stores are guarded by their masks (``if``) so masked-off memory is never
   touched, and a store or atomic is done only by the owner of each element (a replica
-  never stores; a scalar store or atomic by thread 0 alone).
+  never stores; a scalar store or atomic by thread 0 alone);
+- a load or store whose offsets are affine with (or, for a tensor's strides, checked to have)
+  unit stride along the last axis moves each thread's run of consecutive elements up to 16
+  bytes at a time (one ``load``/``store`` of ``vec`` elements: ld.global.v4 and the like)
+  where the buffer's address (``aligned``), the base and the other strides keep every group
+  aligned, checked where the access is (LLVM hoists it out of loops), and the group is inside
+  the mask; element by element otherwise.
 
 Shared memory is one scratch array per element type, sized to the largest need and
 reused behind barriers; a program needing more than 48 KiB is a TraceError naming the op.
@@ -39,13 +45,15 @@ from typing import Callable
 import attrs
 
 from ..dsl.ir import Graph, Op, Value, constant_of
-from ..dsl.ops import AtomicAttrs, BlockUnit, Combine, LoadAttrs, Precision, SharedAttrs, Space, StoreAttrs
+from ..dsl.ops import (AlignedAttrs, AtomicAttrs, BlockUnit, Combine, LoadAttrs, Precision, SharedAttrs, Space,
+                       StoreAttrs)
 from ..dsl.schedule import Limits
 from ..dsl.trace import trace
 from ..dsl.traced import _NO_CTX, SharedArray, Traced, axis
 from ..dsl.types import DType, TileType, boolean, element_type, f32, f64, index, u8
 from ..errors import TraceError
 from .layouts import WARP, Blocked, Expand, Layout, Permute, Slice, unit_reshape
+from .tile_access import Shapes, conjuncts
 
 SHARED_LIMIT = Limits.default.max_shared_bytes
 # the resident threads per SM a program's registers are budgeted for: its threads hold whole
@@ -65,6 +73,18 @@ class Regs:
     @property
     def shape(self) -> tuple[int, ...]:
         return self.layout.shape
+
+
+@attrs.frozen(eq=False)
+class VectorPlan:
+    """A tile access done ``vec`` elements at a time where ``fast`` (its alignment and unit
+    stride, checked at run time) holds: ``groups`` lists each group's registers; ``box``: its
+    mask is a box (see :class:`~accy.backends.tile_access.Box`)."""
+
+    vec: int
+    fast: object  # a Traced bool, or None where nothing needs checking at run time
+    groups: tuple
+    box: bool
 
 
 @attrs.frozen(eq=False)
@@ -110,6 +130,7 @@ class _Distributor:
         self.pool: dict[DType, list] = {}  # element type -> [SharedArray, its shared op]
         self.dirty = False  # scratch read since the last barrier
         self.current_op: Op | None = None  # the tile op being rewritten (for errors)
+        self.shapes = Shapes()  # the affine forms of offsets and the boxes of masks (vector accesses)
 
     def run(self) -> Graph:
         return trace(self.graph.name, self.graph.params, self._kernel)
@@ -820,6 +841,79 @@ class _Distributor:
         held = next((t for t in tiles if isinstance(t, Regs)), None)
         return held.layout if held is not None else self.canonical(tiles[0].shape)
 
+    def _expr(self, e):
+        """A tile_access expression (an int, a tile-graph scalar, or (add|mul, a, b)) recorded here."""
+        if isinstance(e, int):
+            return e
+        if isinstance(e, tuple):
+            a, b = self._expr(e[1]), self._expr(e[2])
+            if e[0] == "add":
+                return self.add(a, b)
+            if isinstance(a, int) or isinstance(b, int):
+                return self.mul(b, a) if isinstance(a, int) else self.mul(a, b)
+            return self.b.mul(a, b)
+        return self.env[e]
+
+    def _vector_plan(self, op: Op, layout: Layout) -> VectorPlan | None:
+        """How ``op`` (a tile_load or tile_store) may access memory ``vec`` elements at once, or None.
+
+        Where its offsets are ``base + sum_d coef_d * i_d`` and each thread holds runs of
+        consecutive elements along the last axis, a group of ``vec`` of them (up to 16 bytes)
+        is one vector access when ``coef_last`` is 1, the buffer's address is a multiple of the
+        group's bytes and ``base`` and every other ``coef_d`` are multiples of ``vec``: then
+        every group starts at such an address.  That is checked once, where the access is (all
+        of it is invariant in a loop around it); a group is taken whole only where its mask
+        holds for every element (and, storing, this thread owns them), else element by element."""
+        d = layout.dims[-1]
+        itemsize = op.attrs.dtype.itemsize
+        vec = 1
+        while vec * 2 <= d.per_thread and vec * 2 * itemsize <= 16 and d.per_thread % (vec * 2) == 0:
+            vec *= 2
+        if vec == 1 or d.size % vec or op.attrs.space is not Space.GLOBAL:
+            return None
+        offsets, mask = op.operands[0], op.operands[-1]
+        form = self.shapes.affine(offsets, conjuncts(mask))
+        if form is None:
+            return None
+        shape = layout.shape
+        conds = []
+        for k, (coef, n) in enumerate(zip(form.coefs, shape)):
+            want = 1 if k == len(shape) - 1 else 0  # the last axis's stride 1, the others' multiples of vec
+            if n == 1 and k != len(shape) - 1:
+                continue
+            c = self._expr(coef)
+            if isinstance(c, int):
+                if (c != 1) if want else (c % vec):
+                    return None
+            elif want:
+                conds.append(self.b.eq(c, 1))
+            else:
+                conds.append(self.b.eq(self.b.bitwise_and(c, vec - 1), 0))
+        base = self._expr(form.base)
+        if isinstance(base, int):
+            if base % vec:
+                return None
+        else:
+            conds.append(self.b.eq(self.b.bitwise_and(base, vec - 1), 0))
+        aligned = Traced(self._record("aligned", [], AlignedAttrs(buffer=op.attrs.buffer,
+                                                                  bytes=vec * itemsize)).result)
+        groups = []  # each: the registers of vec consecutive elements along the last axis, in order
+        for r in range(layout.registers):
+            js = layout.register_indices(r)
+            if js[-1] % vec == 0:
+                groups.append([layout.register(js[:-1] + (js[-1] + k,)) for k in range(vec)])
+        return VectorPlan(vec, self.all_of([aligned] + conds), tuple(groups), self.shapes.box(mask) is not None)
+
+    def _group_guard(self, plan: VectorPlan, group, masks, owners=None):
+        """Where ``group`` is taken whole: the plan's check, its mask over every element (the
+        first and last for a box: the elements differ only along the last axis) and, storing,
+        this thread owning them (its first and last: the same along the other axes)."""
+        ends = [group[0], group[-1]]
+        conds = [plan.fast] + [masks[r] for r in (ends if plan.box else group)]
+        if owners is not None:
+            conds += [owners[r] for r in ends]
+        return self.all_of(conds)
+
     def _op_tile_load(self, op: Op) -> None:
         offsets, other, mask = (self.env[v] for v in op.operands)
         layout = self._access_layout(offsets, mask)
@@ -827,33 +921,81 @@ class _Distributor:
         masks = self.mask(mask, layout)
         attrs_ = LoadAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
         load = lambda at: Traced(self._record("load", [at], attrs_).result)  # noqa: E731
-        values = []
-        for at, m in zip(offs, masks):
+
+        def each(r):
+            at, m = offs[r], masks[r]
             if m is None:
-                values.append(load(at))
-            else:
-                values.append(self.b.if_(m, lambda inner, at=at: self._in(inner, lambda: load(at)),
-                                         lambda inner: other))
+                return load(at)
+            return self.b.if_(m, lambda inner: self._in(inner, lambda: load(at)), lambda inner: other)
+
+        plan = self._vector_plan(op, layout)
+        if plan is None:
+            self.env[op.result] = Regs(layout, op.attrs.dtype, tuple(each(r) for r in range(layout.registers)))
+            return
+        wide = attrs.evolve(attrs_, vec=plan.vec)
+        values = [None] * layout.registers
+
+        def whole(group):
+            return tuple(Traced(v) for v in self._record("load", [offs[group[0]]], wide).results)
+
+        def gather(groups, fn):  # fn(inner) -> each group's values, flat; into their registers
+            def run(inner):
+                return self._in(inner, lambda: tuple(v for g in groups for v in fn(g)))
+            return run
+
+        guards = [self._group_guard(plan, g, masks) for g in plan.groups]
+        if all(g is plan.fast for g in guards):  # no mask: one branch for the whole tile
+            out = self.b.if_(plan.fast, gather(plan.groups, whole), gather(plan.groups, lambda g: [each(r) for r in g]))
+            for r, v in zip((r for g in plan.groups for r in g), out):
+                values[r] = v
+        else:
+            for g, guard in zip(plan.groups, guards):
+                out = self.b.if_(guard, gather([g], whole), gather([g], lambda g: [each(r) for r in g]))
+                for r, v in zip(g, out):
+                    values[r] = v
         self.env[op.result] = Regs(layout, op.attrs.dtype, tuple(values))
 
-    def _guarded_each(self, op: Op, access) -> None:
+    def _guarded_each(self, op: Op, access, plan_for=None) -> None:
         """``access(offset, value)`` for every register whose element this thread owns and whose
-        mask holds."""
+        mask holds (``plan_for(layout)``: a :class:`VectorPlan` for whole groups at once)."""
         offsets, value, mask = (self.env[v] for v in op.operands)
         layout = self._access_layout(value, offsets, mask)
         offs = self.regs(offsets, layout, op).values
         vals = self.regs(value, layout, op).values
         masks = self.mask(mask, layout)
-        for at, v, m, owner in zip(offs, vals, masks, self.owners(layout)):
-            guard = self.all_of([owner, m])
+        owners = self.owners(layout)
+
+        def each(r):
+            guard = self.all_of([owners[r], masks[r]])
+            at, v = offs[r], vals[r]
             if guard is None:
                 access(at, v)
             else:
-                self.b.if_(guard, lambda inner, at=at, v=v: self._in(inner, lambda: access(at, v) and None))
+                self.b.if_(guard, lambda inner: self._in(inner, lambda: access(at, v) and None))
+
+        plan = plan_for(layout) if plan_for is not None else None
+        if plan is None:
+            for r in range(layout.registers):
+                each(r)
+            return
+        wide = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, vec=plan.vec)
+
+        def run(groups, fn):
+            return lambda inner: self._in(inner, lambda: [fn(g) for g in groups] and None)
+
+        whole = lambda g: self._record("store", [offs[g[0]]] + [vals[r] for r in g], wide)  # noqa: E731
+        one_by_one = lambda g: [each(r) for r in g]  # noqa: E731
+        guards = [self._group_guard(plan, g, masks, owners) for g in plan.groups]
+        if all(g is plan.fast for g in guards):  # no mask, no replicas: one branch for the whole tile
+            self.b.if_(plan.fast, run(plan.groups, whole), run(plan.groups, one_by_one))
+            return
+        for g, guard in zip(plan.groups, guards):
+            self.b.if_(guard, run([g], whole), run([g], one_by_one))
 
     def _op_tile_store(self, op: Op) -> None:
         attrs_ = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
-        self._guarded_each(op, lambda at, v: self._record("store", [at, v], attrs_) and None)
+        self._guarded_each(op, lambda at, v: self._record("store", [at, v], attrs_) and None,
+                           lambda layout: self._vector_plan(op, layout))
 
     def _op_tile_atomic(self, op: Op) -> None:
         attrs_ = AtomicAttrs(op=op.attrs.op, buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)

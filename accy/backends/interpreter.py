@@ -97,7 +97,7 @@ EVAL = {
 }
 
 # ops the interpreter runs with its own state (Interpreter methods of the same name)
-STRUCTURAL = frozenset({"const", "size", "cast", "load", "store", "fold", "if", "for_each", "yield",
+STRUCTURAL = frozenset({"const", "size", "aligned", "cast", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle"})
 WARP = 32
 _LARGEST = np.maximum.reduce  # a bounds check's one NumPy call (ndarray.max goes through Python)
@@ -337,6 +337,10 @@ class Interpreter:
     def op_size(self, op: Op) -> None:
         self.env[op.result] = np.int64(self.buffers[op.attrs["buffer"]].size)
 
+    def op_aligned(self, op: Op) -> None:
+        address = self.buffers[op.attrs["buffer"]].__array_interface__["data"][0]
+        self.env[op.result] = np.bool_(address % op.attrs["bytes"] == 0)
+
     def op_cast(self, op: Op) -> None:
         (value,) = op.operands
         self.env[op.result] = numerics.cast(self.env[value], value.type, op.result.type)
@@ -383,22 +387,26 @@ class Interpreter:
         return memory, idx
 
     def op_load(self, op: Op) -> None:
-        memory, idx = self._element(op, self.env[op.operands[0]])
-        if self.sanitizer is not None:
-            elements, lanes, _ = self._active_lanes(idx)
-            self.sanitizer.load(op, elements[0], lanes)
-        if memory.size == 0:  # only inactive lanes reach here: give them zeros
-            self.env[op.result] = np.zeros(np.shape(idx), memory.dtype)
-        else:
-            self.env[op.result] = memory[idx]
+        first = self.env[op.operands[0]]
+        for k, result in enumerate(op.results):  # vec > 1: consecutive elements, each checked
+            memory, idx = self._element(op, first + k if k else first)
+            if self.sanitizer is not None:
+                elements, lanes, _ = self._active_lanes(idx)
+                self.sanitizer.load(op, elements[0], lanes)
+            if memory.size == 0:  # only inactive lanes reach here: give them zeros
+                self.env[result] = np.zeros(np.shape(idx), memory.dtype)
+            else:
+                self.env[result] = memory[idx]
 
     def op_store(self, op: Op) -> None:
-        memory, idx = self._element(op, self.env[op.operands[0]])
-        (idx, value), lanes, _ = self._active_lanes(idx, np.asarray(self.env[op.operands[1]], memory.dtype),
-                                                    lanes=self.sanitizer is not None)
-        if self.sanitizer is not None:
-            self.sanitizer.store(op, idx, lanes)
-        memory[idx] = value  # a repeated index keeps the highest lane's value, as on the host
+        first = self.env[op.operands[0]]
+        checked = [self._element(op, first + k if k else first) for k in range(len(op.operands) - 1)]
+        for (memory, idx), v in zip(checked, op.operands[1:]):  # every element checked before any is written
+            (idx, value), lanes, _ = self._active_lanes(idx, np.asarray(self.env[v], memory.dtype),
+                                                        lanes=self.sanitizer is not None)
+            if self.sanitizer is not None:
+                self.sanitizer.store(op, idx, lanes)
+            memory[idx] = value  # a repeated index keeps the highest lane's value, as on the host
 
     def op_atomic(self, op: Op) -> None:
         """Atomics take effect in thread order within the launch; each returns the old value

@@ -116,8 +116,11 @@ class LaunchProof:
             bounds = self.of(op.operands[0])
             if bounds is None:
                 return None
+            count = self.lw._count(op)  # a load or store of vec elements: its last element inside too
+            if op.attrs.get("vec", 1) != 1:
+                count = b.sub(count, ir.Constant(I64, op.attrs["vec"] - 1))
             inside = b.and_(b.icmp_signed(">=", bounds.lo, ir.Constant(I64, 0)),
-                            b.icmp_signed("<", bounds.hi, self.lw._count(op)))
+                            b.icmp_signed("<", bounds.hi, count))
         elif op.opcode in ("div", "mod") and op.result.type.is_int:
             divisor = op.operands[1]
             if divisor.op is not None and divisor.op.opcode == "const" and divisor.op.attrs["value"] != 0:

@@ -209,7 +209,7 @@ _COMPOSED = frozenset({"sqrt", "rsqrt", "sigmoid"})
 MATH = {name: None if name in _COMPOSED else name for name, opdef in OPS.items() if opdef.inexact or name == "sqrt"}
 LOWER.update({name: _math(name) for name in MATH})
 # const, size, load, store, fold, if, for_each and yield need the lowering's state: Lowering.op_*
-STRUCTURAL = frozenset({"const", "size", "load", "store", "fold", "if", "for_each", "yield",
+STRUCTURAL = frozenset({"const", "size", "aligned", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle"})
 IMPLEMENTED = frozenset(LOWER) | STRUCTURAL
 assert IMPLEMENTED >= SIMT_OPS, sorted(SIMT_OPS - IMPLEMENTED)

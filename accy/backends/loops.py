@@ -48,7 +48,7 @@ class Loops:
         below = lambda x, y: b.icmp_unsigned("<", *self.broadcast(x, y))  # noqa: E731
         last = add(start, mul(b.sub(trips, constant(trips, 1)), constant(trips, step)))
         for op in region.ops:
-            if op.opcode != "load" or not self._checked(op):
+            if op.opcode != "load" or op.attrs.get("vec", 1) != 1 or not self._checked(op):  # vec: its own check
                 continue
             form = self._affine(op.operands[0], iv, inside)
             if form is None or abs(form[0]) * abs(step) >= 2**31:

@@ -94,13 +94,27 @@ class Lanes:
     def _intrinsic(self, name: str, ret: ir.Type, args) -> ir.Value:
         return self.b.call(self.declare(name, ret, [a.type for a in args]), list(args))
 
+    def _shifted(self, entry, k: int):
+        """The index ``entry`` + ``k`` (a scalar, a vector or a :class:`Linear`)."""
+        if k == 0:
+            return entry
+        if isinstance(entry, Linear):
+            return Linear(self.b.add(entry.base, ir.Constant(I64, k)), entry.stride)
+        return self.b.add(entry, self.splat(ir.Constant(I64, k)) if is_vector(entry) else ir.Constant(I64, k))
+
     def op_load(self, op: Op) -> None:
-        dtype = op.attrs["dtype"]
         entry = self.operand(op.operands[0])
         uniform = uniform_index(entry)
-        if uniform is not None:
-            self.values[op.result] = self.load_at(op, uniform)
-            return
+        if op.attrs.get("vec", 1) == 1:
+            self.values[op.result] = self.load_at(op, uniform) if uniform is not None else self.load_lanes(op, entry)
+        elif uniform is not None:
+            self.values.update(zip(op.results, self.load_vector_at(op, uniform)))
+        else:  # each lane's group, one element at a time (vectorised over the lanes)
+            self.values.update((r, self.load_lanes(op, self._shifted(entry, k))) for k, r in enumerate(op.results))
+
+    def load_lanes(self, op: Op, entry) -> ir.Value:
+        """Each lane's element ``entry`` (a vector or a :class:`Linear` varying over the lanes)."""
+        dtype = op.attrs["dtype"]
         ty = self.vector_type(memory_type(dtype))
         indices = self.materialise(entry) if isinstance(entry, Linear) else entry
         lanes = self._checked_lanes(op, indices, STATUS_LOAD_OOB)
@@ -114,11 +128,25 @@ class Lanes:
             name = f"llvm.masked.gather.{intrinsic_suffix(ty)}.v{self.width}p0"
             loaded = self._intrinsic(name, ty, [self._addresses(op, indices), align, self._all(lanes),
                                                 ir.Constant(ty, None)])
-        self.values[op.result] = self.b.trunc(loaded, self.vector_type(I1)) if dtype.is_bool else loaded
+        return self.b.trunc(loaded, self.vector_type(I1)) if dtype.is_bool else loaded
 
     def op_store(self, op: Op) -> None:
+        entry = self.operand(op.operands[0])
+        if op.attrs.get("vec", 1) == 1:
+            self.store_lanes(op, entry, self.value(op.operands[1]))
+            return
+        uniform = uniform_index(entry)
+        values = [self.value(v) for v in op.operands[1:]]
+        if uniform is not None and not any(is_vector(v) for v in values):
+            self.store_vector_at(op, uniform, values)
+            return
+        # element by element; a lane's group stored whole before the next lane's would be the
+        # same (groups of one lane never overlap another's unless two lanes store one group)
+        for k, v in enumerate(values):
+            self.store_lanes(op, self._shifted(entry, k), v)
+
+    def store_lanes(self, op: Op, entry, value) -> None:
         dtype = op.attrs["dtype"]
-        entry, value = self.operand(op.operands[0]), self.value(op.operands[1])
         uniform = uniform_index(entry)
         if uniform is not None:  # every lane stores to one element: the last lane's value stays
             if is_vector(value):

@@ -9,7 +9,7 @@ from ..dsl.analysis.intervals import within
 from ..dsl.ir import Op
 from ..dsl.types import DType
 from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
-from .llvm_types import I1, I8, I64, llvm_type, memory_type
+from .llvm_types import I1, I8, I32, I64, llvm_type, memory_type
 
 
 class MemoryAccess:
@@ -62,7 +62,7 @@ class MemoryAccess:
 
     def _statically_inside(self, op: Op) -> bool:
         """A shared-array access whose index range fits the array: no run-time check needed."""
-        if op.attrs.get("space", "global") != "shared":
+        if op.attrs.get("space", "global") != "shared" or op.attrs.get("vec", 1) != 1:
             return False
         return within(self.ranges.get(op.operands[0], (None, None)),
                       self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
@@ -82,8 +82,46 @@ class MemoryAccess:
     def _checked(self, op: Op) -> bool:
         return self.target.checks and op not in self.unchecked and not self._statically_inside(op)
 
+    def op_aligned(self, op: Op) -> None:
+        address = self.b.ptrtoint(self.pointers[op.attrs["buffer"]], I64)
+        low = self.b.and_(address, ir.Constant(I64, op.attrs["bytes"] - 1))
+        self.values[op.result] = self.b.icmp_unsigned("==", low, ir.Constant(I64, 0))
+
     def op_load(self, op: Op) -> None:
-        self.values[op.result] = self.load_at(op, self.value(op.operands[0]))
+        idx = self.value(op.operands[0])
+        if op.attrs.get("vec", 1) == 1:
+            self.values[op.result] = self.load_at(op, idx)
+            return
+        for result, value in zip(op.results, self.load_vector_at(op, idx)):
+            self.values[result] = value
+
+    def _vector_inside(self, op: Op, idx: ir.Value, vec: int, kind: int) -> ir.Value:
+        """Are elements ``idx`` .. ``idx + vec - 1`` all inside?  Checked: a failure names the
+        first element outside."""
+        last = self.b.add(idx, ir.Constant(I64, vec - 1))
+        first_in = self.b.icmp_unsigned("<", idx, self._count(op))
+        ok = self.b.and_(first_in, self.b.icmp_unsigned("<", last, self._count(op)))
+        self.check(op, ok, kind, self.b.select(first_in, last, idx))
+        return ok
+
+    def load_vector_at(self, op: Op, idx: ir.Value) -> list:
+        """One thread's load of ``vec`` consecutive elements from ``idx`` as one vector access
+        (its address a multiple of the vector's size: the op's contract), checked."""
+        dtype, vec = op.attrs["dtype"], op.attrs["vec"]
+        ty = ir.VectorType(memory_type(dtype), vec)
+        read = lambda: self.b.load(self._element(op, idx), typ=ty, align=vec * dtype.itemsize)  # noqa: E731
+        if not self._checked(op):
+            loaded = read()
+        else:  # a branch, not a select of element 0: a vector there may pass the buffer's end
+            ok = self._vector_inside(op, idx, vec, STATUS_LOAD_OOB)
+            entry = self.b.block
+            with self.b.if_then(ok):
+                inside, done = read(), self.b.block
+            loaded = self.b.phi(ty)
+            loaded.add_incoming(ir.Constant(ty, None), entry)
+            loaded.add_incoming(inside, done)
+        values = [self.b.extract_element(loaded, ir.Constant(I32, k)) for k in range(vec)]
+        return [self.b.trunc(v, I1) for v in values] if dtype.is_bool else values
 
     def load_at(self, op: Op, idx: ir.Value) -> ir.Value:
         """One thread's load of element ``idx`` (a scalar), checked."""
@@ -102,7 +140,25 @@ class MemoryAccess:
         return self.b.trunc(loaded, I1) if dtype.is_bool else loaded
 
     def op_store(self, op: Op) -> None:
-        self.store_at(op, *(self.value(v) for v in op.operands))
+        if op.attrs.get("vec", 1) == 1:
+            self.store_at(op, *(self.value(v) for v in op.operands))
+            return
+        self.store_vector_at(op, self.value(op.operands[0]), [self.value(v) for v in op.operands[1:]])
+
+    def store_vector_at(self, op: Op, idx: ir.Value, values) -> None:
+        """One thread's store of ``values`` to consecutive elements from ``idx`` as one vector
+        access (its address a multiple of the vector's size: the op's contract), checked."""
+        dtype, vec = op.attrs["dtype"], op.attrs["vec"]
+        ty = ir.VectorType(memory_type(dtype), vec)
+        vector = ir.Constant(ty, None)
+        for k, v in enumerate(values):
+            vector = self.b.insert_element(vector, self.b.zext(v, I8) if dtype.is_bool else v, ir.Constant(I32, k))
+        write = lambda: self.b.store(vector, self._element(op, idx), align=vec * dtype.itemsize)  # noqa: E731
+        if not self._checked(op):
+            write()
+            return
+        with self.b.if_then(self._vector_inside(op, idx, vec, STATUS_STORE_OOB)):
+            write()
 
     def store_at(self, op: Op, idx: ir.Value, value: ir.Value) -> None:
         """One thread's store of ``value`` to element ``idx`` (scalars), checked."""

@@ -185,11 +185,24 @@ class CastAttrs(OpAttrs):
     dtype: DType = _field(tf.DTYPE, _is_dtype)
 
 
+def _vec(instance, field, value):
+    if isinstance(value, bool) or value not in (1, 2, 4, 8, 16):
+        _fail(instance, field, "1, 2, 4, 8 or 16 (elements accessed at once)", value)
+
+
+def _vec_field():
+    # a SIMT load/store of ``vec`` consecutive elements at once (one vector access): its
+    # first element's address must be a multiple of vec * the element size (the caller
+    # checks, e.g. with ``aligned``); tile accesses take 1
+    return _field(tf.INT, _vec, default=1)
+
+
 @_schema
 class LoadAttrs(OpAttrs):
     buffer: str = _field(tf.WORD, _is_name)
     dtype: DType = _field(tf.DTYPE, _is_dtype)
     space: Space = _space_field()
+    vec: int = _vec_field()
 
 
 @_schema
@@ -197,6 +210,13 @@ class StoreAttrs(OpAttrs):
     buffer: str = _field(tf.WORD, _is_name)
     dtype: DType = _field(tf.DTYPE, _is_dtype)
     space: Space = _space_field()
+    vec: int = _vec_field()
+
+
+@_schema
+class AlignedAttrs(OpAttrs):
+    buffer: str = _field(tf.WORD, _is_name)
+    bytes: int = _field(tf.INT, _vec)
 
 
 @_schema
@@ -423,16 +443,23 @@ def _index_operand(types, role: str = "index") -> None:
 
 def _load(op, types, attrs_):
     _index_operand(types)
-    return (attrs_.dtype,)
+    return (attrs_.dtype,) * attrs_.vec
 
 
 def _store(op, types, attrs_):
     _index_operand(types)
-    value, dtype = types[1], attrs_.dtype
-    if value != dtype:
-        raise OpTypeError(f"value is {value} but buffer '{attrs_.buffer}' holds {dtype}; "
-                          f"convert it with cast(value, {dtype})")
+    dtype = attrs_.dtype
+    if len(types) != 1 + attrs_.vec:
+        raise OpTypeError(f"a store of vec {attrs_.vec} takes {attrs_.vec} values, got {len(types) - 1}")
+    for value in types[1:]:
+        if value != dtype:
+            raise OpTypeError(f"value is {value} but buffer '{attrs_.buffer}' holds {dtype}; "
+                              f"convert it with cast(value, {dtype})")
     return ()
+
+
+def _aligned(op, types, attrs_):
+    return (boolean,)
 
 
 def _fold(op, types, attrs_):
@@ -577,6 +604,8 @@ def _dot(op, types, attrs_):
 
 
 def _tile_access(types, attrs_, value_position: int | None) -> TileType:
+    if getattr(attrs_, "vec", 1) != 1:
+        raise OpTypeError(f"vec is {attrs_.vec}; tile accesses take 1 (the lowering chooses vector accesses)")
     offsets = _tile(types[0], "the offsets")
     if not offsets.dtype.is_index:
         raise OpTypeError(f"offsets are {offsets}; they must be index elements")
@@ -788,8 +817,10 @@ OPS: dict[str, OpDef] = {
              fold=lambda t, c, a, b: a if c else b,
              doc="if_true where the condition holds, else if_false; both are evaluated"),
         # pure unless the kernel stores to its buffer (see passes); fails out of bounds
-        _def("load", _load, LoadAttrs, _MEMORY + "[$0] : {dtype}", reads=True, can_fail=_always),
-        _def("store", _store, StoreAttrs, _MEMORY + "[$0] = $1 : {dtype}", pure=False, writes=True),
+        _def("load", _load, LoadAttrs, _MEMORY + "[$0] : {dtype}{? vec {vec}}", reads=True, can_fail=_always),
+        _def("store", _store, StoreAttrs, _MEMORY + "[$0] = $1... : {dtype}{? vec {vec}}", pure=False, writes=True),
+        # is the buffer's first element's address a multiple of ``bytes``? (vector accesses' guard)
+        _def("aligned", _aligned, AlignedAttrs, " %{buffer} {bytes}"),
         _def("fold", _fold, FoldAttrs, (" $0 to $1 step {step} init($2...) -> ($types) {", "^($args):"),
              regions=RegionKind.LOOP),  # pure unless its body stores
         _def("if", _if, IfAttrs, " $0{? -> ({results})} {", regions=RegionKind.BRANCH),  # likewise
@@ -823,10 +854,10 @@ OPS: dict[str, OpDef] = {
         _def("scan", _scan, ReduceAttrs, " {op} $0 axis {axis} : $0:type", tiles=True),
         _def("dot", _dot, DotAttrs, " $0, $1, $2{? precision {precision}} : $0:type, $2:type", tiles=True),
         # element e: mask[e] ? buffer[offsets[e]] : other; masked-off elements are never touched
-        _def("tile_load", _tile_load, LoadAttrs, _MEMORY + "[$0] else $1 mask $2 : {dtype}", reads=True,
+        _def("tile_load", _tile_load, LoadAttrs, _MEMORY + "[$0] else $1 mask $2 : {dtype}{? vec {vec}}", reads=True,
              can_fail=_always, tiles=True),
-        _def("tile_store", _tile_store, StoreAttrs, _MEMORY + "[$0] = $1 mask $2 : {dtype}", pure=False, writes=True,
-             tiles=True),
+        _def("tile_store", _tile_store, StoreAttrs, _MEMORY + "[$0] = $1 mask $2 : {dtype}{? vec {vec}}", pure=False,
+             writes=True, tiles=True),
         _def("tile_atomic", _tile_atomic, AtomicAttrs, " {op}" + _MEMORY + "[$0], $1 mask $2 : {dtype}", pure=False,
              reads=True, writes=True, tiles=True),
         # arithmetic
