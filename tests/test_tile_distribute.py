@@ -12,6 +12,7 @@ import importlib.util
 import itertools
 import math
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -326,3 +327,150 @@ def test_a_program_budgets_its_registers_for_256_resident_threads():
         graph = matmul(32, 32, 16, warps=warps).graph_for("ptx")
         assert graph.launch_op.attrs.min_blocks == blocks
         assert f".minnctapersm {blocks}\n" in matmul(32, 32, 16, warps=warps).ptx("sm_80")
+
+
+# -- vector accesses: unit stride and 16-byte alignment checked at run time, else element by element ----
+
+
+def row_copy(dtype, rows=8, cols=64, warps=1):
+    """dst[r, c] = 2 * x[start + r * stride + c] for the r < n, c < m of each 8-row tile."""
+
+    @accy.kernel(dst=accy.dynamic_buffer(dtype), x=accy.dynamic_buffer(dtype), start=accy.scalar(index),
+                 stride=accy.scalar(index), n=accy.scalar(index), m=accy.scalar(index))
+    def row_copy(k, p):
+        @k.for_each_tile(grid=axis("i", accy.cdiv(p.n, rows)), warps=warps)
+        def body(t, pid):
+            r = pid["i"] * rows + t.arange(rows)[:, None]
+            c = t.arange(cols)[None, :]
+            live = (r < p.n) & (c < p.m)
+            x = p.x.load(p.start + r * p.stride + c, mask=live, other=0)
+            p.dst.store(r * p.m + c, x + x, mask=live)
+
+    return row_copy
+
+
+@accy.kernel(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+def tensor_copy(k, p):
+    """A tensor's strides are scalars of the launch: the unit stride is checked at run time too."""
+    M, N = p.x.shape
+
+    @k.for_each_tile(grid=(axis("m", accy.cdiv(M, 8)), axis("n", accy.cdiv(N, 32))), warps=1)
+    def body(t, pid):
+        p.dst.store_tile((pid["m"] * 8, pid["n"] * 32), p.x.load_tile((pid["m"] * 8, pid["n"] * 32), (8, 32)) * 2.0)
+
+
+def _vector_accesses(program, arch="sm_80") -> dict:
+    """(ld or st, bytes) -> how many global vector accesses the PTX holds (ld.global.v4.f32: 16 bytes)."""
+    found = {}
+    for kind, n, bits in re.findall(r"\b(ld|st)\.global(?:\.nc)?\.v(\d)\.[a-z](\d+)\b", program.ptx(arch)):
+        key = (kind, int(n) * int(bits) // 8)
+        found[key] = found.get(key, 0) + 1
+    return found
+
+
+def _vector_counts(program, arch="sm_80") -> dict:
+    found = _vector_accesses(program, arch)
+    return {kind: sum(n for (k, _), n in found.items() if k == kind) for kind in ("ld", "st")}
+
+
+@pytest.mark.parametrize("dtype", [f32, accy.f16, accy.f64])
+def test_a_unit_stride_access_is_one_vector_access_per_group(dtype):
+    # 8 x 64 over 32 threads: 4 rows of 4 consecutive elements each: 16 bytes of f32, 8 of f16, and
+    # 2 groups of 2 (16 bytes) of f64
+    bytes_ = 8 if dtype == accy.f16 else 16
+    groups = 8 if dtype == accy.f64 else 4
+    assert _vector_accesses(row_copy(dtype)) == {("ld", bytes_): groups, ("st", bytes_): groups}
+    graph = row_copy(dtype).graph_for("ptx")
+    checks = [op for op in graph.body.ops if op.opcode == "aligned"]  # hoisted out of the program
+    assert [op.attrs.bytes for op in checks] == [8 if dtype == accy.f16 else 16] * 2
+    assert not [op for op in graph.launch_op.regions[0].walk() if op.opcode == "aligned"]
+
+
+def test_an_access_that_is_not_unit_stride_stays_element_by_element():
+    @accy.kernel(dst=accy.dynamic_buffer(f32), x=accy.dynamic_buffer(f32))
+    def strided(k, p):
+        @k.for_each_tile(grid=axis("i", 1), warps=1)
+        def body(t, pid):
+            c = t.arange(128)
+            p.dst.store(c, p.x.load(c * 2))  # a stride of 2 on load; the store is unit stride
+
+    assert _vector_counts(strided) == {"ld": 0, "st": 1}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [f32, accy.f16])
+def test_misaligned_starts_and_odd_strides_fall_back_and_agree_with_numpy(backend, dtype):
+    """The vector path where start and stride keep every group aligned, element by element where
+    not (the emulator faults on a misaligned vector access); edges masked either way."""
+    program = row_copy(dtype)
+    rng = np.random.default_rng(5)
+    cases = [(0, 64, 13, 64), (1, 64, 13, 64), (0, 67, 13, 64), (3, 65, 9, 61), (4, 68, 9, 60), (0, 64, 8, 64)]
+    for start, stride, n, m in cases:
+        x = rng.standard_normal(start + stride * n + 1).astype(dtype.numpy)
+        dst = np.full(n * m, np.nan, dtype.numpy)
+        run_distributed(program, dict(dst=dst, x=x, start=start, stride=stride, n=n, m=m), backend)
+        want = np.stack([x[start + r * stride:][:m] for r in range(n)]) * 2
+        np.testing.assert_array_equal(dst.reshape(n, m), want, err_msg=f"start {start} stride {stride} {n}x{m}")
+
+
+def test_the_vector_path_runs_exactly_where_the_checks_hold(monkeypatch):
+    """Counted on the SIMT interpreter (it runs a branch only for the threads taking it): every
+    group whole where start and stride keep groups aligned; none where either does not."""
+    from accy.backends.interpreter import Interpreter
+
+    wide = []
+    original = Interpreter.op_load
+
+    def counting(self, op):
+        if op.attrs.vec > 1:
+            wide.append(op)
+        original(self, op)
+
+    monkeypatch.setattr(Interpreter, "op_load", counting)
+    program = row_copy(f32)
+    for start, stride, expected in ((0, 64, 4), (4, 68, 4), (1, 64, 0), (0, 66, 0)):
+        wide.clear()
+        x = np.arange(start + stride * 8, dtype=np.float32)
+        dst = np.zeros(8 * 64, np.float32)
+        run_distributed(program, dict(dst=dst, x=x, start=start, stride=stride, n=8, m=64), "numpy")
+        assert len(wide) == expected, (start, stride)
+        np.testing.assert_array_equal(dst.reshape(8, 64), 2 * np.stack([x[start + r * stride:][:64] for r in range(8)]))
+    wide.clear()
+    x = np.zeros(8 * 64 + 1, np.float32)[1:]  # a buffer whose first element is not 16-byte aligned
+    x[:] = np.arange(8 * 64)
+    dst = np.zeros(8 * 64, np.float32)
+    run_distributed(program, dict(dst=dst, x=x, start=0, stride=64, n=8, m=64), "numpy")
+    assert not wide and np.array_equal(dst, 2 * np.arange(8 * 64, dtype=np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_views_at_odd_offsets_and_strides_agree_with_numpy(backend):
+    assert _vector_counts(tensor_copy) == {"ld": 2, "st": 2}  # 8 x 32 over 32 threads: 2 rows of 4
+    rng = np.random.default_rng(6)
+    big = rng.standard_normal((21, 75)).astype(np.float32)
+    whole = rng.standard_normal((16, 64)).astype(np.float32)  # unit stride, rows of 64: the vector path
+    for view in (whole, big[:16, :64], big[1:17, 1:65], big[:13, 3:70], big[::2, :64], big[:16, :128:2]):
+        out = np.full((view.shape[0] + 1, view.shape[1] + 4), np.nan, np.float32)
+        dst = out[1:, 1:-3]  # a view starting at element (1, 1) with an odd row stride
+        run_distributed(tensor_copy, dict(dst=dst, x=view), backend)
+        np.testing.assert_array_equal(dst, view * 2)
+        assert np.isnan(out[0]).all() and np.isnan(out[:, 0]).all() and np.isnan(out[:, -3:]).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_vector_access_past_the_end_is_out_of_bounds_and_writes_nothing(backend):
+    """An unmasked group whose last element is past the buffer: the error names an element outside."""
+    program = row_copy(f32)
+    dst = np.zeros(8 * 64, np.float32)
+    with pytest.raises(OutOfBoundsError, match=r"load from 'x': index \d+ is out of bounds for 500 elements"):
+        run_distributed(program, dict(dst=dst, x=np.ones(500, np.float32), start=0, stride=64, n=8, m=64), backend)
+    assert not dst.any()
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_vector_accesses_assemble_without_spills(arch):
+    for program in (row_copy(f32), row_copy(accy.f16), row_copy(accy.f64), tensor_copy, matmul()):
+        used = toolchain.resources(program.ptx(arch), arch)
+        assert used.spill_stores == used.spill_loads == 0, (program.name, used)
+    assert _vector_counts(matmul(), arch)["ld"] > 0  # its a and b tiles, a tensor's rows
