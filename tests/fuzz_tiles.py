@@ -50,8 +50,11 @@ UNIT = {"f32": 2.0**-24, "f64": 2.0**-53, "f16": 2.0**-11, "bf16": 2.0**-8}
 TINY = {"f32": 2.0**-150, "f64": 2.0**-1075, "f16": 2.0**-25, "bf16": 2.0**-134}
 # Open bugs the generator steers around (each pinned, xfail(strict=True), in
 # tests/test_tile_regressions.py; drop its name here with the fix; ACCY_FUZZ_TILE_KNOWN=""
-# draws them again): "outer-scan" (bug 1: llvm's scan along a non-last axis of lines over 16)
-KNOWN_BUGS = frozenset(filter(None, os.environ.get("ACCY_FUZZ_TILE_KNOWN", "outer-scan").split(",")))
+# draws them again): "outer-scan" (bug 1: llvm's scan along a non-last axis of lines over 16),
+# "uniform-atomic" (bug 3: numpy applies a tile atomic at program-independent offsets once),
+# "fma-zero" (bug 5: numpy's f64 fma(-0.0, x, -0.0) is +0.0)
+KNOWN_BUGS = frozenset(filter(None, os.environ.get("ACCY_FUZZ_TILE_KNOWN",
+                                                   "outer-scan,uniform-atomic,fma-zero").split(",")))
 WILD = (-1, -(2**62), 2**62, -(2**63), 2**63 - 1, 1 << 40)
 
 
@@ -352,6 +355,8 @@ class _Body:
         reduction of it, x[:, None]-style, or a scalar."""
         if not isinstance(v, accy.dsl.traced.Tile) or v.shape == self.S:
             return v
+        if v.ndim <= len(self.S) and all(a in (1, b) for a, b in zip(reversed(v.shape), reversed(self.S))):
+            return v  # keepdims results, x[:, None]: NumPy's rules broadcast them
         if v.size == 1:
             return v.reshape((1,) * len(self.S))
         if v.ndim == 1 and v.shape[0] == self.S[-1]:
@@ -402,6 +407,8 @@ class _Body:
         if op == "copysign":  # a NaN's sign is no part of the rules (backends make NaNs of either sign)
             bb = t.where(t.isnan(bb), 1.0, bb)
         if op == "fma":
+            if "fma-zero" in KNOWN_BUGS and dt == f64:
+                return self.add(t.fma(aa, bb, aa + 0.0), f"fma({self.name(a)}, {self.name(b)}, {self.name(a)} + 0.0)")
             return self.add(t.fma(aa, bb, aa), f"fma({self.name(a)}, {self.name(b)}, {self.name(a)})")
         return self.add(getattr(t, op)(aa, bb), f"{op}({self.name(a)}, {self.name(b)})")
 
@@ -557,7 +564,7 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
         dot = (dt, tf32, Mt, Nt, Kt, A, B, C)
     hist = None
     if rng.random() < 0.3:
-        hist = (str(rng.choice(["add", "max", "min"])), int(rng.integers(1, 9)))
+        hist = (str(rng.choice(["add", "max", "min"])), int(rng.integers(1 + ("uniform-atomic" in KNOWN_BUGS), 9)))
     tensors += outputs
 
     params: dict[str, Any] = {t.name: accy.tensor(t.dtype, len(t.shape)) for t in tensors}
@@ -658,6 +665,8 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
                 if ints:
                     v = ints[0]
                     where = (v.cast(index) % bins + bins) % bins
+                    if "uniform-atomic" in KNOWN_BUGS:  # offsets that vary over the programs
+                        where = (where + lin) % bins
                     value = (v.cast(i32) & 255) - 100
                     m = where != (lin % bins)
                     getattr(p.hist, f"atomic_{kind}")(where, value, mask=m)

@@ -11,7 +11,7 @@ Each example is one seed; the programs are small (tiny tiles and grids, which th
 runs in a fraction of a second).  ``test_tile_programs_agree_at_larger_tiles`` draws larger
 tiles for numpy and llvm alone (and llvm split over 3 threads and with checks off).
 
-Scaling: ``ACCY_FUZZ_EXAMPLES`` (examples per test; default 30, 10x with ``--fuzz-long``)
+Scaling: ``ACCY_FUZZ_EXAMPLES`` (examples per test; default 24, 10x with ``--fuzz-long``)
 and ``ACCY_FUZZ_TILE_SEED`` (the first seed, default 0: the default run is the same every
 time; a failure names its seed, and ``ACCY_FUZZ_TILE_SEED=<seed> ACCY_FUZZ_EXAMPLES=1``
 reruns just it).  ``ACCY_FUZZ_BACKENDS`` (tests/fuzz_scaffold.py) picks the backends.
@@ -30,7 +30,7 @@ from fuzz_scaffold import FUZZ_BACKENDS, fuzz_examples
 
 pytestmark = pytest.mark.fuzz
 
-EXAMPLES = int(os.environ.get("ACCY_FUZZ_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("ACCY_FUZZ_EXAMPLES", "24"))
 FIRST_SEED = int(os.environ.get("ACCY_FUZZ_TILE_SEED", "0"))
 BIG_SEEDS = 1_000_000  # the larger programs' seeds start here, so the two tests draw different programs
 
