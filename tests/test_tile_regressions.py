@@ -64,11 +64,11 @@ def test_bug1_f32_cumsum_along_axis_0_on_llvm():
 # offsets i * s with s = 2**62 a run-time scalar and only i == 0 active: every masked-off offset
 # is out of range (allowed: "its offset may be anything"), llvm and ptx read/write element 0
 # only, but the tile interpreter raises a bare OverflowError ("Python int too large to convert
-# to C long") from accy/backends/tile_interpreter.py's box plan (plan.boxes -> strided_view:
+# to C long") from the tile interpreter's box plan (accy/backends/tile_memory.py, plan.boxes -> strided_view:
 # the box's byte strides, stride * itemsize, do not fit a C long) instead of ignoring the
 # masked-off lanes.
 BUG2 = pytest.mark.xfail(strict=True, raises=OverflowError,
-                         reason="bug 2: accy/backends/tile_interpreter.py builds a strided box view for a masked "
+                         reason="bug 2: accy/backends/tile_memory.py (the tile interpreter) builds a strided box view for a masked "
                                 "access whose stride is 2**62 (OverflowError); the mask leaves one element")
 
 
@@ -100,9 +100,9 @@ def test_bug2_masked_access_with_a_huge_stride(backend, kind):
 # [3, 3] (every program's adds apply, as on llvm and ptx), numpy gives [1, 1]; with duplicates
 # inside the tile (arange(4) // 2) it gives [2, 2] for [6, 6].  Offsets that depend on the
 # program are right.  The tile interpreter evaluates a value that is uniform over the programs
-# once (accy/backends/tile_interpreter.py, op_tile_atomic / the uniform offsets plan), which is
+# once (accy/backends/tile_memory.py, its atomics and the uniform offsets plan), which is
 # right for a load and a store but loses the other programs' updates of an atomic.
-BUG3 = pytest.mark.xfail(strict=True, reason="bug 3: accy/backends/tile_interpreter.py applies a tile atomic whose "
+BUG3 = pytest.mark.xfail(strict=True, reason="bug 3: accy/backends/tile_memory.py (the tile interpreter) applies a tile atomic whose "
                                              "offsets are the same in every program once for the whole launch")
 
 
