@@ -62,19 +62,28 @@ class Program:
         """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
         return optimize(self.traced_graph)
 
-    def graph_for(self, backend: str) -> Graph:
+    def graph_for(self, backend: str, arch: str | None = None) -> Graph:
         """The graph ``backend`` compiles: the optimised graph, but a tile program becomes a SIMT
         block launch (:func:`accy.backends.distribute.distribute`) for every backend except numpy
-        and llvm, which run tile graphs themselves (llvm: :mod:`accy.backends.tile_host`)."""
+        and llvm, which run tile graphs themselves (llvm: :mod:`accy.backends.tile_host`); its
+        ``dot`` runs on tensor cores for an NVPTX ``arch`` of sm_80 or later (None: the device's,
+        taken to be)."""
         if backend in ("numpy", "llvm") or not self.graph.is_tile_launch:
             return self.graph
-        return self._distributed_graph
+        return self.distributed(tensor_cores=arch is None or int(arch[3:].rstrip("a")) >= 80)
 
-    @functools.cached_property
-    def _distributed_graph(self) -> Graph:
+    def distributed(self, tensor_cores: bool = True) -> Graph:
+        """A tile program's SIMT block launch, optimised, with ``dot`` on tensor cores or FMA."""
         from .backends.distribute import distribute
 
-        return optimize(distribute(self.graph))
+        cache = self._distributed
+        if tensor_cores not in cache:
+            cache[tensor_cores] = optimize(distribute(self.graph, tensor_cores))
+        return cache[tensor_cores]
+
+    @functools.cached_property
+    def _distributed(self) -> dict:
+        return {}
 
     @functools.cached_property
     def launchers(self) -> dict:
@@ -109,7 +118,7 @@ class Program:
         from .backends.codegen import emit_ptx
         from .backends.targets import Target
 
-        graph = self.graph_for("cuda")
+        graph = self.graph_for("cuda", arch)
         return emit_ptx(graph, Target.nvptx(arch, fast_math=fast_math, checks=checks), _block_of(graph, self.threads))
 
     def llvm_ir(self, target: str = "host", *, arch: str = "sm_80", fast_math: bool = False,
@@ -122,7 +131,7 @@ class Program:
             raise TraceError(f"llvm_ir: target must be 'host' or 'nvptx', got {target!r}")
         lowering = Target.host(checks=checks) if target == "host" else Target.nvptx(arch, fast_math=fast_math,
                                                                                    checks=checks)
-        graph = self.graph_for("llvm" if target == "host" else "cuda")
+        graph = self.graph_for("llvm" if target == "host" else "cuda", arch)
         return llvm_ir(graph, lowering, _block_of(graph, self.threads))
 
     def create_kernel_call_artifact(self, backend_state, limits: Limits | None = None, *, version: int = 1,

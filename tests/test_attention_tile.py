@@ -8,7 +8,7 @@ import pytest
 import accy
 from accy.errors import ArgumentError
 from accy.library.attention import ScaledDotProduct, reference, scaled_dot_product_fused_f32
-from accy.library.attention_tile import DOT_STAGING_ELEMENTS, AttentionTiles, scaled_dot_product_tile
+from accy.library.attention_tile import DOT_STAGING_BYTES, AttentionTiles, scaled_dot_product_tile
 from accy.library.entry import Category, Layer, ReductionOperator, TileGrid
 
 # unit roundoff of the inputs' type: P is cast to it before P @ V, and so is the output
@@ -226,15 +226,21 @@ def test_the_traced_program_is_fa2():
 
 def test_tiles_fit_the_spec_and_the_tile_limit():
     small = ScaledDotProduct(1, 8, 20, 4, 4)
-    assert AttentionTiles().fitted(small) == AttentionTiles(16, 32)  # covers 8 (at least 16) and 20
-    assert AttentionTiles(8, 8).fitted(small) == AttentionTiles(8, 8)  # never grows a tile
+    assert AttentionTiles().fitted(small) == AttentionTiles(16, 32, 8)  # covers 8 (at least 16) and 20
+    assert AttentionTiles(8, 8).fitted(small) == AttentionTiles(8, 8, 8)  # never grows a tile
+    # 16-bit inputs: a warp per 16 query rows, up to 4 (whole tensor-core tiles of rows)
+    assert AttentionTiles().fitted(small, accy.bf16) == AttentionTiles(16, 32, 1)
+    assert AttentionTiles().fitted(ScaledDotProduct(1, 256, 256, 64, 64), accy.f16) == AttentionTiles(64, 64, 4)
+    assert AttentionTiles(warps=2).fitted(small, accy.bf16).warps == 2  # a given count stays
     # head dim 128: Q K^T's operands at 64 x 64 are 16384 elements, over what a GPU program stages
-    assert AttentionTiles().fitted(ScaledDotProduct(8, 256, 256, 128, 128)) == AttentionTiles(32, 32)
+    # as f32 (32 KiB), but not as bf16
+    assert AttentionTiles().fitted(ScaledDotProduct(8, 256, 256, 128, 128)) == AttentionTiles(32, 32, 8)
+    assert AttentionTiles().fitted(ScaledDotProduct(8, 256, 256, 128, 128), accy.bf16) == AttentionTiles(64, 64, 4)
     wide = ScaledDotProduct(1, 512, 512, 512, 512)
     fitted = AttentionTiles().fitted(wide)
-    assert fitted == AttentionTiles(8, 8)
+    assert fitted == AttentionTiles(8, 8, 8)
     assert all(r * c <= accy.dsl.tiles.MAX_TILE_ELEMENTS for r, c in fitted.tile_shapes(wide).values())
-    assert all(n <= DOT_STAGING_ELEMENTS for n in fitted.dot_operands(wide).values())
+    assert all(4 * n <= DOT_STAGING_BYTES for n in fitted.dot_operands(wide).values())
     with pytest.raises(ValueError, match="do not fit"):
         AttentionTiles().fitted(ScaledDotProduct(1, 4, 4, 20000, 4))
 
@@ -265,7 +271,8 @@ def test_kernel_call_artifact():
     assert artifact.argument_count == 4 * 8  # each tensor: its span, 3 extents, 3 strides, an offset
     assert artifact.required_dtypes == DTypeSet.of([accy.bf16, accy.index])
     assert artifact.launch.grid == entry.specialization.launch.grid == (1, 1, 1)
-    assert artifact.launch.threadgroup == entry.specialization.launch.threadgroup == (256, 1, 1)
+    # 8-row tiles of bf16: below a tensor-core tile of rows, so one warp (the default for 16-bit inputs)
+    assert artifact.launch.threadgroup == entry.specialization.launch.threadgroup == (32, 1, 1)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy import axis, boolean, dynamic_buffer, f32, i8, i32, index, kernel
+from accy import axis, bf16, boolean, dynamic_buffer, f32, i8, i32, index, kernel
 from accy.dsl import ir, ops, parse, textformat
 from accy.dsl.ops import (OPS, AtomicAttrs, ConstAttrs, FoldAttrs, ForEachAttrs, ForEachBlockAttrs, IfAttrs, LoadAttrs,
                           NoAttrs, OpAttrs, OpAttrsError, RegionKind, SharedAttrs, ShuffleAttrs, SizeAttrs, Space, Sync)
@@ -194,13 +194,26 @@ def vector_kernel():
     return vectors
 
 
+def tensor_core_kernel():
+    """A bf16 dot distributed for a GPU with tensor cores: its mma and ldmatrix (plain and trans)."""
+
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(bf16))
+    def mma(k, a):
+        @k.for_each_tile(grid=axis("i", 1), warps=1)
+        def body(t, pid):
+            x = a.x.load(t.arange(16)[:, None] * 16 + t.arange(16)[None, :])
+            a.dst.store(t.arange(16)[:, None] * 16 + t.arange(16)[None, :], t.dot(x, x))
+
+    return mma
+
+
 def test_the_block_ops_text_form_is_the_documented_one():
     assert block_kernel().traced_graph.text() == EXPECTED_BLOCK_TEXT
 
 
 def test_every_op_prints_and_parses_back_exactly():
     graphs = [pointwise_kernel().traced_graph, block_kernel().traced_graph, tile_kernel().traced_graph,
-              vector_kernel().graph_for("ptx")]
+              vector_kernel().graph_for("ptx"), tensor_core_kernel().graph_for("ptx")]
     seen = {op.opcode for g in graphs for op in g.body.walk()}
     assert seen == set(OPS), sorted(set(OPS) - seen)
     for graph in graphs:
@@ -327,16 +340,17 @@ def test_traits_are_consistent():
     assert _having("tile_launch") == {"for_each_tile"} <= _having("tiles") == ops.TILE_OPS
     assert _having("thread_blocks") == {"for_each_block"}
     assert _having("memory") == set(ir.MEMORY_OPS) == {"load", "store", "atomic", "tile_load", "tile_store",
-                                                       "tile_atomic"}
-    assert _having("reads") == {"load", "atomic", "tile_load", "tile_atomic"}
+                                                       "tile_atomic", "ldmatrix"}
+    assert _having("reads") == {"load", "atomic", "tile_load", "tile_atomic", "ldmatrix"}
     assert _having("writes") == {"store", "atomic", "tile_store", "tile_atomic"}
-    assert {n: d.synchronises for n, d in OPS.items() if d.synchronises} == {"barrier": Sync.BLOCK,
-                                                                            "shuffle": Sync.WARP}
+    assert {n: d.synchronises for n, d in OPS.items() if d.synchronises} == {
+        "barrier": Sync.BLOCK, "shuffle": Sync.WARP, "mma": Sync.WARP, "ldmatrix": Sync.WARP}
     assert {n: d.regions for n, d in OPS.items() if d.regions} == {
         "fold": RegionKind.LOOP, "if": RegionKind.BRANCH, "for_each": RegionKind.LAUNCH,
         "for_each_tile": RegionKind.LAUNCH,
         "for_each_block": RegionKind.LAUNCH}
-    assert _having("own_result") == {"shuffle", "atomic"}
+    assert _having("own_result") == {"shuffle", "atomic", "mma", "ldmatrix"}
+    assert _having("tensor_cores") == ops.TENSOR_CORE_OPS == {"mma", "ldmatrix"}
 
 
 def test_the_inexact_math_functions_are_one_trait():

@@ -93,7 +93,7 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
     impl = get_backend(backend)
     options = _checked(impl, limits, options)
     impl.check_available(options)
-    graph = program.graph_for(backend)
+    graph = program.graph_for(backend, options.get("arch"))
     if graph.static_extents is not None:
         program.launch(limits)  # geometry must fit the device limits before the arguments are looked at
     binding = bind_arguments(graph, args, counts=counts, shapes=shapes, describe=impl.describe)
@@ -121,7 +121,7 @@ def _fast_launcher(program, backend: str, limits, options):
     if impl.fast is None:
         return None
     impl.check_available(options)
-    graph, threads = program.graph_for(backend), program.threads
+    graph, threads = program.graph_for(backend, options.get("arch")), program.threads
     if graph.static_extents is not None:
         program.launch(limits)  # as the general path does first
     return impl.fast(graph, lambda extents: launch_for(graph, threads, extents, limits), **options)

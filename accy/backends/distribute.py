@@ -45,14 +45,14 @@ from typing import Callable
 import attrs
 
 from ..dsl.ir import Graph, Op, Value, constant_of
-from ..dsl.ops import (AlignedAttrs, AtomicAttrs, BlockUnit, Combine, LoadAttrs, Precision, SharedAttrs, Space,
-                       StoreAttrs)
+from ..dsl.ops import (AlignedAttrs, AtomicAttrs, BlockUnit, Combine, LoadAttrs, MatrixOrder, MmaKind, Precision,
+                       SharedAttrs, Space, StoreAttrs)
 from ..dsl.schedule import Limits
 from ..dsl.trace import trace
 from ..dsl.traced import _NO_CTX, SharedArray, Traced, axis
-from ..dsl.types import DType, TileType, boolean, element_type, f32, f64, index, u8
+from ..dsl.types import DType, TileType, bf16, boolean, element_type, f16, f32, f64, i8, index, u8
 from ..errors import TraceError
-from .layouts import WARP, Blocked, Expand, Layout, Permute, Slice, unit_reshape
+from .layouts import WARP, Blocked, Expand, Layout, Mma, Permute, Slice, unit_reshape
 from .tile_access import Shapes, conjuncts
 
 SHARED_LIMIT = Limits.default.max_shared_bytes
@@ -111,16 +111,19 @@ def _strides(shape) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def distribute(graph: Graph) -> Graph:
-    """The SIMT block-launch graph that computes what the tile graph ``graph`` does."""
+def distribute(graph: Graph, tensor_cores: bool = False) -> Graph:
+    """The SIMT block-launch graph that computes what the tile graph ``graph`` does; with
+    ``tensor_cores`` (NVPTX at sm_80 and later) a ``dot`` whose shapes and types allow it runs
+    on ``mma.sync``."""
     if not graph.is_tile_launch:
         raise ValueError(f"distribute: kernel '{graph.name}' is not a tile launch")
-    return _Distributor(graph).run()
+    return _Distributor(graph, tensor_cores).run()
 
 
 class _Distributor:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, tensor_cores: bool = False):
         self.graph = graph
+        self.tensor_cores = tensor_cores
         self.launch = graph.launch_op
         self.T = self.launch.attrs.warps * WARP
         self.env: dict[Value, object] = {}
@@ -447,7 +450,7 @@ class _Distributor:
         if isinstance(x, Lazy):
             self.env[op.result] = Lazy(shape, x.dtype, lambda c: x.at(source(c)), x.constant)
             return
-        target = self.canonical(shape)
+        target = self._unsliced(x.layout, shape)
         if all(n == 1 or a == b for n, a, b in zip(src_shape, x.layout.dims, target.dims)):
             values = []
             for r in range(target.registers):
@@ -456,6 +459,19 @@ class _Distributor:
             self.env[op.result] = Regs(target, x.dtype, tuple(values))
             return
         self.env[op.result] = self.convert(x, target, op, source)
+
+    def _unsliced(self, layout: Layout, shape) -> Layout:
+        """Where to broadcast a tile in ``layout`` to ``shape``: a reduction's result back into
+        the kind of layout it came from (``x.max(axis=1)[:, None]`` to an Mma layout like x's,
+        which holds it in the same registers), else the canonical layout."""
+        shape = tuple(shape)
+        if isinstance(layout, Expand) and isinstance(layout.parent, Slice):
+            parent = layout.parent.parent
+            if parent.shape == shape:
+                return parent
+            if isinstance(parent, Mma) and Mma.fits(shape, self.T):
+                return Mma(shape, self.T)
+        return self.canonical(shape)
 
     def _op_reshape(self, op: Op) -> None:
         x = self.env[op.operands[0]]
@@ -775,6 +791,9 @@ class _Distributor:
 
     # -- dot -------------------------------------------------------------------------------
     def _op_dot(self, op: Op) -> None:
+        kind = self._mma_kind(op)
+        if kind is not None:
+            return self._mma_dot(op, kind)
         a, b_, acc = (self.env[v] for v in op.operands)
         acc = self.regs(acc)
         a, b_ = self.regs(a), self.regs(b_)
@@ -819,6 +838,122 @@ class _Distributor:
         result = self.b.fold_range(0, kk, 1, tuple(acc.values), step)
         self.dirty = True
         self.env[op.result] = Regs(layout, c_type, tuple(result))
+
+    # -- dot on tensor cores ------------------------------------------------------------------
+    def _mma_kind(self, op: Op) -> MmaKind | None:
+        """The mma a dot runs on, or None (FMA): tensor cores where the distribution has them,
+        the inputs are 16-bit floats, fp8 (widened to f16 exactly), f32 with tf32 precision or
+        i8, and every warp gets whole 16-row, 8-column and K-deep tiles."""
+        if not self.tensor_cores:
+            return None
+        a, b_ = (v.type for v in op.operands[:2])
+        name = a.dtype.name
+        if name in ("f16", "f8e4m3", "f8e5m2"):
+            kind = MmaKind.F16
+        elif name == "bf16":
+            kind = MmaKind.BF16
+        elif name == "f32" and op.attrs.precision is Precision.TF32:
+            kind = MmaKind.TF32
+        elif name == "i8":
+            kind = MmaKind.S8
+        else:
+            return None
+        (m, k), n = a.shape, b_.shape[1]
+        return kind if Mma.fits((m, n), self.T) and k % kind.k == 0 else None
+
+    @staticmethod
+    def _pitch(elements: int, itemsize: int) -> int:
+        """A shared row's length in elements: an odd number of 16-byte units, so the 8 rows an
+        ldmatrix reads (or 8 consecutive rows at one column) fall in distinct banks."""
+        units = -(-elements * itemsize // 16)
+        return (units + (units % 2 == 0)) * 16 // itemsize
+
+    def _mma_dot(self, op: Op, kind: MmaKind) -> None:
+        """``dot`` on ``mma.sync``: the accumulator in the :class:`Mma` layout; A and B staged
+        in shared memory (rows padded so ldmatrix is free of bank conflicts) and read into
+        fragments by ``ldmatrix`` (B's 16-bit k x n rows transposed on the way), except an A
+        already in registers in an Mma layout (FA2's P), whose registers are its fragments."""
+        a, b_, acc = (self.env[v] for v in op.operands)
+        (m, kk), n = a.shape, b_.shape[1]
+        layout = Mma((m, n), self.T)
+        acc = self.regs(acc, layout, op)
+        el = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8}[kind]
+        a_held = (isinstance(a, Regs) and a.layout.same(Mma((m, kk), self.T)) and a.dtype == el
+                  and kind in (MmaKind.F16, MmaKind.BF16))
+        b_ = self.regs(b_)
+
+        def staged(v):
+            v = self.b.cast(v, el) if v.type != el else v
+            return self.tf32(v) if kind is MmaKind.TF32 else v
+
+        pa, pb = self._pitch(kk, el.itemsize), self._pitch(n, el.itemsize)
+        if kind is MmaKind.TF32:  # B read a word a lane: rows 8 words apart mod 32 banks
+            pb = n + (8 - n) % 32
+        base_b = 0 if a_held else m * pa
+        array = self.scratch(el, base_b + kk * pb, op)
+        self.before_write()
+        if not a_held:
+            a = self.regs(a)
+            for c, v in zip(self.coords(a.layout), a.values):
+                self.store_shared(array, staged(v), self.add(self.mul(c[0], pa), c[1]))
+        for c, v in zip(self.coords(b_.layout), b_.values):
+            self.store_shared(array, staged(v), self.add(self.mul(c[0], pb), self.add(c[1], base_b)))
+        self.written()
+
+        b = self.b
+        warps = self.T // WARP
+        lane = b.bitwise_and(self.tid, WARP - 1)
+        warp_row = self.mul(b.shr(self.tid, 5), 8)
+        g, t = b.shr(lane, 2), b.bitwise_and(lane, 3)
+        row_in = b.bitwise_and(lane, 7)  # the row of its matrix whose address a lane gives
+        matrix = b.shr(lane, 3)
+        per_row = 16 // el.itemsize  # elements in an ldmatrix row
+        tiles_m, tiles_n, steps = m // (16 * warps), n // 8, kk // kind.k
+        values = list(acc.values)
+        for kb in range(steps):
+            k0 = kb * kind.k
+            frags_a = []
+            for q in range(tiles_m):
+                if a_held:
+                    js = [(2 * q + h, 4 * kb + w) for w, h in ((0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0),
+                                                                 (2, 1), (3, 1))]
+                    frags_a.append([a.values[a.layout.register(j)] for j in js])
+                    continue
+                half = b.bitwise_and(matrix, 1)
+                row = self.add(self.add(self.mul(self.add(half, 2 * q), 8 * warps), warp_row), row_in)
+                col = self.add(self.mul(b.shr(lane, 4), per_row), k0)
+                frags_a.append(list(b.ldmatrix(array, self.add(self.mul(row, pa), col), 4)))
+            frags_b = self._b_fragments(kind, array, base_b, pb, k0, tiles_n, lane, g, t, row_in, matrix)
+            for q in range(tiles_m):
+                for p in range(tiles_n):
+                    regs = [layout.register((2 * q + (i >> 1), 2 * p + (i & 1))) for i in range(4)]
+                    out = b.mma(kind, frags_a[q], frags_b[p], [values[r] for r in regs])
+                    for r, v in zip(regs, out):
+                        values[r] = v
+        self.dirty = True
+        self.env[op.result] = Regs(layout, acc.dtype, tuple(values))
+
+    def _b_fragments(self, kind, array, base, pitch, k0, tiles_n, lane, g, t, row_in, matrix) -> list:
+        """Each 8-column tile's B fragment for the k-step at ``k0``: 16-bit B by ``ldmatrix
+        .trans`` (two tiles at a time), tf32 and i8 (whose ldmatrix has no transpose) by loads."""
+        b = self.b
+        if kind in (MmaKind.F16, MmaKind.BF16):
+            out = []
+            for p in range(0, tiles_n, 2):
+                count = 4 if p + 1 < tiles_n else 2
+                row = self.add(self.add(self.mul(b.bitwise_and(matrix, 1), 8), row_in), k0)
+                col = self.add(self.mul(b.shr(matrix, 1), 8), 8 * p + base) if count == 4 else 8 * p + base
+                got = b.ldmatrix(array, self.add(self.mul(row, pitch), col), count, MatrixOrder.TRANS)
+                out.extend(list(got[i:i + 4]) for i in range(0, len(got), 4))
+            return out
+        dtype = array.dtype
+        rows = [(t, 0), (t, 4)] if kind is MmaKind.TF32 else [(self.mul(t, 4), k) for k in (0, 1, 2, 3, 16, 17, 18, 19)]
+        out = []
+        for p in range(tiles_n):
+            col = self.add(g, 8 * p + base)
+            out.append([self.load_shared(array, self.add(self.mul(self.add(r, k0 + d), pitch), col), dtype)
+                        for r, d in rows])
+        return out
 
     def tf32(self, x: Traced) -> Traced:
         """``x`` (f32) rounded to tf32's 10 mantissa bits, to nearest with ties away from zero, as
@@ -1048,7 +1183,8 @@ class _Distributor:
 
     def _op_fold(self, op: Op) -> None:
         start, stop, *inits = (self.env[v] for v in op.operands)
-        layouts = [None if isinstance(x, Traced) else self.regs(x).layout for x in inits]
+        natural = self._natural_layouts(op, start, inits) if any(isinstance(x, Lazy) for x in inits) else {}
+        layouts = [None if isinstance(x, Traced) else natural.get(i) or self.regs(x).layout for i, x in enumerate(inits)]
         region = op.regions[0]
 
         def body(inner, i, accs):
@@ -1062,6 +1198,29 @@ class _Distributor:
         flat = self.b._loop(start, stop, op.attrs.step, tuple(self._flatten(inits, layouts)), _NO_CTX, body)
         self.dirty = True
         self._unflatten(op.results, flat, layouts)
+
+    def _natural_layouts(self, op: Op, start, inits) -> dict:
+        """The layouts a fold's body leaves its results in when its carries are its initial
+        values (a lazy one, such as a dot's zero accumulator, takes whatever layout its first
+        use gives it): carrying each result in that layout, no iteration converts it.  Found by
+        walking the body once, then dropping what that recorded."""
+        ops = self.b.block.ops
+        before = {id(o) for o in ops}
+        saved, dirty = dict(self.scopes[-1]), self.dirty
+        region = op.regions[0]
+        self.env[region.args[0]] = start
+        for arg, x in zip(region.args[1:], inits):
+            self.env[arg] = x
+        self.scopes.append({})
+        try:
+            results = self._walk(region)
+        finally:
+            self.scopes.pop()
+        ops[:] = [o for o in ops if id(o) in before or o.opdef.declares_shared]
+        self.scopes[-1].clear()
+        self.scopes[-1].update(saved)
+        self.dirty = dirty
+        return {i: r.layout for i, r in enumerate(results) if isinstance(r, Regs)}
 
     def _op_if(self, op: Op) -> None:
         cond = self.env[op.operands[0]]

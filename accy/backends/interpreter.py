@@ -40,7 +40,7 @@ from ..dsl.ops import REDUCTIONS, SIMT_OPS
 from ..dsl.schedule import Launch
 from ..dsl.types import INDEX_MAX, INDEX_MIN
 from ..errors import ArgumentError, BarrierError
-from . import numerics
+from . import numerics, warp_matrix
 from .arguments import Binding
 from .debug import Observer, Recorder, check_thread
 from .diagnostics import at, division_by_zero, out_of_bounds, thread_text
@@ -98,7 +98,7 @@ EVAL = {
 
 # ops the interpreter runs with its own state (Interpreter methods of the same name)
 STRUCTURAL = frozenset({"const", "size", "aligned", "cast", "load", "store", "fold", "if", "for_each", "yield",
-                        "for_each_block", "shared", "barrier", "atomic", "shuffle"})
+                        "for_each_block", "shared", "barrier", "atomic", "shuffle", "ldmatrix", "mma"})
 WARP = 32
 _LARGEST = np.maximum.reduce  # a bounds check's one NumPy call (ndarray.max goes through Python)
 CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
@@ -495,6 +495,32 @@ class Interpreter:
             inside = (b >= 0) & (target >= 0) & (target < WARP)
             source = np.where(inside, base + target, np.arange(t))  # outside the warp: its own value
         self.env[op.result] = np.take_along_axis(full, source.astype(np.int64), axis=1).reshape(self.grid)
+
+    # -- tensor cores (the tile distribution's dot for NVPTX; see warp_matrix) ---------------
+    def _warps_of(self, value) -> np.ndarray:
+        t = self.block_threads
+        return np.broadcast_to(value, self.grid).reshape(self.blocks, t // WARP, WARP)
+
+    def op_ldmatrix(self, op: Op) -> None:
+        """Each lane reads its elements of the matrices from the rows its warp's lanes address."""
+        dtype = op.attrs.dtype
+        rows = self._warps_of(self.env[op.operands[0]])
+        for result, (source, offset) in zip(op.results, warp_matrix.ldmatrix_sources(
+                op.attrs.count, op.attrs.order, 4 // dtype.itemsize)):
+            idx = (rows[..., source] + offset).reshape(self.grid)
+            memory, where = self._element(op, idx)
+            if self.sanitizer is not None:
+                elements, lanes, _ = self._active_lanes(where)
+                self.sanitizer.load(op, elements[0], lanes)
+            self.env[result] = memory[where]
+
+    def op_mma(self, op: Op) -> None:
+        kind = op.attrs.kind
+        values = [self._warps_of(self.env[v]) for v in op.operands]
+        n = kind.a_count
+        out = warp_matrix.mma(kind, values[:n], values[n:n + n // 2], values[n + n // 2:])
+        for result, d in zip(op.results, out):
+            self.env[result] = d.reshape(self.grid)
 
     # -- branches ------------------------------------------------------------------
     def _region_values(self, region: Block):

@@ -23,11 +23,11 @@ The kinds:
 - :class:`Permute` (a transpose: the same registers, the axes reordered) and
   :class:`Expand` (a reshape that only adds or drops axes of length 1).
 
+- :class:`Mma`: a tensor-core accumulator (``mma.sync`` m16n8's C fragments), the layout a
+  ``dot`` on tensor cores leaves its result in.
+
 Every kind reduces to a tuple of :class:`Dim` (``layout.dims``); two layouts with equal
-dims distribute a tile the same way.  Room is left for the next issue's tensor-core
-layouts (an mma operand's and an accumulator's), whose lanes split a dimension over
-non-contiguous thread bits: they will be further kinds answering the same questions
-(coordinates of a register, owner, registers per thread), not a change to these.
+dims distribute a tile the same way.
 """
 
 from __future__ import annotations
@@ -225,9 +225,37 @@ class Expand(Layout):
         return tuple(Dim.make(1, 1, 1, 0) if n == 1 else next(kept) for n in self.shape_)
 
 
+@functools.cache
+def _mma_dims(shape: tuple[int, int], threads: int) -> tuple[Dim, ...]:
+    m, n = shape
+    return Dim(m, 1, 8 * (threads // WARP), 4), Dim(n, 2, 4, 1)
+
+
+@attrs.frozen
+class Mma(Layout):
+    """A tensor-core accumulator, ``mma.m16n8``'s C/D fragments: lane ``l`` of warp ``w`` holds
+    rows ``8 w + l // 4`` (+ multiples of ``8 * warps``) and, of every 8 columns, columns
+    ``2 (l % 4)`` and the next.  Row halves ``2 q`` and ``2 q + 1`` of a warp are one 16-row mma
+    tile (its rows ``l // 4`` and ``l // 4 + 8``); the warps split the rows, each holds every
+    column.  The same registers, read along the columns, are an A operand's fragments
+    (``m16n8k16``'s a0..a7 for 16 columns), so one dot's result feeds the next without moving."""
+
+    shape_: tuple[int, int]
+    threads: int
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return _mma_dims(self.shape_, self.threads)
+
+    @staticmethod
+    def fits(shape: tuple[int, ...], threads: int) -> bool:
+        """Does every warp get whole 16-row tiles and every tile whole 8-column ones?"""
+        return len(shape) == 2 and shape[0] % (16 * (threads // WARP)) == 0 and shape[1] % 8 == 0
+
+
 def unit_reshape(shape: tuple[int, ...], new: tuple[int, ...]) -> bool:
     """Does reshaping ``shape`` to ``new`` only add or drop axes of length 1?"""
     return tuple(n for n in shape if n != 1) == tuple(n for n in new if n != 1)
 
 
-__all__ = ["WARP", "Dim", "Layout", "Blocked", "Slice", "Permute", "Expand", "unit_reshape", "next_power_of_two"]
+__all__ = ["WARP", "Dim", "Layout", "Blocked", "Slice", "Permute", "Expand", "Mma", "unit_reshape", "next_power_of_two"]

@@ -177,6 +177,13 @@ class MemoryAccess:
     def op_shared(self, op: Op) -> None:
         pass  # allocated by the wrapper: a module-level array in shared memory, or a stack array per block
 
+    def op_mma(self, op: Op) -> None:
+        raise NotImplementedError("mma: tensor-core ops exist on NVPTX only (the tile distribution emits them there)")
+
+    def op_ldmatrix(self, op: Op) -> None:
+        raise NotImplementedError("ldmatrix: tensor-core ops exist on NVPTX only (the tile distribution emits them "
+                                  "there)")
+
     def op_atomic(self, op: Op) -> None:
         idx, *values = (self.value(v) for v in op.operands)
         self.values[op.result] = self.atomic_at(op, idx, values)

@@ -15,8 +15,11 @@ from llvmlite import ir
 
 from ..dsl.analysis import uniformity
 from ..dsl.ir import Graph, Op
+from ..dsl.ops import MatrixOrder, MmaKind
 from ..dsl.types import DType, bf16, f32
 from .llvm import MATH, LoweredModule, Lowering
+from ..errors import CompileError
+from .abi import STATUS_LOAD_OOB
 from .llvm_types import I1, I32, I64, VOID, WARP, constant, element_type, float_bits, llvm_type, memory_type
 from .targets import NvptxTarget
 
@@ -148,6 +151,69 @@ class NvptxLowering(Lowering):
             high = b.call(fn, [full, b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32), lane, clamp])
             result = b.or_(b.zext(low, I64), b.shl(b.zext(high, I64), ir.Constant(I64, 32)))
         return result if isinstance(value.type, ir.IntType) else b.bitcast(result, value.type)
+
+    # -- tensor cores ---------------------------------------------------------------
+    def op_mma(self, op: Op) -> None:
+        """``mma.sync.aligned.m16n8kK.row.col`` through NVVM's intrinsic: the lane's elements
+        packed into 32-bit registers, lowest element in the low bits."""
+        kind = op.attrs.kind
+        if self.target.sm < 80:
+            raise CompileError(f"mma {kind}: tensor-core dot needs sm_80 or later, compiling for {self.target.arch}")
+        b = self.b
+        values = [self.value(v) for v in op.operands]
+        a_n = kind.a_count
+        a, bb, c = values[:a_n], values[a_n:a_n + a_n // 2], values[a_n + a_n // 2:]
+        per = 4 // op.operands[0].type.itemsize  # elements in a register
+        if kind is MmaKind.F16:
+            words = lambda vs: [self._pack(vs[k:k + 2], ir.VectorType(vs[0].type, 2)) for k in range(0, len(vs), 2)]  # noqa: E731
+            name = "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"
+        else:
+            words = lambda vs: [b.bitcast(self._pack(vs[k:k + per], ir.VectorType(vs[0].type, per)), I32)  # noqa: E731
+                                if per > 1 else b.bitcast(vs[k], I32) for k in range(0, len(vs), per)]
+            name = {MmaKind.BF16: "llvm.nvvm.mma.m16n8k16.row.col.bf16", MmaKind.TF32: "llvm.nvvm.mma.m16n8k8.row.col.tf32",
+                    MmaKind.S8: "llvm.nvvm.mma.m16n8k32.row.col.s8"}[kind]
+        args = words(a) + words(bb) + c
+        result = ir.LiteralStructType([c[0].type] * 4)
+        out = b.call(self.declare(name, result, [v.type for v in args]), args)
+        for k, r in enumerate(op.results):
+            self.values[r] = b.extract_value(out, k)
+
+    def _pack(self, values, ty: ir.VectorType) -> ir.Value:
+        vector = ir.Constant(ty, None)
+        for k, v in enumerate(values):
+            vector = self.b.insert_element(vector, v, ir.Constant(I32, k))
+        return vector
+
+    def op_ldmatrix(self, op: Op) -> None:
+        """``ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16`` through NVVM's intrinsic;
+        an offset whose 16-byte row leaves the array reads row 0 instead, checked (every lane
+        must execute it, so there is no branch around it)."""
+        b = self.b
+        count, dtype = op.attrs.count, op.attrs.dtype
+        idx = self.value(op.operands[0])
+        if self._checked(op):
+            last = b.add(idx, ir.Constant(I64, 16 // dtype.itemsize - 1))
+            size = ir.Constant(I64, self.graph.shared_arrays()[op.attrs.buffer].attrs.count)
+            ok = b.and_(b.icmp_unsigned("<", idx, size), b.icmp_unsigned("<", last, size))
+            self.check(op, ok, STATUS_LOAD_OOB, b.select(b.icmp_unsigned("<", idx, size), last, idx))
+            idx = b.select(ok, idx, ir.Constant(I64, 0))
+        trans = ".trans" if op.attrs.order is MatrixOrder.TRANS else ""
+        name = f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{trans}.b16"
+        pointer = self._element(op, idx)
+        result = I32 if count == 1 else ir.LiteralStructType([I32] * count)
+        out = b.call(self.declare(name, result, [pointer.type]), [pointer])
+        words = [out] if count == 1 else [b.extract_value(out, k) for k in range(count)]
+        per = 4 // dtype.itemsize
+        element = memory_type(dtype)
+        values = []
+        for word in words:
+            if per == 1:
+                values.append(b.bitcast(word, element))
+                continue
+            vector = b.bitcast(word, ir.VectorType(element, per))
+            values.extend(b.extract_element(vector, ir.Constant(I32, k)) for k in range(per))
+        for r, v in zip(op.results, values):
+            self.values[r] = v
 
     # -- entry points ---------------------------------------------------------------
     def lower_kernel(self, block: tuple[int, int, int]) -> ir.Function:

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .ops import OPS, REDUCTIONS, ShuffleAttrs
+from .ops import OPS, REDUCTIONS, LdmatrixAttrs, MatrixOrder, MmaAttrs, MmaKind, ShuffleAttrs
 from .traced import BuilderBase, SharedArray, Traced, WARP, _LaunchInfo, _error
 from .types import DType, boolean, index, u32
 
@@ -94,6 +94,31 @@ class Cooperation:
     def shuffle_up(self, value, delta) -> Traced:
         """``value`` from lane ``lane - delta``; before lane 0, this thread's own value."""
         return self._shuffle("up", value, delta)
+
+    # -- tensor cores (NVPTX, sm_80 and later; the tile distribution's dot) -----------------
+    def mma(self, kind, a, b, c) -> tuple[Traced, ...]:
+        """One warp's ``mma.sync.aligned.m16n8kK.row.col`` (``kind``: an :class:`MmaKind`): each
+        lane gives its elements of the A (16xK), B (Kx8) and C (16x8) fragments, in the PTX ISA's
+        fragment order, and gets its 4 elements of D = A B + C.  Every lane of the warp must
+        reach it together.  Only the NVPTX lowering has it."""
+        kind = MmaKind(kind)
+        info = self._warps("mma")
+        self._check_uniform("mma", info)
+        values = [self._lift(v, None, "mma") for v in (*a, *b, *c)]
+        op = self._record("mma", values, MmaAttrs(kind=kind))
+        return tuple(Traced(r) for r in op.results)
+
+    def ldmatrix(self, array: SharedArray, offset, count: int, order=MatrixOrder.ROW) -> tuple[Traced, ...]:
+        """``ldmatrix.sync.aligned.m8n8.x{count}``: lane ``8 i + r`` gives the element offset in
+        ``array`` of row ``r`` of matrix ``i`` (16 bytes, 16-byte aligned); each lane gets its
+        elements of the ``count`` 8x8 matrices of 16-bit values (or 16x8 of bytes, 4x8 of 32-bit
+        values), matrix by matrix.  Every lane of the warp must reach it together.  Only the
+        NVPTX lowering has it."""
+        info = self._warps("ldmatrix")
+        self._check_uniform("ldmatrix", info)
+        attrs_ = LdmatrixAttrs(buffer=array.name, dtype=array.dtype, count=count, order=order)
+        op = self._record("ldmatrix", (self._lift(offset, index, "ldmatrix"),), attrs_)
+        return tuple(Traced(r) for r in op.results)
 
     def _combine(self, what: str, op: str) -> str:
         """The builder method a reduction named ``op`` combines with."""

@@ -87,6 +87,41 @@ class Precision(enum.StrEnum):
     TF32 = "tf32"
 
 
+class MmaKind(enum.StrEnum):
+    """A tensor-core multiply-accumulate of one warp, ``mma.sync.aligned.m16n8kK.row.col``: the
+    inputs' type names its shape (K) and its accumulator."""
+
+    F16 = "f16"  # m16n8k16, f32 accumulator
+    BF16 = "bf16"  # m16n8k16, f32 accumulator
+    TF32 = "tf32"  # m16n8k8, f32 accumulator; operands are f32 already rounded to tf32
+    S8 = "s8"  # m16n8k32, i32 accumulator (wrapping)
+
+    @property
+    def k(self) -> int:
+        return {"f16": 16, "bf16": 16, "tf32": 8, "s8": 32}[self.value]
+
+    @property
+    def inputs(self) -> str:
+        """The element type name of the operands (tf32 values travel as f32)."""
+        return {"f16": "f16", "bf16": "bf16", "tf32": "f32", "s8": "i8"}[self.value]
+
+    @property
+    def accumulator(self) -> str:
+        return "i32" if self is MmaKind.S8 else "f32"
+
+    @property
+    def a_count(self) -> int:
+        """A's elements per lane (16 x k over 32 lanes); B's are half as many."""
+        return self.k // 2
+
+
+class MatrixOrder(enum.StrEnum):
+    """How ``ldmatrix`` hands an 8x8 matrix of 16-byte rows to the lanes."""
+
+    ROW = "row"  # lane l: row l // 4, its 4-byte word l % 4
+    TRANS = "trans"  # b16 only: the transposed matrix's (column l // 4, rows 2 (l % 4) and the next)
+
+
 class OpAttrs(Mapping):
     """The base of every attribute schema.  Read by attribute (``op.attrs.buffer``); it also
     reads as a read-only mapping (``op.attrs["buffer"]``, ``op.attrs.get("space")``) for the
@@ -294,6 +329,31 @@ class SharedAttrs(OpAttrs):
 @_schema
 class ShuffleAttrs(OpAttrs):
     mode: ShuffleMode = _field(tf.enum_codec(ShuffleMode), converter=_to_enum(ShuffleMode, "shuffle mode"))
+
+
+@_schema
+class MmaAttrs(OpAttrs):
+    kind: MmaKind = _field(tf.enum_codec(MmaKind), converter=_to_enum(MmaKind, "mma kind"))
+
+
+def _matrices(instance, field, value):
+    if isinstance(value, bool) or value not in (1, 2, 4):
+        _fail(instance, field, "1, 2 or 4 (8x8 matrices)", value)
+
+
+def _shared_only(instance, field, value):
+    if value is not Space.SHARED:
+        _fail(instance, field, "shared (ldmatrix reads a block's shared array)", value)
+
+
+@_schema
+class LdmatrixAttrs(OpAttrs):
+    buffer: str = _field(tf.WORD, _is_name)  # a shared array
+    dtype: DType = _field(tf.DTYPE, _is_dtype)
+    count: int = _field(tf.INT, _matrices)
+    order: MatrixOrder = _field(tf.enum_codec(MatrixOrder), default=MatrixOrder.ROW,
+                                converter=_to_enum(MatrixOrder, "ldmatrix order"))
+    space: Space = _field(tf.enum_codec(Space), _shared_only, default=Space.SHARED, converter=_to_enum(Space, "space"))
 
 
 # -- the tile level --------------------------------------------------------------------------
@@ -669,6 +729,28 @@ def _shuffle(op, types, attrs_):
     return (value,)
 
 
+def _mma(op, types, attrs_):
+    kind = attrs_.kind
+    a, b, c = kind.a_count, kind.a_count // 2, 4
+    if len(types) != a + b + c:
+        raise OpTypeError(f"mma {kind} takes {a} A, {b} B and {c} C elements per lane, got {len(types)} operands")
+    wanted = [kind.inputs] * (a + b) + [kind.accumulator] * c
+    for position, (t, name) in enumerate(zip(types, wanted)):
+        if not isinstance(t, DType) or t.name != name:
+            raise OpTypeError(f"mma {kind}: operand {position} is {t}, expected {name}")
+    return (types[-1],) * c
+
+
+def _ldmatrix(op, types, attrs_):
+    _index_operand(types)
+    dtype = attrs_.dtype
+    if dtype.bits not in (8, 16, 32) or dtype.is_bool:
+        raise OpTypeError(f"ldmatrix moves 8-, 16- or 32-bit elements, got {dtype}")
+    if attrs_.order is MatrixOrder.TRANS and dtype.bits != 16:
+        raise OpTypeError(f"ldmatrix .trans moves 16-bit elements only, got {dtype}")
+    return (dtype,) * (attrs_.count * 32 // dtype.bits)
+
+
 # -- constant folding on Python values (integer and bool types only) ---------------------------
 
 
@@ -750,6 +832,9 @@ class OpDef:
     own_result: bool = False  # each thread gets its own result, whatever its operands (uniformity)
     tiles: bool = False  # a tile-level op: it takes or makes tiles (for_each_tile launches only)
     tile_launch: bool = False  # launches programs over a grid, one per point (for_each_tile)
+    # a warp's tensor-core op: only the NVPTX lowering has it (sm_80+), and only the tile
+    # distribution emits it, for NVPTX
+    tensor_cores: bool = False
     verify: Callable | None = None  # (op) -> a message when the op's operands and attrs disagree
 
     @property
@@ -841,6 +926,12 @@ OPS: dict[str, OpDef] = {
         # reads another lane: never moved
         _def("shuffle", _shuffle, ShuffleAttrs, " {mode} $0, $1 : $type", can_fail=_always, in_blocks=True,
              synchronises=Sync.WARP, own_result=True),
+        # tensor cores (NVPTX only): a warp's m16n8k matrix product, and its 8x8 matrices'
+        # loads from shared memory; each lane holds its elements of the fragments
+        _def("mma", _mma, MmaAttrs, " {kind} $0... : $types", can_fail=_always, in_blocks=True,
+             synchronises=Sync.WARP, own_result=True, tensor_cores=True),
+        _def("ldmatrix", _ldmatrix, LdmatrixAttrs, " {space} %{buffer}[$0] x{count}{? {order}} : {dtype}", reads=True,
+             can_fail=_always, in_blocks=True, synchronises=Sync.WARP, own_result=True, tensor_cores=True),
         # the tile level: programs over a grid, each computing on whole tiles
         _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps} {", pure=False,
              regions=RegionKind.LAUNCH, verify=_launch_axes, tiles=True, tile_launch=True),
@@ -929,7 +1020,8 @@ OPS: dict[str, OpDef] = {
 # the SIMT level's ops, which every backend lowers; the tile level's, which the numpy backend runs
 # and the tile distribution (accy.backends.distribute) rewrites into SIMT ops for the others
 TILE_OPS = frozenset(name for name, d in OPS.items() if d.tiles)
-SIMT_OPS = frozenset(OPS) - TILE_OPS
+TENSOR_CORE_OPS = frozenset(name for name, d in OPS.items() if d.tensor_cores)
+SIMT_OPS = frozenset(OPS) - TILE_OPS - TENSOR_CORE_OPS
 
 # the ops a fold can accumulate with, by reduction name ("sum" -> add)
 REDUCTIONS: dict[str, str] = {d.reduction: d.name for d in OPS.values() if d.reduction}

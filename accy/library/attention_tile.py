@@ -33,26 +33,29 @@ from .entry import Category, Entry, Layer, TileGrid, TileReuse, Shape
 DTYPES = (f32, bf16, f16)
 LOG2_E = math.log2(math.e)
 MIN_FITTED_TILE = 16  # fitting never shrinks a tile below this (the size of a tensor-core operand)
-# a GPU program stages both operands of a dot in shared memory as f32 (accy/backends/distribute.py);
-# 32 KiB of its 48 KiB leaves room for the layout conversions around them
-DOT_STAGING_ELEMENTS = 8192
+# a GPU program stages both operands of a dot in shared memory (accy/backends/distribute.py: f32 for
+# FMA, 16-bit inputs as they are for tensor cores); 32 KiB of its 48 KiB leaves room for the
+# layout conversions around them
+DOT_STAGING_BYTES = 32768
 
 
 def _warps(instance, attribute, value):
-    if isinstance(value, bool) or value not in (1, 2, 4, 8, 16, 32):
-        raise ValueError(f"attention tiles: warps must be 1, 2, 4, 8, 16 or 32, got {value!r}")
+    if value is not None and (isinstance(value, bool) or value not in (1, 2, 4, 8, 16, 32)):
+        raise ValueError(f"attention tiles: warps must be 1, 2, 4, 8, 16 or 32 (or None: by the dtype), got {value!r}")
 
 
 @attrs.frozen
 class AttentionTiles:
     """The tile program's tile sizes: ``block_q`` queries per program, keys visited ``block_k`` at
     a time, the head dimensions ``h`` and ``v`` whole (static from the spec); ``warps`` is the
-    GPU's threads per program / 32 (a hint on the CPU).  8 warps by default: at 64 x 64 tiles and
-    head dim 64, 4 warps hold too many tile elements per thread and spill at sm_90."""
+    GPU's threads per program / 32 (a hint on the CPU).  By default (None) 4 warps for bf16 and
+    f16, FA2's: on tensor cores (sm_80 and later) each warp owns 16 of the 64 query rows, its
+    scores and accumulator in mma fragments; 8 for f32, whose dots are FMAs: at 64 x 64 tiles
+    and head dim 64, 4 warps hold too many tile elements per thread and spill at sm_90."""
 
     block_q: int = attrs.field(default=64, validator=positive_int)
     block_k: int = attrs.field(default=64, validator=positive_int)
-    warps: int = attrs.field(default=8, validator=_warps)
+    warps: int | None = attrs.field(default=None, validator=_warps)
 
     def tile_shapes(self, spec: ScaledDotProduct) -> dict[str, tuple[int, int]]:
         """The largest tiles a program holds, by what they are."""
@@ -65,20 +68,23 @@ class AttentionTiles:
         bq, bk = self.block_q, self.block_k
         return {"scores": bq * spec.qk + spec.qk * bk, "values": bq * bk + bk * spec.value}
 
-    def fits(self, spec: ScaledDotProduct) -> bool:
+    def fits(self, spec: ScaledDotProduct, dtype: DType = f32) -> bool:
+        staged = DOT_STAGING_BYTES // _staged_itemsize(dtype)
         return (all(r * c <= MAX_TILE_ELEMENTS for r, c in self.tile_shapes(spec).values())
-                and all(n <= DOT_STAGING_ELEMENTS for n in self.dot_operands(spec).values()))
+                and all(n <= staged for n in self.dot_operands(spec).values()))
 
-    def fitted(self, spec: ScaledDotProduct) -> "AttentionTiles":
-        """These tiles for ``spec``: a tile no taller than the power of two covering its extent
-        (but not below 16), then the larger of the two halved (keys on a tie) until every tile
-        holds at most ``MAX_TILE_ELEMENTS`` and each dot's operands at most
-        ``DOT_STAGING_ELEMENTS`` (what a GPU program stages in shared memory)."""
+    def fitted(self, spec: ScaledDotProduct, dtype: DType = f32) -> "AttentionTiles":
+        """These tiles for ``spec`` and ``dtype`` inputs: a tile no taller than the power of two
+        covering its extent (but not below 16), then the larger of the two halved (keys on a tie)
+        until every tile holds at most ``MAX_TILE_ELEMENTS`` and each dot's operands fit
+        ``DOT_STAGING_BYTES`` (what a GPU program stages in shared memory: 16-bit inputs as
+        they are, f32 as f32).  Warps left None become 8 for f32 and, for 16-bit inputs, one
+        per 16 query rows up to 4 (each warp a whole tensor-core tile of rows)."""
         def cover(block, extent):
             return min(block, max(MIN_FITTED_TILE, 1 << (extent - 1).bit_length()))
 
         tiles = attrs.evolve(self, block_q=cover(self.block_q, spec.queries), block_k=cover(self.block_k, spec.keys))
-        while not tiles.fits(spec):
+        while not tiles.fits(spec, dtype):
             if tiles.block_k > 1 and tiles.block_k >= tiles.block_q:
                 tiles = attrs.evolve(tiles, block_k=tiles.block_k // 2)
             elif tiles.block_q > 1:
@@ -86,8 +92,15 @@ class AttentionTiles:
             else:
                 raise ValueError(f"attention tiles: head dimensions h={spec.qk}, v={spec.value} do not fit even "
                                  f"1 x 1 query and key tiles (at most {MAX_TILE_ELEMENTS} elements a tile and "
-                                 f"{DOT_STAGING_ELEMENTS} for a dot's operands)")
+                                 f"{DOT_STAGING_BYTES} bytes for a dot's operands)")
+        if tiles.warps is None:
+            warps = min(4, max(1, tiles.block_q // 16)) if _staged_itemsize(dtype) == 2 else 8
+            tiles = attrs.evolve(tiles, warps=warps)
         return tiles
+
+
+def _staged_itemsize(dtype: DType) -> int:
+    return 2 if dtype in (bf16, f16) else 4
 
 
 def names(spec: ScaledDotProduct, tiles: AttentionTiles, dtype: DType) -> tuple[str, str]:
@@ -191,7 +204,8 @@ def scaled_dot_product_tile(spec: ScaledDotProduct, dtype=f32, tiles: AttentionT
         raise ValueError(f"scaled_dot_product_tile: spec must be a ScaledDotProduct, got {spec!r}")
     if not isinstance(tiles, AttentionTiles):
         raise ValueError(f"scaled_dot_product_tile: tiles must be an AttentionTiles, got {tiles!r}")
-    return _entry(spec, _dtype(dtype), tiles.fitted(spec))
+    dtype = _dtype(dtype)
+    return _entry(spec, dtype, tiles.fitted(spec, dtype))
 
 
 @functools.lru_cache(maxsize=None)
