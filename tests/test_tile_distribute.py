@@ -36,7 +36,7 @@ def run_distributed(program, args, backend: str) -> None:
     if backend == "ptx":
         program.run(args, backend="ptx")
         return
-    graph = program.graph_for("ptx")
+    graph = program.distributed(tensor_cores=False)  # the host has no tensor cores
     impl = get_backend(backend)
     if program.tensors:
         args = expand_tensor_arguments(graph, args)

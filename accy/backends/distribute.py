@@ -419,6 +419,17 @@ class _Distributor:
         out = Regs(layout, x.dtype, tuple(values))
         return self.remember(key, out) if source_of is None else out
 
+    def stage(self, array: SharedArray, x: Regs, place, convert=lambda v: v) -> None:
+        """Each element of ``x`` this thread owns into ``array`` at ``place(coords)`` (a replica's
+        thread stores nothing: two threads writing one element would race)."""
+        for c, v, owner in zip(self.coords(x.layout), x.values, self.owners(x.layout)):
+            at, value = place(c), convert(v)
+            if owner is None:
+                self.store_shared(array, value, at)
+            else:
+                self.b.if_(owner, lambda inner, at=at, value=value: self._in(
+                    inner, lambda: self.store_shared(array, value, at)))
+
     def scalar_to_all(self, value: Traced, op: Op) -> Traced:
         """``value`` as thread 0 holds it, in every thread, read from shared memory at a fixed
         place (so the uniformity analysis sees a value every thread shares)."""
@@ -894,10 +905,8 @@ class _Distributor:
         self.before_write()
         if not a_held:
             a = self.regs(a)
-            for c, v in zip(self.coords(a.layout), a.values):
-                self.store_shared(array, staged(v), self.add(self.mul(c[0], pa), c[1]))
-        for c, v in zip(self.coords(b_.layout), b_.values):
-            self.store_shared(array, staged(v), self.add(self.mul(c[0], pb), self.add(c[1], base_b)))
+            self.stage(array, a, lambda c: self.add(self.mul(c[0], pa), c[1]), staged)
+        self.stage(array, b_, lambda c: self.add(self.mul(c[0], pb), self.add(c[1], base_b)), staged)
         self.written()
 
         b = self.b
