@@ -262,15 +262,15 @@ def test_every_backend_table_covers_exactly_the_op_table():
     from accy.dsl.ops import OPS
 
     from accy.backends.nvptx import NvptxLowering
-    from accy.dsl.ops import SIMT_OPS, TENSOR_CORE_OPS, TILE_OPS
+    from accy.dsl.ops import SIMT_OPS, NVPTX_OPS, TILE_OPS
 
     # the SIMT lowerings cover the SIMT level; tile ops reach them only after accy.backends.distribute;
     # tensor-core ops only the interpreter (their reference) and the NVPTX lowering have
-    assert SIMT_OPS | TILE_OPS | TENSOR_CORE_OPS == set(OPS)
-    assert not SIMT_OPS & TILE_OPS and not (SIMT_OPS | TILE_OPS) & TENSOR_CORE_OPS
-    assert interpreter.IMPLEMENTED == SIMT_OPS | TENSOR_CORE_OPS
+    assert SIMT_OPS | TILE_OPS | NVPTX_OPS == set(OPS)
+    assert not SIMT_OPS & TILE_OPS and not (SIMT_OPS | TILE_OPS) & NVPTX_OPS
+    assert interpreter.IMPLEMENTED == SIMT_OPS | NVPTX_OPS
     assert llvm.IMPLEMENTED == SIMT_OPS
-    for name in TENSOR_CORE_OPS:
+    for name in NVPTX_OPS:
         assert getattr(NvptxLowering, f"op_{name}") is not getattr(llvm.Lowering, f"op_{name}"), name
     # the tables themselves: one entry per pointwise op, no entry for an op that does not exist
     pointwise = {name for name, d in OPS.items() if d.pointwise}

@@ -350,7 +350,7 @@ def test_traits_are_consistent():
         "for_each_tile": RegionKind.LAUNCH,
         "for_each_block": RegionKind.LAUNCH}
     assert _having("own_result") == {"shuffle", "atomic", "mma", "ldmatrix"}
-    assert _having("tensor_cores") == ops.TENSOR_CORE_OPS == {"mma", "ldmatrix"}
+    assert _having("nvptx_only") == ops.NVPTX_OPS == {"mma", "ldmatrix"}
 
 
 def test_the_inexact_math_functions_are_one_trait():

@@ -98,7 +98,8 @@ EVAL = {
 
 # ops the interpreter runs with its own state (Interpreter methods of the same name)
 STRUCTURAL = frozenset({"const", "size", "aligned", "cast", "load", "store", "fold", "if", "for_each", "yield",
-                        "for_each_block", "shared", "barrier", "atomic", "shuffle", "ldmatrix", "mma"})
+                        "for_each_block", "shared", "barrier", "atomic", "shuffle", "ldmatrix", "mma", "async_copy",
+                        "async_commit", "async_wait"})
 WARP = 32
 _LARGEST = np.maximum.reduce  # a bounds check's one NumPy call (ndarray.max goes through Python)
 CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
@@ -365,11 +366,12 @@ class Interpreter:
         self._integer_division(op, np.remainder, EVAL["mod"])
 
     # -- memory -------------------------------------------------------------------
-    def _element(self, op: Op, idx):
-        """A checked index and where it is in the flat memory (a shared array's block offset added)."""
-        shared = op.attrs.get("space", "global") == "shared"
+    def _element(self, op: Op, idx, shared_array: str | None = None):
+        """A checked index and where it is in the flat memory (a shared array's block offset added):
+        of the op's buffer, or of ``shared_array``."""
+        shared = shared_array is not None or op.attrs.get("space", "global") == "shared"
         if shared:
-            memory = self.shared[op.attrs["buffer"]]
+            memory = self.shared[shared_array or op.attrs["buffer"]]
             size = memory.size // self.blocks
         else:
             memory = self.buffers[op.attrs["buffer"]]
@@ -513,6 +515,28 @@ class Interpreter:
                 elements, lanes, _ = self._active_lanes(where)
                 self.sanitizer.load(op, elements[0], lanes)
             self.env[result] = memory[where]
+
+    def op_async_copy(self, op: Op) -> None:
+        """The copy at once (a correct program reads it only after its wait and a barrier): the
+        first ``valid`` bytes from the buffer, zeros after them."""
+        dst, src, valid = (np.asarray(self.env[v], np.int64) for v in op.operands)
+        itemsize = op.attrs.dtype.itemsize
+        for k in range(op.attrs.bytes // itemsize):
+            read = k * itemsize < valid
+            source, where = self._element(op, np.where(read, src + k, 0) if np.ndim(read) else (src + k if read else 0))
+            value = np.where(read, source[where] if source.size else 0, 0)
+            memory, at = self._element(op, dst + k, op.attrs.shared)
+            (at, value), lanes, _ = self._active_lanes(at, np.asarray(value, memory.dtype),
+                                                       lanes=self.sanitizer is not None)
+            if self.sanitizer is not None:
+                self.sanitizer.store(op, at, lanes)
+            memory[at] = value
+
+    def op_async_commit(self, op: Op) -> None:
+        pass  # the reference copies at once
+
+    def op_async_wait(self, op: Op) -> None:
+        pass
 
     def op_mma(self, op: Op) -> None:
         kind = op.attrs.kind

@@ -312,7 +312,7 @@ class Lowering(MemoryAccess, Loops):
         return self.values[v]
 
     def lower_op(self, op: Op) -> None:
-        if op.opcode in STRUCTURAL or op.opdef.tensor_cores:
+        if op.opcode in STRUCTURAL or op.opdef.nvptx_only:
             getattr(self, f"op_{op.opcode}")(op)
             return
         self.values[op.result] = LOWER[op.opcode](self, op, [self.value(v) for v in op.operands])

@@ -178,11 +178,13 @@ class MemoryAccess:
         pass  # allocated by the wrapper: a module-level array in shared memory, or a stack array per block
 
     def op_mma(self, op: Op) -> None:
-        raise NotImplementedError("mma: tensor-core ops exist on NVPTX only (the tile distribution emits them there)")
+        self._nvptx_only(op)
 
-    def op_ldmatrix(self, op: Op) -> None:
-        raise NotImplementedError("ldmatrix: tensor-core ops exist on NVPTX only (the tile distribution emits them "
-                                  "there)")
+    op_ldmatrix = op_async_copy = op_async_commit = op_async_wait = op_mma
+
+    def _nvptx_only(self, op: Op) -> None:
+        raise NotImplementedError(f"{op.opcode}: tensor cores and asynchronous copies exist on NVPTX only (the tile "
+                                  "distribution emits them there)")
 
     def op_atomic(self, op: Op) -> None:
         idx, *values = (self.value(v) for v in op.operands)

@@ -215,6 +215,34 @@ class NvptxLowering(Lowering):
         for r, v in zip(op.results, values):
             self.values[r] = v
 
+    def op_async_copy(self, op: Op) -> None:
+        """``cp.async.{cg,ca}.shared.global`` with a source size (the rest zero-filled) through
+        NVVM's intrinsic; checked, a copy whose read leaves the buffer reads nothing."""
+        b = self.b
+        dst, src, valid = (self.value(v) for v in op.operands)
+        nbytes, dtype = op.attrs.bytes, op.attrs.dtype
+        if self._checked(op):
+            elements = b.udiv(valid, ir.Constant(I64, dtype.itemsize))
+            last = b.sub(b.add(src, elements), ir.Constant(I64, 1))
+            inside = b.and_(b.icmp_unsigned("<", src, self._count(op)), b.icmp_unsigned("<", last, self._count(op)))
+            ok = b.or_(b.icmp_unsigned("==", valid, ir.Constant(I64, 0)), inside)
+            self.check(op, ok, STATUS_LOAD_OOB, b.select(b.icmp_unsigned("<", src, self._count(op)), last, src))
+            valid = b.select(ok, valid, ir.Constant(I64, 0))
+            src = b.select(ok, src, ir.Constant(I64, 0))
+        target = b.gep(self.shared_ptrs[op.attrs.shared], [ir.Constant(I64, 0), dst], inbounds=True)
+        source = b.gep(self.pointers[op.attrs.buffer], [src], source_etype=memory_type(dtype), inbounds=True)
+        cache = "cg" if nbytes == 16 else "ca"  # .cg (L2 only) takes 16 bytes alone
+        fn = self.declare(f"llvm.nvvm.cp.async.{cache}.shared.global.{nbytes}.s", VOID,
+                          [target.type, source.type, I32])
+        b.call(fn, [target, source, b.trunc(valid, I32)])
+
+    def op_async_commit(self, op: Op) -> None:
+        self.call("llvm.nvvm.cp.async.commit.group", [], ty=VOID)
+
+    def op_async_wait(self, op: Op) -> None:
+        b = self.b
+        b.call(self.declare("llvm.nvvm.cp.async.wait.group", VOID, [I32]), [ir.Constant(I32, op.attrs.pending)])
+
     # -- entry points ---------------------------------------------------------------
     def lower_kernel(self, block: tuple[int, int, int]) -> ir.Function:
         fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)

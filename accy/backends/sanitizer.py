@@ -48,6 +48,15 @@ class _Tracker:
             array.fill(-1)
 
 
+def _memory(op: Op) -> tuple[str, bool]:
+    """The array an access touches and whether it is shared: an asynchronous copy's is the shared
+    array it writes (attrs ``shared``; its read of a buffer is not tracked)."""
+    shared_array = getattr(op.attrs, "shared", None)
+    if shared_array is not None:
+        return shared_array, True
+    return op.attrs["buffer"], op.attrs.get("space", "global") == "shared"
+
+
 class Sanitizer:
     def __init__(self, lane_axes: tuple[Axis, ...], threads_per_block: int, ops: tuple[Op, ...]):
         self.axes = lane_axes
@@ -78,8 +87,8 @@ class Sanitizer:
         self.shared_counts[name] = count
 
     def tracker(self, op: Op) -> _Tracker | None:
-        table = self.shared_memory if op.attrs.get("space", "global") == "shared" else self.global_memory
-        return table.get(op.attrs["buffer"])
+        name, shared = _memory(op)
+        return (self.shared_memory if shared else self.global_memory).get(name)
 
     # -- wording ----------------------------------------------------------------------
     def _thread(self, lane: int) -> str:
@@ -89,9 +98,10 @@ class Sanitizer:
         return at(self.ops[int(op_ordinal)]) if op_ordinal >= 0 else ""
 
     def _name(self, op: Op, element: int) -> str:
-        if op.attrs.get("space", "global") == "shared":
-            count = self.shared_counts[op.attrs["buffer"]]
-            return f"shared array '{op.attrs['buffer']}'[{element % count}] of block {element // count}"
+        name, shared = _memory(op)
+        if shared:
+            count = self.shared_counts[name]
+            return f"shared array '{name}'[{element % count}] of block {element // count}"
         layout = self.layouts.get(op.attrs["buffer"])
         where = layout.index_of(element) if layout is not None else None
         if where is not None:
@@ -170,7 +180,7 @@ class Sanitizer:
         tracker = self.tracker(op)
         if tracker is None:
             return
-        shared = op.attrs.get("space", "global") == "shared"
+        shared = _memory(op)[1]
         if shared:
             self._initialised(op, tracker, elements, lanes)
         self._conflict(op, tracker, elements, lanes, shared, "read", tracker.writer, tracker.writer_op,
@@ -183,7 +193,7 @@ class Sanitizer:
         tracker = self.tracker(op)
         if tracker is None:
             return
-        shared = op.attrs.get("space", "global") == "shared"
+        shared = _memory(op)[1]
         self._same_op_writes(op, elements, lanes, "written")
         self._conflict(op, tracker, elements, lanes, shared, "written", tracker.writer, tracker.writer_op,
                        tracker.writer_epoch, "written")
@@ -200,7 +210,7 @@ class Sanitizer:
         tracker = self.tracker(op)
         if tracker is None:
             return
-        shared = op.attrs.get("space", "global") == "shared"
+        shared = _memory(op)[1]
         if shared:
             self._initialised(op, tracker, elements, lanes)
         self._conflict(op, tracker, elements, lanes, shared, "updated atomically", tracker.writer,

@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from .ops import OPS, REDUCTIONS, LdmatrixAttrs, MatrixOrder, MmaAttrs, MmaKind, ShuffleAttrs
+from .ops import (OPS, REDUCTIONS, AsyncCopyAttrs, AsyncWaitAttrs, LdmatrixAttrs, MatrixOrder, MmaAttrs, MmaKind,
+                  ShuffleAttrs)
 from .traced import BuilderBase, SharedArray, Traced, WARP, _LaunchInfo, _error
 from .types import DType, boolean, index, u32
 
@@ -119,6 +120,28 @@ class Cooperation:
         attrs_ = LdmatrixAttrs(buffer=array.name, dtype=array.dtype, count=count, order=order)
         op = self._record("ldmatrix", (self._lift(offset, index, "ldmatrix"),), attrs_)
         return tuple(Traced(r) for r in op.results)
+
+    # -- asynchronous copies (NVPTX, sm_80 and later: cp.async) --------------------------
+    def async_copy(self, dst: SharedArray, dst_index, src, src_index, nbytes: int, valid_bytes) -> None:
+        """This thread's ``cp.async`` of ``nbytes`` (4, 8 or 16) from element ``src_index`` of the
+        buffer ``src`` to element ``dst_index`` of ``dst``: it reads ``valid_bytes`` of them and
+        zeroes the rest.  The copy lands once this thread waits for its group
+        (:meth:`async_commit`, :meth:`async_wait`); other threads see it after a barrier.  Both
+        addresses must be multiples of ``nbytes``.  Only the NVPTX lowering has it."""
+        self._block_launch("async_copy")
+        attrs_ = AsyncCopyAttrs(shared=dst.name, buffer=src.name, bytes=nbytes, dtype=dst.dtype)
+        self._record("async_copy", tuple(self._lift(v, index, "async_copy") for v in (dst_index, src_index, valid_bytes)),
+                     attrs_)
+
+    def async_commit(self) -> None:
+        """Close this thread's group of asynchronous copies."""
+        self._block_launch("async_commit")
+        self._record("async_commit", ())
+
+    def async_wait(self, pending: int = 0) -> None:
+        """Wait until at most ``pending`` of this thread's committed groups are in flight."""
+        self._block_launch("async_wait")
+        self._record("async_wait", (), AsyncWaitAttrs(pending=pending))
 
     def _combine(self, what: str, op: str) -> str:
         """The builder method a reduction named ``op`` combines with."""

@@ -356,6 +356,29 @@ class LdmatrixAttrs(OpAttrs):
     space: Space = _field(tf.enum_codec(Space), _shared_only, default=Space.SHARED, converter=_to_enum(Space, "space"))
 
 
+def _copy_bytes(instance, field, value):
+    if isinstance(value, bool) or value not in (4, 8, 16):
+        _fail(instance, field, "4, 8 or 16 (bytes a cp.async moves)", value)
+
+
+@_schema
+class AsyncCopyAttrs(OpAttrs):
+    shared: str = _field(tf.WORD, _is_name)  # the shared array written
+    buffer: str = _field(tf.WORD, _is_name)  # the buffer parameter read
+    bytes: int = _field(tf.INT, _copy_bytes)
+    dtype: DType = _field(tf.DTYPE, _is_dtype)
+
+    @property
+    def space(self) -> Space:
+        """The space of ``buffer``, the memory it reads (it writes only shared memory)."""
+        return Space.GLOBAL
+
+
+@_schema
+class AsyncWaitAttrs(OpAttrs):
+    pending: int = _field(tf.INT, _min_blocks)  # groups a thread may leave in flight
+
+
 # -- the tile level --------------------------------------------------------------------------
 
 
@@ -751,6 +774,15 @@ def _ldmatrix(op, types, attrs_):
     return (dtype,) * (attrs_.count * 32 // dtype.bits)
 
 
+def _async_copy(op, types, attrs_):
+    for role, t in zip(("the shared index", "the buffer index", "the bytes to read"), types):
+        if not t.is_index:
+            raise OpTypeError(f"{role} is {t}; it must be index")
+    if attrs_.bytes % attrs_.dtype.itemsize:
+        raise OpTypeError(f"{attrs_.bytes} bytes is no whole number of {attrs_.dtype} elements")
+    return ()
+
+
 # -- constant folding on Python values (integer and bool types only) ---------------------------
 
 
@@ -832,9 +864,9 @@ class OpDef:
     own_result: bool = False  # each thread gets its own result, whatever its operands (uniformity)
     tiles: bool = False  # a tile-level op: it takes or makes tiles (for_each_tile launches only)
     tile_launch: bool = False  # launches programs over a grid, one per point (for_each_tile)
-    # a warp's tensor-core op: only the NVPTX lowering has it (sm_80+), and only the tile
-    # distribution emits it, for NVPTX
-    tensor_cores: bool = False
+    # only the NVPTX lowering has it (and the interpreter, its reference): tensor cores and
+    # asynchronous copies (sm_80+), which the tile distribution emits for NVPTX
+    nvptx_only: bool = False
     verify: Callable | None = None  # (op) -> a message when the op's operands and attrs disagree
 
     @property
@@ -926,12 +958,20 @@ OPS: dict[str, OpDef] = {
         # reads another lane: never moved
         _def("shuffle", _shuffle, ShuffleAttrs, " {mode} $0, $1 : $type", can_fail=_always, in_blocks=True,
              synchronises=Sync.WARP, own_result=True),
-        # tensor cores (NVPTX only): a warp's m16n8k matrix product, and its 8x8 matrices'
-        # loads from shared memory; each lane holds its elements of the fragments
+        # NVPTX only: tensor cores (a warp's m16n8k matrix product, and its 8x8 matrices' loads
+        # from shared memory; each lane holds its elements of the fragments)
         _def("mma", _mma, MmaAttrs, " {kind} $0... : $types", can_fail=_always, in_blocks=True,
-             synchronises=Sync.WARP, own_result=True, tensor_cores=True),
+             synchronises=Sync.WARP, own_result=True, nvptx_only=True),
         _def("ldmatrix", _ldmatrix, LdmatrixAttrs, " {space} %{buffer}[$0] x{count}{? {order}} : {dtype}", reads=True,
-             can_fail=_always, in_blocks=True, synchronises=Sync.WARP, own_result=True, tensor_cores=True),
+             can_fail=_always, in_blocks=True, synchronises=Sync.WARP, own_result=True, nvptx_only=True),
+        # NVPTX only: asynchronous copies (cp.async): a thread's copy of ``bytes`` from a buffer
+        # into a shared array, of which it reads the first $2 and fills the rest with zeros; it
+        # lands once the thread has waited for its group (commit closes one; wait leaves at most
+        # ``pending`` of the thread's groups in flight), and other threads see it after a barrier
+        _def("async_copy", _async_copy, AsyncCopyAttrs, " %{shared}[$0] = %{buffer}[$1] bytes {bytes} valid $2 : {dtype}",
+             pure=False, reads=True, can_fail=_always, in_blocks=True, nvptx_only=True),
+        _def("async_commit", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
+        _def("async_wait", _no_results, AsyncWaitAttrs, " {pending}", pure=False, in_blocks=True, nvptx_only=True),
         # the tile level: programs over a grid, each computing on whole tiles
         _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps} {", pure=False,
              regions=RegionKind.LAUNCH, verify=_launch_axes, tiles=True, tile_launch=True),
@@ -1020,8 +1060,8 @@ OPS: dict[str, OpDef] = {
 # the SIMT level's ops, which every backend lowers; the tile level's, which the numpy backend runs
 # and the tile distribution (accy.backends.distribute) rewrites into SIMT ops for the others
 TILE_OPS = frozenset(name for name, d in OPS.items() if d.tiles)
-TENSOR_CORE_OPS = frozenset(name for name, d in OPS.items() if d.tensor_cores)
-SIMT_OPS = frozenset(OPS) - TILE_OPS - TENSOR_CORE_OPS
+NVPTX_OPS = frozenset(name for name, d in OPS.items() if d.nvptx_only)
+SIMT_OPS = frozenset(OPS) - TILE_OPS - NVPTX_OPS
 
 # the ops a fold can accumulate with, by reduction name ("sum" -> add)
 REDUCTIONS: dict[str, str] = {d.reduction: d.name for d in OPS.values() if d.reduction}
