@@ -195,14 +195,16 @@ def vector_kernel():
 
 
 def tensor_core_kernel():
-    """A bf16 dot distributed for a GPU with tensor cores: its mma and ldmatrix (plain and trans)."""
+    """A bf16 dot distributed for a GPU with tensor cores: its operands copied to shared memory
+    asynchronously, its mma and ldmatrix (plain and trans)."""
 
     @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(bf16))
     def mma(k, a):
         @k.for_each_tile(grid=axis("i", 1), warps=1)
         def body(t, pid):
-            x = a.x.load(t.arange(16)[:, None] * 16 + t.arange(16)[None, :])
-            a.dst.store(t.arange(16)[:, None] * 16 + t.arange(16)[None, :], t.dot(x, x))
+            at = t.arange(16)[:, None] * 16 + t.arange(16)[None, :]
+            x, y = a.x.load(at), a.x.load(at + 256)  # straight to shared memory (async_copy and its wait)
+            a.dst.store(at, t.dot(x, y))
 
     return mma
 
@@ -323,8 +325,8 @@ def test_traits_are_consistent():
             assert not d.pure, name  # never merged, moved or dropped
         if d.synchronises or d.reads:
             assert not d.pure or d.can_fail(f32), name  # never hoisted
-        if d.memory:
-            assert d.names_buffer and "space" in d.schema._names, name
+        if d.memory:  # an async copy reads global memory only (it writes its shared array, 'shared')
+            assert d.names_buffer and ("space" in d.schema._names or name == "async_copy"), name
         if d.synchronises or d.declares_shared:
             assert d.in_blocks, name
         if d.commutative:
@@ -340,8 +342,8 @@ def test_traits_are_consistent():
     assert _having("tile_launch") == {"for_each_tile"} <= _having("tiles") == ops.TILE_OPS
     assert _having("thread_blocks") == {"for_each_block"}
     assert _having("memory") == set(ir.MEMORY_OPS) == {"load", "store", "atomic", "tile_load", "tile_store",
-                                                       "tile_atomic", "ldmatrix"}
-    assert _having("reads") == {"load", "atomic", "tile_load", "tile_atomic", "ldmatrix"}
+                                                       "tile_atomic", "ldmatrix", "async_copy"}
+    assert _having("reads") == {"load", "atomic", "tile_load", "tile_atomic", "ldmatrix", "async_copy"}
     assert _having("writes") == {"store", "atomic", "tile_store", "tile_atomic"}
     assert {n: d.synchronises for n, d in OPS.items() if d.synchronises} == {
         "barrier": Sync.BLOCK, "shuffle": Sync.WARP, "mma": Sync.WARP, "ldmatrix": Sync.WARP}
@@ -350,7 +352,7 @@ def test_traits_are_consistent():
         "for_each_tile": RegionKind.LAUNCH,
         "for_each_block": RegionKind.LAUNCH}
     assert _having("own_result") == {"shuffle", "atomic", "mma", "ldmatrix"}
-    assert _having("nvptx_only") == ops.NVPTX_OPS == {"mma", "ldmatrix"}
+    assert _having("nvptx_only") == ops.NVPTX_OPS == {"mma", "ldmatrix", "async_copy", "async_commit", "async_wait"}
 
 
 def test_the_inexact_math_functions_are_one_trait():

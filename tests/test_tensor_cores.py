@@ -197,9 +197,14 @@ def test_a_transposed_view_and_the_fold_carry_stay_in_the_mma_layout():
     shared = [op for op in graph.body.walk() if op.opcode == "shared"]
     # A and B staged at odd 16-byte pitches: a 32 x 16 A at 24 elements (48 bytes), a 16 x 16 B at 24
     assert [op.attrs.count for op in shared] == [32 * 24 + 16 * 24]
-    # the accumulator is carried in the Mma layout: no round trip through shared memory per step
+    # A and B go from global to shared memory by cp.async, one 16-byte copy a thread each (8 bf16)
+    # where the rows are aligned, else element by element (8 of A's and 8 of B's elements a thread,
+    # half the threads holding replicas of B's); the accumulator is carried in the Mma layout,
+    # never through shared memory
+    copies = [op for op in graph.body.walk() if op.opcode == "async_copy"]
+    assert len(copies) == 2 and {op.attrs.bytes for op in copies} == {16}
     stores = [op for op in graph.body.walk() if op.opcode == "store" and op.attrs.space == "shared"]
-    assert len(stores) == (32 * 16 + 16 * 16) // 64  # each thread stages its elements of A and B only
+    assert len(stores) == 16
     rng = np.random.default_rng(2)
     a, bt = _inputs(bf16, (40, 35), rng), _inputs(bf16, (21, 35), rng)
     c = np.zeros((40, 21), np.float32)

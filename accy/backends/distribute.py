@@ -53,6 +53,7 @@ from ..dsl.traced import _NO_CTX, SharedArray, Traced, axis
 from ..dsl.types import DType, TileType, bf16, boolean, element_type, f16, f32, f64, i8, index, u8
 from ..errors import TraceError
 from .layouts import WARP, Blocked, Expand, Layout, Mma, Permute, Slice, unit_reshape
+from .tensor_cores import Deferred, TensorCoreDot
 from .tile_access import Shapes, conjuncts
 
 SHARED_LIMIT = Limits.default.max_shared_bytes
@@ -120,7 +121,7 @@ def distribute(graph: Graph, tensor_cores: bool = False) -> Graph:
     return _Distributor(graph, tensor_cores).run()
 
 
-class _Distributor:
+class _Distributor(TensorCoreDot):
     def __init__(self, graph: Graph, tensor_cores: bool = False):
         self.graph = graph
         self.tensor_cores = tensor_cores
@@ -134,6 +135,8 @@ class _Distributor:
         self.dirty = False  # scratch read since the last barrier
         self.current_op: Op | None = None  # the tile op being rewritten (for errors)
         self.shapes = Shapes()  # the affine forms of offsets and the boxes of masks (vector accesses)
+        self.direct = self.direct_loads()  # tile_loads that go straight to a dot's shared staging
+        self.pipelined: dict = {}  # dot -> (its staging array, A's and B's base) in a pipelined fold
 
     def run(self) -> Graph:
         return trace(self.graph.name, self.graph.params, self._kernel)
@@ -345,6 +348,8 @@ class _Distributor:
     # -- tiles in registers --------------------------------------------------------------
     def regs(self, tile, layout: Layout | None = None, op: Op | None = None) -> Regs:
         """``tile`` in ``layout`` (its own, or the canonical one, when None)."""
+        if isinstance(tile, Deferred):
+            tile = self.load_now(tile)
         if isinstance(tile, Regs):
             if layout is None or tile.layout.same(layout):
                 return tile
@@ -487,6 +492,9 @@ class _Distributor:
     def _op_reshape(self, op: Op) -> None:
         x = self.env[op.operands[0]]
         shape = op.attrs.shape
+        if isinstance(x, Deferred):  # a unit reshape (see direct_loads)
+            self.env[op.result] = x.then(("reshape", shape), shape)
+            return
         old = x.shape
         if unit_reshape(old, shape):
             def source(c):
@@ -498,14 +506,33 @@ class _Distributor:
         if isinstance(x, Lazy):
             self.env[op.result] = Lazy(shape, x.dtype, lambda c: x.at(source(c)), x.constant)
         elif unit_reshape(old, shape):
-            self.env[op.result] = Regs(Expand(x.layout, shape), x.dtype, x.values)
+            self.env[op.result] = self.unit_reshape_regs(x, shape)
         else:
             self.env[op.result] = self.convert(x, self.canonical(shape), op, source)
+
+    def unit_reshape_regs(self, x: Regs, shape) -> Regs:
+        return Regs(Expand(x.layout, tuple(shape)), x.dtype, x.values)
+
+    def trans_regs(self, x: Regs, perm) -> Regs:
+        layout = Permute(x.layout, perm)
+
+        def source(c):
+            out = [0] * len(perm)
+            for k, p in enumerate(perm):
+                out[p] = c[k]
+            return tuple(out)
+
+        values = tuple(x.values[x.layout.register(source(layout.register_indices(r)))]
+                       for r in range(layout.registers))
+        return Regs(layout, x.dtype, values)
 
     def _op_trans(self, op: Op) -> None:
         x = self.env[op.operands[0]]
         perm = op.attrs.perm
         shape = tuple(x.shape[p] for p in perm)
+        if isinstance(x, Deferred):  # B's transpose (see direct_loads)
+            self.env[op.result] = x.then(("trans", perm), shape)
+            return
 
         def source(c):
             out = [0] * len(perm)
@@ -516,10 +543,7 @@ class _Distributor:
         if isinstance(x, Lazy):
             self.env[op.result] = Lazy(shape, x.dtype, lambda c: x.at(source(c)), x.constant)
             return
-        layout = Permute(x.layout, perm)
-        values = tuple(x.values[x.layout.register(source(layout.register_indices(r)))]
-                       for r in range(layout.registers))
-        self.env[op.result] = Regs(layout, x.dtype, values)
+        self.env[op.result] = self.trans_regs(x, perm)
 
     # -- elementwise -------------------------------------------------------------------
     def _pointwise(self, op: Op) -> None:
@@ -802,9 +826,9 @@ class _Distributor:
 
     # -- dot -------------------------------------------------------------------------------
     def _op_dot(self, op: Op) -> None:
-        kind = self._mma_kind(op)
+        kind = self.mma_kind(op)
         if kind is not None:
-            return self._mma_dot(op, kind)
+            return self.mma_dot(op, kind)
         a, b_, acc = (self.env[v] for v in op.operands)
         acc = self.regs(acc)
         a, b_ = self.regs(a), self.regs(b_)
@@ -850,120 +874,6 @@ class _Distributor:
         self.dirty = True
         self.env[op.result] = Regs(layout, c_type, tuple(result))
 
-    # -- dot on tensor cores ------------------------------------------------------------------
-    def _mma_kind(self, op: Op) -> MmaKind | None:
-        """The mma a dot runs on, or None (FMA): tensor cores where the distribution has them,
-        the inputs are 16-bit floats, fp8 (widened to f16 exactly), f32 with tf32 precision or
-        i8, and every warp gets whole 16-row, 8-column and K-deep tiles."""
-        if not self.tensor_cores:
-            return None
-        a, b_ = (v.type for v in op.operands[:2])
-        name = a.dtype.name
-        if name in ("f16", "f8e4m3", "f8e5m2"):
-            kind = MmaKind.F16
-        elif name == "bf16":
-            kind = MmaKind.BF16
-        elif name == "f32" and op.attrs.precision is Precision.TF32:
-            kind = MmaKind.TF32
-        elif name == "i8":
-            kind = MmaKind.S8
-        else:
-            return None
-        (m, k), n = a.shape, b_.shape[1]
-        return kind if Mma.fits((m, n), self.T) and k % kind.k == 0 else None
-
-    @staticmethod
-    def _pitch(elements: int, itemsize: int) -> int:
-        """A shared row's length in elements: an odd number of 16-byte units, so the 8 rows an
-        ldmatrix reads (or 8 consecutive rows at one column) fall in distinct banks."""
-        units = -(-elements * itemsize // 16)
-        return (units + (units % 2 == 0)) * 16 // itemsize
-
-    def _mma_dot(self, op: Op, kind: MmaKind) -> None:
-        """``dot`` on ``mma.sync``: the accumulator in the :class:`Mma` layout; A and B staged
-        in shared memory (rows padded so ldmatrix is free of bank conflicts) and read into
-        fragments by ``ldmatrix`` (B's 16-bit k x n rows transposed on the way), except an A
-        already in registers in an Mma layout (FA2's P), whose registers are its fragments."""
-        a, b_, acc = (self.env[v] for v in op.operands)
-        (m, kk), n = a.shape, b_.shape[1]
-        layout = Mma((m, n), self.T)
-        acc = self.regs(acc, layout, op)
-        el = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8}[kind]
-        a_held = (isinstance(a, Regs) and a.layout.same(Mma((m, kk), self.T)) and a.dtype == el
-                  and kind in (MmaKind.F16, MmaKind.BF16))
-        b_ = self.regs(b_)
-
-        def staged(v):
-            v = self.b.cast(v, el) if v.type != el else v
-            return self.tf32(v) if kind is MmaKind.TF32 else v
-
-        pa, pb = self._pitch(kk, el.itemsize), self._pitch(n, el.itemsize)
-        if kind is MmaKind.TF32:  # B read a word a lane: rows 8 words apart mod 32 banks
-            pb = n + (8 - n) % 32
-        base_b = 0 if a_held else m * pa
-        array = self.scratch(el, base_b + kk * pb, op)
-        self.before_write()
-        if not a_held:
-            a = self.regs(a)
-            self.stage(array, a, lambda c: self.add(self.mul(c[0], pa), c[1]), staged)
-        self.stage(array, b_, lambda c: self.add(self.mul(c[0], pb), self.add(c[1], base_b)), staged)
-        self.written()
-
-        b = self.b
-        warps = self.T // WARP
-        lane = b.bitwise_and(self.tid, WARP - 1)
-        warp_row = self.mul(b.shr(self.tid, 5), 8)
-        g, t = b.shr(lane, 2), b.bitwise_and(lane, 3)
-        row_in = b.bitwise_and(lane, 7)  # the row of its matrix whose address a lane gives
-        matrix = b.shr(lane, 3)
-        per_row = 16 // el.itemsize  # elements in an ldmatrix row
-        tiles_m, tiles_n, steps = m // (16 * warps), n // 8, kk // kind.k
-        values = list(acc.values)
-        for kb in range(steps):
-            k0 = kb * kind.k
-            frags_a = []
-            for q in range(tiles_m):
-                if a_held:
-                    js = [(2 * q + h, 4 * kb + w) for w, h in ((0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0),
-                                                                 (2, 1), (3, 1))]
-                    frags_a.append([a.values[a.layout.register(j)] for j in js])
-                    continue
-                half = b.bitwise_and(matrix, 1)
-                row = self.add(self.add(self.mul(self.add(half, 2 * q), 8 * warps), warp_row), row_in)
-                col = self.add(self.mul(b.shr(lane, 4), per_row), k0)
-                frags_a.append(list(b.ldmatrix(array, self.add(self.mul(row, pa), col), 4)))
-            frags_b = self._b_fragments(kind, array, base_b, pb, k0, tiles_n, lane, g, t, row_in, matrix)
-            for q in range(tiles_m):
-                for p in range(tiles_n):
-                    regs = [layout.register((2 * q + (i >> 1), 2 * p + (i & 1))) for i in range(4)]
-                    out = b.mma(kind, frags_a[q], frags_b[p], [values[r] for r in regs])
-                    for r, v in zip(regs, out):
-                        values[r] = v
-        self.dirty = True
-        self.env[op.result] = Regs(layout, acc.dtype, tuple(values))
-
-    def _b_fragments(self, kind, array, base, pitch, k0, tiles_n, lane, g, t, row_in, matrix) -> list:
-        """Each 8-column tile's B fragment for the k-step at ``k0``: 16-bit B by ``ldmatrix
-        .trans`` (two tiles at a time), tf32 and i8 (whose ldmatrix has no transpose) by loads."""
-        b = self.b
-        if kind in (MmaKind.F16, MmaKind.BF16):
-            out = []
-            for p in range(0, tiles_n, 2):
-                count = 4 if p + 1 < tiles_n else 2
-                row = self.add(self.add(self.mul(b.bitwise_and(matrix, 1), 8), row_in), k0)
-                col = self.add(self.mul(b.shr(matrix, 1), 8), 8 * p + base) if count == 4 else 8 * p + base
-                got = b.ldmatrix(array, self.add(self.mul(row, pitch), col), count, MatrixOrder.TRANS)
-                out.extend(list(got[i:i + 4]) for i in range(0, len(got), 4))
-            return out
-        dtype = array.dtype
-        rows = [(t, 0), (t, 4)] if kind is MmaKind.TF32 else [(self.mul(t, 4), k) for k in (0, 1, 2, 3, 16, 17, 18, 19)]
-        out = []
-        for p in range(tiles_n):
-            col = self.add(g, 8 * p + base)
-            out.append([self.load_shared(array, self.add(self.mul(self.add(r, k0 + d), pitch), col), dtype)
-                        for r, d in rows])
-        return out
-
     def tf32(self, x: Traced) -> Traced:
         """``x`` (f32) rounded to tf32's 10 mantissa bits, to nearest with ties away from zero, as
         ``cvt.rna.tf32.f32``: in f64, exactly (|x| / q + 0.5, floored, times q, with q the
@@ -998,7 +908,7 @@ class _Distributor:
             return self.b.mul(a, b)
         return self.env[e]
 
-    def _vector_plan(self, op: Op, layout: Layout) -> VectorPlan | None:
+    def vector_plan(self, op: Op, layout: Layout) -> VectorPlan | None:
         """How ``op`` (a tile_load or tile_store) may access memory ``vec`` elements at once, or None.
 
         Where its offsets are ``base + sum_d coef_d * i_d`` and each thread holds runs of
@@ -1059,7 +969,17 @@ class _Distributor:
         return self.all_of(conds)
 
     def _op_tile_load(self, op: Op) -> None:
-        offsets, other, mask = (self.env[v] for v in op.operands)
+        operands = tuple(self.env[v] for v in op.operands)
+        if op in self.direct:
+            self.env[op.result] = Deferred(op, operands, shape=op.result.type.shape)
+            return
+        self.env[op.result] = self.tile_load_regs(op, *operands)
+
+    def load_element(self, op: Op, at) -> Traced:
+        attrs_ = LoadAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
+        return Traced(self._record("load", [at], attrs_).result)
+
+    def tile_load_regs(self, op: Op, offsets, other, mask) -> Regs:
         layout = self._access_layout(offsets, mask)
         offs = self.regs(offsets, layout, op).values
         masks = self.mask(mask, layout)
@@ -1072,10 +992,9 @@ class _Distributor:
                 return load(at)
             return self.b.if_(m, lambda inner: self._in(inner, lambda: load(at)), lambda inner: other)
 
-        plan = self._vector_plan(op, layout)
+        plan = self.vector_plan(op, layout)
         if plan is None:
-            self.env[op.result] = Regs(layout, op.attrs.dtype, tuple(each(r) for r in range(layout.registers)))
-            return
+            return Regs(layout, op.attrs.dtype, tuple(each(r) for r in range(layout.registers)))
         wide = attrs.evolve(attrs_, vec=plan.vec)
         values = [None] * layout.registers
 
@@ -1097,7 +1016,7 @@ class _Distributor:
                 out = self.b.if_(guard, gather([g], whole), gather([g], lambda g: [each(r) for r in g]))
                 for r, v in zip(g, out):
                     values[r] = v
-        self.env[op.result] = Regs(layout, op.attrs.dtype, tuple(values))
+        return Regs(layout, op.attrs.dtype, tuple(values))
 
     def _guarded_each(self, op: Op, access, plan_for=None) -> None:
         """``access(offset, value)`` for every register whose element this thread owns and whose
@@ -1139,7 +1058,7 @@ class _Distributor:
     def _op_tile_store(self, op: Op) -> None:
         attrs_ = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
         self._guarded_each(op, lambda at, v: self._record("store", [at, v], attrs_) and None,
-                           lambda layout: self._vector_plan(op, layout))
+                           lambda layout: self.vector_plan(op, layout))
 
     def _op_tile_atomic(self, op: Op) -> None:
         attrs_ = AtomicAttrs(op=op.attrs.op, buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)

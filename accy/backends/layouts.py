@@ -150,8 +150,8 @@ def _vector(shape: tuple[int, ...], threads: int) -> int:
 
 
 @functools.cache
-def _blocked_dims(shape: tuple[int, ...], threads: int) -> tuple[Dim, ...]:
-    vec = _vector(shape, threads)
+def _blocked_dims(shape: tuple[int, ...], threads: int, vec: int | None = None) -> tuple[Dim, ...]:
+    vec = vec or _vector(shape, threads)
     dims, remaining, stride = [], threads, 1
     for k in reversed(range(len(shape))):
         per = vec if k == len(shape) - 1 else 1
@@ -164,14 +164,16 @@ def _blocked_dims(shape: tuple[int, ...], threads: int) -> tuple[Dim, ...]:
 
 @attrs.frozen
 class Blocked(Layout):
-    """The canonical layout of ``shape`` over ``threads`` threads (see the module's doc)."""
+    """The canonical layout of ``shape`` over ``threads`` threads (see the module's doc);
+    ``vec`` consecutive elements a thread along the last axis where given (a 16-byte copy's)."""
 
     shape_: tuple[int, ...]
     threads: int
+    vec: int | None = None
 
     @property
     def dims(self) -> tuple[Dim, ...]:
-        return _blocked_dims(self.shape_, self.threads)
+        return _blocked_dims(self.shape_, self.threads, self.vec)
 
 
 @attrs.frozen
