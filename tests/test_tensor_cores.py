@@ -195,16 +195,20 @@ def test_a_transposed_view_and_the_fold_carry_stay_in_the_mma_layout():
     program = matmul(bf16, f32, 32, 16, 16, 2)
     graph = program.distributed(tensor_cores=True)
     shared = [op for op in graph.body.walk() if op.opcode == "shared"]
-    # A and B staged at odd 16-byte pitches: a 32 x 16 A at 24 elements (48 bytes), a 16 x 16 B at 24
-    assert [op.attrs.count for op in shared] == [32 * 24 + 16 * 24]
+    # A and B staged at odd 16-byte pitches (a 32 x 16 A at 24 elements, 48 bytes, a 16 x 16 B at 24),
+    # twice: the fold is pipelined over 2 stages (for_each_tile's default num_stages)
+    assert [op.attrs.count for op in shared] == [2 * (32 * 24 + 16 * 24)]
     # A and B go from global to shared memory by cp.async, one 16-byte copy a thread each (8 bf16)
     # where the rows are aligned, else element by element (8 of A's and 8 of B's elements a thread,
-    # half the threads holding replicas of B's); the accumulator is carried in the Mma layout,
-    # never through shared memory
+    # half the threads holding replicas of B's): in the prologue (trip 0) and in the loop (the trip
+    # ahead); the accumulator is carried in the Mma layout, never through shared memory
     copies = [op for op in graph.body.walk() if op.opcode == "async_copy"]
-    assert len(copies) == 2 and {op.attrs.bytes for op in copies} == {16}
+    assert len(copies) == 2 * 2 and {op.attrs.bytes for op in copies} == {16}
     stores = [op for op in graph.body.walk() if op.opcode == "store" and op.attrs.space == "shared"]
-    assert len(stores) == 16
+    assert len(stores) == 2 * 16
+    fold = next(op for op in graph.body.walk() if op.opcode == "fold")
+    first = [op.opcode for op in fold.regions[0].ops[:2]]
+    assert first == ["async_wait", "barrier"] and fold.regions[0].ops[0].attrs.pending == 0
     rng = np.random.default_rng(2)
     a, bt = _inputs(bf16, (40, 35), rng), _inputs(bf16, (21, 35), rng)
     c = np.zeros((40, 21), np.float32)
@@ -262,14 +266,20 @@ def test_attention_tile_entry_on_tensor_cores(dtype, causal, backend):
         assert np.max(np.abs(dst.astype(np.float64) - exact)) <= 4 * unit * scale
 
 
-def test_attention_p_reaches_p_v_from_its_registers():
-    """FA2: the P @ V dot takes P's fragments from the scores' accumulator registers, so per key
-    tile only Q K^T's A, its B and V are read through ldmatrix."""
+def test_attention_reads_q_once_and_p_v_takes_p_from_its_registers():
+    """FA2: Q's fragments are read once, before the key loop; the P @ V dot takes P's fragments
+    from the scores' accumulator registers; per key tile only K^T's and V's B fragments are read
+    through ldmatrix, from a stage that cp.async filled a trip ahead."""
     spec = ScaledDotProduct(1, 64, 64, 64, 64)
     graph = scaled_dot_product_tile(spec, bf16).program.distributed(tensor_cores=True)
     fold = next(op for op in graph.body.walk() if op.opcode == "fold" and any(
         o.opcode == "mma" for o in op.regions[0].walk()))
-    ldmatrix = [o for o in fold.regions[0].walk() if o.opcode == "ldmatrix"]
-    # per k-step of 16: Q's A (x4 per warp tile) and K^T's B (x4 per two 8-column tiles); V's B likewise
+    inside = [o for o in fold.regions[0].walk() if o.opcode == "ldmatrix"]
+    everywhere = [o for o in graph.body.walk() if o.opcode == "ldmatrix"]
+    # Q: an x4 per k-step of 16 (one 16-row tile a warp); K^T's and V's B: an x4 per two 8-column
+    # tiles per k-step
     q_a, kt_b, v_b = 64 // 16, (64 // 16) * (64 // 16), (64 // 16) * (64 // 16)
-    assert len(ldmatrix) == q_a + kt_b + v_b
+    assert len(inside) == kt_b + v_b and len(everywhere) == q_a + kt_b + v_b
+    assert any(o.opcode == "async_copy" for o in fold.regions[0].walk())
+    stages = [o for o in graph.body.walk() if o.opcode == "shared" and o.attrs.name.startswith("stage")]
+    assert [o.attrs.count for o in stages] == [2 * 2 * 64 * 72]  # 2 stages of K's and V's 64 rows of 72

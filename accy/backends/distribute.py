@@ -137,6 +137,10 @@ class _Distributor(TensorCoreDot):
         self.shapes = Shapes()  # the affine forms of offsets and the boxes of masks (vector accesses)
         self.direct = self.direct_loads()  # tile_loads that go straight to a dot's shared staging
         self.pipelined: dict = {}  # dot -> (its staging array, A's and B's base) in a pipelined fold
+        self.collecting: list | None = None  # the dots a fold's trial walk stages, where wanted
+        self.stage_arrays: dict = {}  # element type -> the shared array of pipelined folds' stages
+        self.stage_ops: dict = {}  # element type -> its shared op
+        self.a_fragments: dict = {}  # dot -> its A's fragments, read before the fold it is in
 
     def run(self) -> Graph:
         return trace(self.graph.name, self.graph.params, self._kernel)
@@ -188,6 +192,8 @@ class _Distributor(TensorCoreDot):
             self._walk(region)
             for array, shared in self.pool.values():  # each scratch sized to its largest use
                 shared.attrs = SharedAttrs(name=array.name, dtype=array.dtype, count=array.count)
+            for dtype, array in self.stage_arrays.items():
+                self.stage_ops[dtype].attrs = SharedAttrs(name=array.name, dtype=dtype, count=array.count)
 
         outer = self.b
         outer.for_each_block(grid=grid, threads=(axis(thread, self.T),), body=program)
@@ -1111,9 +1117,23 @@ class _Distributor(TensorCoreDot):
 
     def _op_fold(self, op: Op) -> None:
         start, stop, *inits = (self.env[v] for v in op.operands)
-        natural = self._natural_layouts(op, start, inits) if any(isinstance(x, Lazy) for x in inits) else {}
-        layouts = [None if isinstance(x, Traced) else natural.get(i) or self.regs(x).layout for i, x in enumerate(inits)]
         region = op.regions[0]
+        # a fold whose dots may be pipelined is walked once first, to see how they stage
+        candidate = self.tensor_cores and self.launch.attrs.num_stages > 1 and any(
+            o.opcode == "dot" and self.mma_kind(o) for o in region.ops)
+        if self.tensor_cores:
+            self.hoist_fragments(region)
+        outer, self.collecting = self.collecting, ([] if candidate else None)
+        try:
+            natural = (self._natural_layouts(op, start, inits)
+                       if candidate or any(isinstance(x, Lazy) for x in inits) else {})
+            dots = self.collecting
+        finally:
+            self.collecting = outer
+        layouts = [None if isinstance(x, Traced) else natural.get(i) or self.regs(x).layout for i, x in enumerate(inits)]
+        plan = self.pipeline(op, dots) if candidate else None
+        if plan is not None:
+            return self.pipelined_fold(op, start, stop, inits, layouts, plan)
 
         def body(inner, i, accs):
             with self.region(inner):
@@ -1135,6 +1155,7 @@ class _Distributor(TensorCoreDot):
         ops = self.b.block.ops
         before = {id(o) for o in ops}
         saved, dirty = dict(self.scopes[-1]), self.dirty
+        pool = {dtype: entry[0].count for dtype, entry in self.pool.items()}
         region = op.regions[0]
         self.env[region.args[0]] = start
         for arg, x in zip(region.args[1:], inits):
@@ -1145,6 +1166,12 @@ class _Distributor(TensorCoreDot):
         finally:
             self.scopes.pop()
         ops[:] = [o for o in ops if id(o) in before or o.opdef.declares_shared]
+        for dtype in list(self.pool):  # the scratch the trial needed is not the loop's
+            if dtype in pool:
+                self.pool[dtype][0].count = pool[dtype]
+            else:
+                declared = self.pool.pop(dtype)[1]
+                self.info.body.block.ops.remove(declared)
         self.scopes[-1].clear()
         self.scopes[-1].update(saved)
         self.dirty = dirty

@@ -26,13 +26,16 @@ import attrs
 
 from ..dsl.ir import Op, constant_of
 from ..dsl.ops import AsyncCopyAttrs, MatrixOrder, MmaKind, Precision
-from ..dsl.traced import SharedArray
+from ..dsl.traced import _NO_CTX, SharedArray
 from ..dsl.types import DType, bf16, f16, f32, i8
 from .layouts import WARP, Blocked, Mma, Permute, unit_reshape
 
 # the element type each kind's operands are staged in
 STAGED = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8}
+STAGED_KIND = {el: kind for kind, el in STAGED.items()}
 COPY_BYTES = 16
+# the shared memory a pipeline's stages may take: 48 KiB less what the program's scratch holds
+SHARED_BUDGET = 48 * 1024
 
 
 @attrs.frozen(eq=False)
@@ -133,7 +136,7 @@ class TensorCoreDot:
     def staging(self, op: Op, kind: MmaKind, a, b_) -> Staging:
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         el = STAGED[kind]
-        a_held = self.held_a(op, kind, a)
+        a_held = self.held_a(op, kind, a) or op in self.a_fragments
         b_rows_n = (isinstance(b_, Deferred) and b_.transposed) or (hasattr(b_, "layout")
                                                                      and isinstance(b_.layout, Permute))
         a_pitch = pitch(kk, el.itemsize)
@@ -249,10 +252,20 @@ class TensorCoreDot:
         layout = Mma((m, n), self.T)
         acc = self.regs(acc, layout, op)
         plan = self.staging(op, kind, a, b_)
-        a_held = self.held_a(op, kind, a)
+        hoisted = self.a_fragments.get(op)
+        a_held = self.held_a(op, kind, a) or hoisted is not None
+        if self.collecting is not None:
+            self.collecting.append((op, kind, plan, a, b_))
         pipelined = self.pipelined.get(op)
-        if pipelined is not None:
+        if pipelined is not None:  # the copies of this trip's Deferred operands have landed
             array, a_base, b_base = pipelined
+            filled = [(x, base, row_pitch, rows_n) for x, base, row_pitch, rows_n in (
+                (a, a_base, plan.a_pitch, False), (b_, b_base, plan.b_pitch, plan.b_rows_n))
+                if not isinstance(x, Deferred) and not (x is a and a_held)]
+            if filled:
+                for x, base, row_pitch, rows_n in filled:
+                    self.fill(array, x, base, row_pitch, rows_n, kind)
+                self.written()
         else:
             array = self.scratch(STAGED[kind], plan.size, op)
             a_base, b_base = plan.a_base, plan.b_base
@@ -277,16 +290,15 @@ class TensorCoreDot:
         for k0 in range(0, kk, kind.k):
             frags_a = []
             for q in range(tiles_m):
+                if hoisted is not None:
+                    frags_a.append(hoisted[k0 // kind.k][q])
+                    continue
                 if a_held:
                     js = [(2 * q + h, 4 * (k0 // 16) + w) for w, h in ((0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0),
                                                                          (2, 1), (3, 1))]
                     frags_a.append([a.values[a.layout.register(j)] for j in js])
                     continue
-                row = self.add(self.add(self.mul(self.add(b.bitwise_and(matrix, 1), 2 * q), 8 * warps), warp_row),
-                               row_in)
-                col = self.add(self.mul(b.shr(lane, 4), per_row), k0)
-                at = self.add(self.add(self.mul(row, plan.a_pitch), col), a_base)
-                frags_a.append(list(b.ldmatrix(array, at, 4)))
+                frags_a.append(self.a_fragment(array, a_base, plan.a_pitch, q, k0))
             frags_b = self.b_fragments(kind, plan, array, b_base, k0, tiles_n, lane, row_in, matrix)
             for q in range(tiles_m):
                 for p in range(tiles_n):
@@ -296,6 +308,178 @@ class TensorCoreDot:
                         values[r] = v
         self.dirty = True
         self.env[op.result] = type(acc)(layout, acc.dtype, tuple(values))
+
+    # -- software pipelining -----------------------------------------------------------------
+    def pipeline(self, op: Op, dots: list):
+        """For a fold whose dots take operands loaded per trip (Deferred, computed from the
+        trip's index and values from before the loop alone): (stages, the staging array's
+        element type, the stage's size, per dot its staging plan and offset in a stage, per
+        deferred operand (dot, role, load, its steps, base, row pitch)); None where nothing
+        is to be pipelined or only one stage fits."""
+        stages = self.launch.attrs.num_stages
+        region = op.regions[0]
+        if stages < 2 or not dots:
+            return None
+        carried = self._carried(region)
+        types = {STAGED[kind] for _, kind, _, _, _ in dots}
+        if len(types) != 1:
+            return None
+        (el,) = types
+        offsets, operands, size = {}, [], 0
+        for dot, kind, plan, a, b_ in dots:
+            if dot.block is not region:
+                continue
+            mine = [(role, x, base, row_pitch) for role, x, base, row_pitch in (
+                (0, a, plan.a_base, plan.a_pitch), (1, b_, plan.b_base, plan.b_pitch))
+                if isinstance(x, Deferred) and self._prefetchable(x.op, region, carried)]
+            if not mine:
+                continue
+            offsets[dot] = (size, plan)
+            operands += [(dot, role, x, size + base, row_pitch) for role, x, base, row_pitch in mine]
+            size += -(-plan.size * el.itemsize // 16) * 16 // el.itemsize  # stages start 16-byte aligned
+        if not operands:
+            return None
+        budget = SHARED_BUDGET - sum(a.count * a.dtype.itemsize for a, _ in self.pool.values()) - sum(
+            a.count * a.dtype.itemsize for t, a in self.stage_arrays.items() if t != el)
+        while stages > 1 and stages * size * el.itemsize > budget:
+            stages -= 1
+        if stages < 2:
+            return None
+        return stages, el, size, offsets, operands
+
+    def _carried(self, region) -> set:
+        """The values of a fold body that depend on its carries."""
+        out = set(region.args[1:])
+        for op in region.ops:
+            inner = {v for o in op.regions for x in o.walk() for v in x.operands}
+            if any(v in out for v in op.operands) or inner & out:
+                out.update(op.results)
+        return out
+
+    def _slice(self, load: Op, region) -> list | None:
+        """The body's ops a load's operands are computed by, in order; None if any is not plain
+        arithmetic (a region, a memory access)."""
+        needed = set(load.operands)
+        ops = []
+        for op in reversed(region.ops[:region.ops.index(load)]):
+            if any(r in needed for r in op.results):
+                if op.regions or op.opdef.memory or not op.opdef.pure:
+                    return None
+                ops.append(op)
+                needed.update(op.operands)
+        return ops[::-1]
+
+    def _prefetchable(self, load: Op, region, carried: set) -> bool:
+        ops = self._slice(load, region)
+        return ops is not None and not any(v in carried for o in ops + [load] for v in o.operands)
+
+    def prefetch(self, region, plan, trip, stage) -> None:
+        """Issue the copies of the Deferred operands of trip ``trip`` (its index) into stage ``stage``."""
+        stages, el, size, offsets, operands = plan
+        array = self.stage_array
+        saved = dict(self.env)
+        scopes = self.scopes
+        self.scopes = scopes[:1] + [{}]  # nothing recorded inside the loop body is visible here
+        try:
+            self.env[region.args[0]] = trip
+            loads = {x.op for _, _, x, _, _ in operands}
+            for o in sorted({o for load in loads for o in self._slice(load, region)}, key=region.ops.index):
+                self._op(o)
+            for dot, role, x, base, row_pitch in operands:
+                fresh = Deferred(x.op, tuple(self.env[v] for v in x.op.operands), x.steps, x.shape, x.transposed)
+                at = self.add(self.mul(stage, size), base)
+                if not self.copy(fresh, array, at, row_pitch):
+                    self.fill(array, self.load_now(fresh), at, row_pitch, x.transposed, STAGED_KIND[el])
+        finally:
+            self.scopes = scopes
+            self.env.clear()
+            self.env.update(saved)
+
+    def pipelined_fold(self, op: Op, start, stop, inits, layouts, plan) -> None:
+        """The fold as a software pipeline: a prologue issues the copies of the first
+        ``stages - 1`` trips; each trip waits for its own (at most ``stages - 2`` groups left in
+        flight), meets its block at a barrier (every thread's copies landed, every thread done
+        with the stage about to be refilled), issues the copies of the trip ``stages - 1`` ahead
+        into that stage, then computes from its own stage."""
+        stages, el, size, offsets, operands = plan
+        region = op.regions[0]
+        step = op.attrs.step
+        array = self.stage_arrays.get(el)  # one array for every pipelined fold (they run one after another)
+        if array is None:
+            array = self.stage_arrays[el] = self.info.body._declare_shared(self.info, el, 1, None, first=True,
+                                                                           stem="stage")
+            self.stage_ops[el] = self.info.body.block.ops[0]
+        array.count = max(array.count, stages * size)
+        self.stage_array = array
+        b = self.b
+        for s in range(stages - 1):
+            trip = self.add(start, s * step)
+            b.if_(b.lt(trip, stop), lambda inner, s=s, trip=trip: self._in(
+                inner, lambda: self.prefetch(region, plan, trip, s)) and None)
+            b.async_commit()
+
+        def body(inner, i, carries):
+            with self.region(inner):
+                *accs, stage = carries
+                b = self.b
+                b.async_wait(stages - 2)
+                b.barrier()
+                self.dirty = False
+                ahead = self.add(i, (stages - 1) * step)
+                refill = b.select(b.eq(stage, 0), stages - 1, b.sub(stage, 1))
+                b.if_(b.lt(ahead, stop), lambda inner: self._in(
+                    inner, lambda: self.prefetch(region, plan, ahead, refill)) and None)
+                b.async_commit()
+                for dot, (offset, dot_plan) in offsets.items():
+                    base = self.add(self.mul(stage, size), offset)
+                    self.pipelined[dot] = (self.stage_array, self.add(base, dot_plan.a_base),
+                                           self.add(base, dot_plan.b_base))
+                self.env[region.args[0]] = i
+                self._unflatten(region.args[1:], accs, layouts)
+                results = self._walk(region)
+                following = b.select(b.eq(stage, stages - 1), 0, b.add(stage, 1))
+                return tuple(self._flatten(results, layouts)) + (following,)
+
+        flat = self.b._loop(start, stop, step, tuple(self._flatten(inits, layouts)) + (self.const(0),), _NO_CTX, body)
+        for dot in offsets:
+            self.pipelined.pop(dot, None)
+        self.b.async_wait(0)
+        self.dirty = True
+        self._unflatten(op.results, flat[:-1], layouts)
+
+    def a_fragment(self, array: SharedArray, base, row_pitch: int, q: int, k0: int) -> list:
+        """This lane's elements of A's fragment for its warp's ``q``-th 16-row tile and the
+        k-step at ``k0``: one ldmatrix.x4 (row halves, then column halves)."""
+        b = self.b
+        lane = b.bitwise_and(self.tid, WARP - 1)
+        matrix = b.shr(lane, 3)
+        per_row = 16 // array.dtype.itemsize
+        row = self.add(self.add(self.mul(self.add(b.bitwise_and(matrix, 1), 2 * q), 8 * (self.T // WARP)),
+                                self.mul(b.shr(self.tid, 5), 8)), b.bitwise_and(lane, 7))
+        col = self.add(self.mul(b.shr(lane, 4), per_row), k0)
+        return list(b.ldmatrix(array, self.add(self.add(self.mul(row, row_pitch), col), base), 4))
+
+    def hoist_fragments(self, region) -> None:
+        """For each tensor-core dot of a fold's body whose A comes from before the loop (attention's
+        query tile), read A's fragments once, before the loop: the trips reuse them from registers."""
+        inside = {v for o in region.walk() for v in o.results} | set(region.args)
+        for dot in region.ops:
+            kind = dot.opcode == "dot" and self.mma_kind(dot)
+            if not kind or dot.operands[0] in inside or dot in self.a_fragments:
+                continue
+            a = self.env[dot.operands[0]]
+            if isinstance(a, Deferred) or self.held_a(dot, kind, a):
+                continue
+            a = self.regs(a)
+            (m, kk) = a.shape
+            row_pitch = pitch(kk, STAGED[kind].itemsize)
+            array = self.scratch(STAGED[kind], m * row_pitch, dot)
+            self.before_write()
+            self.fill(array, a, 0, row_pitch, False, kind)
+            self.written()
+            self.a_fragments[dot] = [[self.a_fragment(array, 0, row_pitch, q, k0)
+                                      for q in range(m // (16 * (self.T // WARP)))] for k0 in range(0, kk, kind.k)]
+            self.dirty = True
 
     def b_fragments(self, kind, plan: Staging, array, base, k0, tiles_n, lane, row_in, matrix) -> list:
         """Each 8-column tile's B fragment for the k-step at ``k0``."""

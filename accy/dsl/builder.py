@@ -404,12 +404,15 @@ class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
     forEachBlock = for_each_block
 
     # -- the tile level -------------------------------------------------------------
-    def for_each_tile(self, grid=None, warps: int = 4, body=None):
+    def for_each_tile(self, grid=None, warps: int = 4, body=None, *, num_stages: int = 2):
         """Run ``body(t, pid)`` once per program: one per point of ``grid`` (one axis or a tuple of
         1 to 3, extents may be run-time values), with the tile builder ``t`` and the program's
         indices (``pid["m"]``).  A program computes on whole tiles (``t.arange``, ``p.x.load_tile``,
         ``t.dot``, ``t.sum``); the compiler spreads each over ``warps`` * 32 GPU threads (on the
-        CPU a program runs on one core and ``warps`` is a hint).  Also a decorator."""
+        CPU a program runs on one core and ``warps`` is a hint).  ``num_stages`` (1 to 8): on a
+        GPU with tensor cores, a ``fold_range`` whose dots' operands are loaded per trip keeps the
+        copies of ``num_stages - 1`` trips ahead in flight (software pipelining; 1: none; fewer
+        where shared memory runs short).  Also a decorator."""
         if not self.is_kernel_scope:
             raise _error("for_each_tile: launches can only be opened at the kernel's top level")
         if self._launched:
@@ -419,9 +422,11 @@ class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
         if isinstance(warps, (bool, np.bool_)) or warps not in (1, 2, 4, 8, 16, 32):
             raise _error(f"for_each_tile: warps must be 1, 2, 4, 8, 16 or 32 (threads per program / 32), "
                          f"got {warps!r}")
+        if isinstance(num_stages, (bool, np.bool_)) or num_stages not in range(1, 9):
+            raise _error(f"for_each_tile: num_stages must be an int from 1 to 8, got {num_stages!r}")
         if body is None:
             def decorate(fn):
-                self.for_each_tile(grid, warps, fn)
+                self.for_each_tile(grid, warps, fn, num_stages=num_stages)
                 return fn
 
             return decorate
@@ -437,8 +442,8 @@ class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
         pid = LaunchIndex([AxisIndex(a.name, a.extent if isinstance(a, Axis) else None, Traced(v))
                            for a, v in zip(axes, block.args)])
         self._run_body(block, body, (pid,), launch=_LaunchInfo(False, tuple(block.args), ()), builder=TileBuilder)
-        self._record("for_each_tile", extents, ForEachTileAttrs(axes=tuple(names), warps=int(warps)),
-                     regions=(block,))
+        self._record("for_each_tile", extents, ForEachTileAttrs(axes=tuple(names), warps=int(warps),
+                                                                num_stages=int(num_stages)), regions=(block,))
         return None
 
     forEachTile = for_each_tile

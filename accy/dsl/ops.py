@@ -438,10 +438,17 @@ def _warps(instance, field, value):
         _fail(instance, field, "1, 2, 4, 8, 16 or 32", value)
 
 
+def _stages(instance, field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 8:
+        _fail(instance, field, "an int from 1 to 8", value)
+
+
 @_schema
 class ForEachTileAttrs(OpAttrs):
     axes: tuple[str, ...] = attrs.field(validator=_names_of)  # written by the template's $grid
     warps: int = _field(tf.INT, _warps, default=4)
+    # a GPU program's fold over tiles keeps the copies of num_stages - 1 trips ahead in flight
+    num_stages: int = _field(tf.INT, _stages, default=2)
 
 
 # -- operand classes ---------------------------------------------------------------------------
@@ -973,7 +980,7 @@ OPS: dict[str, OpDef] = {
         _def("async_commit", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
         _def("async_wait", _no_results, AsyncWaitAttrs, " {pending}", pure=False, in_blocks=True, nvptx_only=True),
         # the tile level: programs over a grid, each computing on whole tiles
-        _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps} {", pure=False,
+        _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps}{? stages {num_stages}} {", pure=False,
              regions=RegionKind.LAUNCH, verify=_launch_axes, tiles=True, tile_launch=True),
         _def("splat", _splat, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),
         _def("broadcast", _broadcast, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),
