@@ -25,10 +25,10 @@ scheduled as in :mod:`.executor`.  The modules:
 
 from __future__ import annotations
 
-from . import ops_arith, ops_control, ops_convert, ops_mem  # noqa: F401  (registers the handlers)
+from . import ops_arith, ops_control, ops_convert, ops_mem, ops_mma  # noqa: F401  (registers the handlers)
 from .compiler import HANDLERS, Unsupported, parse_form
 from .device import Device, Function, Module
-from .errors import PtxBarrierError, PtxError, PtxMemoryError
+from .errors import PtxAsyncCopyError, PtxBarrierError, PtxError, PtxMemoryError
 from .parser import Instruction, parse
 
 
@@ -55,5 +55,5 @@ def supported_opcodes() -> list[str]:
     return sorted(HANDLERS)
 
 
-__all__ = ["Device", "Module", "Function", "PtxError", "PtxMemoryError", "PtxBarrierError",
+__all__ = ["Device", "Module", "Function", "PtxError", "PtxMemoryError", "PtxAsyncCopyError", "PtxBarrierError",
            "instruction_forms", "unsupported", "supported_opcodes"]
