@@ -564,3 +564,596 @@ def test_mma_forms_the_emulator_lacks_are_reported():
              "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.shared::cluster.global.b64",
              "ldmatrix.sync.aligned.m16n16.x1.trans.shared.b8"]
     assert unsupported(have + lacks) == set(lacks)
+
+
+# -- ldmatrix / stmatrix -----------------------------------------------------------------------------------------
+
+SMEM = 2048  # bytes of shared memory in the matrix kernels: 128 rows of 16 bytes
+
+
+def ldmatrix_kernel(num: int, trans: bool, generic: bool = False) -> str:
+    """Fill shared memory from src (64 bytes a thread), then lane l gives the shared offset rowoff[l]
+    (the row addresses) to ldmatrix; thread l stores its num words to out[l]."""
+    space = "" if generic else ".shared"
+    regs = ", ".join(f"%q{j}" for j in range(num))
+    address = ("cvta.shared.u64 %rd9, %rd8;\n ldmatrix.sync.aligned.m8n8.x{n}{t}.b16 {{{r}}}, [%rd9];" if generic
+               else "ldmatrix.sync.aligned.m8n8.x{n}{t}.shared.b16 {{{r}}}, [%r7];")
+    body = f"""
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd1, [out];
+    ld.param.u64 %rd2, [src];
+    ld.param.u64 %rd3, [rowoff];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    cvta.to.global.u64 %rd3, %rd3;
+    mov.u32 %r2, sm;
+    shl.b32 %r3, %r1, 6;
+    add.u32 %r4, %r2, %r3;
+    mul.wide.u32 %rd4, %r1, 64;
+    add.s64 %rd5, %rd2, %rd4;
+    ld.global.v4.u32 {{%r10, %r11, %r12, %r13}}, [%rd5];
+    st.shared.v4.u32 [%r4], {{%r10, %r11, %r12, %r13}};
+    ld.global.v4.u32 {{%r10, %r11, %r12, %r13}}, [%rd5+16];
+    st.shared.v4.u32 [%r4+16], {{%r10, %r11, %r12, %r13}};
+    ld.global.v4.u32 {{%r10, %r11, %r12, %r13}}, [%rd5+32];
+    st.shared.v4.u32 [%r4+32], {{%r10, %r11, %r12, %r13}};
+    ld.global.v4.u32 {{%r10, %r11, %r12, %r13}}, [%rd5+48];
+    st.shared.v4.u32 [%r4+48], {{%r10, %r11, %r12, %r13}};
+    bar.sync 0;
+    mul.wide.u32 %rd6, %r1, 4;
+    add.s64 %rd7, %rd3, %rd6;
+    ld.global.u32 %r6, [%rd7];
+    add.u32 %r7, %r2, %r6;
+    cvt.u64.u32 %rd8, %r7;
+    {address.format(n=num, t='.trans' if trans else '', r=regs)}
+    mul.wide.u32 %rd10, %r1, {4 * num};
+    add.s64 %rd11, %rd1, %rd10;
+    """ + "\n".join(f"st.global.u32 [%rd11+{4 * j}], %q{j};" for j in range(num)) + "\nret;"
+    del space
+    return assembled(ptx_kernel("ldm", [("out", "u64"), ("src", "u64"), ("rowoff", "u64")], body,
+                                regs=f"  .reg .b32 %q<{num}>;\n", extra=f".shared .align 16 .b8 sm[{SMEM}];\n"))
+
+
+def run_ldmatrix(ptx, shared_u16, rowoff, num):
+    out = np.zeros((32, num), np.uint32)
+    return launch(ptx, "ldm", [out, shared_u16, rowoff.astype(np.uint32)], 1, 32)[0]
+
+
+@pytest.mark.parametrize("num", [1, 2, 4])
+@pytest.mark.parametrize("trans", [False, True])
+@pytest.mark.parametrize("generic", [False, True])
+def test_ldmatrix_fragments(num, trans, generic):
+    """Lane 8i + r gives the address of row r of matrix i (rows scattered over shared memory); lane l
+    receives in word i elements (l >> 2, 2 (l % 4)) and (l >> 2, 2 (l % 4) + 1) of matrix i (low half
+    first), of its transpose with .trans.  Lanes past 8 * num give addresses that are not used."""
+    rng = np.random.default_rng(num * 10 + trans)
+    shared = rng.permutation(SMEM // 2).astype(np.uint16) + 1000  # every element distinct
+    slots = rng.permutation(SMEM // 16)[:32]
+    rowoff = slots * 16
+    rowoff[8 * num:] = 2 ** 31 + 3  # unused: neither aligned nor inside shared memory
+    got = run_ldmatrix(ldmatrix_kernel(num, trans, generic), shared, rowoff, num)
+    for lane in range(32):
+        for i in range(num):
+            def element(r, c):
+                return int(shared[(rowoff[8 * i + r] + 2 * c) // 2])
+            r, c = lane >> 2, 2 * (lane % 4)
+            lo, hi = (element(c, r), element(c + 1, r)) if trans else (element(r, c), element(r, c + 1))
+            assert int(got[lane, i]) == lo | (hi << 16), (lane, i)
+
+
+def test_ldmatrix_row_addresses_are_checked():
+    ptx = ldmatrix_kernel(4, False)
+    shared = np.zeros(SMEM // 2, np.uint16)
+    rowoff = np.arange(32) * 16
+    rowoff[13] = 13 * 16 + 8
+    with pytest.raises(PtxMemoryError, match=r"misaligned shared load of 16 bytes .*multiple of 16") as err:
+        run_ldmatrix(ptx, shared, rowoff, 4)
+    assert "ldmatrix" in str(err.value) and "thread (13, 0, 0)" in str(err.value)
+    rowoff[13] = SMEM
+    with pytest.raises(PtxMemoryError, match=r"out-of-bounds shared load of 16 bytes") as err:
+        run_ldmatrix(ptx, shared, rowoff, 4)
+    assert "thread (13, 0, 0)" in str(err.value)
+    generic = ldmatrix_kernel(1, False, generic=True).replace("cvta.shared.u64 %rd9, %rd8;", "mov.u64 %rd9, %rd2;")
+    with pytest.raises(PtxMemoryError, match=r"generic address .* is not in shared memory"):
+        run_ldmatrix(generic, shared, np.arange(32) * 16, 1)
+
+
+@pytest.mark.parametrize("num", [1, 4])
+@pytest.mark.parametrize("trans", [False, True])
+def test_stmatrix_is_the_inverse_of_ldmatrix(num, trans):
+    """sm_90's stmatrix: lane l's word i holds (row l >> 2, columns 2 (l % 4), +1) of matrix i, stored
+    to the rows lanes 8i + r address."""
+    regs = ", ".join(f"%q{j}" for j in range(num))
+    body = f"""
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd1, [out];
+    ld.param.u64 %rd2, [src];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    mul.wide.u32 %rd4, %r1, {4 * num};
+    add.s64 %rd5, %rd2, %rd4;
+    """ + "\n".join(f"ld.global.u32 %q{j}, [%rd5+{4 * j}];" for j in range(num)) + f"""
+    mov.u32 %r2, sm;
+    mul.lo.u32 %r3, %r1, 48;
+    add.u32 %r4, %r2, %r3;
+    stmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}.shared.b16 [%r4], {{{regs}}};
+    bar.sync 0;
+    shl.b32 %r5, %r1, 6;
+    add.u32 %r6, %r2, %r5;
+    mul.wide.u32 %rd6, %r1, 64;
+    add.s64 %rd7, %rd1, %rd6;
+    ld.shared.v4.u32 {{%r10, %r11, %r12, %r13}}, [%r6];
+    st.global.v4.u32 [%rd7], {{%r10, %r11, %r12, %r13}};
+    ld.shared.v4.u32 {{%r10, %r11, %r12, %r13}}, [%r6+16];
+    st.global.v4.u32 [%rd7+16], {{%r10, %r11, %r12, %r13}};
+    ld.shared.v4.u32 {{%r10, %r11, %r12, %r13}}, [%r6+32];
+    st.global.v4.u32 [%rd7+32], {{%r10, %r11, %r12, %r13}};
+    ld.shared.v4.u32 {{%r10, %r11, %r12, %r13}}, [%r6+48];
+    st.global.v4.u32 [%rd7+48], {{%r10, %r11, %r12, %r13}};
+    ret;
+    """
+    ptx = assembled(ptx_kernel("stm", [("out", "u64"), ("src", "u64")], body, regs=f"  .reg .b32 %q<{num}>;\n",
+                               arch="sm_90", extra=f".shared .align 16 .b8 sm[{SMEM}];\n"), "sm_90")
+    words = np.random.default_rng(7).permutation(2 ** 16)[:64 * num].astype(np.uint32)
+    words = (words[:32 * num] | (words[32 * num:] << 16)).reshape(32, num)
+    out = launch(ptx, "stm", [np.zeros(SMEM // 2, np.uint16), words], 1, 32)[0]
+    for i in range(num):
+        for r in range(8):
+            row = out[(48 * (8 * i + r)) // 2:(48 * (8 * i + r)) // 2 + 8]
+            for c in range(8):
+                rr, cc = (c, r) if trans else (r, c)  # element (r, c) of the stored matrix
+                lane = 4 * rr + cc // 2
+                assert int(row[c]) == (int(words[lane, i]) >> (16 * (cc % 2))) & 0xFFFF, (i, r, c)
+
+
+# -- cp.async ------------------------------------------------------------------------------------------------------
+
+COPY_SMEM = 1024
+
+
+def copy_kernel(body: str, arch: str = "sm_80") -> str:
+    """A kernel (out, src, n): thread t has %r1 = t, %r2 = the shared base, %r4 = sm + 16 t (its
+    slot), %rd1 = out, %rd4 = src + 16 t, %rd6 = out + 16 t, %r20 = n; ``body`` does the rest."""
+    head = """
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd1, [out];
+    ld.param.u64 %rd2, [src];
+    ld.param.u32 %r20, [n];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    mov.u32 %r2, sm;
+    shl.b32 %r3, %r1, 4;
+    add.u32 %r4, %r2, %r3;
+    mul.wide.u32 %rd3, %r1, 16;
+    add.s64 %rd4, %rd2, %rd3;
+    add.s64 %rd6, %rd1, %rd3;
+    """
+    return assembled(ptx_kernel("cp", [("out", "u64"), ("src", "u64"), ("n", "u32")], head + body, arch=arch,
+                                extra=f".shared .align 16 .b8 sm[{COPY_SMEM}];\n"), arch)
+
+
+STORE_SLOT = """
+    ld.shared.v4.u32 {%r10, %r11, %r12, %r13}, [%r5];
+    st.global.v4.u32 [%rd6], {%r10, %r11, %r12, %r13};
+"""
+
+
+def run_copy(ptx, src, n=0, threads=64, out=None):
+    out = np.zeros(threads * 16, np.uint8) if out is None else out
+    return launch(ptx, "cp", [out, src], 1, threads, extra=[n])[0]
+
+
+def line_of(ptx, text):
+    return next(i for i, line in enumerate(ptx.splitlines(), 1) if text in line)
+
+
+def test_cp_async_copies_land_after_wait_and_barrier():
+    """.cg 16 bytes and .ca 4/8/16 bytes; after wait_group 0 and bar.sync every thread reads another
+    thread's slot (the next one, cyclically)."""
+    body = """
+    cp.async.cg.shared.global [%r4], [%rd4], 16;
+    cp.async.commit_group;
+    cp.async.wait_group 0;
+    bar.sync 0;
+    add.u32 %r8, %r1, 1;
+    and.b32 %r8, %r8, 63;
+    shl.b32 %r8, %r8, 4;
+    add.u32 %r5, %r2, %r8;
+    """ + STORE_SLOT + "ret;"
+    src = np.random.default_rng(8).integers(0, 256, 1024).astype(np.uint8)
+    got = run_copy(copy_kernel(body), src)
+    assert (got.reshape(64, 16) == np.roll(src.reshape(64, 16), -1, axis=0)).all()
+    small = """
+    cp.async.ca.shared.global [%r4], [%rd4], 4;
+    cp.async.ca.shared.global [%r4+4], [%rd4+4], 4;
+    cp.async.ca.shared.global.L2::128B [%r4+8], [%rd4+8], 8;
+    cp.async.wait_all;
+    mov.u32 %r5, %r4;
+    """ + STORE_SLOT + "ret;"
+    assert (run_copy(copy_kernel(small), src) == src).all()
+
+
+def test_cp_async_partial_source_is_zero_filled():
+    """src-size n < cp-size: n bytes read, the rest zero; a source ending at the allocation's end is
+    in bounds as long as its src-size bytes are."""
+    body = """
+    and.b32 %r9, %r1, 15;
+    cp.async.ca.shared.global [%r4], [%rd4], 16, %r9;
+    cp.async.commit_group;
+    cp.async.wait_group 0;
+    mov.u32 %r5, %r4;
+    """ + STORE_SLOT + "ret;"
+    src = np.random.default_rng(9).integers(1, 256, 1024).astype(np.uint8)
+    got = run_copy(copy_kernel(body), src).reshape(64, 16)
+    want = src.reshape(64, 16).copy()
+    for t in range(64):
+        want[t, t % 16:] = 0
+    assert (got == want).all()
+    tail = """
+    cp.async.ca.shared.global [%r4], [%rd2+16], 16, %r20;
+    cp.async.wait_all;
+    mov.u32 %r5, %r4;
+    """ + STORE_SLOT + "ret;"
+    ptx = copy_kernel(tail)
+    src20 = np.arange(1, 21, dtype=np.uint8)
+    got = run_copy(ptx, src20, n=4, threads=1)
+    assert list(got) == [17, 18, 19, 20] + [0] * 12
+    with pytest.raises(PtxMemoryError, match=r"out-of-bounds global load of 1 bytes") as err:
+        run_copy(ptx, src20, n=5, threads=1)
+    assert f"line {line_of(ptx, 'cp.async.ca')}" in str(err.value)
+
+
+def test_cp_async_ignore_src_copies_zeros():
+    body = """
+    and.b32 %r9, %r1, 1;
+    setp.eq.u32 %p1, %r9, 1;
+    cp.async.cg.shared.global [%r4], [%rd4], 16, %p1;
+    cp.async.wait_all;
+    mov.u32 %r5, %r4;
+    """ + STORE_SLOT + "ret;"
+    src = np.random.default_rng(10).integers(1, 256, 1024).astype(np.uint8)
+    got = run_copy(copy_kernel(body), src).reshape(64, 16)
+    want = src.reshape(64, 16).copy()
+    want[1::2] = 0
+    assert (got == want).all()
+
+
+def test_cp_async_groups_retire_in_order():
+    """Three groups (one copy each, to three slots); wait_group 2 retires the first, 1 the second,
+    0 the third: each slot is read after its own group retired."""
+    body = """
+    cp.async.cg.shared.global [%r4], [%rd4], 16;
+    cp.async.commit_group;
+    cp.async.cg.shared.global [%r4+256], [%rd4+256], 16;
+    cp.async.commit_group;
+    cp.async.cg.shared.global [%r4+512], [%rd4+512], 16;
+    cp.async.commit_group;
+    cp.async.wait_group 2;
+    mov.u32 %r5, %r4;
+    ld.shared.v4.u32 {%r10, %r11, %r12, %r13}, [%r5];
+    st.global.v4.u32 [%rd6], {%r10, %r11, %r12, %r13};
+    cp.async.wait_group 1;
+    ld.shared.v4.u32 {%r10, %r11, %r12, %r13}, [%r5+256];
+    st.global.v4.u32 [%rd6+256], {%r10, %r11, %r12, %r13};
+    cp.async.wait_group 0;
+    ld.shared.v4.u32 {%r10, %r11, %r12, %r13}, [%r5+512];
+    st.global.v4.u32 [%rd6+512], {%r10, %r11, %r12, %r13};
+    ret;
+    """
+    src = np.random.default_rng(11).integers(0, 256, 1024).astype(np.uint8)
+    got = run_copy(copy_kernel(body), src, threads=16, out=np.zeros(1024, np.uint8))
+    for base in (0, 256, 512):
+        assert (got[base:base + 256] == src[base:base + 256]).all()
+    # reading the second slot after wait_group 2: its group is still in flight
+    early = body.replace("cp.async.wait_group 1;", "").replace("cp.async.wait_group 2;", "cp.async.wait_group 2;")
+    early = early.replace("st.global.v4.u32 [%rd6], {%r10, %r11, %r12, %r13};",
+                          "st.global.v4.u32 [%rd6], {%r10, %r11, %r12, %r13};\n cp.async.wait_group 2;", 1)
+    ptx = copy_kernel(early)
+    with pytest.raises(PtxAsyncCopyError) as err:
+        run_copy(ptx, src, threads=16, out=np.zeros(1024, np.uint8))
+    message = str(err.value)
+    assert f"PTX line {line_of(ptx, '[%r4+256]')}" in message and f"line {line_of(ptx, '[%r5+256]')}" in message
+    assert "has not retired the copy's group" in message and message.count("thread (0, 0, 0)") == 2
+
+
+def test_cp_async_premature_read_by_the_issuing_thread():
+    body = """
+    cp.async.cg.shared.global [%r4], [%rd4], 16;
+    cp.async.commit_group;
+    mov.u32 %r5, %r4;
+    """ + STORE_SLOT + """
+    cp.async.wait_group 0;
+    ret;
+    """
+    ptx = copy_kernel(body)
+    with pytest.raises(PtxAsyncCopyError) as err:
+        run_copy(ptx, np.zeros(1024, np.uint8))
+    message = str(err.value)
+    assert f"the cp.async at PTX line {line_of(ptx, 'cp.async.cg')}" in message
+    assert f"at PTX line {line_of(ptx, 'ld.shared')}" in message
+    assert "shared load" in message and "thread (0, 0, 0)" in message
+
+
+READ_NEIGHBOUR = """
+    add.u32 %r8, %r1, 1;
+    and.b32 %r8, %r8, 63;
+    shl.b32 %r8, %r8, 4;
+    add.u32 %r5, %r2, %r8;
+""" + STORE_SLOT
+
+
+@pytest.mark.parametrize("order", ["wait, no barrier", "barrier, then wait", "barrier, read, wait"])
+def test_cp_async_read_by_another_thread_needs_wait_then_barrier(order):
+    """Thread 0 reads thread 1's slot: only a barrier after thread 1's wait makes that safe."""
+    sync, after = {"wait, no barrier": ("cp.async.wait_all;", ""),
+                   "barrier, then wait": ("bar.sync 0;\n cp.async.wait_all;", ""),
+                   "barrier, read, wait": ("bar.sync 0;", "cp.async.wait_all;\n")}[order]
+    ptx = copy_kernel("cp.async.cg.shared.global [%r4], [%rd4], 16;\n" + sync + READ_NEIGHBOUR + after + "ret;")
+    with pytest.raises(PtxAsyncCopyError) as err:
+        run_copy(ptx, np.zeros(1024, np.uint8))
+    message = str(err.value)
+    assert f"the cp.async at PTX line {line_of(ptx, 'cp.async.cg')}" in message
+    assert f"at PTX line {line_of(ptx, 'ld.shared')}" in message
+    assert "issued by block (0, 0, 0) thread (1, 0, 0)" in message and message.rstrip().endswith("thread (0, 0, 0)")
+    if order == "barrier, read, wait":
+        assert "has not retired the copy's group" in message
+    else:  # the writer has waited (the emulator runs the threads' waits before the reads that follow them)
+        assert "no block barrier (bar.sync) since has made its bytes visible" in message
+    fine = copy_kernel("cp.async.cg.shared.global [%r4], [%rd4], 16;\n cp.async.wait_all;\n bar.sync 0;"
+                       + READ_NEIGHBOUR + "ret;")
+    src = np.arange(1024).astype(np.uint8)
+    assert (run_copy(fine, src).reshape(64, 16) == np.roll(src.reshape(64, 16), -1, axis=0)).all()
+
+
+def test_cp_async_writes_and_copies_to_bytes_in_flight_are_errors():
+    store = copy_kernel("""
+    cp.async.cg.shared.global [%r4], [%rd4], 16;
+    st.shared.u32 [%r4+12], %r1;
+    cp.async.wait_all;
+    ret;
+    """)
+    with pytest.raises(PtxAsyncCopyError, match=r"shared store touches shared address 0xc, which a cp.async"):
+        run_copy(store, np.zeros(1024, np.uint8), threads=1)
+    twice = copy_kernel("""
+    cp.async.cg.shared.global [%r4], [%rd4], 16;
+    cp.async.commit_group;
+    cp.async.ca.shared.global [%r4+8], [%rd4], 8;
+    cp.async.wait_all;
+    ret;
+    """)
+    with pytest.raises(PtxAsyncCopyError, match=r"shared cp.async touches shared address 0x8"):
+        run_copy(twice, np.zeros(1024, np.uint8), threads=1)
+    same = copy_kernel("""
+    cp.async.cg.shared.global [%r2], [%rd4], 16;
+    cp.async.wait_all;
+    ret;
+    """)
+    with pytest.raises(PtxAsyncCopyError, match=r"two copies of one cp.async write shared address 0x0"):
+        run_copy(same, np.zeros(1024, np.uint8), threads=2)
+
+
+def test_cp_async_alignment_and_bounds():
+    dst = copy_kernel("cp.async.cg.shared.global [%r4+8], [%rd4], 16;\n cp.async.wait_all;\n ret;")
+    with pytest.raises(PtxMemoryError, match=r"misaligned shared cp.async of 16 bytes at shared address 0x8"):
+        run_copy(dst, np.zeros(1024, np.uint8), threads=1)
+    src = copy_kernel("cp.async.ca.shared.global [%r4], [%rd4+4], 8;\n cp.async.wait_all;\n ret;")
+    with pytest.raises(PtxMemoryError, match=r"misaligned global load of 8 bytes"):
+        run_copy(src, np.zeros(1024, np.uint8), threads=1)
+    partial = copy_kernel("cp.async.ca.shared.global [%r4], [%rd4+4], 8, %r20;\n cp.async.wait_all;\n ret;")
+    with pytest.raises(PtxMemoryError, match=r"misaligned cp.async source .* multiple of cp-size, 8"):
+        run_copy(partial, np.zeros(1024, np.uint8), n=3, threads=1)
+    outside = copy_kernel("cp.async.cg.shared.global [%r4], [%rd4], 16;\n cp.async.wait_all;\n ret;")
+    with pytest.raises(PtxMemoryError, match=r"out-of-bounds shared cp.async of 16 bytes"):
+        run_copy(outside, np.zeros(2048, np.uint8), threads=65, out=np.zeros(2048, np.uint8))
+    with pytest.raises(PtxMemoryError, match=r"out-of-bounds global load of 16 bytes"):
+        run_copy(outside, np.zeros(1000, np.uint8), threads=63, out=np.zeros(1024, np.uint8))
+
+
+def test_cp_async_left_pending_at_exit_is_fine():
+    ptx = copy_kernel("cp.async.cg.shared.global [%r4], [%rd4], 16;\n cp.async.commit_group;\n ret;")
+    run_copy(ptx, np.zeros(1024, np.uint8))
+
+
+# -- what LLVM emits for the NVVM intrinsics -----------------------------------------------------------------
+
+PIPELINE = SREGS + r"""
+declare void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3), ptr addrspace(1))
+declare void @llvm.nvvm.cp.async.commit.group()
+declare void @llvm.nvvm.cp.async.wait.group(i32)
+declare void @llvm.nvvm.barrier0()
+declare {i32, i32, i32, i32} @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16(ptr addrspace(3))
+declare {i32, i32} @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.trans.b16(ptr addrspace(3))
+declare {float, float, float, float} @llvm.nvvm.mma.m16n8k16.row.col.bf16(i32, i32, i32, i32, i32, i32, float, float, float, float)
+@sa = internal addrspace(3) global [256 x i16] undef, align 16
+@sb = internal addrspace(3) global [128 x i16] undef, align 16
+
+; D (16 x 8, f32, row-major) = A (16 x 16 bf16, row-major) @ B (16 x 8 bf16, row-major): one warp
+define ptx_kernel void @tile(ptr addrspace(1) %d, ptr addrspace(1) %a, ptr addrspace(1) %b) {
+entry:
+  %l = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %l64 = zext i32 %l to i64
+  %off = mul i64 %l64, 16
+  %ga = getelementptr i8, ptr addrspace(1) %a, i64 %off
+  %sa16 = getelementptr i8, ptr addrspace(3) @sa, i64 %off
+  call void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3) %sa16, ptr addrspace(1) %ga)
+  %low = icmp ult i32 %l, 16
+  br i1 %low, label %copyb, label %wait
+copyb:
+  %gb = getelementptr i8, ptr addrspace(1) %b, i64 %off
+  %sb16 = getelementptr i8, ptr addrspace(3) @sb, i64 %off
+  call void @llvm.nvvm.cp.async.cg.shared.global.16(ptr addrspace(3) %sb16, ptr addrspace(1) %gb)
+  br label %wait
+wait:
+  call void @llvm.nvvm.cp.async.commit.group()
+  call void @llvm.nvvm.cp.async.wait.group(i32 0)
+  call void @llvm.nvvm.barrier0()
+  %r = and i32 %l, 15
+  %h = lshr i32 %l, 4
+  %r64 = zext i32 %r to i64
+  %h64 = zext i32 %h to i64
+  %rowa = mul i64 %r64, 32
+  %cola = mul i64 %h64, 16
+  %oa = add i64 %rowa, %cola
+  %pa = getelementptr i8, ptr addrspace(3) @sa, i64 %oa
+  %fa = call {i32, i32, i32, i32} @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16(ptr addrspace(3) %pa)
+  %ob = mul i64 %r64, 16
+  %pb = getelementptr i8, ptr addrspace(3) @sb, i64 %ob
+  %fb = call {i32, i32} @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.trans.b16(ptr addrspace(3) %pb)
+  %a0 = extractvalue {i32, i32, i32, i32} %fa, 0
+  %a1 = extractvalue {i32, i32, i32, i32} %fa, 1
+  %a2 = extractvalue {i32, i32, i32, i32} %fa, 2
+  %a3 = extractvalue {i32, i32, i32, i32} %fa, 3
+  %b0 = extractvalue {i32, i32} %fb, 0
+  %b1 = extractvalue {i32, i32} %fb, 1
+  %acc = call {float, float, float, float} @llvm.nvvm.mma.m16n8k16.row.col.bf16(i32 %a0, i32 %a1, i32 %a2, i32 %a3, i32 %b0, i32 %b1, float 0.0, float 0.0, float 0.0, float 0.0)
+  %g = lshr i32 %l, 2
+  %t = and i32 %l, 3
+  %g64 = zext i32 %g to i64
+  %t64 = zext i32 %t to i64
+  %row0 = mul i64 %g64, 8
+  %col = mul i64 %t64, 2
+  %i0 = add i64 %row0, %col
+  %i2 = add i64 %i0, 64
+  %p0 = getelementptr float, ptr addrspace(1) %d, i64 %i0
+  %p2 = getelementptr float, ptr addrspace(1) %d, i64 %i2
+  %c0 = extractvalue {float, float, float, float} %acc, 0
+  %c1 = extractvalue {float, float, float, float} %acc, 1
+  %c2 = extractvalue {float, float, float, float} %acc, 2
+  %c3 = extractvalue {float, float, float, float} %acc, 3
+  store float %c0, ptr addrspace(1) %p0
+  %p1 = getelementptr float, ptr addrspace(1) %p0, i64 1
+  store float %c1, ptr addrspace(1) %p1
+  store float %c2, ptr addrspace(1) %p2
+  %p3 = getelementptr float, ptr addrspace(1) %p2, i64 1
+  store float %c3, ptr addrspace(1) %p3
+  ret void
+}
+"""
+
+
+def test_llvm_cp_async_ldmatrix_mma_tile():
+    """A 16x8x16 bf16 tile as LLVM lowers the NVVM intrinsics: cp.async to shared, ldmatrix (x4 for A,
+    x2.trans for the row-major B), mma: D = A @ B exactly (small integers), bit for bit."""
+    ptx = compile_ir(PIPELINE)
+    assert {"cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group",
+            "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"} <= instruction_forms(ptx)
+    rng = np.random.default_rng(12)
+    a = (rng.permutation(256) - 128).reshape(16, 16).astype(np.float32)
+    b = (rng.permutation(128) - 64).reshape(16, 8).astype(np.float32)
+    d = np.zeros((16, 8), np.float32)
+    got = launch(ptx, "tile", [d, encode(a, "bf16"), encode(b, "bf16")], 1, 32)[0]
+    assert_same_bits(got, (a.astype(np.float64) @ b).astype(np.float32), "D = A @ B")
+
+
+FRAGMENT_IR = SREGS + r"""
+declare i32 @llvm.nvvm.f2tf32.rna(float)
+declare {float, float, float, float} @llvm.nvvm.mma.m16n8k8.row.col.tf32(i32, i32, i32, i32, i32, i32, float, float, float, float)
+declare {float, float, float, float} @llvm.nvvm.mma.m16n8k16.row.col.f32.f32(<2 x half>, <2 x half>, <2 x half>, <2 x half>, <2 x half>, <2 x half>, float, float, float, float)
+
+; lane l: tf32 A/B fragments from fa/fb (f32, 4 and 2 a lane, rounded here with cvt.rna.tf32.f32),
+; f16 A/B fragments from ha/hb (8 and 4 halves a lane, packed in pairs); C = 0
+define ptx_kernel void @frag(ptr addrspace(1) %dt, ptr addrspace(1) %dh, ptr addrspace(1) %fa, ptr addrspace(1) %fb,
+                             ptr addrspace(1) %ha, ptr addrspace(1) %hb) {
+entry:
+  %l = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %l64 = zext i32 %l to i64
+""" + "".join(f"""  %ia{j} = add i64 %l64, {32 * j}
+  %pfa{j} = getelementptr float, ptr addrspace(1) %fa, i64 %ia{j}
+  %xa{j} = load float, ptr addrspace(1) %pfa{j}
+  %ta{j} = call i32 @llvm.nvvm.f2tf32.rna(float %xa{j})
+""" for j in range(4)) + "".join(f"""  %ib{j} = add i64 %l64, {32 * j}
+  %pfb{j} = getelementptr float, ptr addrspace(1) %fb, i64 %ib{j}
+  %xb{j} = load float, ptr addrspace(1) %pfb{j}
+  %tb{j} = call i32 @llvm.nvvm.f2tf32.rna(float %xb{j})
+""" for j in range(2)) + "".join(f"""  %iha{j} = add i64 %l64, {32 * j}
+  %pha{j} = getelementptr half, ptr addrspace(1) %ha, i64 %iha{j}
+  %ya{j} = load half, ptr addrspace(1) %pha{j}
+""" for j in range(8)) + "".join(f"""  %ihb{j} = add i64 %l64, {32 * j}
+  %phb{j} = getelementptr half, ptr addrspace(1) %hb, i64 %ihb{j}
+  %yb{j} = load half, ptr addrspace(1) %phb{j}
+""" for j in range(4)) + "".join(f"""  %va{j}x = insertelement <2 x half> undef, half %ya{2 * j}, i32 0
+  %va{j} = insertelement <2 x half> %va{j}x, half %ya{2 * j + 1}, i32 1
+""" for j in range(4)) + "".join(f"""  %vb{j}x = insertelement <2 x half> undef, half %yb{2 * j}, i32 0
+  %vb{j} = insertelement <2 x half> %vb{j}x, half %yb{2 * j + 1}, i32 1
+""" for j in range(2)) + r"""
+  %rt = call {float, float, float, float} @llvm.nvvm.mma.m16n8k8.row.col.tf32(i32 %ta0, i32 %ta1, i32 %ta2, i32 %ta3, i32 %tb0, i32 %tb1, float 0.0, float 0.0, float 0.0, float 0.0)
+  %rh = call {float, float, float, float} @llvm.nvvm.mma.m16n8k16.row.col.f32.f32(<2 x half> %va0, <2 x half> %va1, <2 x half> %va2, <2 x half> %va3, <2 x half> %vb0, <2 x half> %vb1, float 0.0, float 0.0, float 0.0, float 0.0)
+""" + "".join(f"""  %et{j} = extractvalue {{float, float, float, float}} %rt, {j}
+  %eh{j} = extractvalue {{float, float, float, float}} %rh, {j}
+  %io{j} = add i64 %l64, {32 * j}
+  %pot{j} = getelementptr float, ptr addrspace(1) %dt, i64 %io{j}
+  %poh{j} = getelementptr float, ptr addrspace(1) %dh, i64 %io{j}
+  store float %et{j}, ptr addrspace(1) %pot{j}
+  store float %eh{j}, ptr addrspace(1) %poh{j}
+""" for j in range(4)) + """  ret void
+}
+"""
+
+
+def rna_tf32(x):
+    """f32 values rounded to tf32 (10 fraction bits), to nearest with ties away from zero."""
+    out = []
+    for v in np.asarray(x, np.float32).tolist():
+        m, e = math.frexp(v)
+        q = Fraction(m) * 2 ** 11
+        r = math.floor(abs(q) + Fraction(1, 2))
+        out.append(math.copysign(r * 2.0 ** (e - 11), v))
+    return np.array(out, np.float32)
+
+
+def test_llvm_tf32_and_f16_fragments():
+    """The register forms LLVM gives the tf32 (cvt.rna.tf32.f32 results in .b32 registers) and f16
+    mma (<2 x half> packed with mov.b32 {lo, hi}), lane by lane through the ISA layouts."""
+    ptx = compile_ir(FRAGMENT_IR)
+    forms = instruction_forms(ptx)
+    assert {"cvt.rna.tf32.f32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"} <= forms
+    assert any(re.search(r"mov\.b32\s+%r\d+, \{%rs\d+, %rs\d+\}", line) for line in ptx.splitlines())
+    rng = np.random.default_rng(13)
+    at = (rng.standard_normal((16, 8)) * 4).astype(np.float32)
+    bt = (rng.standard_normal((8, 8)) * 4).astype(np.float32)
+    ah = (rng.permutation(256) - 128).reshape(16, 16).astype(np.float16)
+    bh = (rng.permutation(128) - 64).reshape(16, 8).astype(np.float16)
+
+    def lanes(mat, layout, count):  # (32 * count) values, element i of lane l at i * 32 + l
+        return np.array([[mat[layout(l >> 2, l % 4, i)] for l in range(32)] for i in range(count)]).reshape(-1)
+
+    dt, dh = np.zeros(128, np.float32), np.zeros(128, np.float32)
+    got_t, got_h = launch(ptx, "frag", [dt, dh, lanes(at, a_k8_tf32, 4), lanes(bt, b_k8_tf32, 2),
+                                        lanes(ah, a_k16_half, 8), lanes(bh, b_k16_half, 4)], 1, 32)[:2]
+    D_t = unpack_c(got_t.reshape(4, 32).T.copy())[0]
+    D_h = unpack_c(got_h.reshape(4, 32).T.copy())[0]
+    ra, rb = rna_tf32(at.reshape(-1)).reshape(16, 8), rna_tf32(bt.reshape(-1)).reshape(8, 8)
+    want = np.array([[round_to_f32(sum(Fraction(float(ra[m, k])) * Fraction(float(rb[k, n])) for k in range(8)))
+                      for n in range(8)] for m in range(16)], np.float32)
+    assert_same_bits(D_t, want, "tf32 mma of rna-rounded operands")
+    assert_same_bits(D_h, (ah.astype(np.float64) @ bh).astype(np.float32), "f16 mma")
+
+
+def test_sum_rounded_once_against_rationals():
+    """numerics.sum_rounded_f32 (what mma rounds with) on rows built to defeat float64 sums:
+    cancellation, sticky bits far below, near-ties, wide exponent ranges."""
+    from accy.emulator.numerics import sum_rounded_f32
+
+    rng = np.random.default_rng(14)
+    rows = []
+    for trial in range(600):
+        n = int(rng.integers(1, 18))
+        kind = trial % 4
+        if kind == 0:
+            row = rng.integers(-255, 256, n) * 2.0 ** rng.integers(-140, 120, n)
+        elif kind == 1:
+            row = rng.integers(-2 ** 20, 2 ** 20, n) * 2.0 ** rng.integers(-60, 60, n)
+            row = np.concatenate([row, -row[:n // 2], [2.0 ** -150] * int(rng.integers(0, 2))])
+        elif kind == 2:
+            base = float(np.float32(rng.standard_normal()))
+            ulp = float(np.spacing(np.float32(abs(base))))
+            row = np.array([base, ulp / 2, float(rng.choice([-1, 1])) * ulp * 2.0 ** -int(rng.integers(20, 80))])
+        else:
+            row = (rng.standard_normal(n) * 2.0 ** rng.integers(-30, 30, n)).astype(np.float32).astype(np.float64)
+        rows.append(np.pad(row, (0, 30 - len(row))))
+    rows = np.array(rows)
+    got = sum_rounded_f32(rows)
+    want = np.array([round_to_f32(sum((Fraction(float(x)) for x in row), Fraction(0))) for row in rows])
+    assert_same_bits(got, want, "exact sums rounded once")

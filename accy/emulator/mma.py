@@ -209,6 +209,50 @@ def _matrix(values, frag: Fragment, rows: int, cols: int):
     return out
 
 
+_NONE = 1 << 40  # the bit positions of zero: above every lowest bit, below every top
+
+
+def _bit_range(x):
+    """Per float64 element: the position of its lowest set bit and a bound ``top`` with
+    |x| < 2**top (zeros: _NONE and -_NONE), and whether it is finite."""
+    finite = np.isfinite(x)
+    m, e = np.frexp(np.where(finite, x, 0.0))
+    mant = np.abs(m * 2.0 ** 53).astype(I64)
+    zero = mant == 0
+    trailing = np.log2(np.where(zero, 1, mant & -mant)).astype(I64)
+    low = np.where(zero, _NONE, e.astype(I64) - 53 + trailing)
+    top = np.where(zero, -_NONE, e.astype(I64))
+    return low, top, finite
+
+
+def _float_mma(A, B, C):
+    """D = A @ B + C (float64 matrices of exact values, batched over warps), each output the
+    exact sum rounded once to f32 with canonical NaNs.  An output whose terms' bits all fit
+    one float64 window (bounded from its row of A, column of B and c) is exact in float64
+    in any order, so a float64 matmul gives it; the others are summed term by term."""
+    la, ta, fa = _bit_range(A)
+    lb, tb, fb = _bit_range(B)
+    lc, tc, fc = _bit_range(C)
+    low = np.minimum(la.min(2)[:, :, None] + lb.min(1)[:, None, :], lc)
+    top = np.maximum(ta.max(2)[:, :, None] + tb.max(1)[:, None, :], tc)
+    finite = fa.all(2)[:, :, None] & fb.all(1)[:, None, :] & fc
+    k = A.shape[2]
+    with np.errstate(all="ignore"):
+        R = A @ B + C
+        # a zero's sign depends on the terms' (-0 only when all are -0): those go term by term too
+        easy = finite & (top + int(np.ceil(np.log2(k + 1))) - low <= 53) & (R != 0)
+        D = R.astype(F32)
+        rest = np.nonzero(~easy)
+        if len(rest[0]):
+            w, i, j = rest
+            terms = np.concatenate([A[w, i, :] * B[w, :, j], C[w, i, j][:, None]], axis=1)
+            D[rest] = sum_rounded_f32(terms)
+    nan = np.isnan(D)
+    if nan.any():
+        D.view(U32)[nan] = CANON_F32
+    return D
+
+
 def execute_mma(T, ids, form: MmaForm, site, mask, a, b, c):
     """``mma.sync`` for the warps of the threads ``ids`` (None: all): D = A*B + C, as the
     per-thread values of D's registers (threads outside ``mask`` get zeros)."""
@@ -222,11 +266,7 @@ def execute_mma(T, ids, form: MmaForm, site, mask, a, b, c):
     B = _matrix(_values(_elements(rb, form.b), form.btype), form.b, form.k, form.n)
     if form.is_float:
         C = _matrix(_stack(c, n, F32)[flat].reshape(W, WARP, -1).astype(F64), form.c, form.m, form.n)
-        terms = np.concatenate([A[:, :, None, :] * np.swapaxes(B, 1, 2)[:, None, :, :], C[..., None]], axis=-1)
-        D = sum_rounded_f32(terms)
-        nan = np.isnan(D)
-        if nan.any():
-            D.view(U32)[nan] = CANON_F32
+        D = _float_mma(A, B, C)
         out_dtype = F32
     else:
         C = _matrix(_stack(c, n, I32)[flat].reshape(W, WARP, -1).astype(I64), form.c, form.m, form.n)
