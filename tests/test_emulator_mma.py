@@ -498,7 +498,8 @@ def test_cvt_rna_tf32_rounds_to_nearest_ties_away():
         quantum = Fraction(2) ** (max(e, -126) - 10)
         q = Fraction(abs(v)) / quantum
         r = math.floor(q + Fraction(1, 2)) * quantum
-        want[k] = np.float32(math.copysign(float(r), v) if float(r) < 2.0 ** 128 else math.copysign(math.inf, v)).view(np.uint32)
+        big = float(r) >= 2.0 ** 128
+        want[k] = np.float32(math.copysign(math.inf if big else float(r), v)).view(np.uint32)
     assert_same_bits(got, want, "cvt.rna.tf32.f32")
 
 
@@ -574,10 +575,10 @@ SMEM = 2048  # bytes of shared memory in the matrix kernels: 128 rows of 16 byte
 def ldmatrix_kernel(num: int, trans: bool, generic: bool = False) -> str:
     """Fill shared memory from src (64 bytes a thread), then lane l gives the shared offset rowoff[l]
     (the row addresses) to ldmatrix; thread l stores its num words to out[l]."""
-    space = "" if generic else ".shared"
+    space = ".shared::cta" if num == 2 else ".shared"  # both spellings of the space
     regs = ", ".join(f"%q{j}" for j in range(num))
     address = ("cvta.shared.u64 %rd9, %rd8;\n ldmatrix.sync.aligned.m8n8.x{n}{t}.b16 {{{r}}}, [%rd9];" if generic
-               else "ldmatrix.sync.aligned.m8n8.x{n}{t}.shared.b16 {{{r}}}, [%r7];")
+               else "ldmatrix.sync.aligned.m8n8.x{n}{t}" + space + ".b16 {{{r}}}, [%r7];")
     body = f"""
     mov.u32 %r1, %tid.x;
     ld.param.u64 %rd1, [out];
@@ -598,7 +599,7 @@ def ldmatrix_kernel(num: int, trans: bool, generic: bool = False) -> str:
     ld.global.v4.u32 {{%r10, %r11, %r12, %r13}}, [%rd5+32];
     st.shared.v4.u32 [%r4+32], {{%r10, %r11, %r12, %r13}};
     ld.global.v4.u32 {{%r10, %r11, %r12, %r13}}, [%rd5+48];
-    st.shared.v4.u32 [%r4+48], {{%r10, %r11, %r12, %r13}};
+    st.shared::cta.v4.u32 [%r4+48], {{%r10, %r11, %r12, %r13}};
     bar.sync 0;
     mul.wide.u32 %rd6, %r1, 4;
     add.s64 %rd7, %rd3, %rd6;
@@ -609,7 +610,6 @@ def ldmatrix_kernel(num: int, trans: bool, generic: bool = False) -> str:
     mul.wide.u32 %rd10, %r1, {4 * num};
     add.s64 %rd11, %rd1, %rd10;
     """ + "\n".join(f"st.global.u32 [%rd11+{4 * j}], %q{j};" for j in range(num)) + "\nret;"
-    del space
     return assembled(ptx_kernel("ldm", [("out", "u64"), ("src", "u64"), ("rowoff", "u64")], body,
                                 regs=f"  .reg .b32 %q<{num}>;\n", extra=f".shared .align 16 .b8 sm[{SMEM}];\n"))
 
@@ -765,7 +765,7 @@ def test_cp_async_copies_land_after_wait_and_barrier():
     assert (got.reshape(64, 16) == np.roll(src.reshape(64, 16), -1, axis=0)).all()
     small = """
     cp.async.ca.shared.global [%r4], [%rd4], 4;
-    cp.async.ca.shared.global [%r4+4], [%rd4+4], 4;
+    cp.async.ca.shared::cta.global [%r4+4], [%rd4+4], 4;
     cp.async.ca.shared.global.L2::128B [%r4+8], [%rd4+8], 8;
     cp.async.wait_all;
     mov.u32 %r5, %r4;

@@ -213,8 +213,9 @@ class AsyncCopies:
         address = flat_byte - int(T.sbase[k])
         verb = {"ld": "load", "st": "store", "atom": "atomic", "red": "reduction"}.get(site.kind, site.kind)
         if self.state[rec] == PENDING:
+            effect = "write them in either order" if verb == "cp.async" else "read stale data"
             why = (f"that thread has not retired the copy's group yet (cp.async.wait_group / cp.async.wait_all), "
-                   f"so its bytes are still on their way (a GPU would {'read stale data' if verb != 'cp.async' else 'write them in either order'})")
+                   f"so its bytes are still on their way (a GPU would {effect})")
         else:
             why = ("that thread waited for it, but no block barrier (bar.sync) since has made its bytes visible "
                    "to other threads")
