@@ -17,18 +17,31 @@ scheduled as in :mod:`.executor`.  The modules:
 * :mod:`.parser` -- PTX text to a syntax tree;
 * :mod:`.compiler` -- functions to basic blocks of generated NumPy code;
 * ``ops_*`` -- one handler per instruction (arithmetic, conversions, memory,
-  control); :mod:`.warp` -- warp-level operations;
+  control, the tensor-core data path); :mod:`.warp` -- warp-level operations;
+* :mod:`.mma` -- ``mma.sync``, ``ldmatrix`` and ``stmatrix`` for whole warps, with
+  the ISA's fragment layouts; :mod:`.async_copy` -- ``cp.async`` and its groups;
 * :mod:`.numerics` -- exact rounding, fma, f16/bf16; :mod:`.runtime` -- helpers;
 * :mod:`.memory` -- the address spaces and their checks;
 * :mod:`.executor` -- the scheduler; :mod:`.device` -- the public objects.
+
+Tensor cores (sm_80 forms): ``mma.sync.aligned`` m16n8k16 and m16n8k8 with f16 or
+bf16 inputs and f32 accumulators, m16n8k8 tf32, m16n8k16 and m16n8k32 s8/u8 (with
+``.satfinite``); products exact and each output summed exactly and rounded once to
+f32 (real tensor cores may differ in the last bits; see :mod:`.mma`).  ``ldmatrix``
+(x1/x2/x4, ``.trans``) and sm_90's ``stmatrix``.  ``cp.async`` (``.ca``/``.cg``, 4,
+8 or 16 bytes, src-size or ignore-src) with ``commit_group``/``wait_group``/
+``wait_all``: the bytes land at the issuing thread's wait, and touching them
+earlier, or from another thread before a barrier, is a :class:`PtxAsyncCopyError`.
+These warp-collective instructions need the whole warp: a partial or diverged warp
+is an error naming the instruction.
 """
 
 from __future__ import annotations
 
-from . import ops_arith, ops_control, ops_convert, ops_mem  # noqa: F401  (registers the handlers)
+from . import ops_arith, ops_control, ops_convert, ops_mem, ops_mma  # noqa: F401  (registers the handlers)
 from .compiler import HANDLERS, Unsupported, parse_form
 from .device import Device, Function, Module
-from .errors import PtxBarrierError, PtxError, PtxMemoryError
+from .errors import PtxAsyncCopyError, PtxBarrierError, PtxError, PtxMemoryError
 from .parser import Instruction, parse
 
 
@@ -55,5 +68,5 @@ def supported_opcodes() -> list[str]:
     return sorted(HANDLERS)
 
 
-__all__ = ["Device", "Module", "Function", "PtxError", "PtxMemoryError", "PtxBarrierError",
+__all__ = ["Device", "Module", "Function", "PtxError", "PtxMemoryError", "PtxAsyncCopyError", "PtxBarrierError",
            "instruction_forms", "unsupported", "supported_opcodes"]

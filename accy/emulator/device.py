@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from .async_copy import AsyncCopies
 from .compiler import ModuleCompiler
 from .errors import PtxError
 from .executor import STACK_CAP, Budget, Context, Program, run_entry
@@ -320,4 +321,5 @@ class Function:
                 T.clock64 = lambda: np.uint64(next(counter))
                 T.step_limit = self.module.device.step_limit
                 T.budget = Budget(budget)  # each batch its own: a bound on what one warp runs
+                T.copies = AsyncCopies(n, len(T.smem))  # the batch's cp.async copies in flight
                 run_entry(self.module.program, self._cf, T)

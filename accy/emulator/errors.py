@@ -34,9 +34,16 @@ class PtxMemoryError(PtxError, IndexError):
         super().__init__(message, **kw)
 
 
+class PtxAsyncCopyError(PtxMemoryError):
+    """Shared memory touched while a ``cp.async`` still writes it: before the issuing
+    thread's ``cp.async.wait_group``/``wait_all`` retired the copy's group, or (by another
+    thread) before a barrier after that wait.  A GPU would read stale data; the message
+    names both instructions and both threads."""
+
+
 class PtxBarrierError(PtxError):
     """A barrier (``bar.sync``) or a warp-synchronous instruction can never complete:
     a block's live threads wait at different barriers, or some never arrive."""
 
 
-__all__ = ["PtxError", "PtxMemoryError", "PtxBarrierError"]
+__all__ = ["PtxError", "PtxMemoryError", "PtxAsyncCopyError", "PtxBarrierError"]

@@ -13,7 +13,8 @@ Address map (64-bit generic addresses):
 Every access is checked: a global access must lie entirely inside one live
 allocation, a shared access inside the block's shared memory, a local access
 inside the thread's stack; and each must be naturally aligned (a vector access
-to its whole size).  A failure raises :class:`PtxMemoryError` naming the PTX
+to its whole size).  A shared access must also keep off the bytes of ``cp.async``
+copies in flight (see :mod:`.async_copy`).  A failure raises :class:`PtxMemoryError` naming the PTX
 line, the address, the allocation nearest to it and the thread.
 """
 
@@ -368,7 +369,11 @@ def shared_index(T, ids, site, addr, mask):
     size = T.shared_size
     _window_check(T, ids, mask, site, a, size,
                   "shared", f"the block has {size} bytes of shared memory")
-    return _meta(T.sbase, ids, mask) + a
+    idx = _meta(T.sbase, ids, mask) + a
+    copies = getattr(T, "copies", None)
+    if copies is not None and copies.live:  # cp.async copies in flight: none of their bytes may be touched
+        copies.check(T, ids, mask, site, idx)
+    return idx
 
 
 def local_index(T, ids, site, addr, mask):

@@ -848,3 +848,65 @@ def to_tf32(x, mode: str, satfinite_: bool = False):
         r = np.where((r & np.uint32(0x7FFFFFFF)) == np.uint32(0x7F800000),
                      (r & np.uint32(0x80000000)) | big, r)
     return np.where(np.isnan(x), CANON_F32, r).astype(U32)
+
+
+# -- sums rounded once (mma) ----------------------------------------------------------------------
+
+
+def sum_rounded_f32(terms):
+    """The exact sum of the float64 ``terms`` along the last axis, rounded once to f32 (to
+    nearest even); what ``mma`` computes from its exact products and its accumulator.
+
+    Every term must be exact and below 2**1000 in magnitude (products of f16, bf16 and tf32
+    values and f32 accumulators are).  A sum whose terms' significant bits all fit in one
+    float64 window (the common case) is exact in float64 in any order, so it is rounded
+    straight to f32; any other row is summed exactly as a Shewchuk expansion and rounded to
+    odd in float64 first, which makes the final rounding to f32 a single correct one.  A row
+    with an infinity or a NaN gets what IEEE arithmetic gives (inf - inf is NaN); an exact
+    zero is -0 only when every term is -0."""
+    t = np.asarray(terms, F64)
+    shape, n = t.shape[:-1], t.shape[-1]
+    t = t.reshape(-1, n)
+    with np.errstate(all="ignore"):
+        out = t.sum(axis=1)
+        finite = np.isfinite(t).all(axis=1)
+        m, e = np.frexp(np.where(np.isfinite(t), t, 0.0))
+        mant = np.abs(m * 2.0 ** 53).astype(np.int64)  # the significand as an integer (0 for 0)
+        low = mant & -mant
+        nonzero = mant != 0
+        trailing = np.log2(np.where(nonzero, low, 1)).astype(np.int64)
+        top = np.where(nonzero, e, np.iinfo(np.int64).min).max(axis=1)  # every |term| < 2**top
+        bottom = np.where(nonzero, e - 53 + trailing, np.iinfo(np.int64).max).min(axis=1)
+        spread = top + int(math.ceil(math.log2(max(n, 1)))) - bottom
+        inexact = finite & nonzero.any(axis=1) & (spread > 53)
+        if inexact.any():
+            out[inexact] = _expansion_sum_to_odd(t[inexact])
+        zero = out == 0
+        if zero.any():
+            negative = ((t == 0) & np.signbit(t)).all(axis=1)
+            out[zero] = np.where(negative[zero], -0.0, 0.0)
+        return out.astype(F32).reshape(shape)
+
+
+def _expansion_sum_to_odd(t):
+    """Rows of finite float64 terms: their exact sums rounded to odd in float64."""
+    parts: list = []  # a nonoverlapping expansion, smallest component first (Shewchuk's Grow-Expansion)
+    for j in range(t.shape[1]):
+        q = t[:, j]
+        grown = []
+        for h in parts:
+            q, err = two_sum(q, h)
+            grown.append(err)
+        grown.append(q)
+        parts = grown
+    # from the largest component down: hi = RN(sum) and the sign of the remainder; the first
+    # inexact step decides, since every smaller component is below its error's last bit
+    hi = parts[-1].copy()
+    rest = np.zeros_like(hi)
+    open_ = np.ones(len(hi), bool)
+    for h in reversed(parts[:-1]):
+        s, err = two_sum(hi, h)
+        hi = np.where(open_, s, hi)
+        rest = np.where(open_, err, rest)
+        open_ &= err == 0
+    return make_odd(hi, rest)

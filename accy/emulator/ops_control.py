@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .async_copy import barrier_reached
 from .compiler import DONE, EXIT, CallInfo, Mods, SyncInfo, Unsupported, handler
 from .errors import PtxError
 from .numerics import BOOL, U32, U64
@@ -222,6 +223,8 @@ class Bar:
         else:
             for op in ins.operands:
                 E.src(op, U32)
+        if s.what in ("sync", "red"):  # the released threads' landed cp.async copies become visible to all
+            E.line(f"{E.const(barrier_reached, 'abar')}(T, ids)")
 
     @staticmethod
     def prepare(fc, blk, ins, s, b):
