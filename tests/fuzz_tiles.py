@@ -15,7 +15,8 @@ few programs, and a body the seeded RNG writes while the kernel is traced:
   keepdims or not; scans (cumsum, cummax, cummin, integer cumprod);
 * a ``fold_range`` with a tile carry and a trip count the program's index decides; an
   ``if_`` on a scalar returning tiles;
-* a dot (f32 ieee or tf32, f64, f16, bf16, i8, u8) walking K in a fold, stored with
+* a dot (f32 ieee or tf32, f64, f16, bf16, i8, u8) walking K in a fold (three quarters of the f16,
+  bf16, i8 and tf32 ones at tiles tensor cores take: mma.sync, ldmatrix, cp.async on ptx), stored with
   ``store_tile`` into an output tensor of random layout;
 * tile atomics (i32 add/max/min histograms).
 
@@ -552,10 +553,15 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
         dt = VALUE_DTYPES[int(rng.integers(len(VALUE_DTYPES) - 1))]
         outputs.append(make_tensor(rng, "out", dt, tuple(covering(d) for d in range(rank)), True, specials))
     dot = None
+    warps = int(rng.choice([1, 1, 2, 4]))
     if rng.random() < 0.5:
         dt = [f32, f32, f64, f16, bf16, i8, u8][int(rng.integers(7))]
         tf32 = dt == f32 and rng.random() < 0.5
-        Mt, Nt, Kt = (int(rng.choice([1, 2, 3, 4, 5, 8] + ([16] if big else []))) for _ in range(3))
+        depth = {"f16": 16, "bf16": 16, "i8": 32}.get(dt.name, 8 if tf32 else None)
+        if depth is not None and rng.random() < 0.75:  # tiles tensor cores take on ptx
+            Mt, Nt, Kt = 16 * warps, 8 * int(rng.choice([1, 2])), depth * int(rng.choice([1, 2]))
+        else:
+            Mt, Nt, Kt = (int(rng.choice([1, 2, 3, 4, 5, 8] + ([16] if big else []))) for _ in range(3))
         g = grid[0]
         M, N, K = max(1, g * Mt - int(rng.integers(0, Mt))), int(rng.integers(1, Nt * 2 + 1)), int(rng.integers(1, 3 * Kt + 1))
         spec_vals = specials and dt.is_float and rng.random() < 0.3
@@ -580,7 +586,6 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
     drawn = Drawn(seed, None, tensors, grid, {}, [], [], [], scalars, hist)
     if hist is not None:
         drawn.notes.append(f"hist: atomic_{hist[0]} into {hist[1]} bins")
-    warps = int(rng.choice([1, 1, 2, 4]))
     steps = int(rng.integers(6, 24 if big else 16))
     body_seed = int(rng.integers(2**63))
     dot_checks: list = []
