@@ -291,13 +291,15 @@ def _info(ns) -> int:
     print(f"{program.name}: {threads} threads per block {launch.block}"
           f"{'' if program.graph.static_extents is None else f', grid {program.launch().grid}'}")
     print(f"  {'arch':6} {'registers':>9} {'spills (st/ld)':>15} {'stack':>6} {'shared':>8} "
-          f"{'blocks/SM':>9} {'occupancy':>9}  limited by")
+          f"{'blocks/SM':>9} {'occupancy':>9} {'mma':>5}  limited by")
     for arch in ns.arch.split(","):
-        used = resources(program.ptx(arch.strip(), fast_math=ns.fast_math, checks=not ns.no_checks), arch.strip())
+        ptx = program.ptx(arch.strip(), fast_math=ns.fast_math, checks=not ns.no_checks)
+        used = resources(ptx, arch.strip())
         occ = occupancy(used, threads)
         spills = f"{used.spill_stores}/{used.spill_loads} B"
+        mma = sum(line.lstrip().startswith("mma.sync") for line in ptx.splitlines())  # in the code, not executed
         print(f"  {arch:6} {used.registers:>9} {spills:>15} {used.stack_bytes:>4} B {used.shared_bytes:>6} B "
-              f"{occ.blocks_per_sm:>9} {occ.fraction:>8.0%}  {occ.limiter}")
+              f"{occ.blocks_per_sm:>9} {occ.fraction:>8.0%} {mma:>5}  {occ.limiter}")
     return 0
 
 

@@ -206,9 +206,23 @@ def test_info_reports_registers_spills_shared_memory_and_occupancy(capsys):
     assert "128 threads per block" in lines[0]
     rows = {line.split()[0]: line.split() for line in lines[2:]}
     assert set(rows) == {"sm_80", "sm_90"}
-    for row in rows.values():  # arch, registers, spills "st/ld B", stack, shared, blocks/SM, occupancy, limiter
-        assert int(row[1]) <= 128 and row[2] == "0/0" and row[-2].endswith("%")
-        assert row[-1] in ("registers", "shared memory", "warps", "blocks") or row[-2:] == ["shared", "memory"]
+    for row in rows.values():  # arch, registers, spills "st/ld B", stack, shared, blocks/SM, occupancy, mma, limiter
+        limiter = row[-2:] if row[-2:] == ["shared", "memory"] else row[-1:]
+        mma, occupancy = row[-len(limiter) - 1], row[-len(limiter) - 2]
+        assert int(row[1]) <= 128 and row[2] == "0/0" and occupancy.endswith("%") and mma == "0"
+        assert limiter[0] in ("registers", "shared", "warps", "blocks")
+
+
+def test_info_counts_the_mma_instructions_of_a_tile_matmul(capsys):
+    from accy.backends.toolchain import find_ptxas
+
+    if find_ptxas() is None:
+        pytest.skip("no ptxas: pip install nvidia-cuda-nvcc")
+    example = pathlib.Path(__file__).resolve().parent.parent / "examples" / "tile_matmul.py"
+    assert main(["info", f"{example}:tile_matmul_bf16", "--arch", "sm_80"]) == 0
+    row = capsys.readouterr().out.splitlines()[2].split()
+    # 64 x 64 x 32 tiles on 4 warps: a warp's 16 rows x 8 column tiles x 2 k-steps of m16n8k16
+    assert row[0] == "sm_80" and row[-2] == "16" and row[2] == "0/0"
 
 
 def test_occupancy_follows_the_cuda_rules():
