@@ -50,12 +50,11 @@ UNIT = {"f32": 2.0**-24, "f64": 2.0**-53, "f16": 2.0**-11, "bf16": 2.0**-8}
 TINY = {"f32": 2.0**-150, "f64": 2.0**-1075, "f16": 2.0**-25, "bf16": 2.0**-134}
 # Open bugs the generator steers around (each pinned, xfail(strict=True), in
 # tests/test_tile_regressions.py; drop its name here with the fix; ACCY_FUZZ_TILE_KNOWN=""
-# draws them again): "outer-scan" (bug 1: llvm's scan along a non-last axis of lines over 16),
-# "uniform-atomic" (bug 3: numpy applies a tile atomic at program-independent offsets once),
+# draws them again): "uniform-atomic" (bug 3: numpy applies a tile atomic at program-independent offsets once),
 # "fma-zero" (bug 5: numpy's f64 fma(-0.0, x, -0.0) is +0.0), "wide-shift" (bug 6: ptx shifts a
 # signed 64-bit value by the count's low 32 bits)
 KNOWN_BUGS = frozenset(filter(None, os.environ.get("ACCY_FUZZ_TILE_KNOWN",
-                                                   "outer-scan,uniform-atomic,fma-zero,wide-shift").split(",")))
+                                                   "uniform-atomic,fma-zero,wide-shift").split(",")))
 WILD = (-1, -(2**62), 2**62, -(2**63), 2**63 - 1, 1 << 40)
 
 
@@ -472,9 +471,6 @@ class _Body:
         axis_ = None if self.chance(0.2) else int(self.rng.integers(x.ndim))
         ops = ["cumsum", "cummax", "cummin"] + (["cumprod"] if not x.dtype.is_float else [])
         op = self.pick(ops)
-        inner = math.prod(x.shape[axis_ + 1:]) if axis_ is not None else 1
-        if "outer-scan" in KNOWN_BUGS and inner > 16 and inner % 16:
-            axis_ = x.ndim - 1
         r = getattr(t, op)(x, axis_)
         what = f"{op}({self.name(x)}, axis={axis_})"
         if op == "cumsum" and x.dtype.is_float:
