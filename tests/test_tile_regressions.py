@@ -55,16 +55,15 @@ def test_bug1_f32_cumsum_along_axis_0_on_llvm():
     np.testing.assert_array_equal(out, np.cumsum(x.reshape(2, 25), axis=0).reshape(-1))
 
 
-# -- bug 2: the numpy backend crashes on a masked access whose offsets have a huge stride -------
-# offsets i * s with s = 2**62 a run-time scalar and only i == 0 active: every masked-off offset
-# is out of range (allowed: "its offset may be anything"), llvm and ptx read/write element 0
-# only, but the tile interpreter raises a bare OverflowError ("Python int too large to convert
-# to C long") from the tile interpreter's box plan (accy/backends/tile_memory.py, plan.boxes -> strided_view:
-# the box's byte strides, stride * itemsize, do not fit a C long) instead of ignoring the
-# masked-off lanes.
-BUG2 = pytest.mark.xfail(strict=True, raises=OverflowError,
-                         reason="bug 2: accy/backends/tile_memory.py (the tile interpreter) builds a strided box view for a masked "
-                                "access whose stride is 2**62 (OverflowError); the mask leaves one element")
+# -- bug 2 (fixed in accy/backends/tile_memory.py): the numpy backend crashed on a masked access -
+# whose offsets have a huge stride.  Offsets i * s with s = 2**62 a run-time scalar and only
+# i == 0 active: every masked-off offset is out of range (allowed: "its offset may be anything"),
+# llvm and ptx read/write element 0 only, but the tile interpreter raised a bare OverflowError
+# ("Python int too large to convert to C long") from its box plan (plan.boxes -> strided_view: the
+# box's byte strides, stride * itemsize, did not fit a C long).  The box the mask leaves is one
+# element long along that axis, so its step there is never taken: the plan now makes the step of
+# an axis the box holds one element of 0 (a longer box with such a step sticks out of the buffer
+# and goes element by element, as before).
 
 
 def _huge_stride(kind):
@@ -81,13 +80,39 @@ def _huge_stride(kind):
     return huge_stride
 
 
-@pytest.mark.parametrize("backend", [pytest.param("numpy", marks=BUG2), "llvm", "ptx"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["load", "store"])
 def test_bug2_masked_access_with_a_huge_stride(backend, kind):
     args = dict(out=np.zeros(8, np.float32), x=np.arange(8, dtype=np.float32), s=2**62)
     _huge_stride(kind).run(args, backend=backend)
     want = [0.0] + [5.0] * 7 if kind == "load" else [1.0] + [0.0] * 7
     np.testing.assert_array_equal(args["out"], want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["load", "store"])
+def test_bug2_masked_row_of_a_2d_access_with_a_huge_stride(backend, kind):
+    # offsets (r - 2) * s + c + 3 * pid: the mask keeps row 2's first 3, every other row is wild
+    @accy.kernel(out=accy.dynamic_buffer(f32), x=accy.dynamic_buffer(f32), s=accy.scalar(accy.index))
+    def row(k, p):
+        @k.for_each_tile(grid=axis("m", 3), warps=1)
+        def body(t, pid):
+            r, c = t.arange(3)[:, None], t.arange(4)[None, :]
+            offsets, mask = (r - 2) * p.s + c + pid["m"] * 3, (r == 2) & (c < 3)
+            if kind == "load":
+                p.out.store(pid["m"] * 12 + r * 4 + c, p.x.load(offsets, mask=mask, other=-1.0))
+            else:
+                p.out.store(offsets, t.full((3, 4), 1.0, f32) + pid["m"].cast(f32), mask=mask)
+
+    args = dict(out=np.zeros(36, np.float32), x=np.arange(36, dtype=np.float32), s=2**62)
+    row.run(args, backend=backend)
+    want = np.zeros(36, np.float32)
+    if kind == "load":
+        want = np.full((3, 3, 4), -1.0, np.float32)
+        want[:, 2, :3] = np.arange(9).reshape(3, 3)
+    else:
+        want[:9] = np.repeat([1, 2, 3], 3)
+    np.testing.assert_array_equal(args["out"], want.reshape(-1))
 
 
 # -- bug 3: the numpy backend applies a program-independent tile atomic once, not per program --

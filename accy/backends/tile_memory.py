@@ -237,7 +237,10 @@ class TileMemory:
         for c, lo in zip(affine.coefs, low):
             if c and lo:
                 starts = starts + np.int64(c) * np.int64(lo)
-        plan = _Plan(nothing, nothing, nothing, low, length, tuple(int(c) for c in affine.coefs), False)
+        # A step along an axis the box holds one element of is never taken: 0, so that a huge one
+        # (masked-off offsets may be anything) cannot overflow the view's byte strides.
+        steps = tuple(int(c) if n > 1 else 0 for c, n in zip(affine.coefs, length))
+        plan = _Plan(nothing, nothing, nothing, low, length, steps, False)
         inside = (starts >= 0) & (starts <= size - plan.span)
         fast = inside if same is None else same & inside
         if np.ndim(fast) == 0:  # the same box in every program
