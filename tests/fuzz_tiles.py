@@ -50,11 +50,10 @@ UNIT = {"f32": 2.0**-24, "f64": 2.0**-53, "f16": 2.0**-11, "bf16": 2.0**-8}
 TINY = {"f32": 2.0**-150, "f64": 2.0**-1075, "f16": 2.0**-25, "bf16": 2.0**-134}
 # Open bugs the generator steers around (each pinned, xfail(strict=True), in
 # tests/test_tile_regressions.py; drop its name here with the fix; ACCY_FUZZ_TILE_KNOWN=""
-# draws them again): "uniform-atomic" (bug 3: numpy applies a tile atomic at program-independent offsets once),
-# "fma-zero" (bug 5: numpy's f64 fma(-0.0, x, -0.0) is +0.0), "wide-shift" (bug 6: ptx shifts a
+# draws them again): "fma-zero" (bug 5: numpy's f64 fma(-0.0, x, -0.0) is +0.0), "wide-shift" (bug 6: ptx shifts a
 # signed 64-bit value by the count's low 32 bits)
 KNOWN_BUGS = frozenset(filter(None, os.environ.get("ACCY_FUZZ_TILE_KNOWN",
-                                                   "uniform-atomic,fma-zero,wide-shift").split(",")))
+                                                   "fma-zero,wide-shift").split(",")))
 WILD = (-1, -(2**62), 2**62, -(2**63), 2**63 - 1, 1 << 40)
 
 
@@ -563,7 +562,7 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
         dot = (dt, tf32, Mt, Nt, Kt, A, B, C)
     hist = None
     if rng.random() < 0.3:
-        hist = (str(rng.choice(["add", "max", "min"])), int(rng.integers(1 + ("uniform-atomic" in KNOWN_BUGS), 9)))
+        hist = (str(rng.choice(["add", "max", "min"])), int(rng.integers(1, 9)))
     tensors += outputs
 
     params: dict[str, Any] = {t.name: accy.tensor(t.dtype, len(t.shape)) for t in tensors}
@@ -664,8 +663,6 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
                 if ints:
                     v = ints[0]
                     where = (v.cast(index) % bins + bins) % bins
-                    if "uniform-atomic" in KNOWN_BUGS:  # offsets that vary over the programs
-                        where = (where + lin) % bins
                     value = (v.cast(i32) & 255) - 100
                     m = where != (lin % bins)
                     getattr(p.hist, f"atomic_{kind}")(where, value, mask=m)

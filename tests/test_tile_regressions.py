@@ -115,18 +115,17 @@ def test_bug2_masked_row_of_a_2d_access_with_a_huge_stride(backend, kind):
     np.testing.assert_array_equal(args["out"], want.reshape(-1))
 
 
-# -- bug 3: the numpy backend applies a program-independent tile atomic once, not per program --
-# Three programs each atomic_add 1 at offsets arange(2) (the same in every program): h must be
-# [3, 3] (every program's adds apply, as on llvm and ptx), numpy gives [1, 1]; with duplicates
-# inside the tile (arange(4) // 2) it gives [2, 2] for [6, 6].  Offsets that depend on the
-# program are right.  The tile interpreter evaluates a value that is uniform over the programs
-# once (accy/backends/tile_memory.py, its atomics and the uniform offsets plan), which is
-# right for a load and a store but loses the other programs' updates of an atomic.
-BUG3 = pytest.mark.xfail(strict=True, reason="bug 3: accy/backends/tile_memory.py (the tile interpreter) applies a tile atomic whose "
-                                             "offsets are the same in every program once for the whole launch")
+# -- bug 3 (fixed in accy/backends/tile_memory.py): the numpy backend applied a program-independent
+# tile atomic once, not per program.  Three programs each atomic_add 1 at offsets arange(2) (the
+# same in every program): h must be [3, 3] (every program's adds apply, as on llvm and ptx),
+# numpy gave [1, 1]; with duplicates inside the tile (arange(4) // 2) it gave [2, 2] for [6, 6].
+# The tile interpreter holds a value that is the same in every program once (a leading axis of
+# 1), right for a load and a store, but its atomic took that as one program's update.  Now a
+# tile atomic's offsets are broadcast over the programs first, so every program's elements
+# apply, program by program as before.
 
 
-@pytest.mark.parametrize("backend", [pytest.param("numpy", marks=BUG3), "llvm", "ptx"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("duplicates", [False, True])
 def test_bug3_program_independent_tile_atomic_applies_once_per_program(backend, duplicates):
     @accy.kernel(h=accy.dynamic_buffer(i32))
@@ -139,6 +138,26 @@ def test_bug3_program_independent_tile_atomic_applies_once_per_program(backend, 
     args = dict(h=np.zeros(3, np.int32))
     hist.run(args, backend=backend)
     np.testing.assert_array_equal(args["h"], [6, 6, 0] if duplicates else [3, 3, 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bug3_program_independent_masked_tile_atomic_in_a_fold(backend):
+    # the same offsets, values and mask in every program and every trip: 6 programs x 2 trips
+    @accy.kernel(h=accy.dynamic_buffer(i32))
+    def hist(k, p):
+        @k.for_each_tile(grid=(axis("m", 3), axis("n", 2)), warps=1)
+        def body(t, pid):
+            j = t.arange(4)
+
+            def trip(t, r, acc):
+                p.h.atomic_add(j // 2, j.cast(i32) + 1, mask=j != 1)
+                return acc
+
+            t.fold_range(0, 2, 1, t.zeros((4,), i32), trip)
+
+    args = dict(h=np.zeros(2, np.int32))
+    hist.run(args, backend=backend)
+    np.testing.assert_array_equal(args["h"], [12, 84])
 
 
 # -- bug 4 (fixed in accy/dsl/tiles.py): p.x.atomic_add at scalar indices in a tile program ----

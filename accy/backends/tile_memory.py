@@ -352,8 +352,12 @@ class TileMemory:
             memory[elements] = rest
 
     def op_tile_atomic(self, op: Op) -> None:
+        """Every program's active elements apply, program by program (each one's in element order)."""
         offsets, value, mask = (self.env[v] for v in op.operands)
         memory = self.buffers[op.attrs["buffer"]]
+        # Offsets, value and mask the same in every program (leading axis 1) are still one update
+        # per program, unlike a load or a store, which evaluates them once for all.
+        offsets = np.broadcast_to(offsets, (self.programs,) + np.shape(offsets)[1:])
         elements, values = self._elements(op, offsets, value, mask, memory)
         if op.attrs["op"] is AtomicKind.ADD:
             np.add.at(memory, elements, values)  # every duplicate applies, in order (integers wrap)
