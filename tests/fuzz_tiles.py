@@ -50,10 +50,10 @@ UNIT = {"f32": 2.0**-24, "f64": 2.0**-53, "f16": 2.0**-11, "bf16": 2.0**-8}
 TINY = {"f32": 2.0**-150, "f64": 2.0**-1075, "f16": 2.0**-25, "bf16": 2.0**-134}
 # Open bugs the generator steers around (each pinned, xfail(strict=True), in
 # tests/test_tile_regressions.py; drop its name here with the fix; ACCY_FUZZ_TILE_KNOWN=""
-# draws them again): "fma-zero" (bug 5: numpy's f64 fma(-0.0, x, -0.0) is +0.0), "wide-shift" (bug 6: ptx shifts a
-# signed 64-bit value by the count's low 32 bits)
+# draws them again): "wide-shift" (bug 6: ptx shifts a signed 64-bit value by the count's low 32
+# bits)
 KNOWN_BUGS = frozenset(filter(None, os.environ.get("ACCY_FUZZ_TILE_KNOWN",
-                                                   "fma-zero,wide-shift").split(",")))
+                                                   "wide-shift").split(",")))
 WILD = (-1, -(2**62), 2**62, -(2**63), 2**63 - 1, 1 << 40)
 
 
@@ -408,8 +408,6 @@ class _Body:
         if op == "copysign":  # a NaN's sign is no part of the rules (backends make NaNs of either sign)
             bb = t.where(t.isnan(bb), 1.0, bb)
         if op == "fma":
-            if "fma-zero" in KNOWN_BUGS and dt == f64:
-                return self.add(t.fma(aa, bb, aa + 0.0), f"fma({self.name(a)}, {self.name(b)}, {self.name(a)} + 0.0)")
             return self.add(t.fma(aa, bb, aa), f"fma({self.name(a)}, {self.name(b)}, {self.name(a)})")
         return self.add(getattr(t, op)(aa, bb), f"{op}({self.name(a)}, {self.name(b)})")
 

@@ -183,17 +183,19 @@ def test_bug4_scalar_atomic_in_a_tile_program_runs_once_per_program(backend):
     np.testing.assert_array_equal(args["g"], np.full((3, 2), 2.5, np.float32))
 
 
-# -- bug 5: the numpy backend's f64 fma loses the sign of an exact -0.0 -----------------------
-# fma(-0.0, 2.0, -0.0) is -0.0 * 2.0 + -0.0 = -0.0 exactly (IEEE: a sum of two -0 is -0); llvm
-# and ptx give -0.0, numpy gives +0.0, in tile programs and SIMT kernels alike (f32, f16 and
-# bf16 are right).  accy/backends/numerics.py _fma64 adds the round-to-odd tail to the head:
-# th = -0.0 + -0.0 = -0.0, then th + (+0.0) = +0.0.  Where the result is zero the plain
-# a * b + c has the right sign (the product is exact then, or the lane takes the Fraction path).
-BUG5 = pytest.mark.xfail(strict=True, reason="bug 5: accy/backends/numerics.py _fma64 returns +0.0 for "
-                                             "fma(-0.0, x, -0.0) (the tail's +0.0 added to a -0.0 head)")
+# -- bug 5 (fixed in accy/backends/numerics.py): the numpy backend's f64 fma lost the sign of a --
+# zero.  fma(-0.0, 2.0, -0.0) is -0.0 * 2.0 + -0.0 = -0.0 exactly (IEEE: a sum of two -0 is -0);
+# llvm and ptx gave -0.0, numpy +0.0, in tile programs and SIMT kernels alike (f32, f16 and bf16
+# were right).  _fma64 added the round-to-odd tail to the head: th = -0.0 + -0.0 = -0.0, then
+# th + (+0.0) = +0.0.  It also took a product that underflows to zero (-2**-600 * 2**-600) for an
+# exact one, so fma(-2**-600, 2**-600, +0.0) came out +0.0, not the -0.0 the exact -2**-1200
+# rounds to.  Now such products take the exact (Fraction) path, which keeps a rounded value's
+# sign, and an exact zero result is the plain a * b + c (the product is exact then: a zero, or
+# -c), which has IEEE's sign.  Lanes: both addends -0 (-0), a cancellation (+0), +0 + +0, an
+# underflowing product of either sign plus a zero of the other, a cancellation of tiny values.
 
 
-@pytest.mark.parametrize("backend", [pytest.param("numpy", marks=BUG5), "llvm", "ptx"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("level", ["tile", "simt"])
 def test_bug5_f64_fma_of_negative_zeros(backend, level):
     params = {name: accy.dynamic_buffer(accy.f64) for name in ("out", "a", "b", "c")}
@@ -201,19 +203,21 @@ def test_bug5_f64_fma_of_negative_zeros(backend, level):
         def body(k, p):
             @k.for_each_tile(grid=axis("m", 1), warps=1)
             def program(t, pid):
-                i = t.arange(4)
+                i = t.arange(8)
                 p.out.store(i, t.fma(p.a.load(i), p.b.load(i), p.c.load(i)))
     else:
         def body(k, p):
-            @k.for_each_1d(axis("i", 4))
+            @k.for_each_1d(axis("i", 8))
             def each(inner, idx):
                 i = idx["i"]
                 p.out[i] = inner.fma(p.a[i], p.b[i], p.c[i])
     program = accy.Program(f"fma_zeros_{level}", params, body)
-    args = dict(out=np.full(4, 7.0), a=np.array([-0.0, -0.0, 1.0, -0.0]), b=np.array([2.0, 0.0, -1.0, -2.0]),
-                c=np.array([-0.0, -0.0, 1.0, 0.0]))
+    tiny = 2.0**-600
+    args = dict(out=np.full(8, 7.0), a=np.array([-0.0, -0.0, 1.0, -0.0, -tiny, tiny, 2.0**-500, tiny]),
+                b=np.array([2.0, 0.0, -1.0, -2.0, tiny, tiny, -2.0**-470, -tiny]),
+                c=np.array([-0.0, -0.0, 1.0, 0.0, 0.0, -0.0, 2.0**-970, -0.0]))
     program.run(args, backend=backend)
-    np.testing.assert_array_equal(np.signbit(args["out"]), [True, True, False, False])
+    np.testing.assert_array_equal(np.signbit(args["out"]), [True, True, False, False, True, False, False, True])
     np.testing.assert_array_equal(args["out"], 0.0)
 
 
