@@ -48,12 +48,11 @@ PROBE_DTYPES = VALUE_DTYPES
 UNIT = {"f32": 2.0**-24, "f64": 2.0**-53, "f16": 2.0**-11, "bf16": 2.0**-8}
 # half the least subnormal of each float type: the absolute part of one rounding
 TINY = {"f32": 2.0**-150, "f64": 2.0**-1075, "f16": 2.0**-25, "bf16": 2.0**-134}
-# Open bugs the generator steers around (each pinned, xfail(strict=True), in
-# tests/test_tile_regressions.py; drop its name here with the fix; ACCY_FUZZ_TILE_KNOWN=""
-# draws them again): "wide-shift" (bug 6: ptx shifts a signed 64-bit value by the count's low 32
-# bits)
-KNOWN_BUGS = frozenset(filter(None, os.environ.get("ACCY_FUZZ_TILE_KNOWN",
-                                                   "wide-shift").split(",")))
+# Open bugs the generator steers around, by name: each pinned, xfail(strict=True), in
+# tests/test_tile_regressions.py, and avoided where ``"name" in KNOWN_BUGS`` (a fix drops the
+# name and its avoidance; ACCY_FUZZ_TILE_KNOWN names others, "" none).  None is open now: bugs
+# 1, 2, 3, 5 and 6 are fixed and their avoidance gone.
+KNOWN_BUGS = frozenset(filter(None, os.environ.get("ACCY_FUZZ_TILE_KNOWN", "").split(",")))
 WILD = (-1, -(2**62), 2**62, -(2**63), 2**63 - 1, 1 << 40)
 
 
@@ -403,8 +402,6 @@ class _Body:
                             "shl", "shr", "floor_div", "mod"])
         if op in ("floor_div", "mod") and not dt.is_float:
             bb = t.where(bb == 0, t.full((), 1, dt) if False else bb * 0 + 1, bb)  # never a zero divisor
-        if op in ("shl", "shr") and "wide-shift" in KNOWN_BUGS and dt.bits == 64 and dt.is_signed:
-            bb = bb & 255  # counts that fit 32 bits
         if op == "copysign":  # a NaN's sign is no part of the rules (backends make NaNs of either sign)
             bb = t.where(t.isnan(bb), 1.0, bb)
         if op == "fma":
