@@ -195,28 +195,32 @@ def test_bug4_scalar_atomic_in_a_tile_program_runs_once_per_program(backend):
 # underflowing product of either sign plus a zero of the other, a cancellation of tiny values.
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("level", ["tile", "simt"])
-def test_bug5_f64_fma_of_negative_zeros(backend, level):
+def _fma64(level, n):
+    """out = fma(a, b, c) on n f64 elements, in a tile program or a SIMT kernel."""
     params = {name: accy.dynamic_buffer(accy.f64) for name in ("out", "a", "b", "c")}
     if level == "tile":
         def body(k, p):
             @k.for_each_tile(grid=axis("m", 1), warps=1)
             def program(t, pid):
-                i = t.arange(8)
+                i = t.arange(n)
                 p.out.store(i, t.fma(p.a.load(i), p.b.load(i), p.c.load(i)))
     else:
         def body(k, p):
-            @k.for_each_1d(axis("i", 8))
+            @k.for_each_1d(axis("i", n))
             def each(inner, idx):
                 i = idx["i"]
                 p.out[i] = inner.fma(p.a[i], p.b[i], p.c[i])
-    program = accy.Program(f"fma_zeros_{level}", params, body)
+    return accy.Program(f"fma64_{level}_{n}", params, body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("level", ["tile", "simt"])
+def test_bug5_f64_fma_of_negative_zeros(backend, level):
     tiny = 2.0**-600
     args = dict(out=np.full(8, 7.0), a=np.array([-0.0, -0.0, 1.0, -0.0, -tiny, tiny, 2.0**-500, tiny]),
                 b=np.array([2.0, 0.0, -1.0, -2.0, tiny, tiny, -2.0**-470, -tiny]),
                 c=np.array([-0.0, -0.0, 1.0, 0.0, 0.0, -0.0, 2.0**-970, -0.0]))
-    program.run(args, backend=backend)
+    _fma64(level, 8).run(args, backend=backend)
     np.testing.assert_array_equal(np.signbit(args["out"]), [True, True, False, False, True, False, False, True])
     np.testing.assert_array_equal(args["out"], 0.0)
 
@@ -279,3 +283,22 @@ def test_bug6_ptx_saturates_only_counts_that_may_pass_32_bits():
     ptx = accy.Program("shift_counts", params, body).ptx()
     assert ptx.count("min.u64") == 1
     assert ptx.count("shl.b64") >= 3
+
+
+# -- bug 7 (fixed in accy/backends/numerics.py): the numpy backend's f64 fma of finite factors ---
+# whose product overflows and an infinite c was NaN.  fma(2**1000, 2**1000, -inf) is -inf (the
+# exact product is finite, c decides); llvm and ptx gave -inf, numpy NaN: _fma64 sent every lane
+# with a non-finite operand to the plain a * b + c, whose rounded product is +inf.  Now finite
+# factors with an infinite or NaN c give c.  Found by checking _fma64 against a Fraction
+# reference (the fuzzers' fma(a, b, a) cannot draw it).
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("level", ["tile", "simt"])
+def test_bug7_f64_fma_of_an_overflowing_product_and_an_infinity(backend, level):
+    big = 2.0**1000
+    args = dict(out=np.zeros(4), a=np.array([big, -big, big, 2.0**1020]), b=np.array([big, big, big, 32.0]),
+                c=np.array([-np.inf, np.inf, np.nan, -np.inf]))
+    _fma64(level, 4).run(args, backend=backend)
+    np.testing.assert_array_equal(args["out"], [-np.inf, np.inf, np.nan, -np.inf])
+

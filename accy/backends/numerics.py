@@ -161,7 +161,9 @@ def _fma64(a, b, c):
     safe = finite & (np.abs(a) < 2.0**995) & (np.abs(b) < 2.0**995) & (np.abs(c) < 2.0**1000) & (
         (a == 0) | (b == 0) | (np.abs(ph) > 2.0**-960)) & ((c == 0) | (np.abs(c) > 2.0**-960)) & np.isfinite(result)
     with np.errstate(all="ignore"):
-        out = np.where(finite, result, a * b + c)  # inf and NaN follow the plain formula
+        # a non-finite operand: inf and NaN factors follow the plain formula; finite ones make a
+        # finite exact product, which an infinite or NaN c decides (the rounded one may overflow)
+        out = np.where(finite, result, np.where(np.isfinite(a) & np.isfinite(b), c, a * b + c))
     flat, fa, fb, fc = out.reshape(-1), a.reshape(-1), b.reshape(-1), c.reshape(-1)  # 0-d operands too
     for i in np.flatnonzero(finite & ~safe):
         x, y, z = float(fa[i]), float(fb[i]), float(fc[i])
