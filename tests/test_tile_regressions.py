@@ -302,3 +302,19 @@ def test_bug7_f64_fma_of_an_overflowing_product_and_an_infinity(backend, level):
     _fma64(level, 4).run(args, backend=backend)
     np.testing.assert_array_equal(args["out"], [-np.inf, np.inf, np.nan, -np.inf])
 
+
+# -- bug 8 (fixed in accy/emulator/numerics.py): ptx's f64 fma of zero by a huge factor was NaN --
+# fma(-2**1019, 0.0, 5.0) is 5.0 and fma(2**1019, -0.0, -0.0) is -0.0; numpy and llvm were right,
+# ptx (the emulator's fma.rn.f64) gave NaN: fma_f64 took every zero product on its fast path, whose
+# Dekker split of the other factor (2**27 + 1 times it) overflows past about 2**997.  Now a zero
+# product's lanes are the plain a * b + c (exact, with IEEE's sign of a zero sum).  Found with bug 7.
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("level", ["tile", "simt"])
+def test_bug8_f64_fma_of_zero_by_a_huge_factor(backend, level):
+    args = dict(out=np.zeros(4), a=np.array([-2.0**1019, 2.0**1019, -0.0, 0.0]),
+                b=np.array([0.0, -0.0, 2.0**1000, 2.0**1022]), c=np.array([5.0, -0.0, -0.0, 2.0**-1030]))
+    _fma64(level, 4).run(args, backend=backend)
+    np.testing.assert_array_equal(args["out"], [5.0, 0.0, 0.0, 2.0**-1030])
+    np.testing.assert_array_equal(np.signbit(args["out"]), [False, True, True, False])
