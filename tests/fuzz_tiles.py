@@ -49,14 +49,11 @@ PROBE_DTYPES = VALUE_DTYPES
 UNIT = {"f32": 2.0**-24, "f64": 2.0**-53, "f16": 2.0**-11, "bf16": 2.0**-8}
 # half the least subnormal of each float type: the absolute part of one rounding
 TINY = {"f32": 2.0**-150, "f64": 2.0**-1075, "f16": 2.0**-25, "bf16": 2.0**-134}
-# Open bugs the generator steers around (each pinned, xfail(strict=True), in
-# tests/test_tile_regressions.py; drop its name here with the fix; ACCY_FUZZ_TILE_KNOWN=""
-# draws them again): "outer-scan" (bug 1: llvm's scan along a non-last axis of lines over 16),
-# "uniform-atomic" (bug 3: numpy applies a tile atomic at program-independent offsets once),
-# "fma-zero" (bug 5: numpy's f64 fma(-0.0, x, -0.0) is +0.0), "wide-shift" (bug 6: ptx shifts a
-# signed 64-bit value by the count's low 32 bits)
-KNOWN_BUGS = frozenset(filter(None, os.environ.get("ACCY_FUZZ_TILE_KNOWN",
-                                                   "outer-scan,uniform-atomic,fma-zero,wide-shift").split(",")))
+# Open bugs the generator steers around, by name: each pinned, xfail(strict=True), in
+# tests/test_tile_regressions.py, and avoided where ``"name" in KNOWN_BUGS`` (a fix drops the
+# name and its avoidance; ACCY_FUZZ_TILE_KNOWN names others, "" none).  None is open now: bugs
+# 1, 2, 3, 5 and 6 are fixed and their avoidance gone.
+KNOWN_BUGS = frozenset(filter(None, os.environ.get("ACCY_FUZZ_TILE_KNOWN", "").split(",")))
 WILD = (-1, -(2**62), 2**62, -(2**63), 2**63 - 1, 1 << 40)
 
 
@@ -406,13 +403,9 @@ class _Body:
                             "shl", "shr", "floor_div", "mod"])
         if op in ("floor_div", "mod") and not dt.is_float:
             bb = t.where(bb == 0, t.full((), 1, dt) if False else bb * 0 + 1, bb)  # never a zero divisor
-        if op in ("shl", "shr") and "wide-shift" in KNOWN_BUGS and dt.bits == 64 and dt.is_signed:
-            bb = bb & 255  # counts that fit 32 bits
         if op == "copysign":  # a NaN's sign is no part of the rules (backends make NaNs of either sign)
             bb = t.where(t.isnan(bb), 1.0, bb)
         if op == "fma":
-            if "fma-zero" in KNOWN_BUGS and dt == f64:
-                return self.add(t.fma(aa, bb, aa + 0.0), f"fma({self.name(a)}, {self.name(b)}, {self.name(a)} + 0.0)")
             return self.add(t.fma(aa, bb, aa), f"fma({self.name(a)}, {self.name(b)}, {self.name(a)})")
         return self.add(getattr(t, op)(aa, bb), f"{op}({self.name(a)}, {self.name(b)})")
 
@@ -473,9 +466,6 @@ class _Body:
         axis_ = None if self.chance(0.2) else int(self.rng.integers(x.ndim))
         ops = ["cumsum", "cummax", "cummin"] + (["cumprod"] if not x.dtype.is_float else [])
         op = self.pick(ops)
-        inner = math.prod(x.shape[axis_ + 1:]) if axis_ is not None else 1
-        if "outer-scan" in KNOWN_BUGS and inner > 16 and inner % 16:
-            axis_ = x.ndim - 1
         r = getattr(t, op)(x, axis_)
         what = f"{op}({self.name(x)}, axis={axis_})"
         if op == "cumsum" and x.dtype.is_float:
@@ -573,7 +563,7 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
         dot = (dt, tf32, Mt, Nt, Kt, A, B, C)
     hist = None
     if rng.random() < 0.3:
-        hist = (str(rng.choice(["add", "max", "min"])), int(rng.integers(1 + ("uniform-atomic" in KNOWN_BUGS), 9)))
+        hist = (str(rng.choice(["add", "max", "min"])), int(rng.integers(1, 9)))
     tensors += outputs
 
     params: dict[str, Any] = {t.name: accy.tensor(t.dtype, len(t.shape)) for t in tensors}
@@ -673,8 +663,6 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
                 if ints:
                     v = ints[0]
                     where = (v.cast(index) % bins + bins) % bins
-                    if "uniform-atomic" in KNOWN_BUGS:  # offsets that vary over the programs
-                        where = (where + lin) % bins
                     value = (v.cast(i32) & 255) - 100
                     m = where != (lin % bins)
                     getattr(p.hist, f"atomic_{kind}")(where, value, mask=m)

@@ -116,6 +116,7 @@ def _shift(left: bool):
     def lower(lw, op, args):
         a, n = args
         t = op.result.type
+        n = lw.shift_count(op, n)
         inside = lw.b.icmp_unsigned("<", n, constant(a, t.bits))  # a negative count is huge unsigned
         safe = lw.b.select(inside, n, constant(a, 0))
         if left:
@@ -503,6 +504,10 @@ class Lowering(MemoryAccess, Loops):
     def native_atomic_add(self, dtype: DType) -> bool:
         """Whether ``atomicrmw fadd`` adds ``dtype`` as accy rounds (else a CAS loop does)."""
         return dtype.bits >= 32
+
+    def shift_count(self, op: Op, n: ir.Value) -> ir.Value:
+        """The count ``n`` of shl or shr ``op`` as the shift's range check should see it."""
+        return n
 
     def compare_exchange(self, ptr: ir.Value, seen: ir.Value, new: ir.Value) -> tuple[ir.Value, ir.Value]:
         """One relaxed compare-and-swap: (the old value, whether it swapped)."""

@@ -142,7 +142,11 @@ def _split(x):
 def _fma64(a, b, c):
     """Boldo and Melquiond's emulation: exact product (Dekker), exact sum, round-to-odd of
     the tails, one final rounding.  Lanes where the splits could overflow or the tails
-    underflow are computed exactly with fractions."""
+    underflow (a product that underflows included) are computed exactly with fractions.
+
+    A zero result takes IEEE's signs: an exact zero is -0 only where the exact product and c
+    are both -0 (a cancellation is +0), a nonzero value rounded to zero keeps its sign.  Where
+    an exact zero comes out, a * b is exact (a zero, or -c), so the plain a * b + c has it."""
     a, b, c = np.broadcast_arrays(np.asarray(a, F64), np.asarray(b, F64), np.asarray(c, F64))
     with np.errstate(all="ignore"):
         ph = a * b
@@ -151,15 +155,24 @@ def _fma64(a, b, c):
         th, tl = _two_sum(c, ph)
         v_sum, v_err = _two_sum(tl, pl)
         result = th + _to_odd(v_sum, v_err)
+        # the tails' +0 would turn th's -0 into +0; in a safe lane a zero result is an exact zero
+        result = np.where(result == 0, ph + c, result)
     finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
     safe = finite & (np.abs(a) < 2.0**995) & (np.abs(b) < 2.0**995) & (np.abs(c) < 2.0**1000) & (
-        (ph == 0) | (np.abs(ph) > 2.0**-960)) & ((c == 0) | (np.abs(c) > 2.0**-960)) & np.isfinite(result)
-    out = np.where(finite, result, a * b + c)  # inf and NaN follow the plain formula
+        (a == 0) | (b == 0) | (np.abs(ph) > 2.0**-960)) & ((c == 0) | (np.abs(c) > 2.0**-960)) & np.isfinite(result)
+    with np.errstate(all="ignore"):
+        # a non-finite operand: inf and NaN factors follow the plain formula; finite ones make a
+        # finite exact product, which an infinite or NaN c decides (the rounded one may overflow)
+        out = np.where(finite, result, np.where(np.isfinite(a) & np.isfinite(b), c, a * b + c))
     flat, fa, fb, fc = out.reshape(-1), a.reshape(-1), b.reshape(-1), c.reshape(-1)  # 0-d operands too
     for i in np.flatnonzero(finite & ~safe):
-        exact = Fraction(float(fa[i])) * Fraction(float(fb[i])) + Fraction(float(fc[i]))
+        x, y, z = float(fa[i]), float(fb[i]), float(fc[i])
+        exact = Fraction(x) * Fraction(y) + Fraction(z)
+        if exact == 0:
+            flat[i] = x * y + z  # the product is exact: IEEE's sign of a zero sum
+            continue
         try:
-            flat[i] = float(exact)  # Fraction -> float rounds correctly
+            flat[i] = float(exact)  # Fraction -> float rounds correctly, a tiny value to a signed zero
         except OverflowError:
             flat[i] = math.inf if exact > 0 else -math.inf
     return out

@@ -14,6 +14,7 @@ import math
 from llvmlite import ir
 
 from ..dsl.analysis import uniformity
+from ..dsl.analysis.intervals import within
 from ..dsl.ir import Graph, Op
 from ..dsl.ops import MatrixOrder, MmaKind
 from ..dsl.types import DType, bf16, f32
@@ -99,6 +100,17 @@ class NvptxLowering(Lowering):
                            "=h,l,h,h,~{memory}", side_effect=True)
         return self.b.call(asm, [self.b.ptrtoint(ptr, I64), compare, new])
 
+
+    def shift_count(self, op: Op, n: ir.Value) -> ir.Value:
+        """A 64-bit count saturated to 64 (unsigned: a negative one too) by an opaque ``min.u64``.
+        The NVPTX back end folds the range check around a 64-bit shift into PTX's shl/shr, which
+        clamp their count, but truncates the count to 32 bits first: 5 << 2**32 came out 5.  After
+        the min the truncation keeps the count, whether or not the check is folded; LLVM cannot
+        see through the asm to drop the min.  Constant counts and index counts known to fit in 32
+        bits (most: a shift by an arange, a constant, a masked value) keep the plain shift."""
+        if n.type != I64 or isinstance(n, ir.Constant) or within(self.ranges.get(op.operands[1], (None, None)), 2**32):
+            return n
+        return self.b.call(ir.InlineAsm(ir.FunctionType(I64, [I64]), "min.u64 $0, $1, 64;", "=l,l"), [n])
 
     def float_remainder(self, a: ir.Value, b: ir.Value) -> ir.Value:
         # NVPTX's frem divides and truncates: inexact for large quotients; libdevice's fmod is exact

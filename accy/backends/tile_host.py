@@ -898,15 +898,17 @@ class TileHostLowering(Lowering):
         def block(a, cs):
             base = b.mul(a, ir.Constant(I64, R * B))
 
+            # A line's last chunk (``valid`` set) spans the start of the next line, which an
+            # earlier chunk has already written: its stores keep to its own lanes.
             def chunk(j, valid, cs):
                 start = b.add(base, j)
                 acc = self._widen(self._load(x, start), t)
-                self._store(out, start, finish(acc))
+                self._store(out, start, finish(acc), valid)
 
                 def step(r, cs):
                     at = b.add(start, b.mul(r, ir.Constant(I64, B)))
                     acc = comb(cs[0], self._widen(self._load(x, at), t))
-                    self._store(out, at, finish(acc))
+                    self._store(out, at, finish(acc), valid)
                     return [acc]
 
                 self._for(1, R, step, [acc], name="scan_axis")

@@ -237,7 +237,10 @@ class TileMemory:
         for c, lo in zip(affine.coefs, low):
             if c and lo:
                 starts = starts + np.int64(c) * np.int64(lo)
-        plan = _Plan(nothing, nothing, nothing, low, length, tuple(int(c) for c in affine.coefs), False)
+        # A step along an axis the box holds one element of is never taken: 0, so that a huge one
+        # (masked-off offsets may be anything) cannot overflow the view's byte strides.
+        steps = tuple(int(c) if n > 1 else 0 for c, n in zip(affine.coefs, length))
+        plan = _Plan(nothing, nothing, nothing, low, length, steps, False)
         inside = (starts >= 0) & (starts <= size - plan.span)
         fast = inside if same is None else same & inside
         if np.ndim(fast) == 0:  # the same box in every program
@@ -349,8 +352,12 @@ class TileMemory:
             memory[elements] = rest
 
     def op_tile_atomic(self, op: Op) -> None:
+        """Every program's active elements apply, program by program (each one's in element order)."""
         offsets, value, mask = (self.env[v] for v in op.operands)
         memory = self.buffers[op.attrs["buffer"]]
+        # Offsets, value and mask the same in every program (leading axis 1) are still one update
+        # per program, unlike a load or a store, which evaluates them once for all.
+        offsets = np.broadcast_to(offsets, (self.programs,) + np.shape(offsets)[1:])
         elements, values = self._elements(op, offsets, value, mask, memory)
         if op.attrs["op"] is AtomicKind.ADD:
             np.add.at(memory, elements, values)  # every duplicate applies, in order (integers wrap)

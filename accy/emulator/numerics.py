@@ -476,6 +476,9 @@ def fma_f64(a, b, c, mode="rn"):
     th, tl = two_sum(c, uh)
     v = ro_add(tl, ul)
     r = np.where(v == 0, th, th + v)
+    # a zero product is exact, and the plain sum has IEEE's sign (two_prod's splits of a huge
+    # other factor would overflow to NaN)
+    r = np.where(zero_prod, a * b + c, r)
     if mode != "rn":
         fast = np.zeros(shape, bool)
     special = ~finite
