@@ -29,11 +29,14 @@ FORMAT_VERSION = 2  # bump when the entry format changes
 
 
 @functools.cache
+@functools.cache
 def _lowering_digest() -> str:
-    """A digest of the code that decides what is compiled, so a changed lowering misses."""
+    """A digest of the code that decides what is compiled (every module of accy.backends: the
+    lowering is spread over several, and a change to any of them must miss), once a process."""
     here = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
-    for name in ("llvm.py", "codegen.py", "abi.py"):
+    for name in sorted(n for n in os.listdir(here) if n.endswith(".py")):
+        digest.update(name.encode())
         with open(os.path.join(here, name), "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()[:16]
