@@ -45,6 +45,7 @@ import math
 import attrs
 import numpy as np
 
+from ..errors import ArgumentError
 from .memory import SHARED_WINDOW, WINDOW_SHIFT
 
 WARP = 32
@@ -464,13 +465,11 @@ DEFAULT_GPU = {"sm_80": "a100", "sm_86": "a100", "sm_89": "a100", "sm_90": "h200
 
 def gpu_named(name) -> GPU:
     """The :class:`GPU` for ``name`` ("h200", "h100", "a100"; a GPU passes through)."""
-    from .errors import PtxError
-
     if isinstance(name, GPU):
         return name
     g = GPUS.get(str(name).lower().replace(" ", "").replace("-", ""))
     if g is None:
-        raise PtxError(f"unknown GPU {name!r}: the profile knows {', '.join(GPUS)}")
+        raise ArgumentError(f"gpu={name!r}: the profile knows the GPUs {', '.join(GPUS)} (or takes a GPU)")
     return g
 
 
@@ -777,9 +776,8 @@ def run_counted(function, grid, block, args, shared_bytes: int = 0, sample: int 
 
     if sample is not None:
         if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or sample < 1:
-            from .errors import PtxError
-
-            raise PtxError(f"sample must be a positive number of blocks (or None: chosen by size), got {sample!r}")
+            raise ArgumentError(f"sample={sample!r}: sample takes a positive number of blocks (or None: chosen "
+                                f"by the launch's size)")
         chosen = evenly_spaced(total, int(sample))
         launch(chosen)
         return counters, chosen
