@@ -653,7 +653,9 @@ class Profile:
     @property
     def arithmetic_intensity(self) -> float:
         """Flops per DRAM byte."""
-        return self.flops / self.dram_bytes if self.dram_bytes else math.inf
+        if not self.dram_bytes:
+            return math.inf if self.flops else math.nan
+        return self.flops / self.dram_bytes
 
     def to_dict(self) -> dict:
         """The counts and the estimate as plain numbers (NaN as None), for JSON."""
@@ -704,8 +706,9 @@ class Profile:
                      + f"; {self.mma_instructions:,} mma instructions")
         lines.append(f"  barriers       {self.barriers:,} (warp instructions); cp.async {self.async_copy_bytes:,} "
                      f"bytes")
-        lines.append(f"  dram           {self.dram_bytes:,} bytes (distinct sectors, a perfect L2); "
-                     f"{self.arithmetic_intensity:.3g} flops/byte")
+        intensity = self.arithmetic_intensity
+        lines.append(f"  dram           {self.dram_bytes:,} bytes (distinct sectors, a perfect L2)"
+                     + ("" if math.isnan(intensity) else f"; {intensity:.3g} flops/byte"))
         r = self.roofline
         used = [f"{p.value} {r_peak(g, p)}" for p in r.pipes]
         lines.append(f"  roofline       {g.name} ({', '.join(used + [f'{g.dram_bandwidth / 1e12:.3g} TB/s'])}): "
