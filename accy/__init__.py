@@ -46,10 +46,19 @@ from .program import Program, kernel
 
 __version__ = "0.2.0"
 
+
+def __getattr__(name):  # accy.Profile without importing the emulator with accy
+    if name == "Profile":
+        from .emulator.profile import Profile
+
+        return Profile
+    raise AttributeError(f"module 'accy' has no attribute {name!r}")
+
+
 __all__ = [
     "errors", "logical", "math", "Graph", "Launch", "Limits", "Program", "ThreadBlocks", "axis", "buffer", "cdiv",
     "dynamic_buffer", "dynamicBuffer", "kernel", "parse", "scalar", "schedule", "thread_blocks", "AccyError",
-    "compare", "CompareReport", "tensor", "TensorSpec", "TensorHandle",
+    "compare", "CompareReport", "Profile", "tensor", "TensorSpec", "TensorHandle",
     "f16", "bf16", "f32", "f64", "f8e4m3", "f8e5m2", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
     "boolean", "index",
 ]

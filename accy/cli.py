@@ -1,4 +1,4 @@
-"""The ``accy`` command line: ``accy demo``, ``accy ir|ptx|llvm-ir|compare|info KERNEL``.
+"""The ``accy`` command line: ``accy demo``, ``accy ir|ptx|llvm-ir|compare|info|profile KERNEL``.
 
 Backend names come from the registry (:data:`accy.backends.BACKENDS`).
 
@@ -22,6 +22,7 @@ from .errors import AccyError
 DEMO_SHAPE = dict(batch=2, queries=16, keys=32, qk=16, value=16)
 DEMO_BACKENDS = ("numpy", "llvm", "ptx")  # the CPU ones: the interpreter, native code, the PTX on the emulator
 DEMO_TOLERANCE = 1e-4
+GPU_NAMES = ("a100", "h100", "h200")  # accy.emulator.profile.GPUS (not imported with the command line)
 
 
 def _positive_int(text: str) -> int:
@@ -238,19 +239,24 @@ def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0,
     return args
 
 
+def _arguments(ns, kernel) -> list:
+    """The arguments ``accy compare`` and ``accy profile`` run ``kernel`` with: the attention
+    flags' shapes, or :func:`example_arguments` from ``--size`` (default 64) and ``--scalar``."""
+    if ns.kernel == "attention":
+        b, q, k, h, v = ns.batch, ns.queries, ns.keys, ns.qk, ns.value
+        rng = np.random.default_rng(ns.seed)
+        return [np.zeros((b, q, v), np.float32)] + [rng.standard_normal(s, dtype=np.float32)
+                                                    for s in ((b, q, h), (b, k, h), (b, k, v))]
+    default = next((n for name, n in ns.size if name is None), 64)
+    return example_arguments(kernel, default, dict(ns.scalar), ns.seed,
+                             {name: n for name, n in ns.size if name is not None})
+
+
 def _compare(ns) -> int:
     from .compare import compare
 
     kernel = _kernel(ns)
-    if ns.kernel == "attention":
-        b, q, k, h, v = ns.batch, ns.queries, ns.keys, ns.qk, ns.value
-        rng = np.random.default_rng(ns.seed)
-        args = [np.zeros((b, q, v), np.float32)] + [rng.standard_normal(s, dtype=np.float32)
-                                                    for s in ((b, q, h), (b, k, h), (b, k, v))]
-    else:
-        default = next((n for name, n in ns.size if name is None), 64)
-        args = example_arguments(kernel, default, dict(ns.scalar), ns.seed,
-                                 {name: n for name, n in ns.size if name is not None})
+    args = _arguments(ns, kernel)
     backends = {} if ns.backends is None else {"backends": ns.backends}  # else accy.compare's own default
     report = compare(kernel, args, rtol=ns.rtol, atol=ns.atol, **backends)
     print(report.to_json() if ns.json else report)
@@ -303,6 +309,27 @@ def _info(ns) -> int:
     return 0
 
 
+def _profile(ns) -> int:
+    kernel = _kernel(ns)
+    result = kernel.profile(_arguments(ns, kernel), arch=ns.arch, gpu=ns.gpu, sample=ns.sample)
+    if ns.json:
+        import json
+
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result)
+    return 0
+
+
+def _add_sizes(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", type=_size, action="append", default=[], metavar="N|NAME=N",
+                        help="FILE.py:NAME: elements of each buffer of unknown length (default 64; per dimension "
+                             "of a tensor), or of one buffer by name; repeatable")
+    parser.add_argument("--scalar", type=_scalar_assignment, action="append", default=[], metavar="NAME=VALUE",
+                        help="FILE.py:NAME: a scalar argument (default: the size for index, else 1)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+
+
 def _add_codegen(parser: argparse.ArgumentParser) -> None:
     _add_kernel(parser, dict(batch=2, queries=2, keys=3, qk=2, value=2))
     parser.add_argument("--arch", default="sm_80", help="compute capability of the PTX (default sm_80)")
@@ -339,16 +366,24 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--backends", type=_backend_list, default=None, metavar="A,B",
                      help=f"comma-separated, of {', '.join(BACKENDS)} (default: every one, as accy.compare does; "
                           "those that cannot run here are listed as skipped, with the reason)")
-    cmp.add_argument("--size", type=_size, action="append", default=[], metavar="N|NAME=N",
-                     help="FILE.py:NAME: elements of each buffer of unknown length (default 64), or of one "
-                          "buffer by name; repeatable")
-    cmp.add_argument("--scalar", type=_scalar_assignment, action="append", default=[], metavar="NAME=VALUE",
-                     help="FILE.py:NAME: a scalar argument (default: the size for index, else 1)")
+    _add_sizes(cmp)
     cmp.add_argument("--rtol", type=float, default=1e-5)
     cmp.add_argument("--atol", type=float, default=1e-6)
-    cmp.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
     cmp.add_argument("--json", action="store_true", help="print the report as JSON")
     cmp.set_defaults(run=_compare)
+
+    prof = sub.add_parser("profile", help="count a kernel's GPU cost on the emulator (instructions, memory "
+                                          "sectors, bank conflicts, flops) and estimate its time on a GPU")
+    _add_kernel(prof, dict(batch=2, queries=4, keys=5, qk=3, value=2))
+    _add_sizes(prof)
+    prof.add_argument("--arch", default="sm_90", help="compute capability of the PTX (default sm_90)")
+    prof.add_argument("--gpu", choices=sorted(GPU_NAMES), default=None,
+                      help="the GPU of the estimate (default: a100 for sm_8x, h200 for sm_90)")
+    prof.add_argument("--sample", type=_positive_int, default=None, metavar="BLOCKS",
+                      help="emulate this many blocks, evenly spaced, and scale the counts up (default: the "
+                           "whole grid when it is small, else a sample; see docs/tools.md)")
+    prof.add_argument("--json", action="store_true", help="print the profile as JSON")
+    prof.set_defaults(run=_profile)
 
     ptx = sub.add_parser("ptx", help="print or write the PTX of a kernel")
     _add_codegen(ptx)

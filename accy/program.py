@@ -113,6 +113,18 @@ class Program:
         written in place."""
         return run(self, args, backend=backend, limits=limits, **options)
 
+    def profile(self, args, arch: str = "sm_90", gpu=None, *, sample: int | None = None,
+                limits: Limits | None = None):
+        """What a launch with ``args`` costs a GPU, counted on the CPU: the PTX ``cuda`` would
+        launch for ``arch`` runs on the emulator (as ``backend="ptx"``, outputs to scratch: the
+        arrays are untouched) with counters on, and the counts go through a roofline model of
+        ``gpu`` ("h200", "h100", "a100"; None: an A100 for sm_8x, an H200 for sm_90).  A big
+        grid runs a sample of its blocks (``sample``: that many; None: chosen by size) and the
+        counts are scaled up.  Returns an :class:`accy.Profile` (see docs/tools.md)."""
+        from .backends.emulated import profile
+
+        return profile(self, args, arch=arch, gpu=gpu, sample=sample, limits=limits)
+
     def ptx(self, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> str:
         """The kernel's PTX for ``arch``, exactly as the cuda backend compiles it."""
         from .backends.codegen import emit_ptx

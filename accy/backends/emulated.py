@@ -46,3 +46,51 @@ def execute(graph: Graph, binding: Binding, launch: Launch, *, arch: str = "sm_8
 
 
 BACKEND = Backend("ptx", frozenset({"arch", "fast_math"}), execute)
+
+
+def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None = None, limits=None,
+            counts=None, shapes=None):
+    """``program`` on the emulator as ``backend="ptx"`` runs it for ``arch``, counting (see
+    :mod:`accy.emulator.profile`): its outputs go to scratch buffers, the caller's arrays are
+    untouched.  Returns the :class:`~accy.emulator.profile.Profile` for ``gpu`` (a name or a
+    GPU; None: the arch's, an A100 for sm_8x, an H200 for sm_90)."""
+    import numpy as np
+
+    from ..emulator.profile import LaunchCounters, build_profile, default_gpu, gpu_named, run_counted
+    from .abi import STATUS_WORDS, status_error
+    from .arguments import bind_arguments
+    from .tensor_arguments import expand_tensor_arguments
+    from . import resolve_launch
+
+    options = BACKEND.checked_options({"arch": arch})
+    arch = options["arch"]
+    gpu = default_gpu(arch) if gpu is None else gpu_named(gpu)
+    graph = program.graph_for("ptx", arch)
+    if program.tensors:
+        args = expand_tensor_arguments(program.graph, args)
+    if graph.static_extents is not None:
+        program.launch(limits)
+    binding = bind_arguments(graph, args, counts=counts, shapes=shapes, describe=BACKEND.describe)
+    launch = resolve_launch(graph, program.threads, binding, limits)
+    dev = device()
+    if launch.lanes == 0:
+        return build_profile(None, LaunchCounters(), (), kernel=graph.name, arch=arch, gpu=gpu, grid=launch.grid,
+                             block=launch.block, gmem=dev.gmem)
+    ptx = kernel_ptx(graph, launch, arch)
+    with _lock:
+        driver = EmulatorDriver(dev, arch)
+        function = driver.load(ptx, graph.name)
+        staged = DeviceLaunch(driver, graph, binding, launch)
+        try:
+            spec, _, status = staged.parameters()
+            counters, chosen = run_counted(function, spec.grid, spec.block, spec.params, spec.shared_bytes, sample)
+            words = np.zeros(STATUS_WORDS, np.int64)
+            driver.copy_from_device(words, status, None)
+            error = status_error(graph, tuple(graph.body.walk()), words, binding.sizes, launch.extents)
+            if error is not None:
+                raise error
+            return build_profile(function, counters, chosen, kernel=graph.name, arch=arch, gpu=gpu, grid=spec.grid,
+                                 block=spec.block, gmem=dev.gmem)
+        finally:
+            for address in staged.allocations:
+                driver.free(address)

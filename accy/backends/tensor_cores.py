@@ -205,7 +205,7 @@ class TensorCoreDot:
         masks = self.mask(mask, layout)
         owners = self.owners(layout)
         coords = self.coords(layout)
-        b = self.b
+        b = self.b  # the builder around the choice; each side builds in its own region (inner)
 
         def shared_at(r):
             c = tuple(ci for n, ci in zip(loaded, coords[r]) if n != 1)
@@ -217,7 +217,7 @@ class TensorCoreDot:
                 for group in plan.groups:
                     valid = None
                     for r in group:
-                        one = self.const(itemsize) if masks[r] is None else b.select(masks[r], itemsize, 0)
+                        one = self.const(itemsize) if masks[r] is None else inner.select(masks[r], itemsize, 0)
                         valid = one if valid is None else self.add(valid, one)
                     attrs_ = AsyncCopyAttrs(shared=array.name, buffer=op.attrs.buffer, bytes=COPY_BYTES,
                                             dtype=op.attrs.dtype)
@@ -228,7 +228,7 @@ class TensorCoreDot:
         def elements(inner):
             with self.region(inner):
                 for r in range(layout.registers):
-                    value = (self.load_element(op, offs[r]) if masks[r] is None else b.if_(
+                    value = (self.load_element(op, offs[r]) if masks[r] is None else inner.if_(
                         masks[r], lambda inner, r=r: self._in(inner, lambda: self.load_element(op, offs[r])),
                         lambda inner: other))  # noqa: B023
                     self.owned(owners[r], lambda r=r, value=value: self.store_shared(array, value, shared_at(r)))

@@ -22,7 +22,9 @@ scheduled as in :mod:`.executor`.  The modules:
   the ISA's fragment layouts; :mod:`.async_copy` -- ``cp.async`` and its groups;
 * :mod:`.numerics` -- exact rounding, fma, f16/bf16; :mod:`.runtime` -- helpers;
 * :mod:`.memory` -- the address spaces and their checks;
-* :mod:`.executor` -- the scheduler; :mod:`.device` -- the public objects.
+* :mod:`.executor` -- the scheduler; :mod:`.device` -- the public objects;
+* :mod:`.profile` -- per-launch GPU cost counters (``Function.launch(..., profile=)``)
+  and the roofline model behind :meth:`accy.Program.profile`.
 
 Tensor cores (sm_80 forms): ``mma.sync.aligned`` m16n8k16 and m16n8k8 with f16 or
 bf16 inputs and f32 accumulators, m16n8k8 tf32, m16n8k16 and m16n8k32 s8/u8 (with

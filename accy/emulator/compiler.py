@@ -740,6 +740,10 @@ class FunctionCompiler:
             out.append(f"R[{idx}] = put(R[{idx}], ids, r{idx})" if sel else f"R[{idx}] = r{idx}")
         return out
 
+    def _counting(self, b: int) -> str:
+        """The profiling hook of block ``b`` (see :mod:`.profile`): one test when not profiling."""
+        return f"if T.prof is not None: T.prof.block({(self.mc.fn_index[self.fn.name] << 20) | b}, T, ids)"
+
     def _emit_code_block(self, b: int, blk: Block, body) -> str:
         E = Emitter(self)
         term_lines: list[str] = []
@@ -765,7 +769,7 @@ class FunctionCompiler:
         for sel in (False, True):
             name = f"{self.prefix}B{b}_{'s' if sel else 'f'}"
             head = f"def {name}(T, ids):" if sel else f"def {name}(T):"
-            lines = self._prologue(E, sel) + E.lines + self._epilogue(E, sel) + term_lines
+            lines = self._prologue(E, sel) + [self._counting(b)] + E.lines + self._epilogue(E, sel) + term_lines
             out.append(head + "\n" + "\n".join("    " + x for x in lines))
         return "\n\n".join(out)
 
@@ -783,7 +787,7 @@ class FunctionCompiler:
         out = []
         for sel in (False, True):
             name = f"{self.prefix}B{b}_{'s' if sel else 'f'}"
-            lines = self._prologue(E, sel) + E.lines + self._epilogue(E, sel) + [f"return {b + 1}"]
+            lines = [*self._prologue(E, sel), self._counting(b), *E.lines, *self._epilogue(E, sel), f"return {b + 1}"]
             out.append(f"def {name}(T, ids):\n" + "\n".join("    " + x for x in lines))
         return "\n\n".join(out)
 

@@ -250,9 +250,12 @@ class Function:
             buf[off:off + size] = np.frombuffer(bits.to_bytes(size, "little"), U8)
         return buf
 
-    def launch(self, grid, block, args, shared_bytes: int = 0, *, instruction_budget: int | None = None) -> None:
+    def launch(self, grid, block, args, shared_bytes: int = 0, *, instruction_budget: int | None = None,
+               profile=None, blocks=None) -> None:
         """Run the kernel on ``grid`` x ``block`` threads with ``args`` (one per .param).
-        ``instruction_budget`` overrides the device's (see :class:`Device`) for this launch."""
+        ``instruction_budget`` overrides the device's (see :class:`Device`) for this launch.
+        ``profile``: a :class:`~.profile.LaunchCounters` to count into (see :mod:`.profile`);
+        ``blocks``: run only these blocks (linear indices, x fastest), as a profile's sample does."""
         budget = _resolve_budget(self.module.device.instruction_budget if instruction_budget is None
                                      else instruction_budget)
         grid = _dim3(grid, "grid", MAX_GRID)
@@ -279,6 +282,9 @@ class Function:
         L = -(-(need if need is not None else STACK_CAP // 4) // 16) * 16
         L = max(L, 16)
         ncta = math.prod(grid)
+        order = np.arange(ncta) if blocks is None else np.asarray(blocks, np.int64)
+        if len(order) and (order.min() < 0 or order.max() >= ncta):
+            raise PtxError(f"blocks to run must lie in 0..{ncta - 1} (the grid {grid} has {ncta})")
         per_batch = max(1, min(ncta, BATCH_THREADS // tpb, max(1, LOCAL_BUDGET // max(1, L * tpb))))
         gx, gy, _ = grid
         bx, by, _ = block
@@ -287,10 +293,9 @@ class Function:
         nwarps = -(-tpb // 32)
         counter = itertools.count()
         with np.errstate(all="ignore"):
-            for c0 in range(0, ncta, per_batch):
-                c1 = min(ncta, c0 + per_batch)
-                nb = c1 - c0
-                cids = np.arange(c0, c1)
+            for c0 in range(0, len(order), per_batch):
+                cids = order[c0:c0 + per_batch]
+                nb = len(cids)
                 n = nb * tpb
                 T = Context()
                 T.n = n
@@ -322,4 +327,5 @@ class Function:
                 T.step_limit = self.module.device.step_limit
                 T.budget = Budget(budget)  # each batch its own: a bound on what one warp runs
                 T.copies = AsyncCopies(n, len(T.smem))  # the batch's cp.async copies in flight
+                T.prof = profile  # the counters of a profiled launch (None: no counting)
                 run_entry(self.module.program, self._cf, T)

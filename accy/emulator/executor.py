@@ -79,6 +79,7 @@ class Context:
 
     PER_THREAD = ("tid", "ctaid")
     ARRAYS = ("lane", "warp", "wkey", "cta", "sbase", "lbase", "orig")
+    prof = None  # a profiled launch's counters (see .profile); the compiled code tests it
 
     def __init__(self):
         self.R: list = []

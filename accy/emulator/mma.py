@@ -327,6 +327,8 @@ def matrix_load(T, ids, site, mask, addr, num: int, trans: bool, generic: bool):
     W = len(warps)
     providers, where = _row_threads(ids, warps, num)
     rows = _shared_addresses(T, where, site, np.broadcast_to(addr, (n,))[providers], generic)
+    if T.prof is not None:
+        T.prof.matrix_rows("ldmatrix", T, where, rows)
     data = memory.shared_load(T, where, site, rows, U32, ROW_BYTES // 4)  # (W * 8num, 4) words
     mats = np.ascontiguousarray(data).view(U16).reshape(W, num, 8, 8)
     words = _fragment_words(mats, trans).reshape(W * WARP, num)
@@ -350,5 +352,7 @@ def matrix_store(T, ids, site, mask, addr, values, trans: bool, generic: bool):
         mats = np.swapaxes(mats, 2, 3)
     providers, where = _row_threads(ids, warps, num)
     rows = _shared_addresses(T, where, site, np.broadcast_to(addr, (n,))[providers], generic)
+    if T.prof is not None:
+        T.prof.matrix_rows("stmatrix", T, where, rows)
     data = np.ascontiguousarray(mats).reshape(-1, 8).view(U32)  # (W * num * 8, 4): row r of matrix i
     memory.shared_store(T, where, site, rows, data, U32, ROW_BYTES // 4)

@@ -11,6 +11,7 @@ from .numerics import (BOOL, F16, F32, F64, I32, I64, U16, U32, U64, add_bf16, a
                        fmax, fmin, ftz32)
 from .ops_arith import Spec, nops
 from .parser import Addr, Imm, Reg, Sink, Special, Sym, Vec
+from .profile import counted_address
 from .runtime import Broadcast, packed2
 
 SPACES = {"global": "global", "shared": "shared", "shared::cta": "shared", "shared::cluster": "shared",
@@ -154,8 +155,10 @@ class Ld:
                 elif isinstance(d, Reg):
                     E.fc.defs[E.reg(d)].append(("M", ()))  # written, whatever its type
                 return
+            addr = counted_address(E, "load", s.space, width, addr)
             E.dst(d, load_dt, f"{fn}(T, ids, {site}, {addr}, {_NAME[load_dt]}, 1, {E.mask})", scalar=False)
             return
+        addr = counted_address(E, "load", s.space, width, addr)
         t = E.tmp()
         E.line(f"{t} = {fn}(T, ids, {site}, {addr}, {_NAME[dt]}, {s.nvec}, {E.mask})")
         for k, item in enumerate(dests):
@@ -225,6 +228,7 @@ class St:
         fn = memory.SPACE_STORES[s.space].__name__
         if s.nvec == 1 and not isinstance(items[0], Reg):
             value = f"bc({value}, n_)"
+        addr = counted_address(E, "store", s.space, dt.itemsize * s.nvec, addr)
         E.line(f"{fn}(T, ids, {site}, {addr}, {value}, {_NAME[vdt]}, {s.nvec}, {E.mask})")
 
 
@@ -464,6 +468,7 @@ class Atom:
             return
         addr = address(E, a, s.space)
         site = E.site("red" if red else "atom", dt.itemsize, s.space)
+        addr = counted_address(E, "atomic", s.space, dt.itemsize, addr)
         apply = E.const(_Applies(s.op, s.t), "rmw")
         call = f"atomic(T, ids, {site}, {s.space!r}, {s.op!r}, {addr}, {x}, {z}, {_NAME[dt]}, {apply}, {E.mask})"
         if d is None:

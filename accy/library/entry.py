@@ -347,6 +347,20 @@ class Entry:
             counts={n: s.element_count() for n, s in shapes.items()} or None,
             shapes={n: str(s) for n, s in shapes.items()} or None, **options)
 
+    def profile(self, args, arch: str = "sm_90", gpu=None, *, sample: int | None = None,
+                limits: Limits | None = None):
+        """The entry's :meth:`accy.Program.profile` (its arguments checked as :meth:`run` checks them)."""
+        from ..backends.emulated import profile
+
+        shapes = self.argument_shapes
+        tensors = {t.name for t in self.program.tensors}
+        if tensors:
+            _check_tensor_shapes(self.program.parameters, args, {n: shapes[n] for n in tensors})
+        shapes = {n: s for n, s in shapes.items() if n not in tensors}
+        return profile(self.program, args, arch=arch, gpu=gpu, sample=sample, limits=limits,
+                       counts={n: s.element_count() for n, s in shapes.items()} or None,
+                       shapes={n: str(s) for n, s in shapes.items()} or None)
+
     def run_cpu(self, args, limits: Limits = Limits.default) -> None:
         """Run on the NumPy interpreter, checking the launch against ``limits``."""
         self.run(args, backend="numpy", limits=limits)
