@@ -283,3 +283,32 @@ def test_attention_reads_q_once_and_p_v_takes_p_from_its_registers():
     assert any(o.opcode == "async_copy" for o in fold.regions[0].walk())
     stages = [o for o in graph.body.walk() if o.opcode == "shared" and o.attrs.name.startswith("stage")]
     assert [o.attrs.count for o in stages] == [2 * 2 * 64 * 72]  # 2 stages of K's and V's 64 rows of 72
+
+
+@pytest.mark.parametrize("backend", ["numpy", "ptx"])
+def test_a_mask_that_starts_inside_a_16_byte_group_falls_back_to_element_loads(backend):
+    """A mask ``cols >= shift`` cuts the first 16-byte group of each row where shift is no multiple
+    of 8 bf16s, which a cp.async (it reads a prefix of its 16 bytes) cannot express: checked when
+    it runs, element loads then."""
+
+    @accy.kernel(c=accy.tensor(f32, 2), a=accy.dynamic_buffer(bf16), b=accy.tensor(bf16, 2),
+                 shift=accy.scalar(accy.index))
+    def shifted(k, p):
+        @k.for_each_tile(grid=axis("m", 1), warps=1)
+        def body(t, pid):
+            rows, cols = t.arange(16)[:, None], t.arange(32)[None, :]
+            a = p.a.load(rows * 32 + cols, mask=cols >= p.shift)
+            b = p.b.load_tile((0, 0), (32, 8))
+            p.c.store_tile((0, 0), t.dot(a, b))
+
+    graph = shifted.distributed(tensor_cores=True)
+    assert sum(op.opcode == "async_copy" for op in graph.body.walk()) == 3  # A's two a thread, B's one
+    rng = np.random.default_rng(4)
+    a, b = _inputs(bf16, (16, 32), rng), _inputs(bf16, (32, 8), rng)
+    for shift in (0, 3, 8, 13):
+        c = np.zeros((16, 8), np.float32)
+        run_tensor_core_graph(shifted, dict(c=c, a=a.reshape(-1), b=b, shift=shift), backend)
+        moved = np.zeros((16, 32), np.float64)
+        moved[:, shift:] = a[:, shift:].astype(np.float64)
+        exact = moved @ b.astype(np.float64)
+        assert np.all(np.abs(c - exact) <= 32 * 2.0**-23 * (np.abs(moved) @ np.abs(b.astype(np.float64)))), shift

@@ -193,7 +193,8 @@ class TensorCoreDot:
         loaded = op.result.type.shape
         itemsize = op.attrs.dtype.itemsize
         vec = COPY_BYTES // itemsize
-        if loaded[-1] % vec or self.shapes.box(op.operands[-1]) is None:
+        box = self.shapes.box(op.operands[-1])
+        if loaded[-1] % vec or box is None:
             return False
         layout = Blocked(tuple(loaded), self.T, vec=vec)
         if layout.dims[-1].per_thread != vec:
@@ -212,13 +213,21 @@ class TensorCoreDot:
             row, col = (c if len(c) == 2 else (0,) + c)[-2:]
             return self.add(self.add(self.mul(row, row_pitch), col), base)
 
+        def valid_bytes(first):
+            """The bytes a copy reads: none where its first element is masked off, else up to the
+            box's upper bound along the contiguous axis (a prefix: no lower bound cuts a group)."""
+            if masks[first] is None:
+                return self.const(COPY_BYTES)
+            b = self.b
+            count = self.const(vec)
+            for high in box.highs[-1]:
+                count = b.min(count, b.sub(self._expr(high), self.traced(coords[first][-1])))
+            return b.select(masks[first], self.mul(count, itemsize), 0)
+
         def copies(inner):
             with self.region(inner):
                 for group in plan.groups:
-                    valid = None
-                    for r in group:
-                        one = self.const(itemsize) if masks[r] is None else inner.select(masks[r], itemsize, 0)
-                        valid = one if valid is None else self.add(valid, one)
+                    valid = valid_bytes(group[0])
                     attrs_ = AsyncCopyAttrs(shared=array.name, buffer=op.attrs.buffer, bytes=COPY_BYTES,
                                             dtype=op.attrs.dtype)
                     issue = lambda g=group, v=valid: self._record(  # noqa: E731
@@ -233,10 +242,21 @@ class TensorCoreDot:
                         lambda inner: other))  # noqa: B023
                     self.owned(owners[r], lambda r=r, value=value: self.store_shared(array, value, shared_at(r)))
 
-        if plan.fast is None:
+        # a copy reads a prefix of its 16 bytes, so a lower bound along the contiguous axis must
+        # not cut a group: each is a multiple of the group (the groups start at multiples of vec)
+        cuts = []
+        for low in box.lows[-1]:
+            low = self._expr(low)
+            if isinstance(low, int):
+                if low % vec:
+                    return False
+            else:
+                cuts.append(b.eq(b.bitwise_and(low, vec - 1), 0))
+        fast = self.all_of([plan.fast] + cuts)
+        if fast is None:
             copies(b)
         else:
-            b.if_(plan.fast, copies, elements)
+            b.if_(fast, copies, elements)
         return True
 
     def owned(self, owner, fn) -> None:
