@@ -22,6 +22,7 @@ from accy.backends.tensor_arguments import expand_tensor_arguments
 from accy.dsl.ops import MmaKind
 from accy.library import ScaledDotProduct, scaled_dot_product_tile
 from accy.library.attention import reference
+from tile_kernels import matmul_program
 
 NEEDS_PTXAS = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="no ptxas: pip install nvidia-cuda-nvcc")
 
@@ -114,22 +115,7 @@ def test_the_mma_layout_holds_every_element_once():
 
 
 def matmul(dtype, acc_type, bm, bn, bk, warps, precision=None):
-    @accy.kernel(c=accy.tensor(acc_type, 2), a=accy.tensor(dtype, 2), b=accy.tensor(dtype, 2))
-    def matmul(k, p):
-        M, K = p.a.shape
-        N = p.b.shape[1]
-
-        @k.for_each_tile(grid=(axis("m", accy.cdiv(M, bm)), axis("n", accy.cdiv(N, bn))), warps=warps)
-        def body(t, pid):
-            def step(t, k0, acc):
-                a = p.a.load_tile((pid["m"] * bm, k0), (bm, bk))
-                b = p.b.load_tile((k0, pid["n"] * bn), (bk, bn))
-                return t.dot(a, b, acc, precision=precision) if precision else t.dot(a, b, acc)
-
-            acc = t.fold_range(0, K, bk, t.zeros((bm, bn), acc_type), step)
-            p.c.store_tile((pid["m"] * bm, pid["n"] * bn), acc)
-
-    return matmul
+    return matmul_program(dtype, acc_type, bm, bn, bk, warps, precision)
 
 
 def run_tensor_core_graph(program, args, backend: str) -> None:

@@ -27,6 +27,29 @@ from accy import axis, bf16, cdiv, f16, f32, f64, i8, i32, index, u8
 UNIT_ROUNDOFF = {np.dtype(np.float32): 2.0**-24, np.dtype(np.float64): 2.0**-53}
 
 
+def matmul_program(dtype=f32, acc_type=f32, bm: int = 64, bn: int = 64, bk: int = 32, warps: int = 4,
+                   precision=None):
+    """c (acc_type) = a @ b for ``dtype`` tensors, one bm x bn tile of c per program, K walked bk
+    at a time in a fold (the issue's matmul, at any tiles)."""
+
+    @accy.kernel(c=accy.tensor(acc_type, 2), a=accy.tensor(dtype, 2), b=accy.tensor(dtype, 2))
+    def matmul(k, p):
+        M, K = p.a.shape
+        N = p.b.shape[1]
+
+        @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=warps)
+        def body(t, pid):
+            def step(t, k0, acc):
+                a = p.a.load_tile((pid["m"] * bm, k0), (bm, bk))
+                b = p.b.load_tile((k0, pid["n"] * bn), (bk, bn))
+                return t.dot(a, b, acc, precision=precision) if precision else t.dot(a, b, acc)
+
+            acc = t.fold_range(0, K, bk, t.zeros((bm, bn), acc_type), step)
+            p.c.store_tile((pid["m"] * bm, pid["n"] * bn), acc)
+
+    return matmul
+
+
 def gamma(n, u: float):
     """gamma_n = n*u / (1 - n*u): the relative error bound of an n-term float sum."""
     n = np.asarray(n, np.float64)
