@@ -1,34 +1,71 @@
-"""The GPU half of the benchmark and of the GPU check.
+"""The GPU half of the benchmark and of the GPU check (scripts/gpu_check.sh).
 
-    python -m bench.gpu [--json results.json]          # attention entries on cuda vs torch SDPA
-    python -m bench.gpu --compare [--json out.json]    # every library entry: cuda vs ptx vs numpy
-    python -m bench.gpu --compare --backends numpy,ptx # the same without a GPU (a dry run)
+    python -m bench.gpu [--json results.json]            # the f32 attention entries on cuda vs torch SDPA
+    python -m bench.gpu --tile-bench [--json out.json]   # tile matmul vs cuBLAS, tile attention vs flash SDPA
+    python -m bench.gpu --estimates [--json out.json]    # accy profile's estimate of each --tile-bench kernel
+    python -m bench.gpu --compare [--json out.json]      # every library entry: cuda vs ptx vs numpy
+    python -m bench.gpu --tiles [--json out.json]        # every tile kernel: cuda vs ptx vs numpy
+    python -m bench.gpu --compare --backends numpy,ptx   # the same without a GPU (a dry run)
 
-The timing uses CUDA events around the kernel alone (inputs already on the device);
-torch's scaled_dot_product_attention runs on the same GPU when torch is installed.
+The timing uses CUDA events around the kernel alone, on inputs already on the device (torch
+CUDA tensors, which accy runs in place); torch runs the baselines on the same GPU.  The
+estimates run on the CPU (the emulator) and need no GPU.  Every JSON file is rewritten after
+each case, so a step cut short by its time limit keeps what it finished.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import multiprocessing
+import os
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from accy import bf16, f16, f32, i8
 from accy.compare import compare
+from accy.library import ScaledDotProduct, scaled_dot_product_tile
 from accy.library.attention import (
-    ScaledDotProduct,
     reference,
     scaled_dot_product_f32,
     scaled_dot_product_flash_f32,
     scaled_dot_product_fused_f32,
 )
 
+from .gpu_kernels import BENCH, random_array, tile_matmul
+
 SHAPES = {"medium": (4, 64, 64, 32, 32), "large": (8, 256, 256, 64, 64), "xl": (16, 512, 512, 64, 64)}
 ENTRIES = {"naive": scaled_dot_product_f32, "fused": scaled_dot_product_fused_f32, "flash": scaled_dot_product_flash_f32}
 COMPARE_SHAPES = [(1, 1, 1, 1, 1), (2, 5, 7, 3, 5), (2, 37, 50, 16, 20), (2, 64, 96, 64, 64)]
+TARGET = 0.5  # issue 19 §5: accy's throughput at least half of cuBLAS's / torch's flash SDPA's
+GPU_ARCH = "sm_90"  # the H100 and H200 the check is written for; the cuda backend's own when it runs
+U32 = 2.0 ** -24  # f32's unit roundoff
+# the inputs' unit roundoff: P is cast to it before P @ V, and so is the output (tests/test_attention_tile.py)
+UNIT_ROUNDOFF = {"f32": U32, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}
+
+
+def _write(path, results) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+def _workers(requested: int | None, cases: int) -> int:
+    if requested:
+        return max(1, min(requested, cases))
+    return max(1, min(cases, (os.cpu_count() or 1) // 2))
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    # spawn: a fresh interpreter per worker, whatever threads (LLVM, CUDA) the parent started
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+# -- the f32 library entries (the benchmark and the comparison of earlier issues) --------------------
 
 
 def _inputs(shape, seed=0):
@@ -64,20 +101,10 @@ def bench_torch(shape, repeats=20):
         return None
     q, k, v = (torch.from_numpy(a).cuda() for a in _inputs(shape))
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    for _ in range(3):
-        sdpa(q, k, v)
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        sdpa(q, k, v)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return {"kernel_ms_median": statistics.median(times)}
+    return {"kernel_ms_median": _time_torch(torch, lambda: sdpa(q, k, v), repeats)}
 
 
-def benchmark() -> dict:
+def benchmark(path=None) -> dict:
     results = {}
     for name, shape in SHAPES.items():
         spec = ScaledDotProduct(*shape)
@@ -95,10 +122,11 @@ def benchmark() -> dict:
                   f"{result['kernel_ms_median']:.3f} ms (max err {result['max_error']:.2g}, first call "
                   f"{result['first_call_s'] * 1e3:.0f} ms){ratio}")
         results[name] = row
+        _write(path, results)
     return results
 
 
-def compare_entries(backends) -> dict:
+def compare_entries(backends, path=None) -> dict:
     """Every library entry, causal and not, at a few shapes, on each backend; agreement per case."""
     cases = {}
     for shape in COMPARE_SHAPES:
@@ -113,23 +141,372 @@ def compare_entries(backends) -> dict:
                               "max_abs": max((p.max_abs for p in report.pairs), default=0.0)}
                 print(f"{key:32s} {'agree' if report.agree else 'DISAGREE'} ({', '.join(report.ran)})"
                       + (f" failed: {report.failed}" if report.failed else ""))
+                _write(path, cases)
     return cases
+
+
+# -- 1. every tile kernel on cuda against ptx and numpy ------------------------------------------------
+
+# (input type, tiles bm x bn x bk on warps, precision): tensor cores for each type t.dot puts on them,
+# at the GPU benchmark's tile sizes and smaller, and f32 on FMAs
+TILE_MATMULS = [
+    (bf16, (128, 128, 32, 8), "ieee"),
+    (bf16, (64, 64, 32, 4), "ieee"),
+    (f16, (64, 64, 32, 4), "ieee"),
+    (f32, (64, 64, 32, 4), "tf32"),
+    (i8, (64, 64, 64, 4), "ieee"),
+    (f32, (64, 64, 32, 4), "ieee"),
+]
+# (b, q, k, h, v), input types, causal: every type and mask at an odd shape and at head dim 64; head
+# dim 128 (the benchmark's other shape) in the 16-bit types
+TILE_ATTENTION = [
+    *(((1, 37, 53, 32, 16), d, c) for d in (bf16, f16, f32) for c in (False, True)),
+    *(((2, 64, 96, 64, 64), d, c) for d in (bf16, f16, f32) for c in (False, True)),
+    ((1, 50, 40, 128, 128), bf16, False), ((1, 50, 40, 128, 128), bf16, True), ((1, 50, 40, 128, 128), f16, False),
+]
+
+
+def gamma(n: int, unit: float) -> float:
+    """gamma_n = n u / (1 - n u): the relative bound of a sum of n products rounded at each step."""
+    return n * unit / (1 - n * unit)
+
+
+def _compare_summary(report, extra: dict) -> dict:
+    return {"agree": report.agree, "ran": list(report.ran), "failed": report.failed, "skipped": report.skipped,
+            "max_abs": max((p.max_abs for p in report.pairs), default=0.0), "atol": report.atol,
+            "pairs": {" vs ".join(p.backends): p.max_abs for p in report.pairs}, **extra}
+
+
+def compare_tile_matmul(dtype, tiles, precision, backends, arch) -> dict:
+    """The tile matmul on ``backends`` at a shape with edges in every dimension, each pair within
+    the sum of the two backends' dot bounds (the IR reference rounds each partial sum, u = 2^-24;
+    tensor cores may not, 2u), and the numpy backend against the float64 product within its bound."""
+    bm, bn, bk, warps = tiles
+    program = tile_matmul(dtype, bm, bn, bk, warps, precision)
+    m, n, k = 2 * bm + 3, 2 * bn - 5, 3 * bk - 7
+    rng = np.random.default_rng(5)
+    tf32 = precision == "tf32"
+    a, b = random_array((m, k), dtype, rng, tf32=tf32), random_array((k, n), dtype, rng, tf32=tf32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)  # i8: exact in float64 (|sum| < 2^53)
+    if dtype == i8:
+        bound, atol = np.zeros_like(exact), 0.0
+    else:
+        magnitude = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+        bound = gamma(k, U32) * magnitude
+        atol = float(((gamma(k, U32) + gamma(k, 2 * U32)) * magnitude).max())
+    c = np.zeros((m, n), np.int32 if dtype == i8 else np.float32)
+    report = compare(program, [c, a, b], backends, rtol=0.0, atol=atol, options={"ptx": {"arch": arch}})
+    program.run([c, a, b], backend="numpy")
+    error = np.abs(c.astype(np.float64) - exact)
+    over = float(np.max(error / np.maximum(bound, np.finfo(np.float64).tiny))) if dtype != i8 else float(error.max())
+    return _compare_summary(report, {"numpy_vs_float64": over, "numpy_within_bound": bool(over <= 1.0 if dtype != i8
+                                                                                        else over == 0.0)})
+
+
+def compare_tile_attention(shape, dtype, causal, backends, arch) -> dict:
+    """The tile attention entry on ``backends``, each pair within twice the reference's bound
+    (P and the output rounded once each to the inputs' type, f32 scores: (2 u + 1e-5) max|v|), and
+    the numpy backend against the float64 reference within that bound."""
+    entry = scaled_dot_product_tile(ScaledDotProduct(*shape, causal=causal), dtype)
+    b, q, k, h, v = shape
+    rng = np.random.default_rng(11)
+    query, key, value = (random_array(s, dtype, rng) for s in ((b, q, h), (b, k, h), (b, k, v)))
+    tolerance = (2 * UNIT_ROUNDOFF[dtype.name] + 1e-5) * float(np.abs(value.astype(np.float64)).max())
+    dst = np.zeros((b, q, v), dtype.numpy)
+    report = compare(entry, [dst, query, key, value], backends, rtol=0.0, atol=2 * tolerance,
+                     options={"ptx": {"arch": arch}})
+    entry.run([dst, query, key, value], backend="numpy")
+    error = float(np.abs(dst.astype(np.float64) - reference(query, key, value, causal=causal)).max())
+    return _compare_summary(report, {"numpy_vs_float64": error / tolerance, "numpy_within_bound": error <= tolerance})
+
+
+def _tile_case(job):
+    kind, params, backends, arch = job
+    try:
+        if kind == "matmul":
+            return compare_tile_matmul(*params, backends, arch)
+        return compare_tile_attention(*params, backends, arch)
+    except Exception as e:  # not a backend's AccyError (compare records those): the case fails, the rest go on
+        return {"agree": False, "ran": [], "failed": {"case": f"{type(e).__name__}: {e}"}, "skipped": {},
+                "max_abs": None, "atol": None, "pairs": {}, "numpy_vs_float64": None, "numpy_within_bound": False}
+
+
+def tile_jobs(backends, arch, matmuls=TILE_MATMULS, attention=TILE_ATTENTION) -> dict:
+    jobs = {}
+    for dtype, tiles, precision in matmuls:
+        name = f"matmul {dtype}{'-tf32' if precision == 'tf32' else ''} {'x'.join(map(str, tiles[:3]))}w{tiles[3]}"
+        jobs[name] = ("matmul", (dtype, tiles, precision), tuple(backends), arch)
+    for shape, dtype, causal in attention:
+        name = f"attention {dtype}{'-causal' if causal else ''} {'x'.join(map(str, shape))}"
+        jobs[name] = ("attention", (shape, dtype, causal), tuple(backends), arch)
+    return jobs
+
+
+def compare_tiles(backends, arch=GPU_ARCH, path=None, workers=None, jobs=None) -> dict:
+    """Every tile kernel on each backend (``ptx`` as the PTX for ``arch``), each case in a worker
+    process; agreement per case, in the order of :func:`tile_jobs`."""
+    jobs = tile_jobs(backends, arch) if jobs is None else jobs
+    results = {}
+
+    def record(name, result):
+        results[name] = result
+        verdict = "agree" if result["agree"] and result["numpy_within_bound"] else "DISAGREE"
+        detail = "" if result["max_abs"] is None else (
+            f"; max abs {result['max_abs']:.3g} of {result['atol']:.3g}; numpy vs float64 "
+            f"{result['numpy_vs_float64']:.3g} of the bound")
+        print(f"{name:40s} {verdict} ({', '.join(result['ran'])}{detail})"
+              + (f" failed: {result['failed']}" if result["failed"] else ""), flush=True)
+        _write(path, {k: results[k] for k in jobs if k in results})
+
+    count = _workers(workers, len(jobs))
+    if count == 1:
+        for name, job in jobs.items():
+            record(name, _tile_case(job))
+        return results
+    with _pool(count) as pool:
+        futures = {name: pool.submit(_tile_case, job) for name, job in jobs.items()}
+        for name, future in futures.items():
+            record(name, future.result())
+    return {k: results[k] for k in jobs}
+
+
+# -- 2. the GPU benchmark: tile kernels against cuBLAS and torch's flash SDPA ------------------------
+
+
+def _time_torch(torch, fn, repeats) -> float:
+    """The median of ``repeats`` CUDA-event timings of ``fn`` (ms), after three warm-up calls."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+class _Bf16View:
+    """A bf16 torch CUDA tensor as accy reads it in place.  torch spells bf16's typestr '<V2'
+    (2-byte voids: no type), which accy reads as a void and refuses for a bf16 parameter; this
+    view describes the same memory with the ml_dtypes dtype as its typestr (accy reads the typestr
+    through ``np.dtype``, which takes a dtype as well as its text)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor  # keeps the memory alive
+        strides = None if tensor.is_contiguous() else tuple(s * tensor.element_size() for s in tensor.stride())
+        self.__cuda_array_interface__ = {"shape": tuple(tensor.shape), "typestr": np.dtype(bf16.numpy),
+                                         "data": (tensor.data_ptr(), False), "strides": strides, "version": 2}
+
+
+def accy_argument(tensor):
+    """``tensor`` (a torch CUDA tensor) as an argument accy runs in place."""
+    import torch
+
+    return _Bf16View(tensor) if tensor.dtype == torch.bfloat16 else tensor
+
+
+def _torch_dtype(torch, dtype):
+    return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
+            "i8": torch.int8}[dtype.name]
+
+
+def _tensors(torch, case, seed=0):
+    """The case's arguments on the GPU: a zero output, standard normal inputs (16-bit floats)."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    (out_shape, out_type), *ins = case.shapes
+    out = torch.zeros(out_shape, dtype=_torch_dtype(torch, out_type), device="cuda")
+    return [out, *(torch.randn(s, dtype=_torch_dtype(torch, d), device="cuda", generator=generator) for s, d in ins)]
+
+
+def _check_matmul(torch, c, a, b) -> dict:
+    """accy's f32 product against an f32 cuBLAS product without tf32 (each within gamma_K of the
+    exact product: accy's tensor cores with 2u, cuBLAS's f32 with u), relative to that bound."""
+    k = a.shape[1]
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        exact = torch.matmul(a.float(), b.float())
+        magnitude = torch.matmul(a.float().abs(), b.float().abs())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    bound = (gamma(k, 2 * U32) + 2 * gamma(k, U32)) * magnitude  # cuBLAS's error in both, and accy's
+    over = float(((c - exact).abs() / bound.clamp_min(torch.finfo(torch.float32).tiny)).max())
+    return {"max_error_over_bound": over, "ok": over <= 1.0}
+
+
+def _check_attention(torch, dst, q, k, v, sdpa) -> dict:
+    """accy's output against torch's math SDPA in f32 on the same inputs, within the tile entry's
+    bound ((2 u + 1e-5) max|v|, u the inputs' unit roundoff) plus 1e-5 max|v| for the f32 reference."""
+    with sdpa.sdpa_kernel(sdpa.SDPBackend.MATH):
+        want = torch.nn.functional.scaled_dot_product_attention(q[None].float(), k[None].float(), v[None].float())[0]
+    tolerance = (2 * 2.0 ** -8 + 2e-5) * float(v.float().abs().max())
+    error = float((dst.float() - want).abs().max())
+    return {"max_error": error, "tolerance": tolerance, "ok": error <= tolerance}
+
+
+def bench_tile_case(case, repeats: int = 20) -> dict:
+    """One benchmark kernel on the GPU: the first call (compile and load), the kernel's median
+    time over ``repeats`` CUDA-event timings on device-resident inputs, its accuracy, and the
+    same job in torch (cuBLAS's bf16 matmul; SDPA with the flash backend) timed the same way."""
+    import torch
+    import torch.nn.attention as sdpa
+
+    tensors = _tensors(torch, case)
+    stream = torch.cuda.current_stream()
+    args = [accy_argument(t) for t in tensors]
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    case.program.run(args, backend="cuda", stream=stream)
+    first = time.perf_counter() - start
+    times = [case.program.run(args, backend="cuda", timing=True, stream=stream) for _ in range(repeats)]
+    ms = statistics.median(times)
+    result = {"what": case.what, "flops": case.flops, "first_call_s": first, "kernel_ms_median": ms,
+              "kernel_ms_min": min(times), "tflops": case.flops / (ms * 1e-3) / 1e12}
+    if case.kind == "matmul":
+        c, a, b = tensors
+        result["accuracy"] = _check_matmul(torch, c, a, b)
+        baseline, fn = "torch.matmul (cuBLAS, bf16 out)", lambda: torch.matmul(a, b)
+    else:
+        dst, q, k, v = tensors
+        result["accuracy"] = _check_attention(torch, dst, q, k, v, sdpa)
+        q4, k4, v4 = q[None], k[None], v[None]  # (1, B*H, tokens, head dim): the flash kernel wants 4-D
+
+        def fn():
+            with sdpa.sdpa_kernel(sdpa.SDPBackend.FLASH_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4)
+
+        baseline = "torch SDPA, flash backend"
+    try:
+        torch_ms = _time_torch(torch, fn, repeats)
+    except RuntimeError as e:  # e.g. no flash kernel for this GPU or shape
+        result["torch"] = {"baseline": baseline, "error": str(e).splitlines()[0]}
+        return result
+    result["torch"] = {"baseline": baseline, "kernel_ms_median": torch_ms,
+                       "tflops": case.flops / (torch_ms * 1e-3) / 1e12}
+    result["fraction_of_torch"] = torch_ms / ms  # accy's throughput over torch's
+    result["target"] = TARGET
+    result["meets_target"] = result["fraction_of_torch"] >= TARGET
+    return result
+
+
+def tile_benchmark(path=None, keys=None, repeats: int = 20) -> dict:
+    results = {}
+    for key in keys or BENCH:
+        case = BENCH[key]
+        try:
+            result = bench_tile_case(case, repeats)
+        except Exception as e:  # one kernel's failure (an accy error, a CUDA error) leaves the others
+            result = {"what": case.what, "error": f"{type(e).__name__}: {e}"}
+        results[key] = result
+        if "error" in result:
+            print(f"{key:28s} FAILED: {result['error']}", flush=True)
+        else:
+            t = result.get("torch", {})
+            vs = (f"; {t['baseline']} {t['kernel_ms_median']:.3f} ms, {t['tflops']:.1f} TFLOP/s: accy at "
+                  f"{result['fraction_of_torch']:.2f}x (target {TARGET}x)") if "kernel_ms_median" in t else \
+                f"; torch: {t.get('error')}"
+            print(f"{key:28s} {result['kernel_ms_median']:.3f} ms, {result['tflops']:.1f} TFLOP/s, accuracy "
+                  f"{'ok' if result['accuracy']['ok'] else 'WRONG'}{vs}", flush=True)
+        _write(path, results)
+    return results
+
+
+# -- the estimates beside them: accy profile on the emulator (CPU) -------------------------------------
+
+
+def estimate_case(key: str, arch: str = GPU_ARCH, sample: int | None = None) -> dict:
+    """:func:`estimate` of the benchmark kernel ``key`` (an error, caught, as {"error": ...})."""
+    try:
+        return estimate(BENCH[key], arch, sample)
+    except Exception as e:
+        return {"what": BENCH[key].what, "error": f"{type(e).__name__}: {e}"}
+
+
+def estimate(case, arch: str = GPU_ARCH, sample: int | None = None) -> dict:
+    """``Program.profile`` of ``case`` (at the benchmark's full size, a sample of its programs
+    run on the emulator), with the roofline for each Hopper GPU the check may get."""
+    from accy.emulator.profile import GPUS, Pipe, roofline
+
+    start = time.perf_counter()
+    profile = case.program.profile(case.arguments(zeros=True), arch=arch, gpu="h200", sample=sample)
+    flops = {Pipe(p): v for p, v in profile.flops_by_pipe.items()}
+    counts = profile.to_dict()
+    result = {"what": case.what, "flops": case.flops, "seconds_to_profile": time.perf_counter() - start,
+              "arch": arch, "blocks": profile.blocks, "blocks_run": profile.blocks_run, "sampled": profile.sampled,
+              **{k: counts[k] for k in ("instructions", "mma_instructions", "global_requests", "global_sectors",
+                                        "global_load_sector_efficiency", "shared_wavefronts", "bank_conflicts",
+                                        "dram_bytes", "flops")},
+              "gpus": {}}
+    for name in ("h100", "h200"):
+        model = roofline(GPUS[name], flops, profile.instructions, profile.shared_wavefronts, profile.dram_bytes)
+        result["gpus"][name] = {"estimated_seconds": model.estimated_seconds, "bound": model.bound,
+                                "limiter": model.limiter,
+                                "tflops": case.flops / model.estimated_seconds / 1e12}
+    return result
+
+
+def estimates(path=None, arch: str = GPU_ARCH, workers=None, sample=None, keys=None) -> dict:
+    keys = list(keys or BENCH)
+    results = {}
+
+    def record(key, result):
+        results[key] = result
+        _write(path, {k: results[k] for k in keys if k in results})
+        if "error" in result:
+            print(f"{key:28s} FAILED: {result['error']}", flush=True)
+            return
+        h = result["gpus"]["h100"]
+        print(f"{key:28s} estimate {h['estimated_seconds'] * 1e3:.3f} ms on an H100 ({h['bound']}-bound, "
+              f"{h['limiter']}; {h['tflops']:.0f} TFLOP/s), {result['blocks_run']} of {result['blocks']} programs "
+              f"emulated in {result['seconds_to_profile']:.0f} s", flush=True)
+
+    count = _workers(workers, len(keys))
+    if count == 1:
+        for key in keys:
+            record(key, estimate_case(key, arch, sample))
+    else:
+        with _pool(count) as pool:
+            futures = {key: pool.submit(estimate_case, key, arch, sample) for key in keys}
+            for key, future in futures.items():
+                record(key, future.result())
+    return {k: results[k] for k in keys}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu")
     parser.add_argument("--json", help="write results here")
-    parser.add_argument("--compare", action="store_true", help="compare every library entry across backends")
-    parser.add_argument("--backends", default="numpy,ptx,cuda", help="for --compare (default numpy,ptx,cuda)")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--compare", action="store_true", help="compare every library entry across backends")
+    what.add_argument("--tiles", action="store_true", help="compare every tile kernel across backends")
+    what.add_argument("--tile-bench", action="store_true", help="time the tile kernels against torch (GPU)")
+    what.add_argument("--estimates", action="store_true", help="accy profile's estimate of each --tile-bench kernel")
+    parser.add_argument("--backends", default="numpy,ptx,cuda",
+                        help="for --compare and --tiles (default numpy,ptx,cuda)")
+    parser.add_argument("--arch", default=GPU_ARCH,
+                        help=f"the PTX ptx runs and the profile counts (default {GPU_ARCH})")
+    parser.add_argument("--workers", type=int, help="processes for --tiles and --estimates (default: half the cores)")
+    parser.add_argument("--sample", type=int, help="--estimates: programs to emulate (default: the profile's choice)")
     ns = parser.parse_args(argv)
+    backends = [b.strip() for b in ns.backends.split(",")]
     if ns.compare:
-        results = compare_entries([b.strip() for b in ns.backends.split(",")])
+        results = compare_entries(backends, ns.json)
         ok = all(case["agree"] for case in results.values())
+    elif ns.tiles:
+        results = compare_tiles(backends, ns.arch, ns.json, ns.workers)
+        ok = all(case["agree"] and case["numpy_within_bound"] for case in results.values())
+    elif ns.tile_bench:
+        results = tile_benchmark(ns.json)
+        ok = all("error" not in r and r["accuracy"]["ok"] for r in results.values())
+    elif ns.estimates:
+        results = estimates(ns.json, ns.arch, ns.workers, ns.sample)
+        ok = all("error" not in r and math.isfinite(r["gpus"]["h100"]["estimated_seconds"]) for r in results.values())
     else:
-        results, ok = benchmark(), True
-    if ns.json:
-        with open(ns.json, "w") as f:
-            json.dump(results, f, indent=2)
+        results, ok = benchmark(ns.json), True
+    _write(ns.json, results)
     return 0 if ok else 1
 
 

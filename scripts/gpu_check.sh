@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # One GPU check, one call of at most 8 minutes, on a machine with an NVIDIA GPU and no network.
 # It runs on the GPU machine's image as it is (KINDS.md: python3 3.12 with numpy, llvmlite, ml-dtypes,
-# attrs, pytest, hypothesis, torch and cuda.core + cuda-bindings; nvcc): accy runs from this checkout,
-# and whatever the image lacks is installed from the wheels in .wheels/ (scripts/gather_wheels.sh, run
-# where PyPI is reachable; carry .wheels, within the 64 MiB the working tree may take). Nothing is fetched.
+# attrs, pytest, pytest-xdist, hypothesis, torch and cuda.core + cuda-bindings; nvcc, ncu, compute-sanitizer):
+# accy runs from this checkout, and whatever the image lacks is installed from the wheels in .wheels/
+# (scripts/gather_wheels.sh, run where PyPI is reachable; carry .wheels, within the 64 MiB the working tree
+# may take). Nothing is fetched.
 #   1. what the machine has: the GPU, the packages, the cuda backend's driver (ACCY_CUDA_DRIVER, default
-#      the one installed: cuda.core on that image);
-#   2. the tests marked `cuda` (every backend-parametrised test on the GPU) and the driver tests
+#      the one installed: cuda.core on that image) and the device's arch;
+#   2. in the background, on the CPU: accy profile's estimate of each benchmark kernel (the emulator,
+#      a sample of the programs of a full-size launch) and the emulator's counters and race verdicts on
+#      the small launches of steps 5-6 (bench.gpu --estimates, bench.gpu_probe emulator);
+#   3. the GPU benchmark (issue 19 §5): accy's bf16 tile matmul at 4096^3 against torch.matmul (cuBLAS)
+#      and its tile attention (B*H = 16, 4096 tokens, head dim 64 and 128) against torch's flash SDPA,
+#      CUDA events on device-resident inputs, TFLOP/s and the ratios (target: 0.5x torch);
+#   4. every tile kernel (matmuls in bf16, f16, tf32, i8 and f32; the tile attention entry in bf16, f16,
+#      f32, causal and not) on cuda against ptx (the same PTX on the emulator) and numpy, within the dot
+#      bound;
+#   5. Nsight Compute on one small launch of each benchmark kernel and of a shared-memory transpose
+#      (global load sectors and requests, shared bank conflicts, instructions executed), to set beside
+#      the emulator's counts of the same launch (bench.gpu_probe ncu);
+#   6. compute-sanitizer --tool racecheck on the same launches and on the transpose without its barrier
+#      (the planted race), beside the emulator's verdicts (bench.gpu_probe racecheck);
+#   7. the tests marked `cuda` (every backend-parametrised test on the GPU) and the driver tests
 #      (tests/test_cuda_drivers.py);
-#   3. every library entry on cuda against ptx (the same PTX on the emulator) and numpy;
-#   4. the GPU benchmark: accy's attention entries against torch's SDPA;
-#   5. the fuzzers with cuda among their backends (ACCY_FUZZ_BACKENDS, default numpy,llvm,cuda), in
+#   8. every library entry on cuda against ptx and numpy; the f32 attention entries against torch's SDPA;
+#   9. the fuzzers with cuda among their backends (ACCY_FUZZ_BACKENDS, default numpy,llvm,cuda), in
 #      whatever time is left.
 # Every step gets at most the time left of GPU_CHECK_SECONDS (default 450): the whole check ends inside
-# 8 minutes. Writes gpu_check.log, gpu_check.json and each step's results to $OUT when it is set (else to
-# ./gpu_check/). DRY_RUN=1 runs steps 3 and 5 without cuda and skips the GPU steps: a check of the script.
+# 8 minutes. Writes gpu_check.log, gpu_check.json (bench/gpu_summary.py: every section side by side) and
+# each step's results to $OUT when it is set (else to ./gpu_check/). DRY_RUN=1 runs the steps that need no
+# GPU (2, 4 and 8 on numpy,ptx, 9 on numpy,llvm) and records the others as skipped: a check of the script.
 # The device call: command "bash scripts/gpu_check.sh", carry [".wheels"] when .wheels/ holds anything.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -33,12 +48,19 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then  # libdevice and 
   export CUDA_HOME
 fi
 
-# step NAME CAP COMMAND...: COMMAND under a timeout of CAP seconds or the time left, less a reserve
-step() {
-  local name=$1 cap=$2 limit
-  shift 2
+# the time a step may take: CAP seconds or the time left, less a reserve for the summary
+limit_for() {
+  local cap=$1 limit
   limit=$(( budget - SECONDS - 20 ))
   (( limit > cap )) && limit=$cap
+  echo "$limit"
+}
+
+# step NAME CAP COMMAND...: COMMAND under a timeout of CAP seconds or the time left
+step() {
+  local name=$1 limit
+  limit=$(limit_for "$2")
+  shift 2
   if (( limit < 15 )); then
     echo "== $name: skipped (out of time: ${SECONDS}s of ${budget}s used)"
     return 124
@@ -47,8 +69,40 @@ step() {
   timeout -k 5 "$limit" "$@"
 }
 
+# background NAME CAP LOG COMMAND...: COMMAND as step runs it, in the background, its output to $out/LOG
+# (shown at the end); its process id in bg_pid (empty when there was no time to start it)
+background() {
+  local name=$1 limit log=$3
+  limit=$(limit_for "$2")
+  shift 3
+  bg_pid=
+  if (( limit < 15 )); then
+    echo "== $name: skipped (out of time: ${SECONDS}s of ${budget}s used)"
+    return
+  fi
+  echo "== $name: in the background (at most ${limit}s, at ${SECONDS}s; its output in $log)"
+  timeout -k 5 "$limit" "$@" >"$out/$log" 2>&1 &
+  bg_pid=$!
+}
+
+# finish PID NAME LOG: wait for a background step, show its output, return its status
+finish() {
+  local rc=124
+  if [ -n "$1" ]; then
+    wait "$1"
+    rc=$?
+  fi
+  echo "== $2 (background, rc=$rc)"
+  [ -f "$out/$3" ] && cat "$out/$3"
+  return "$rc"
+}
+
 echo "== machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+for tool in nvcc ncu compute-sanitizer; do
+  printf '%-18s %s\n' "$tool" "$(command -v "$tool" || echo 'not on PATH (its step is skipped)')"
+done
 "$py" --version
 "$py" - <<'PY'
 import importlib
@@ -96,74 +150,106 @@ if (( ${#missing[@]} )); then
 fi
 
 xdist=()  # the image has pytest-xdist: its 16 cores compile and interpret in parallel
-"$py" -c "import xdist" 2>/dev/null && xdist=(-n "${GPU_CHECK_WORKERS:-8}")
-tests_rc=0 drivers_rc=0 bench_rc=0
+fuzz_cap=150  # the fuzzers one at a time
+"$py" -c "import xdist" 2>/dev/null && xdist=(-n "${GPU_CHECK_WORKERS:-8}") && fuzz_cap=120
+workers="${GPU_CHECK_WORKERS:-6}"  # processes for the tile comparison (each its own CUDA context)
+arch=sm_90  # the H100 and H200 this check is written for; the device's own when it runs
+gpu=
+tests_rc=0 bench_rc=0 tile_bench_rc=0 ncu_rc=0 race_rc=0
 if [ "$dry" = 1 ]; then
-  echo "== DRY_RUN: no GPU steps"
+  echo "== dry run: no GPU (the cuda tests, the GPU benchmarks, ncu and racecheck are skipped)"
   backends=numpy,ptx
   fuzz_backends="${ACCY_FUZZ_BACKENDS:-numpy,llvm}"
+  workers="${GPU_CHECK_WORKERS:-}"  # bench.gpu's default: half the cores
 else
   echo "== the cuda backend's driver"
-  if "$py" -c "from accy.backends.cuda import default_state as d; s = d(); print(s.driver.name, s.arch)"; then
+  if state=$("$py" -c "from accy.backends.cuda import default_state as d; s = d(); print(s.driver.name, s.arch)"); then
+    echo "$state"
+    arch=${state##* }
     backends=numpy,ptx,cuda
     fuzz_backends="${ACCY_FUZZ_BACKENDS:-numpy,llvm,cuda}"
-    step "cuda tests" 180 "$py" -m pytest -q -m cuda -p no:cacheprovider "${xdist[@]}" tests/ \
-      --junitxml="$out/cuda_tests.xml"
-    tests_rc=$?
+    case "${device^^}" in
+      *H200*) gpu=h200 ;;
+      *H100*) gpu=h100 ;;
+    esac
   else  # the rest runs without the GPU, and the check fails
     echo "backend 'cuda' cannot run here (the error above says why): the steps without it only"
     dry=1 tests_rc=3 backends=numpy,ptx fuzz_backends=numpy,llvm
   fi
 fi
-step "driver tests (no GPU needed)" 60 "$py" -m pytest -q -p no:cacheprovider tests/test_cuda_drivers.py \
+
+# 2. the CPU's share, in the background: the estimates, and the emulator's side of steps 5 and 6
+background "estimates: accy profile of each benchmark kernel (emulator, arch $arch)" 240 estimates.log \
+  "$py" -m bench.gpu --estimates --arch "$arch" --json "$out/estimates.json"
+est_pid=$bg_pid
+background "the emulator's counters and race verdicts of the small launches" 240 emulator.log \
+  "$py" -m bench.gpu_probe emulator --arch "$arch" --gpu "${gpu:-h200}" --json "$out/emulator.json"
+emu_pid=$bg_pid
+
+if [ "$dry" != 1 ]; then
+  # 3. the GPU benchmark
+  step "GPU benchmark: tile matmul vs cuBLAS, tile attention vs flash SDPA" 100 \
+    "$py" -m bench.gpu --tile-bench --json "$out/tile_bench.json"
+  tile_bench_rc=$?
+fi
+
+# 4. every tile kernel on every backend
+step "tile kernels on $backends" 150 "$py" -m bench.gpu --tiles --backends "$backends" --arch "$arch" \
+  ${workers:+--workers "$workers"} --json "$out/tiles.json"
+tiles_rc=$?
+
+# 5-6. Nsight Compute and racecheck on the small launches (a skip, with its reason, in a dry run or
+# where the tool is missing)
+probe_dry=()
+[ "$dry" = 1 ] && probe_dry=(--dry-run)
+# (the tools' processes get the step's time less a margin: a timeout would leave them running on the GPU)
+step "Nsight Compute on the small launches" 75 "$py" -m bench.gpu_probe ncu --out "$out" "${probe_dry[@]}" \
+  --seconds $(( $(limit_for 75) - 10 ))
+ncu_rc=$?
+step "compute-sanitizer racecheck on the small launches" 75 \
+  "$py" -m bench.gpu_probe racecheck --out "$out" "${probe_dry[@]}" --seconds $(( $(limit_for 75) - 10 ))
+race_rc=$?
+
+# 7. the tests
+if [ "$dry" != 1 ]; then
+  step "cuda tests" 150 "$py" -m pytest -q -m cuda -p no:cacheprovider "${xdist[@]}" tests/ \
+    --junitxml="$out/cuda_tests.xml"
+  tests_rc=$?
+fi
+step "driver tests (no GPU needed)" 30 "$py" -m pytest -q -p no:cacheprovider tests/test_cuda_drivers.py \
   --junitxml="$out/drivers.xml"
 drivers_rc=$?
 
-step "library entries on $backends" 100 "$py" -m bench.gpu --compare --backends "$backends" --json "$out/entries.json"
+# 8. the library entries
+step "library entries on $backends" 60 "$py" -m bench.gpu --compare --backends "$backends" --json "$out/entries.json"
 entries_rc=$?
-
 if [ "$dry" != 1 ]; then
-  step "GPU benchmark" 90 "$py" -m bench.gpu --json "$out/gpu_bench.json"
+  step "GPU benchmark: f32 attention entries vs SDPA" 45 "$py" -m bench.gpu --json "$out/gpu_bench.json"
   bench_rc=$?
 fi
 
+# 9. the fuzzers, in what is left
 export ACCY_FUZZ_BACKENDS="$fuzz_backends"
-step "fuzzers on $fuzz_backends" 150 "$py" -m pytest -q -p no:cacheprovider \
+step "fuzzers on $fuzz_backends" "$fuzz_cap" "$py" -m pytest -q -p no:cacheprovider \
   "${xdist[@]}" tests/test_fuzz.py tests/test_fuzz_cooperative.py tests/test_fuzz_regressions.py \
   --junitxml="$out/fuzz.xml"
 fuzz_rc=$?
 
-"$py" - "$out" "$tests_rc" "$drivers_rc" "$entries_rc" "$fuzz_rc" "$bench_rc" "$dry" "$SECONDS" <<'PY'
-import json, os, sys, xml.etree.ElementTree as ET
-out, *rcs, dry, seconds = sys.argv[1:]
-tests_rc, drivers_rc, entries_rc, fuzz_rc, bench_rc = map(int, rcs)
+finish "$est_pid" "estimates" estimates.log
+est_rc=$?
+finish "$emu_pid" "emulator counters and race verdicts" emulator.log
+emu_rc=$?
 
-def junit(name):
-    path = f"{out}/{name}"
-    if not os.path.exists(path):
-        return None
-    suite = ET.parse(path).getroot()
-    suite = suite if suite.tag == "testsuite" else suite[0]
-    return {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-
-def load(name):
-    try:
-        with open(f"{out}/{name}") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-entries = load("entries.json")
-summary = {"dry_run": dry == "1", "seconds": int(seconds), "cuda_tests": junit("cuda_tests.xml"),
-           "driver_tests": junit("drivers.xml"), "fuzz": junit("fuzz.xml"),
-           "entries_agree": None if entries is None else sum(c["agree"] for c in entries.values()),
-           "entries": None if entries is None else len(entries),
-           "rc": {"tests": tests_rc, "drivers": drivers_rc, "entries": entries_rc, "fuzz": fuzz_rc, "bench": bench_rc},
-           "bench": load("gpu_bench.json")}
-with open(f"{out}/gpu_check.json", "w") as f:
-    json.dump(summary, f, indent=2)
-print(json.dumps({k: summary[k] for k in ("seconds", "cuda_tests", "driver_tests", "fuzz", "entries_agree", "entries",
-                                          "rc")}))
-PY
-echo "== done in ${SECONDS}s: tests rc=$tests_rc drivers rc=$drivers_rc entries rc=$entries_rc fuzz rc=$fuzz_rc bench rc=$bench_rc"
-exit $(( tests_rc || drivers_rc || entries_rc || fuzz_rc || bench_rc ))
+dry_flag=()
+[ "$dry" = 1 ] && dry_flag=(--dry-run)
+echo "== summary ($out/gpu_check.json)"
+"$py" -m bench.gpu_summary "$out" --seconds "$SECONDS" "${dry_flag[@]}" --arch "$arch" ${gpu:+--gpu "$gpu"} \
+  ${device:+--device "$device"} --rc tests="$tests_rc" --rc drivers="$drivers_rc" --rc tiles="$tiles_rc" \
+  --rc entries="$entries_rc" --rc fuzz="$fuzz_rc" --rc tile_bench="$tile_bench_rc" --rc bench="$bench_rc" \
+  --rc ncu="$ncu_rc" --rc racecheck="$race_rc" --rc estimates="$est_rc" --rc emulator="$emu_rc"
+[ "$dry" = 1 ] && echo "== dry run: no GPU: nothing here ran on one"
+echo "== done in ${SECONDS}s: tests rc=$tests_rc drivers rc=$drivers_rc tiles rc=$tiles_rc entries rc=$entries_rc" \
+  "fuzz rc=$fuzz_rc tile bench rc=$tile_bench_rc bench rc=$bench_rc ncu rc=$ncu_rc racecheck rc=$race_rc" \
+  "estimates rc=$est_rc emulator rc=$emu_rc"
+exit $(( tests_rc || drivers_rc || tiles_rc || entries_rc || fuzz_rc || tile_bench_rc || bench_rc || ncu_rc \
+  || race_rc || est_rc || emu_rc ))
