@@ -18,6 +18,7 @@ from .executor import instruction_budget as _resolve_budget  # the arguments bel
 from .memory import GlobalMemory
 from .numerics import U8, U32
 from .parser import imm_bits, parse, type_size
+from .races import LaunchRaces
 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_PER_BLOCK = 227 * 1024  # sm_90; sm_80 allows 163 KiB (the emulator accepts the larger)
@@ -285,6 +286,7 @@ class Function:
         tx, ty, tz = (lin % bx).astype(U32), ((lin // bx) % by).astype(U32), (lin // (bx * by)).astype(U32)
         nwarps = -(-tpb // 32)
         counter = itertools.count()
+        races = LaunchRaces(grid, block, "lockstep")
         with np.errstate(all="ignore"):
             for c0 in range(0, ncta, per_batch):
                 c1 = min(ncta, c0 + per_batch)
@@ -320,4 +322,17 @@ class Function:
                 T.clock64 = lambda: np.uint64(next(counter))
                 T.step_limit = self.module.device.step_limit
                 T.budget = Budget(budget)  # each batch its own: a bound on what one warp runs
-                run_entry(self.module.program, self._cf, T)
+                T.bt = np.arange(n)
+                T.races = races
+                races.begin_batch(c0, n, S)
+                try:
+                    run_entry(self.module.program, self._cf, T)
+                except Exception as failure:
+                    # a race is the likelier cause of whatever went wrong after it
+                    race = races.check(end_of_batch=True, last=True)
+                    if race is not None:
+                        raise race from failure
+                    raise
+                race = races.check(end_of_batch=True, last=c1 == ncta)
+                if race is not None:
+                    raise race

@@ -78,7 +78,8 @@ class Context:
     """The threads running one function activation: their registers and identity."""
 
     PER_THREAD = ("tid", "ctaid")
-    ARRAYS = ("lane", "warp", "wkey", "cta", "sbase", "lbase", "orig")
+    # bt: the thread's number in its batch (the race checker's clocks are indexed by it)
+    ARRAYS = ("lane", "warp", "wkey", "cta", "sbase", "lbase", "orig", "bt")
 
     def __init__(self):
         self.R: list = []
@@ -272,6 +273,8 @@ class Frame:
                     r = blk.full(T)
                 elif kind == "sync":
                     r = blk.full(T, None)
+                    if T.races is not None:
+                        self.synced(blk.info, np.arange(T.n), None)
                 else:
                     r = self.call(blk, None)
                     if self.pcs is not None:  # some threads exited inside the call
@@ -393,10 +396,35 @@ class Frame:
             release = arrived[missing[wk] == 0]
         if len(release):
             blk.sel(T, release)
+            if T.races is not None:
+                self.synced(info, release, None if info.kind == "bar" else alive_bits & ~wanted)
             self.assign(release, blk.next)
         held = np.setdiff1d(arrived, release, assume_unique=True)
         if len(held):
             pcs[held] = WAIT + m
+
+    def synced(self, info, pos, uncovered) -> None:
+        """Tell the race checker that the threads ``pos`` completed the barrier or warp-synchronous
+        instruction ``info``.  A warp instruction orders a warp's lanes only where its member mask
+        covers every running lane of the warp (``uncovered``: per warp key, the running lanes no
+        mask named; None: to be computed)."""
+        T = self.T
+        races = T.races
+        if info.kind == "bar":
+            if not info.arrive:
+                races.barrier(T.bt[pos])
+            return
+        if uncovered is None and not info.full_mask:
+            masks = info.group(T, pos).astype(np.uint64)
+            nw = T.nwkeys
+            wanted = np.zeros(nw, np.uint64)
+            np.bitwise_or.at(wanted, T.wkey[pos], masks)
+            running = np.zeros(nw, np.uint64)
+            np.bitwise_or.at(running, T.wkey[pos], np.left_shift(np.uint64(1), T.lane[pos].astype(np.uint64)))
+            uncovered = running & ~wanted
+        if uncovered is not None:
+            pos = pos[uncovered[T.wkey[pos]] == 0]
+        races.warp_sync(T.bt[pos])
 
     def deadlock(self):
         """No thread can run and some wait: explain which barrier cannot complete."""
