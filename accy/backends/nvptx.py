@@ -16,6 +16,7 @@ from llvmlite import ir
 from ..dsl.analysis import uniformity
 from ..dsl.ir import Graph, Op
 from ..dsl.types import DType, bf16, f32
+from .debug_lines import DebugLines
 from .llvm import MATH, LoweredModule, Lowering
 from .llvm_types import I1, I32, I64, VOID, WARP, constant, element_type, float_bits, llvm_type, memory_type
 from .targets import NvptxTarget
@@ -151,9 +152,8 @@ class NvptxLowering(Lowering):
 
     # -- entry points ---------------------------------------------------------------
     def lower_kernel(self, block: tuple[int, int, int]) -> ir.Function:
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
-        fn.calling_convention = "ptx_kernel"
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        fn = self._entry()
+        b = self.b
         self._bind_params(fn)
         self.lower_top_level()
         inside = ir.Constant(I1, 1)
@@ -173,9 +173,8 @@ class NvptxLowering(Lowering):
         """A block launch on NVPTX: one CUDA block per block, its threads the block's threads."""
         uniformity.refuse_divergent_synchronisation(
             self.graph, "on a GPU this hangs or corrupts shared memory, so the PTX is not emitted")
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
-        fn.calling_convention = "ptx_kernel"
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        fn = self._entry()
+        b = self.b
         self._bind_params(fn)
         self._declare_shared()
         self.lower_top_level()
@@ -206,6 +205,16 @@ class NvptxLowering(Lowering):
         # registers for occupancy on its own and may spill
         self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)),
                        min_blocks=launch.attrs.min_blocks or max(1, 512 // per_block))
+        return fn
+
+    def _entry(self) -> ir.Function:
+        """The kernel function, its builder at its entry, and its debug lines (each op's source
+        line in the PTX as ``.loc``)."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
+        fn.calling_convention = "ptx_kernel"
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.debug_lines = DebugLines(self.module, self.graph)
+        self.debug_lines.begin(fn)
         return fn
 
     def _linear(self, threads: list[ir.Value]) -> ir.Value:
