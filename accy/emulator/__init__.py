@@ -28,14 +28,16 @@ from __future__ import annotations
 from . import ops_arith, ops_control, ops_convert, ops_mem  # noqa: F401  (registers the handlers)
 from .compiler import HANDLERS, Unsupported, parse_form
 from .device import Device, Function, Module
-from .errors import PtxBarrierError, PtxError, PtxMemoryError
-from .parser import Instruction, parse
+from .errors import PtxBarrierError, PtxError, PtxMemoryError, RaceError
+from .races import Access, record
+from .schedule import Schedule
+from .parser import Instruction, parse, parsed
 
 
 def instruction_forms(ptx: str) -> set[str]:
     """Every instruction form (opcode with its modifiers, e.g. ``fma.rn.f32``,
     ``ld.global.nc.v4.f32``) the PTX text uses."""
-    module = parse(ptx)
+    module = parsed(ptx)
     return {s.form for fn in module.functions.values() for s in fn.body if isinstance(s, Instruction)}
 
 
@@ -55,5 +57,5 @@ def supported_opcodes() -> list[str]:
     return sorted(HANDLERS)
 
 
-__all__ = ["Device", "Module", "Function", "PtxError", "PtxMemoryError", "PtxBarrierError",
-           "instruction_forms", "unsupported", "supported_opcodes"]
+__all__ = ["Device", "Module", "Function", "PtxError", "PtxMemoryError", "PtxBarrierError", "RaceError",
+           "Schedule", "Access", "record", "instruction_forms", "unsupported", "supported_opcodes"]

@@ -831,6 +831,8 @@ def _return_done_sel(T, ids):
 class CompiledFunction:
     fc: FunctionCompiler
     blocks: list
+    exit_code: object = None  # the executor's per-block tables, made on first use
+    costs: object = None
 
     @property
     def name(self):

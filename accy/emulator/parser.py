@@ -18,8 +18,10 @@ the PTX has debug lines.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
+from typing import NamedTuple
 
 import attrs
 
@@ -206,8 +208,9 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE | re.DOTALL)
 
 
-@attrs.frozen
-class Tok:
+class Tok(NamedTuple):
+    """A token (a tuple: a module has hundreds of thousands of them)."""
+
     kind: str
     text: str
     line: int
@@ -805,6 +808,13 @@ class _Parser(_InstructionParser):
 def parse(text: str) -> Module:
     """Parse a PTX module; a :class:`PtxError` names the offending line."""
     return _Parser(text).module()
+
+
+@functools.lru_cache(maxsize=8)
+def parsed(text: str) -> Module:
+    """:func:`parse`, remembered for the last few texts (a module is often asked for its
+    instruction forms, then loaded): the tree is shared, so never change it."""
+    return parse(text)
 
 
 def imm_bits(imm: Imm, size: int, is_float: bool) -> int:

@@ -373,23 +373,39 @@ def _find_race(t: dict, tpb: int):
     changing = kind != Access.READ
     if not changing.any():
         return None  # reads alone never race
+    gran = t["gran"]
     # only addresses some write or atomic touches can race
-    hot = np.unique(t["gran"][changing])
-    at = np.minimum(np.searchsorted(hot, t["gran"]), len(hot) - 1)
-    rows = np.flatnonzero(hot[at] == t["gran"])
-    t = {k: t[k][rows] for k in ("gran", "phase", "count", "kind", "order", "gtid")}
-    t.update(_derive(t, tpb))
-    order = np.lexsort((t["lane"], t["count"], t["warp"], t["phase"], t["cta"], t["gran"]))
-    s = {k: v[order] for k, v in t.items()}
+    hot = np.unique(gran[changing])
+    rows = None
+    if len(hot) * 2 < len(gran) or not changing.all():
+        at = np.minimum(np.searchsorted(hot, gran), len(hot) - 1)
+        keep = hot[at] == gran
+        if not keep.all():
+            rows = np.flatnonzero(keep)
+    pick = (lambda a: a) if rows is None else (lambda a: a[rows])  # noqa: E731
+    gran, phase, count, gtid = pick(gran), pick(t["phase"]), pick(t["count"]), pick(t["gtid"])
+    local = gtid % tpb
+    # the sort keys, packed: (block, phase) and (warp, count, lane)
+    if phase.max(initial=0) < 1 << 31 and count.max(initial=0) < 1 << 48:
+        k2 = (gtid // tpb) << 31 | phase
+        k3 = (local // 32) << 53 | count << 5 | local % 32
+        order = np.lexsort((k3, k2, gran))
+    else:  # pragma: no cover - billions of barriers or warp synchronisations in one batch
+        k2 = gtid // tpb * (int(phase.max()) + 1) + phase
+        k3 = (local // 32) * ((int(count.max()) + 1) << 5) + count * 32 + local % 32
+        order = np.lexsort((local % 32, count, local // 32, phase, gtid // tpb, gran))
+    gran, k2, k3 = gran[order], k2[order], k3[order]
     n = len(order)
-    changed = lambda *keys: np.logical_or.reduce([s[k][1:] != s[k][:-1] for k in keys])  # noqa: E731
-    d0 = changed("gran")
-    d1 = d0 | changed("cta", "phase")
-    d2 = d1 | changed("warp", "count")
-    kind = s["kind"]
+    d0 = gran[1:] != gran[:-1]
+    d1 = d0 | (k2[1:] != k2[:-1])
+    warp_count = k3 >> 5
+    d2 = d1 | (warp_count[1:] != warp_count[:-1])
+    kind = pick(kind)[order]
+    s = {"kind": kind, "order": pick(t["order"])[order]}
     w, a, r = kind == Access.WRITE, kind == Access.ATOMIC, kind == Access.READ
+    idents = ((d0, gtid[order] // tpb), (d1, k3 >> 53), (d2, k3 & 31))
     best = None
-    for level, (d, ident) in enumerate(((d0, s["cta"]), (d1, s["warp"]), (d2, s["lane"]))):
+    for level, (d, ident) in enumerate(idents):
         starts = np.r_[0, np.flatnonzero(d) + 1]
         ends = np.r_[starts[1:], n]
         bad = np.logical_or.reduceat(w, starts) & (ident[starts] != ident[ends - 1])
@@ -407,7 +423,7 @@ def _find_race(t: dict, tpb: int):
     if best is None:
         return None
     _, i, j, level = best
-    return rows[i], rows[j], level
+    return (i, j, level) if rows is None else (rows[i], rows[j], level)
 
 
 def _pair(s, ident, lo: int, hi: int):
