@@ -163,6 +163,10 @@ class NvptxLowering(Lowering):
             idx = b.add(b.mul(sreg("ctaid"), sreg("ntid")), sreg("tid"))
             inside = b.and_(inside, b.icmp_unsigned("<", idx, extent))
             indices.append(idx)
+        for dim, threads in list(zip("xyz", block))[len(self.extents):]:
+            if threads > 1:  # a block with more dimensions than the launch: only its first layer works
+                tid = self.call(f"llvm.nvvm.read.ptx.sreg.tid.{dim}", [], ty=I32)
+                inside = b.and_(inside, b.icmp_unsigned("==", tid, ir.Constant(I32, 0)))
         with b.if_then(inside):  # threads past the logical extent do nothing
             self.lower_launch_body(indices)
         b.ret_void()
