@@ -10,9 +10,13 @@
 
 What it executes is what LLVM's NVPTX backend emits (sm_80 / sm_90, PTX ISA 7.x
 and 8.x), libdevice included, with results bit for bit what the ISA defines
-(see :mod:`.numerics`); every memory access is checked (see :mod:`.memory`);
+(see :mod:`.numerics`); every memory access is checked (see :mod:`.memory`), and
+every launch is checked for races (see :mod:`.races`: a :class:`RaceError` names both
+instructions, both threads and, from the PTX's ``.loc`` lines, both source lines);
 divergence, reconvergence, barriers and warp-synchronous instructions are
-scheduled as in :mod:`.executor`.  The modules:
+scheduled as in :mod:`.executor`, the warps of a block in lockstep or one at a time in
+the order a schedule gives (see :mod:`.schedule`: ``ACCY_PTX_SCHEDULE``,
+``Device(schedule=...)``, ``launch(..., schedule=...)``).  The modules:
 
 * :mod:`.parser` -- PTX text to a syntax tree;
 * :mod:`.compiler` -- functions to basic blocks of generated NumPy code;
@@ -20,7 +24,10 @@ scheduled as in :mod:`.executor`.  The modules:
   control); :mod:`.warp` -- warp-level operations;
 * :mod:`.numerics` -- exact rounding, fma, f16/bf16; :mod:`.runtime` -- helpers;
 * :mod:`.memory` -- the address spaces and their checks;
-* :mod:`.executor` -- the scheduler; :mod:`.device` -- the public objects.
+* :mod:`.races` -- the race checker; an instruction that moves shared or global
+  memory other than through :mod:`.memory` reports each access with :func:`record`;
+* :mod:`.executor` -- the scheduler; :mod:`.schedule` -- warp orders;
+  :mod:`.device` -- the public objects.
 """
 
 from __future__ import annotations

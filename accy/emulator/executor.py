@@ -21,6 +21,14 @@ block at different barriers, or threads that will never arrive), a
 A ``call`` runs the callee for the calling threads as a nested execution with
 its own registers (its parameters are the caller's argument variables), on a
 stack frame in each thread's local memory above the caller's.
+
+That is the lockstep schedule.  Under the others (:mod:`.schedule`), the entry
+function runs each warp alone up to its next barrier (:meth:`Frame.run_slots`):
+warp slot k of every block runs as an execution of its own that stops (*parks*) its
+threads at barriers; when every slot has run, the complete barriers release their
+threads and the next round begins.  Completed barriers and warp-synchronous
+instructions are reported to the race checker (:mod:`.races`), which orders
+accesses by them.
 """
 
 from __future__ import annotations

@@ -192,6 +192,8 @@ SPECIAL_REGISTERS = {
     "%cluster_nctaid", "%cluster_ctarank", "%cluster_nctarank", "%is_explicit_cluster",
 }
 
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")  # %r12: register 12 of a %r<N> range
+
 # -- tokens ------------------------------------------------------------------------------------
 
 _TOKEN = re.compile(r"""
@@ -684,6 +686,8 @@ class _Parser(_InstructionParser):
         for p in fn.params + fn.rets:
             scopes[0][p.name] = p.name
 
+        resolved: dict = {}  # name -> unique name, while the scopes stay as they are
+
         def declare(name: str, unique_hint: str | None = None) -> str:
             if len(scopes) == 1:
                 unique = name
@@ -691,20 +695,28 @@ class _Parser(_InstructionParser):
                 counter[0] += 1
                 unique = f"{name}@{counter[0]}"
             scopes[-1][name] = unique
+            resolved.clear()
             return unique
 
         def resolve(name: str):
+            if name in resolved:
+                return resolved[name]
+            unique = None
             for scope in reversed(scopes):
                 if name in scope:
-                    return scope[name]
-            m = re.match(r"^(.*?)(\d+)$", name)
-            if m:
-                prefix, number = m.group(1), int(m.group(2))
-                for scope in reversed(scopes):
-                    entry = scope.get("<" + prefix)
-                    if entry is not None and number < entry[0]:
-                        return f"{entry[1]}{number}"
-            return None
+                    unique = scope[name]
+                    break
+            else:
+                m = _NUMBERED.match(name)
+                if m:
+                    prefix, number = m.group(1), int(m.group(2))
+                    for scope in reversed(scopes):
+                        entry = scope.get("<" + prefix)
+                        if entry is not None and number < entry[0]:
+                            unique = f"{entry[1]}{number}"
+                            break
+            resolved[name] = unique
+            return unique
 
         self._resolve = resolve
         self._regs = fn.regs
@@ -719,6 +731,7 @@ class _Parser(_InstructionParser):
                 self.next()
                 depth -= 1
                 scopes.pop()
+                resolved.clear()
                 if depth == 0:
                     return
                 continue
@@ -726,6 +739,7 @@ class _Parser(_InstructionParser):
                 self.next()
                 depth += 1
                 scopes.append({})
+                resolved.clear()
                 continue
             if x == ";":
                 self.next()
@@ -759,6 +773,7 @@ class _Parser(_InstructionParser):
                         if len(scopes) > 1:
                             counter[0] += 1
                         scopes[-1]["<" + n.text] = (count, unique)
+                        resolved.clear()
                         for k in range(count):
                             fn.regs[f"{unique}{k}"] = RegDecl(f"{unique}{k}", rtype)
                     else:

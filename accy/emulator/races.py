@@ -50,7 +50,8 @@ import numpy as np
 
 from .errors import RaceError
 
-PHASE = 1 << 40  # an epoch is phase * PHASE + count
+PHASE_BITS = 40
+PHASE = 1 << PHASE_BITS  # an epoch is phase * PHASE + count
 COUNT_MASK = PHASE - 1
 SHARED_TAG = 1 << 62  # set on shared addresses (a batch's flat shared bytes) in the checker's tables
 FLUSH_ENTRIES = 1 << 21  # log this many thread accesses, then check and compact
@@ -146,12 +147,17 @@ class LaunchRaces:
         """The threads ``bt`` (batch thread numbers) passed a barrier together."""
         epoch = self.epoch.copy()  # a new array: the log holds the old one
         epoch[bt] = (epoch[bt] // PHASE + 1) * PHASE
-        self.epoch = epoch
+        self._advance(epoch)
 
     def warp_sync(self, bt) -> None:
         """The threads ``bt`` completed a warp-synchronous instruction covering their warps."""
         epoch = self.epoch.copy()
         epoch[bt] += 1
+        self._advance(epoch)
+
+    def _advance(self, epoch) -> None:
+        if self.entries and self.entries[-1][5] is self.epoch:
+            self.pending += len(epoch) // 4  # the log keeps the old clocks: count their memory too
         self.epoch = epoch
 
     # -- logging ----------------------------------------------------------------------------------------
@@ -185,22 +191,23 @@ class LaunchRaces:
             entries = hot
         t = self._table(entries, self.carry)
         if t is not None:
-            race = _find_race(t, self.tpb)
+            rows = _hot(t)
+            hot = _granules(t if rows is None else {k: v[rows] for k, v in t.items()})
+            race = _find_race(hot, self.tpb)
             if race is not None:
                 self.carry = None
-                return self._error(t, *race)
+                return self._error(hot, *race)
         if last:
             self.carry = None
             return None
-        kept = [] if t is None else [self._keep(t, end_of_batch)]
+        kept = [] if t is None else [self._keep(_granules(t), end_of_batch)]
         if cold:
-            kept.append(_one_per_address(self._table(cold, None), end_of_batch=True))
+            kept.append(_one_per_address(_granules(self._table(cold, None)), end_of_batch=True))
         self.carry = _concat([k for k in kept if k is not None])
         return None
 
     def _table(self, entries, carry) -> dict | None:
-        """``entries`` (and the ``carry``) as arrays, one row per granule: a naturally aligned
-        run of ``g`` bytes, ``g`` the narrowest access among them."""
+        """``entries`` (and the ``carry``) as arrays, one row per thread's access."""
         parts = []
         if entries:
             counts = np.array([len(e[5]) for e in entries], np.int64)
@@ -222,22 +229,10 @@ class LaunchRaces:
                 kind=np.repeat(np.array([e[1] for e in entries], np.int8), counts),
                 site=np.repeat(np.array([id(e[2]) for e in entries], np.int64), counts),
                 order=np.repeat(np.array([e[0] for e in entries], np.int64), counts),
-                gtid=bt + self.first, phase=epoch // PHASE, count=epoch & COUNT_MASK))
+                gtid=bt + self.first, phase=epoch >> PHASE_BITS, count=epoch & COUNT_MASK))
         if carry is not None:
             parts.append(carry)
-        if not parts:
-            return None
-        t = _concat(parts)
-        g = int(t["width"].min())
-        reps = t["width"] // g
-        if (reps != 1).any():  # split wider accesses into granules
-            rows = np.repeat(np.arange(len(reps)), reps)
-            step = np.arange(len(rows)) - np.repeat(np.cumsum(reps) - reps, reps)
-            t = {k: v[rows] for k, v in t.items()}
-            t["addr"] = t["addr"] + step * g
-            t["width"] = np.full(len(rows), g, np.int64)
-        t["gran"] = t["addr"] // g
-        return t
+        return _concat(parts)
 
     def _keep(self, t: dict, end_of_batch: bool) -> dict | None:
         """What later accesses could race with.  After a batch: one access per address and kind
@@ -301,6 +296,53 @@ class LaunchRaces:
 
 
 _CARRIED = ("addr", "width", "kind", "site", "order", "gtid", "phase", "count")
+
+
+def _granules(t: dict | None) -> dict | None:
+    """The rows split into granules (naturally aligned runs of ``g`` bytes, ``g`` the narrowest
+    access among them: two accesses share a byte exactly when they share a granule), each
+    with its granule number ``gran``."""
+    if t is None or not len(t["addr"]):
+        return None
+    g = int(t["width"].min())
+    reps = t["width"] // g
+    if (reps != 1).any():
+        rows = np.repeat(np.arange(len(reps)), reps)
+        step = np.arange(len(rows)) - np.repeat(np.cumsum(reps) - reps, reps)
+        t = {k: v[rows] for k, v in t.items()}
+        t["addr"] = t["addr"] + step * g
+        t["width"] = np.full(len(rows), g, np.int64)
+    else:
+        t = dict(t)
+    t["gran"] = t["addr"] // g
+    return t
+
+
+def _hot(t: dict):
+    """The rows (indices; None: all) touching a byte some write or atomic touches, in shared
+    memory (private to its block) in the same phase of the block: only they can race.  Found
+    without splitting the other rows into granules."""
+    changing = t["kind"] != Access.READ
+    if changing.all():
+        return None
+    if not changing.any():
+        return np.zeros(0, np.int64)
+    addr, width, phase = t["addr"], t["width"], t["phase"]
+    g = int(width.min())
+    shift = g.bit_length() - 1  # widths are powers of two
+    shared = (addr & SHARED_TAG) != 0
+    local = (addr & ~SHARED_TAG) >> shift
+    if shared.any() and (local[shared].max() >= 1 << 31 or phase[shared].max() >= 1 << 30):
+        return None  # pragma: no cover - gigabytes of shared memory or a billion barriers
+    # a key per granule, consecutive along an access: (phase, granule) for shared memory
+    first = np.where(shared, SHARED_TAG | phase << 31 | local, addr >> shift)
+    span = width >> shift
+    w = np.flatnonzero(changing)
+    reps = span[w]
+    keys = np.repeat(first[w], reps) + (np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps))
+    hot = np.unique(keys)
+    inside = np.searchsorted(hot, first + span) > np.searchsorted(hot, first)
+    return None if inside.all() else np.flatnonzero(inside)
 
 
 def _epochs(entries, bt, counts) -> np.ndarray:
@@ -367,23 +409,15 @@ def _ends(starts) -> np.ndarray:
     return keep
 
 
-def _find_race(t: dict, tpb: int):
-    """(row, row, level) of the earliest race among the rows, or None."""
+def _find_race(t: dict | None, tpb: int):
+    """(row, row, level) of the earliest race among the rows (granules), or None."""
+    if t is None:
+        return None
     kind = t["kind"]
     changing = kind != Access.READ
     if not changing.any():
         return None  # reads alone never race
-    gran = t["gran"]
-    # only addresses some write or atomic touches can race
-    hot = np.unique(gran[changing])
-    rows = None
-    if len(hot) * 2 < len(gran) or not changing.all():
-        at = np.minimum(np.searchsorted(hot, gran), len(hot) - 1)
-        keep = hot[at] == gran
-        if not keep.all():
-            rows = np.flatnonzero(keep)
-    pick = (lambda a: a) if rows is None else (lambda a: a[rows])  # noqa: E731
-    gran, phase, count, gtid = pick(gran), pick(t["phase"]), pick(t["count"]), pick(t["gtid"])
+    gran, phase, count, gtid = t["gran"], t["phase"], t["count"], t["gtid"]
     local = gtid % tpb
     # the sort keys, packed: (block, phase) and (warp, count, lane)
     if phase.max(initial=0) < 1 << 31 and count.max(initial=0) < 1 << 48:
@@ -400,8 +434,8 @@ def _find_race(t: dict, tpb: int):
     d1 = d0 | (k2[1:] != k2[:-1])
     warp_count = k3 >> 5
     d2 = d1 | (warp_count[1:] != warp_count[:-1])
-    kind = pick(kind)[order]
-    s = {"kind": kind, "order": pick(t["order"])[order]}
+    kind = kind[order]
+    s = {"kind": kind, "order": t["order"][order]}
     w, a, r = kind == Access.WRITE, kind == Access.ATOMIC, kind == Access.READ
     idents = ((d0, gtid[order] // tpb), (d1, k3 >> 53), (d2, k3 & 31))
     best = None
@@ -423,7 +457,7 @@ def _find_race(t: dict, tpb: int):
     if best is None:
         return None
     _, i, j, level = best
-    return (i, j, level) if rows is None else (rows[i], rows[j], level)
+    return i, j, level
 
 
 def _pair(s, ident, lo: int, hi: int):
