@@ -14,7 +14,7 @@ from emulator_support import NEEDS_PTXAS, assembled, ptx_kernel
 
 import accy
 from accy import axis, dynamic_buffer, f32, i32, index, kernel
-from accy.emulator import Device, PtxError, RaceError
+from accy.emulator import Access, Device, PtxError, RaceError
 from accy.emulator.schedule import Schedule
 
 pytestmark = NEEDS_PTXAS
@@ -364,3 +364,87 @@ def test_schedules_parse_and_refuse():
     with pytest.raises(accy.errors.ArgumentError, match="option schedule='sideways'"):
         transpose(True).run([np.zeros(4096, np.float32), np.zeros(4096, np.float32), 64], backend="ptx",
                             schedule="sideways")
+
+
+# -- the entry point other instructions report through ----------------------------------------------------
+
+
+def test_record_is_how_any_instruction_reports_its_accesses():
+    """What an instruction that moves memory its own way (ldmatrix, cp.async, ...) calls: here
+    on a context of its own, two warps of one block touching shared and global memory."""
+    from types import SimpleNamespace
+
+    from accy.emulator.memory import Site
+    from accy.emulator.races import LaunchRaces, record
+
+    def context():
+        races = LaunchRaces((2, 1, 1), (64, 1, 1), "lockstep")
+        races.begin_batch(0, 128, 256)
+        return SimpleNamespace(races=races, bt=np.arange(128), sbase=np.repeat([0, 256], 64)), races
+
+    site = Site(7, "copy.shared [%r1], [%rd1];", "copy", 16, "shared")
+    T, races = context()
+    record(T, "shared", [0, 0], 16, [0, 64], "write", site)  # two blocks, each its own shared memory
+    record(T, "global", np.array([2**36, 2**36 + 16], np.uint64), np.array([16, 16]), [5, 40], "read", site)
+    record(T, "local", [0, 0], 4, [0, 1], "write", site)  # private: not checked
+    assert races.check(end_of_batch=True, last=True) is None
+    T, races = context()
+    record(T, "shared", [16], 16, [0], "write", site)
+    record(T, "shared", [28], 4, [40], "read", site)  # another warp, inside the 16 bytes written
+    error = races.check(end_of_batch=True, last=True)
+    assert isinstance(error, RaceError) and "between threads of different warps of one block" in str(error)
+    assert "at PTX line 7: copy.shared [%r1], [%rd1];" in str(error)
+    for synchronised in (True, False):
+        T, races = context()
+        record(T, "shared", [0], 4, [1], "write", site)
+        if synchronised:
+            races.warp_sync(np.arange(32))  # warp 0's lanes completed a warp-synchronous instruction
+        record(T, "shared", [0], 4, [2], "read", site)
+        assert (races.check(end_of_batch=True, last=True) is None) == synchronised
+    T, races = context()
+    record(T, "shared", [0], 4, [1], "atomic", site)
+    record(T, "shared", [0], 4, [40], Access.ATOMIC, site)
+    assert races.check(end_of_batch=True, last=True) is None
+    with pytest.raises(PtxError, match="naturally aligned runs of a power of two"):
+        record(T, "shared", [4], 12, [0], "write", site)
+
+
+def test_races_across_batches_of_blocks_are_found():
+    """200 blocks of 128 threads run in two batches: block 199 (the second batch) reads what
+    block 0 (the first) wrote, and block 198 writes what block 1 read."""
+
+    @kernel(buf=dynamic_buffer(f32), other=dynamic_buffer(f32), out=dynamic_buffer(f32))
+    def far(k, a):
+        @k.for_each_block(grid=axis("b", 200), threads=axis("t", 128))
+        def body(inner, block, thread):
+            b, first = block["b"], thread["t"] == 0
+            inner.if_(first & (b == 0), lambda inner: a.buf.__setitem__(0, 1.0))  # MARK-first-batch-write
+            inner.if_(first & (b == 199), lambda inner: a.out.__setitem__(0, a.buf[0]))  # MARK-second-batch-read
+            inner.if_(first & (b == 1), lambda inner: a.out.__setitem__(1, a.other[0]))  # MARK-first-batch-read
+            inner.if_(first & (b == 198), lambda inner: a.other.__setitem__(0, 2.0))  # MARK-second-batch-write
+
+    args = [np.zeros(1, np.float32), np.zeros(1, np.float32), np.zeros(2, np.float32)]
+    with pytest.raises(RaceError, match="between threads of different blocks") as err:
+        far.run(args, backend="ptx")
+    e = err.value
+    pairs = {(e.first.source, e.second.source), (e.second.source, e.first.source)}
+    assert pairs & {(line_of("MARK-first-batch-write"), line_of("MARK-second-batch-read")),
+                    (line_of("MARK-first-batch-read"), line_of("MARK-second-batch-write"))}
+
+
+@pytest.mark.parametrize("which", ["write then read", "read then write"])
+def test_each_kind_of_race_across_batches(which):
+    @kernel(buf=dynamic_buffer(f32), out=dynamic_buffer(f32))
+    def far(k, a):
+        @k.for_each_block(grid=axis("b", 200), threads=axis("t", 128))
+        def body(inner, block, thread):
+            b, first = block["b"], thread["t"] == 0
+            writer, reader = (0, 199) if which == "write then read" else (199, 0)
+            inner.if_(first & (b == writer), lambda inner: a.buf.__setitem__(0, 1.0))
+            inner.if_(first & (b == reader), lambda inner: a.out.__setitem__(0, a.buf[0]))
+            inner.if_(b == 100, lambda inner: a.out.__setitem__(1 + thread["t"], 3.0))  # race-free traffic
+
+    with pytest.raises(RaceError, match="between threads of different blocks") as err:
+        far.run([np.zeros(1, np.float32), np.zeros(129, np.float32)], backend="ptx")
+    blocks = {err.value.first.block[0], err.value.second.block[0]}
+    assert blocks == {0, 199}

@@ -21,11 +21,14 @@ The rules are the interpreter's detector's (:mod:`accy.backends.sanitizer`).  Th
 depend on the order the scheduler ran the threads in (:mod:`.schedule`), so a race is found
 under every schedule, lockstep included.
 
-How it stays cheap: an access only appends its arrays to a log (a gather of the threads'
-epochs is all it computes).  The log is checked in bulk, vectorised over every access,
-at the end of each batch of blocks, when it grows large, and before any other error of
-the launch is raised (a race is usually what caused it).  Sorted by (address, block,
-phase, warp, count, lane), the accesses that may race form groups at three levels:
+How it stays cheap: an access only appends references to its arrays (addresses, threads,
+and the batch's clock array, which a barrier or warp synchronisation replaces rather than
+changes) to a log.  The log is checked in bulk, vectorised over every access, at the end
+of each batch of blocks, when it grows large, and before any other error of the launch is
+raised (a race is usually what caused it).  Only accesses touching a byte that some write
+or atomic touches (in shared memory: in the same phase of the block) can race; the others
+are set aside with two binary searches.  Sorted by (address, block, phase, warp, count,
+lane), the rest form groups at three levels:
 
 * one address: accesses from different blocks;
 * one address, block and phase: accesses from different warps;
@@ -48,7 +51,7 @@ import enum
 import attrs
 import numpy as np
 
-from .errors import RaceError
+from .errors import PtxError, RaceError
 
 PHASE_BITS = 40
 PHASE = 1 << PHASE_BITS  # an epoch is phase * PHASE + count
@@ -72,21 +75,30 @@ _VERB = {Access.READ: "read", Access.WRITE: "written", Access.ATOMIC: "updated a
 _SPACES = ("shared", "global")
 
 
-def record(T, space: str, addresses, sizes, lanes, kind: Access, site) -> None:
+def record(T, space: str, addresses, sizes, lanes, kind, site) -> None:
     """Report an access to the race checker (the one entry point for handlers).
 
     ``T``: the executing context; ``space``: "shared" or "global" (others are private or
     read-only and ignored); ``addresses``: per lane, the state-space address (a shared
-    offset in the block's window, or a global address) of its first byte; ``sizes``: bytes
-    per lane (an int, or an array per lane); ``lanes``: the accessing threads as positions in
-    ``T`` (an int array, or None for all ``T.n``), in the order of ``addresses``; ``kind``: an
-    :class:`Access`; ``site``: the instruction's :class:`~accy.emulator.memory.Site`."""
+    offset in the block's window, or a global address) of its first byte, already checked
+    against the space's bounds; ``sizes``: bytes per lane (an int, or an array per lane), a
+    power of two the address is a multiple of (report a longer or unaligned run as several
+    such accesses); ``lanes``: the accessing threads as positions in ``T`` (an int array, or
+    None for all ``T.n``), in the order of ``addresses``; ``kind``: an :class:`Access` or
+    "read", "write", "atomic"; ``site``: the instruction's
+    :class:`~accy.emulator.memory.Site` (what the report names)."""
     races = getattr(T, "races", None)
     if races is None or space not in _SPACES:
         return
     addresses = np.asarray(addresses)
     if addresses.size == 0:
         return
+    if isinstance(kind, str):
+        kind = Access[kind.upper()]
+    width = np.asarray(sizes, np.int64)
+    if ((width & (width - 1)) != 0).any() or (width <= 0).any() or (_as_int64(addresses) & (width - 1)).any():
+        raise PtxError(f"internal error: a race-checked access must be naturally aligned runs of a power of two "
+                       f"bytes (sizes {np.unique(width)})", line=site.line, source=site.text)
     if space == "shared":
         base = T.sbase if lanes is None else T.sbase[lanes]
         flat = base + _as_int64(addresses)
@@ -127,7 +139,6 @@ class LaunchRaces:
     def __init__(self, grid, block, schedule: str):
         self.grid, self.block, self.schedule = tuple(grid), tuple(block), schedule
         self.tpb = int(np.prod(block))
-        self.nwarps = -(-self.tpb // 32)
         self.sites: dict[int, object] = {}  # id(site) -> site (kept alive with the log)
         self.entries: list = []
         self.pending = 0
@@ -136,6 +147,7 @@ class LaunchRaces:
         self.first = 0  # the batch's first thread (launch-wide linear number)
         self.epoch = np.zeros(0, np.int64)  # per thread of the batch: phase * PHASE + count
         self.shared_size = 1  # bytes of shared memory per block
+        self.written: set = set()  # the allocations ("shared": the batch's shared memory) written so far
 
     # -- the batch's clocks ----------------------------------------------------------------------------
     def begin_batch(self, first_block: int, n: int, shared_size: int) -> None:
@@ -181,10 +193,11 @@ class LaunchRaces:
         first_order, self.order = self.order, self.order + len(entries)
         entries = [(first_order + k, *e) for k, e in enumerate(entries)]
         cold = []
+        self.written.update(e[8] for e in entries if e[1] != Access.READ)
         if end_of_batch:
-            # reads of an allocation nothing wrote or updated in the batch race with no access
-            # of the batch: set them aside (later batches' blocks may still write there)
-            written = {e[8] for e in entries if e[1] != Access.READ}
+            # reads of an allocation nothing wrote or updated in the launch so far race with no
+            # access yet: set them aside (later batches' blocks may still write there)
+            written = self.written
             hot = [e for e in entries if e[8] is None or e[8] in written]
             if len(hot) < len(entries):
                 cold = [e for e in entries if not (e[8] is None or e[8] in written)]
