@@ -88,6 +88,7 @@ class Context:
     PER_THREAD = ("tid", "ctaid")
     # bt: the thread's number in its batch (the race checker's clocks are indexed by it)
     ARRAYS = ("lane", "warp", "wkey", "cta", "sbase", "lbase", "orig", "bt")
+    races = None  # the launch's race checker (accy.emulator.races.LaunchRaces)
 
     def __init__(self):
         self.R: list = []
