@@ -7,6 +7,10 @@ import pytest
 # The interpreter's memory checks (poisoned outputs, unwritten elements, races) are
 # on for the whole suite: a kernel that leaves output unwritten fails loudly.
 os.environ.setdefault("ACCY_CHECK_MEMORY", "1")
+# The PTX emulator runs each warp alone up to its next barrier, in an order drawn anew for every
+# launch (the library's default is lockstep): a kernel that works only in one order fails here.
+# A RaceError names the seed of its launch; ACCY_PTX_SCHEDULE=random:SEED replays it.
+os.environ.setdefault("ACCY_PTX_SCHEDULE", "random")
 
 from accy import Program, axis, dynamic_buffer, f32
 

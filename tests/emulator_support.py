@@ -85,16 +85,17 @@ def forms_of(ptx: str) -> set[str]:
     return instruction_forms(ptx)
 
 
-def launch(ptx, name, arrays, grid, block, extra=(), shared_bytes=0, dev=None):
-    """Copy ``arrays`` to device buffers, launch ``name`` with their addresses then ``extra``,
-    and return the buffers' contents afterwards."""
+def launch(ptx, name, arrays, grid, block, extra=(), shared_bytes=0, dev=None, schedule=None):
+    """Copy ``arrays`` to device buffers, launch ``name`` with their addresses then ``extra``
+    (under the warp ``schedule``; None: the device's or ACCY_PTX_SCHEDULE's), and return the
+    buffers' contents afterwards."""
     dev = dev or Device()
     fn = dev.load_module(ptx).function(name)
     ptrs = []
     for a in arrays:
         ptrs.append(dev.alloc(max(a.nbytes, 8)))
         dev.copy_to_device(ptrs[-1], a)
-    fn.launch(grid, block, ptrs + list(extra), shared_bytes=shared_bytes)
+    fn.launch(grid, block, ptrs + list(extra), shared_bytes=shared_bytes, schedule=schedule)
     outs = []
     for a, p in zip(arrays, ptrs):
         o = np.empty_like(a)

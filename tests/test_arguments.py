@@ -103,7 +103,9 @@ def test_out_of_bounds_load_negative_index(backend):
 
     dst = np.zeros(6, np.float32)
     program = Program("neg", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)}, body)
-    with pytest.raises(OutOfBoundsError, match=r"load from 'x': index -1 is out of bounds for 2 elements \(thread a=0 b=0\)"):
+    # every thread with a=0 fails; the first to record it is reported (on ptx, as on a GPU, it
+    # depends on which warp runs first: the suite's warp schedule changes every launch)
+    with pytest.raises(OutOfBoundsError, match=r"load from 'x': index -1 is out of bounds for 2 elements \(thread a=0 b=[0-2]\)"):
         program.run([dst, np.ones(2, np.float32)], backend=backend)
     assert (dst == 0).all()
 

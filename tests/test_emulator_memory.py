@@ -282,7 +282,9 @@ def test_more_atomics_and_reductions():
     init = np.zeros(40, np.uint8)
     init[4:8] = np.frombuffer(np.uint32(5).tobytes(), np.uint8)
     init[8:16] = np.frombuffer(np.uint64(2 ** 64 - 1).tobytes(), np.uint8)
-    (out,) = launch(ptx, "atomics2", [init], 1, 64)
+    # lockstep: the lanes of one instruction take turns in thread order (which thread wins the
+    # cas below depends on which warp runs first under the other schedules)
+    (out,) = launch(ptx, "atomics2", [init], 1, 64, schedule="lockstep")
     raw = out.tobytes()
     u32 = lambda o: np.frombuffer(raw[o:o + 4], np.uint32)[0]
     u64 = lambda o: np.frombuffer(raw[o:o + 8], np.uint64)[0]

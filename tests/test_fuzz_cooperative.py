@@ -1,7 +1,8 @@
 """Differential fuzzing of cooperative (block-level) kernels: random race-free programs
 (tests/fuzz_cooperative.py: shared memory, barriers, atomics, shuffles, warp and block
 reductions under uniform loops and branches) run on every CPU backend, which must agree
-bit for bit; and the same programs with one planted bug, which the race detector must catch.
+bit for bit; and the same programs with one planted bug, which the race detector must catch
+(and, for a race, the PTX emulator's race checker on the program's PTX).
 
 Each program runs on
 
@@ -109,6 +110,9 @@ def test_the_race_detector_catches_planted_bugs(request):
         with pytest.raises(ERRORS[planted.expect]):
             program.run(copies(args), backend="numpy", check_memory=True)
         assert isinstance(run_traced(program, args).error, ERRORS[planted.expect]), "the traced graph hid the bug"
+        if planted.expect == "RaceError":  # the emulator's race checker sees it in the PTX too
+            with pytest.raises(RaceError):
+                program.run(copies(args), backend="ptx", arch=planted.program.arch)
 
     fuzz()
 

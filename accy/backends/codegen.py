@@ -17,6 +17,7 @@ from ..dsl.ir import Graph, Op
 from ..errors import CompileError
 from . import cache
 from .abi import host_signature, prepare_signature
+from .debug_lines import locations_key
 from .llvm import LoweredModule
 from .nvptx import NVPTX_TRIPLE, lower_nvptx
 from .spmd import lower_host
@@ -180,7 +181,8 @@ def emit_ptx(graph: Graph, target: Target, block=(1, 1, 1), *, use_cache: bool =
     """PTX for ``graph``, from the disk cache when it holds this exact build."""
     if not isinstance(target, NvptxTarget):
         raise CompileError(f"emit_ptx needs an NVPTX target, got {target.name}")
-    key = cache.cache_key("ptx", graph.text(), ptx_options(target, block))
+    # the PTX names the ops' source lines (.loc), which the graph's text leaves out
+    key = cache.cache_key("ptx", graph.text(), ptx_options(target, block), locations_key(graph))
     build = lambda: _build_ptx(graph, target, block).encode()  # noqa: E731
     ptx = (cache.cached(key, build) if use_cache else build()).decode()
     for listener in ptx_listeners:

@@ -82,6 +82,18 @@ def _debug_thread(value):
     raise Refused
 
 
+def _schedule(value):
+    if value is None:
+        return None
+    from ..emulator.errors import PtxError
+    from ..emulator.schedule import Schedule
+
+    try:
+        return Schedule.parse(value)
+    except PtxError:
+        raise Refused from None
+
+
 def _arch(value) -> str:
     if is_known_arch(value):
         return value
@@ -104,6 +116,8 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
     Option("debug_cap", "a whole number >= 1", _whole(1)),
     Option("arch", _arch_takes, _arch),
     Option("fast_math", "True or False", _flag),
+    Option("schedule", "None (ACCY_PTX_SCHEDULE decides, else lockstep), 'lockstep', 'reverse', 'random' or "
+           "'random:SEED'", _schedule),
     Option("device", "a device number >= 0", _whole(0)),
     Option("timing", "True or False", _flag),
     Option("stream", "None or a stream (torch's, CuPy's or the driver's own)", lambda stream: stream),

@@ -405,6 +405,27 @@ class _Distributor(TensorCoreDot):
             value = self.b.cast(value, u8)
         self.b.store(array, value, at)
 
+    def store_owned(self, array: SharedArray, x: Regs, at_of, value_of=lambda v: v) -> None:
+        """Each register of ``x`` written to shared memory at ``at_of(coordinates)`` by the owner
+        of its element only: a replica (a thread with replica bits, or a register past the
+        tile's end) holding the same element would store it again, a race (registers guarded
+        alike share one branch, so their stores can still merge into vector stores)."""
+        owners = self.owners(x.layout)
+        groups: dict = {}
+        for r, (c, v) in enumerate(zip(self.coords(x.layout), x.values)):
+            cond = owners[r]
+            groups.setdefault(None if cond is None else id(cond), (cond, []))[1].append((c, v))
+
+        def put(items):
+            for c, v in items:
+                self.store_shared(array, value_of(v), at_of(c))
+
+        for cond, items in groups.values():
+            if cond is None:
+                put(items)
+            else:
+                self.b.if_(cond, lambda inner, items=items: self._in(inner, lambda: put(items)))
+
     def load_shared(self, array: SharedArray, at, dtype: DType) -> Traced:
         value = self.b.load(array, at)
         self.dirty = True
@@ -420,8 +441,7 @@ class _Distributor(TensorCoreDot):
             return found
         array = self.scratch(x.dtype, math.prod(x.shape), op or self.current_op)
         self.before_write()
-        for c, v in zip(self.coords(x.layout), x.values):
-            self.store_shared(array, v, self.flat(c, x.shape))
+        self.store_owned(array, x, lambda c: self.flat(c, x.shape))
         self.written()
         values = []
         for c in self.coords(layout):
@@ -802,8 +822,7 @@ class _Distributor(TensorCoreDot):
         others = shape[:axis] + shape[axis + 1:]
         array = self.scratch(dtype, n, op)
         self.before_write()
-        for c, v in zip(self.coords(x.layout), x.values):
-            self.store_shared(array, v, self.flat(c, shape))
+        self.store_owned(array, x, lambda c: self.flat(c, shape))
         self.written()
 
         def line(l):  # the serial scan of line l (the row-major order of the other axes)
@@ -848,10 +867,8 @@ class _Distributor(TensorCoreDot):
 
         array = self.scratch(c_type, m * kk + kk * n, op)
         self.before_write()
-        for c, v in zip(self.coords(a.layout), a.values):
-            self.store_shared(array, widen(v), self.flat(c, (m, kk)))
-        for c, v in zip(self.coords(b_.layout), b_.values):
-            self.store_shared(array, widen(v), self.flat(c, (kk, n), m * kk))
+        self.store_owned(array, a, lambda c: self.flat(c, (m, kk)), widen)
+        self.store_owned(array, b_, lambda c: self.flat(c, (kk, n), m * kk), widen)
         self.written()
         layout = acc.layout
         coords = self.coords(layout)

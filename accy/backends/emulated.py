@@ -10,7 +10,8 @@ emulator behind the same interface as cuda.core and PyCUDA
 global, shared and local access against its allocation, so a wrong bounds-check
 wrapper shows up here as a
 :class:`~accy.emulator.PtxMemoryError` naming the PTX line, the address and the
-thread, which the kernel's own checks could not catch.
+thread, which the kernel's own checks could not catch; and it checks every launch for races
+(:mod:`accy.emulator.races`), whatever order (``schedule``) its warps run in.
 """
 
 from __future__ import annotations
@@ -35,17 +36,19 @@ def device() -> Device:
     return Device()
 
 
-def execute(graph: Graph, binding: Binding, launch: Launch, *, arch: str = "sm_80", fast_math: bool = False) -> None:
-    """Run ``graph``'s PTX for ``arch`` on the emulator."""
+def execute(graph: Graph, binding: Binding, launch: Launch, *, arch: str = "sm_80", fast_math: bool = False,
+            schedule=None) -> None:
+    """Run ``graph``'s PTX for ``arch`` on the emulator, its warps in the order ``schedule`` says
+    (:mod:`accy.emulator.schedule`; None: ``ACCY_PTX_SCHEDULE``, else lockstep)."""
     if launch.lanes == 0:
         return None
     ptx = kernel_ptx(graph, launch, arch, fast_math)
     with _lock:
-        driver = EmulatorDriver(device(), arch)
+        driver = EmulatorDriver(device(), arch, schedule)
         return DeviceLaunch(driver, graph, binding, launch).run(driver.load(ptx, graph.name))
 
 
-BACKEND = Backend("ptx", frozenset({"arch", "fast_math"}), execute)
+BACKEND = Backend("ptx", frozenset({"arch", "fast_math", "schedule"}), execute)
 
 
 def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None = None, limits=None,

@@ -239,6 +239,7 @@ class Lowering(MemoryAccess, Loops):
         self.lane_of = None  # () -> this thread's lane number, where the wrapper knows better
         self.shared_ptrs: dict[str, ir.Value] = {}
         self.ranges = index_ranges(graph)
+        self.debug_lines = None  # a target that wants source lines in its output sets a DebugLines
 
     # -- declarations ------------------------------------------------------------
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -313,6 +314,17 @@ class Lowering(MemoryAccess, Loops):
         return self.values[v]
 
     def lower_op(self, op: Op) -> None:
+        if self.debug_lines is not None:  # the op's instructions carry its source line
+            b, saved = self.b, self.b.debug_metadata
+            b.debug_metadata = self.debug_lines.location(op) or saved
+            try:
+                self._lower_op(op)
+            finally:
+                b.debug_metadata = saved
+            return
+        self._lower_op(op)
+
+    def _lower_op(self, op: Op) -> None:
         if op.opcode in STRUCTURAL or op.opdef.nvptx_only:
             getattr(self, f"op_{op.opcode}")(op)
             return

@@ -18,6 +18,7 @@ from ..dsl.analysis.intervals import within
 from ..dsl.ir import Graph, Op
 from ..dsl.ops import MatrixOrder, MmaKind
 from ..dsl.types import DType, bf16, f32
+from .debug_lines import DebugLines
 from .llvm import MATH, LoweredModule, Lowering
 from ..errors import CompileError
 from .abi import STATUS_LOAD_OOB
@@ -257,9 +258,8 @@ class NvptxLowering(Lowering):
 
     # -- entry points ---------------------------------------------------------------
     def lower_kernel(self, block: tuple[int, int, int]) -> ir.Function:
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
-        fn.calling_convention = "ptx_kernel"
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        fn = self._entry()
+        b = self.b
         self._bind_params(fn)
         self.lower_top_level()
         inside = ir.Constant(I1, 1)
@@ -269,6 +269,10 @@ class NvptxLowering(Lowering):
             idx = b.add(b.mul(sreg("ctaid"), sreg("ntid")), sreg("tid"))
             inside = b.and_(inside, b.icmp_unsigned("<", idx, extent))
             indices.append(idx)
+        for dim, threads in list(zip("xyz", block))[len(self.extents):]:
+            if threads > 1:  # a block with more dimensions than the launch: only its first layer works
+                tid = self.call(f"llvm.nvvm.read.ptx.sreg.tid.{dim}", [], ty=I32)
+                inside = b.and_(inside, b.icmp_unsigned("==", tid, ir.Constant(I32, 0)))
         with b.if_then(inside):  # threads past the logical extent do nothing
             self.lower_launch_body(indices)
         b.ret_void()
@@ -279,9 +283,8 @@ class NvptxLowering(Lowering):
         """A block launch on NVPTX: one CUDA block per block, its threads the block's threads."""
         uniformity.refuse_divergent_synchronisation(
             self.graph, "on a GPU this hangs or corrupts shared memory, so the PTX is not emitted")
-        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
-        fn.calling_convention = "ptx_kernel"
-        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        fn = self._entry()
+        b = self.b
         self._bind_params(fn)
         self._declare_shared()
         self.lower_top_level()
@@ -312,6 +315,16 @@ class NvptxLowering(Lowering):
         # registers for occupancy on its own and may spill
         self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)),
                        min_blocks=launch.attrs.min_blocks or max(1, 512 // per_block))
+        return fn
+
+    def _entry(self) -> ir.Function:
+        """The kernel function, its builder at its entry, and its debug lines (each op's source
+        line in the PTX as ``.loc``)."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature()), self.graph.name)
+        fn.calling_convention = "ptx_kernel"
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.debug_lines = DebugLines(self.module, self.graph)
+        self.debug_lines.begin(fn)
         return fn
 
     def _linear(self, threads: list[ir.Value]) -> ir.Value:

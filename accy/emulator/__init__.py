@@ -10,9 +10,13 @@
 
 What it executes is what LLVM's NVPTX backend emits (sm_80 / sm_90, PTX ISA 7.x
 and 8.x), libdevice included, with results bit for bit what the ISA defines
-(see :mod:`.numerics`); every memory access is checked (see :mod:`.memory`);
+(see :mod:`.numerics`); every memory access is checked (see :mod:`.memory`), and
+every launch is checked for races (see :mod:`.races`: a :class:`RaceError` names both
+instructions, both threads and, from the PTX's ``.loc`` lines, both source lines);
 divergence, reconvergence, barriers and warp-synchronous instructions are
-scheduled as in :mod:`.executor`.  The modules:
+scheduled as in :mod:`.executor`, the warps of a block in lockstep or one at a time in
+the order a schedule gives (see :mod:`.schedule`: ``ACCY_PTX_SCHEDULE``,
+``Device(schedule=...)``, ``launch(..., schedule=...)``).  The modules:
 
 * :mod:`.parser` -- PTX text to a syntax tree;
 * :mod:`.compiler` -- functions to basic blocks of generated NumPy code;
@@ -22,7 +26,10 @@ scheduled as in :mod:`.executor`.  The modules:
   the ISA's fragment layouts; :mod:`.async_copy` -- ``cp.async`` and its groups;
 * :mod:`.numerics` -- exact rounding, fma, f16/bf16; :mod:`.runtime` -- helpers;
 * :mod:`.memory` -- the address spaces and their checks;
-* :mod:`.executor` -- the scheduler; :mod:`.device` -- the public objects;
+* :mod:`.races` -- the race checker; an instruction that moves shared or global
+  memory other than through :mod:`.memory` reports each access with :func:`record`;
+* :mod:`.executor` -- the scheduler; :mod:`.schedule` -- warp orders;
+  :mod:`.device` -- the public objects;
 * :mod:`.profile` -- per-launch GPU cost counters (``Function.launch(..., profile=)``)
   and the roofline model behind :meth:`accy.Program.profile`.
 
@@ -43,14 +50,16 @@ from __future__ import annotations
 from . import ops_arith, ops_control, ops_convert, ops_mem, ops_mma  # noqa: F401  (registers the handlers)
 from .compiler import HANDLERS, Unsupported, parse_form
 from .device import Device, Function, Module
-from .errors import PtxAsyncCopyError, PtxBarrierError, PtxError, PtxMemoryError
-from .parser import Instruction, parse
+from .errors import PtxAsyncCopyError, PtxBarrierError, PtxError, PtxMemoryError, RaceError
+from .races import Access, record
+from .schedule import Schedule
+from .parser import Instruction, parse, parsed
 
 
 def instruction_forms(ptx: str) -> set[str]:
     """Every instruction form (opcode with its modifiers, e.g. ``fma.rn.f32``,
     ``ld.global.nc.v4.f32``) the PTX text uses."""
-    module = parse(ptx)
+    module = parsed(ptx)
     return {s.form for fn in module.functions.values() for s in fn.body if isinstance(s, Instruction)}
 
 
@@ -71,4 +80,4 @@ def supported_opcodes() -> list[str]:
 
 
 __all__ = ["Device", "Module", "Function", "PtxError", "PtxMemoryError", "PtxAsyncCopyError", "PtxBarrierError",
-           "instruction_forms", "unsupported", "supported_opcodes"]
+           "RaceError", "Schedule", "Access", "record", "instruction_forms", "unsupported", "supported_opcodes"]

@@ -466,7 +466,10 @@ class Emitter:
 
     def site(self, kind: str, width: int, space: str) -> str:
         ins = self.ins
-        return self.const(memory.Site(ins.line, ins.text, kind, width, space), "site")
+        fc = self.fc
+        access = memory.ATOMIC if id(ins) in fc.cas_seeds else None
+        return self.const(memory.Site(ins.line, ins.text, kind, width, space,
+                                      loc=fc.mc.module.source_line(ins.loc), access=access), "site")
 
 
 def _describe(op) -> str:
@@ -502,6 +505,7 @@ class SyncInfo:
     group: object = None  # for bar: fn(T, ids) -> barrier ids; for warp: fn(T, ids) -> membermask
     count: object = None  # bar: fn(T, ids) -> expected thread count (or None)
     arrive: bool = False  # bar.arrive: do not wait
+    full_mask: bool = False  # warp: the member mask is the constant 0xffffffff
 
 
 @attrs.define(eq=False)
@@ -528,6 +532,7 @@ class FunctionCompiler:
         self.storage: list = []
         self.param_sizes: dict[int, int] = {}
         self.local_offsets: dict[str, int] = {}
+        self.cas_seeds: set[int] = set()
         self.depot = 0
         for name, decl in fn.regs.items():
             self._add_reg(name, 0 if decl.type == "pred" else type_size(decl.type), decl.type)
@@ -599,6 +604,7 @@ class FunctionCompiler:
             else:
                 pos += 1
         self.labels_at = labels
+        self.cas_seeds = _cas_seeds(instructions)
         # validate every form first (a clear error for the first unsupported one)
         specs = []
         for ins in instructions:
@@ -804,6 +810,19 @@ class FunctionCompiler:
         return self.ns[name]
 
 
+def _cas_seeds(instructions) -> set[int]:
+    """The loads that start a compare-and-swap loop (``ld r, [a]`` whose value an
+    ``atom.cas _, [a], r, _`` compares against; LLVM expands the atomics a target lacks so):
+    their value is only a guess the cas checks, so the race checker counts them as atomic."""
+    compared = set()
+    for ins in instructions:
+        if ins.opcode == "atom" and "cas" in ins.mods and len(ins.operands) >= 4 and isinstance(ins.operands[2], Reg):
+            compared.add((ins.operands[1], ins.operands[2].name))
+    return {id(ins) for ins in instructions
+            if ins.opcode == "ld" and len(ins.operands) >= 2 and isinstance(ins.operands[0], Reg)
+            and (ins.operands[1], ins.operands[0].name) in compared}
+
+
 def _return_done(T):
     return DONE
 
@@ -816,6 +835,8 @@ def _return_done_sel(T, ids):
 class CompiledFunction:
     fc: FunctionCompiler
     blocks: list
+    exit_code: object = None  # the executor's per-block tables, made on first use
+    costs: object = None
 
     @property
     def name(self):

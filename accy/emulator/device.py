@@ -18,7 +18,10 @@ from .executor import STACK_CAP, Budget, Context, Program, run_entry
 from .executor import instruction_budget as _resolve_budget  # the arguments below take its name
 from .memory import GlobalMemory
 from .numerics import U8, U32
-from .parser import imm_bits, parse, type_size
+from .parser import imm_bits, parsed, type_size
+from .races import LaunchRaces
+from .schedule import Schedule
+from .schedule import resolve as resolve_schedule
 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_SHARED_PER_BLOCK = 227 * 1024  # sm_90; sm_80 allows 163 KiB (the emulator accepts the larger)
@@ -36,7 +39,7 @@ class _Compiled:
     """A module parsed and compiled (shared by every device that loads the same text)."""
 
     def __init__(self, text: str):
-        self.ast = parse(text)
+        self.ast = parsed(text)
         self.mc = ModuleCompiler(self.ast)
         self.functions = self.mc.compile()
         self.order = list(self.ast.functions)
@@ -57,15 +60,21 @@ def compiled(text: str) -> _Compiled:
 class Device:
     """One emulated GPU: global memory and the modules loaded on it."""
 
-    def __init__(self, *, instruction_budget: int | None = None, step_limit: int | None = None):
+    def __init__(self, *, instruction_budget: int | None = None, step_limit: int | None = None,
+                 schedule: str | Schedule | None = None):
         """``instruction_budget``: warp instructions one batch of blocks may issue before the
         launch is stopped as an endless loop (a :class:`PtxError`); None: the
         ``ACCY_EMULATOR_BUDGET`` environment variable at each launch, else 2 million.
-        ``step_limit``: also stop an activation after that many basic blocks (None: no such bound)."""
+        ``step_limit``: also stop an activation after that many basic blocks (None: no such bound).
+        ``schedule``: the warp schedule of every launch (see :mod:`.schedule`: "lockstep",
+        "reverse", "random" or "random:SEED"); None: ``ACCY_PTX_SCHEDULE`` at each launch, else
+        lockstep."""
         if instruction_budget is not None:
             instruction_budget = _resolve_budget(instruction_budget)
         self.instruction_budget = instruction_budget
         self.step_limit = None if step_limit is None else int(step_limit)
+        self.schedule = None if schedule is None else (
+            schedule if isinstance(schedule, Schedule) else Schedule.parse(schedule))
         self.gmem = GlobalMemory()
         self._modules: dict[str, Module] = {}
         self._lock = threading.RLock()
@@ -251,13 +260,17 @@ class Function:
         return buf
 
     def launch(self, grid, block, args, shared_bytes: int = 0, *, instruction_budget: int | None = None,
-               profile=None, blocks=None) -> None:
+               profile=None, blocks=None, schedule: str | Schedule | None = None) -> None:
         """Run the kernel on ``grid`` x ``block`` threads with ``args`` (one per .param).
-        ``instruction_budget`` overrides the device's (see :class:`Device`) for this launch.
+        ``instruction_budget`` and ``schedule`` override the device's (see :class:`Device`) for
+        this launch.  Every launch is race-checked (:mod:`.races`): a race raises
+        :class:`~accy.emulator.RaceError` after the batch of blocks it happened in has run.
         ``profile``: a :class:`~.profile.LaunchCounters` to count into (see :mod:`.profile`);
         ``blocks``: run only these blocks (linear indices, x fastest), as a profile's sample does."""
-        budget = _resolve_budget(self.module.device.instruction_budget if instruction_budget is None
-                                     else instruction_budget)
+        device = self.module.device
+        budget = _resolve_budget(device.instruction_budget if instruction_budget is None
+                                 else instruction_budget)
+        schedule = resolve_schedule(schedule if schedule is not None else device.schedule)
         grid = _dim3(grid, "grid", MAX_GRID)
         block = _dim3(block, "block", MAX_BLOCK)
         tpb = math.prod(block)
@@ -292,6 +305,7 @@ class Function:
         tx, ty, tz = (lin % bx).astype(U32), ((lin // bx) % by).astype(U32), (lin // (bx * by)).astype(U32)
         nwarps = -(-tpb // 32)
         counter = itertools.count()
+        races = LaunchRaces(grid, block, str(schedule))
         with np.errstate(all="ignore"):
             for c0 in range(0, len(order), per_batch):
                 cids = order[c0:c0 + per_batch]
@@ -321,6 +335,7 @@ class Function:
                 T.ntid_u32 = tuple(np.uint32(v) for v in block)
                 T.nctaid_u32 = tuple(np.uint32(v) for v in grid)
                 T.nwarpid_u32 = np.uint32(nwarps)
+                T.nwarps = nwarps
                 T.dynamic_smem_u32 = np.uint32(shared_bytes)
                 T.total_smem_u32 = np.uint32(S)
                 T.clock64 = lambda: np.uint64(next(counter))
@@ -328,4 +343,18 @@ class Function:
                 T.budget = Budget(budget)  # each batch its own: a bound on what one warp runs
                 T.copies = AsyncCopies(n, len(T.smem))  # the batch's cp.async copies in flight
                 T.prof = profile  # the counters of a profiled launch (None: no counting)
-                run_entry(self.module.program, self._cf, T)
+                T.bt = np.arange(n)
+                T.races = races
+                first = int(cids[0])
+                races.begin_batch(first, n, S)
+                try:
+                    run_entry(self.module.program, self._cf, T, schedule, first)
+                except Exception as failure:
+                    # a race is the likelier cause of whatever went wrong after it
+                    race = races.check(end_of_batch=True, last=True)
+                    if race is not None:
+                        raise race from failure
+                    raise
+                race = races.check(end_of_batch=True, last=c0 + per_batch >= len(order))
+                if race is not None:
+                    raise race

@@ -21,6 +21,14 @@ block at different barriers, or threads that will never arrive), a
 A ``call`` runs the callee for the calling threads as a nested execution with
 its own registers (its parameters are the caller's argument variables), on a
 stack frame in each thread's local memory above the caller's.
+
+That is the lockstep schedule.  Under the others (:mod:`.schedule`), the entry
+function runs each warp alone up to its next barrier (:meth:`Frame.run_slots`):
+warp slot k of every block runs as an execution of its own that stops (*parks*) its
+threads at barriers; when every slot has run, the complete barriers release their
+threads and the next round begins.  Completed barriers and warp-synchronous
+instructions are reported to the race checker (:mod:`.races`), which orders
+accesses by them.
 """
 
 from __future__ import annotations
@@ -78,7 +86,9 @@ class Context:
     """The threads running one function activation: their registers and identity."""
 
     PER_THREAD = ("tid", "ctaid")
-    ARRAYS = ("lane", "warp", "wkey", "cta", "sbase", "lbase", "orig")
+    # bt: the thread's number in its batch (the race checker's clocks are indexed by it)
+    ARRAYS = ("lane", "warp", "wkey", "cta", "sbase", "lbase", "orig", "bt")
+    races = None  # the launch's race checker (accy.emulator.races.LaunchRaces)
     prof = None  # a profiled launch's counters (see .profile); the compiled code tests it
 
     def __init__(self):
@@ -123,6 +133,11 @@ class Program:
         self.functions = functions
         self.by_address = {FUNCTION_BASE + 16 * i: name for i, name in enumerate(order)}
         self.stack = _stack_sizes(functions)
+        # a barrier inside a called function: such kernels run in lockstep (a warp cannot
+        # stop at a barrier in the middle of a call and let the next warp run)
+        self.barrier_in_call = any(cf.fc.fn.kind != "entry" and any(
+            b.kind == "sync" and b.info.kind == "bar" and not b.info.arrive for b in cf.blocks)
+            for cf in functions.values())
 
 
 def _stack_sizes(functions) -> dict[str, int]:
@@ -181,7 +196,11 @@ class Frame:
     def __init__(self, prog: Program, cf: CompiledFunction, T: Context, entry: bool):
         self.prog, self.cf, self.T, self.entry = prog, cf, T, entry
         self.blocks = cf.blocks
-        self.exit_code = np.array([b.exits for b in cf.blocks], np.int64)
+        if cf.exit_code is None:  # once per function: a schedule makes many frames
+            cf.exit_code = np.array([b.exits for b in cf.blocks], np.int64)
+            # what running each block costs the budget (an empty block, e.g. the implicit end, counts 1)
+            cf.costs = [max(1, len(b.instructions)) for b in cf.blocks]
+        self.exit_code, self.costs = cf.exit_code, cf.costs
         n = T.n
         self.n0 = n
         self.exited = np.zeros(n, bool)
@@ -192,8 +211,7 @@ class Frame:
                          for r in fc.fn.rets]
         self.pcs = None
         self.ndead = 0
-        # what running each block costs the budget (an empty block, e.g. the implicit end, counts 1)
-        self.costs = [max(1, len(b.instructions)) for b in cf.blocks]
+        self.park = False  # stop threads at barriers instead of completing them (one warp slot of a schedule)
 
     # -- leaving ---------------------------------------------------------------------------------
     def retire(self, pos, code: int) -> None:
@@ -247,10 +265,11 @@ class Frame:
             self.ndead = 0
 
     # -- running -----------------------------------------------------------------------------------
-    def run(self):
+    def run(self, pc: int = 0):
+        """Run to the end (or, with ``park``, until every thread waits at a barrier); converged
+        from block ``pc``, or from ``self.pcs`` where that is set."""
         T = self.T
         blocks, costs, budget = self.blocks, self.costs, T.budget
-        pc = 0
         steps = 0
         limit = T.step_limit if T.step_limit is not None else sys.maxsize
         while True:
@@ -272,7 +291,12 @@ class Frame:
                 if kind == "code":
                     r = blk.full(T)
                 elif kind == "sync":
+                    if self.park and blk.info.kind == "bar" and not blk.info.arrive:
+                        self.pcs = np.full(T.n, WAIT + pc, np.int64)
+                        return self.finish()
                     r = blk.full(T, None)
+                    if T.races is not None:
+                        self.synced(blk.info, np.arange(T.n), None)
                 else:
                     r = self.call(blk, None)
                     if self.pcs is not None:  # some threads exited inside the call
@@ -301,7 +325,7 @@ class Frame:
             pcs = self.pcs
             m = int(pcs.min())
             if m >= WAIT:
-                if m >= DEAD:
+                if m >= DEAD or self.park:  # parked: the scheduler completes the barriers
                     return self.finish()
                 self.deadlock()
             sel = np.flatnonzero(pcs == m)
@@ -362,22 +386,14 @@ class Frame:
             blk.sel(T, sel)
             self.assign(sel, blk.next)
             return
+        if info.kind == "bar" and self.park:
+            pcs[sel] = WAIT + m
+            return
         waiting = np.flatnonzero(pcs == WAIT + m)
         arrived = np.union1d(sel, waiting) if len(waiting) else sel
         alive = pcs < DEAD
         if info.kind == "bar":
-            cta = T.cta[arrived]
-            ncta = int(T.cta.max()) + 1
-            live = np.bincount(T.cta[alive], minlength=ncta)
-            here = np.bincount(cta, minlength=ncta)
-            expected = live
-            if info.count is not None:
-                counts = info.count(T, arrived).astype(np.int64)
-                per = np.zeros(ncta, np.int64)
-                per[cta] = counts
-                expected = np.where(per > 0, np.minimum(per, live), live)
-            complete = here >= expected
-            release = arrived[complete[cta]]
+            release = self._complete(info, arrived, alive)
         else:
             masks = info.group(T, arrived).astype(np.uint64)
             wk = T.wkey[arrived]
@@ -394,10 +410,123 @@ class Frame:
             release = arrived[missing[wk] == 0]
         if len(release):
             blk.sel(T, release)
+            if T.races is not None:
+                self.synced(info, release, None if info.kind == "bar" else alive_bits & ~wanted)
             self.assign(release, blk.next)
         held = np.setdiff1d(arrived, release, assume_unique=True)
         if len(held):
             pcs[held] = WAIT + m
+
+    def _complete(self, info, arrived, alive):
+        """The threads of ``arrived`` (waiting at the barrier ``info``) whose block's barrier is
+        complete: every live thread of the block there, or the barrier's thread count."""
+        T = self.T
+        cta = T.cta[arrived]
+        ncta = int(T.cta.max()) + 1
+        live = np.bincount(T.cta[alive], minlength=ncta)
+        here = np.bincount(cta, minlength=ncta)
+        expected = live
+        if info.count is not None:
+            counts = info.count(T, arrived).astype(np.int64)
+            per = np.zeros(ncta, np.int64)
+            per[cta] = counts
+            expected = np.where(per > 0, np.minimum(per, live), live)
+        complete = here >= expected
+        return arrived[complete[cta]]
+
+    # -- warps one at a time -----------------------------------------------------------------------
+    def run_slots(self, schedule, first_block: int) -> None:
+        """Run the entry function with each warp alone up to its next barrier: in each round,
+        warp slot k of every block of the batch runs (vectorised across the blocks) until each
+        of its threads waits at a barrier or has left, for k = 0, 1, ...; the schedule says
+        which of a block's warps takes slot k.  Then the complete barriers release their
+        threads, and the next round begins.  The threads keep their places in ``T``."""
+        T = self.T
+        warps = T.nwarps
+        blocks = int(T.cta.max()) + 1
+        T.budget.left = T.budget.limit * warps  # each warp runs on its own: as many block runs as warps
+        self.pcs = pcs = np.zeros(T.n, np.int64)
+        round_ = 0
+        while True:
+            runnable = pcs < WAIT
+            if runnable.any():
+                turn = np.asarray(schedule.slots(first_block, blocks, warps, round_))[T.cta, T.warp]
+                for k in range(warps):
+                    pos = np.flatnonzero(runnable & (turn == k))
+                    if len(pos):
+                        self._run_slot(pos)
+                round_ += 1
+            if not self._release_barriers():
+                if (pcs < DEAD).any():
+                    self.deadlock()
+                return
+
+    def _run_slot(self, pos) -> None:
+        """Run the threads ``pos`` (one warp of each of some blocks) until they park at barriers
+        or leave; their registers and places go back into ``T``."""
+        T, pcs = self.T, self.pcs
+        sub = T.subset(pos)
+        gathered = [r[pos] for r in T.R]
+        sub.R = list(gathered)
+        frame = Frame(self.prog, self.cf, sub, entry=True)
+        frame.park = True
+        start = pcs[pos]
+        if (start == start[0]).all():
+            frame.run(int(start[0]))
+        else:
+            frame.pcs = start.copy()
+            frame.run()
+        # the threads the frame dropped have left; the others wait at barriers (or left too)
+        pcs[pos] = DEAD
+        if frame.pcs is None:
+            return  # every one of them left
+        stay = pos[sub.orig]
+        pcs[stay] = frame.pcs
+        for idx, (before, after) in enumerate(zip(gathered, sub.R)):
+            if after is not before:
+                T.R[idx] = _put_rows(T.R[idx], stay, after)
+
+    def _release_barriers(self) -> bool:
+        """Complete every barrier whose block's threads have all arrived; whether any did."""
+        T, pcs = self.T, self.pcs
+        waiting = np.flatnonzero((pcs >= WAIT) & (pcs < DEAD))
+        released = False
+        for m in np.unique(pcs[waiting]) - WAIT:
+            blk = self.blocks[int(m)]
+            if blk.info.kind != "bar":
+                continue  # a warp instruction waiting across rounds can never complete
+            arrived = waiting[pcs[waiting] == WAIT + m]
+            release = self._complete(blk.info, arrived, pcs < DEAD)
+            if len(release):
+                blk.sel(T, release)
+                if T.races is not None:
+                    self.synced(blk.info, release, None)
+                self.assign(release, blk.next)
+                released = True
+        return released
+
+    def synced(self, info, pos, uncovered) -> None:
+        """Tell the race checker that the threads ``pos`` completed the barrier or warp-synchronous
+        instruction ``info``.  A warp instruction orders a warp's lanes only where its member mask
+        covers every running lane of the warp (``uncovered``: per warp key, the running lanes no
+        mask named; None: to be computed)."""
+        T = self.T
+        races = T.races
+        if info.kind == "bar":
+            if not info.arrive:
+                races.barrier(T.bt[pos])
+            return
+        if uncovered is None and not info.full_mask:
+            masks = info.group(T, pos).astype(np.uint64)
+            nw = T.nwkeys
+            wanted = np.zeros(nw, np.uint64)
+            np.bitwise_or.at(wanted, T.wkey[pos], masks)
+            running = np.zeros(nw, np.uint64)
+            np.bitwise_or.at(running, T.wkey[pos], np.left_shift(np.uint64(1), T.lane[pos].astype(np.uint64)))
+            uncovered = running & ~wanted
+        if uncovered is not None:
+            pos = pos[uncovered[T.wkey[pos]] == 0]
+        races.warp_sync(T.bt[pos])
 
     def deadlock(self):
         """No thread can run and some wait: explain which barrier cannot complete."""
@@ -528,9 +657,14 @@ def _put_rows(old, pos, rows):
     return new
 
 
-def run_entry(prog: Program, cf: CompiledFunction, T: Context):
+def run_entry(prog: Program, cf: CompiledFunction, T: Context, schedule=None, first_block: int = 0) -> None:
+    """Run the kernel ``cf`` for the threads of ``T`` (a batch of whole blocks, ``first_block``
+    the first) under ``schedule`` (None: lockstep)."""
     T.R = _initial_registers(cf, T.n)
     T.frame = 0
     T.local_limit = cf.fc.depot
     frame = Frame(prog, cf, T, entry=True)
-    frame.run()
+    if schedule is None or schedule.lockstep or T.nwarps < 2 or prog.barrier_in_call:
+        frame.run()
+    else:
+        frame.run_slots(schedule, first_block)

@@ -16,6 +16,9 @@ inside the thread's stack; and each must be naturally aligned (a vector access
 to its whole size).  A shared access must also keep off the bytes of ``cp.async``
 copies in flight (see :mod:`.async_copy`).  A failure raises :class:`PtxMemoryError` naming the PTX
 line, the address, the allocation nearest to it and the thread.
+
+Every shared and global access that passes is reported to the launch's race checker
+(:mod:`.races`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ import numpy as np
 
 from .errors import PtxError, PtxMemoryError
 from .numerics import I64, U8, U64
+from .races import Access
+
+READ, WRITE, ATOMIC = Access.READ, Access.WRITE, Access.ATOMIC
 
 GLOBAL_BASE = 1 << 36
 WINDOW_SHIFT = 52
@@ -133,13 +139,23 @@ class GlobalMemory:
 
 
 class Site:
-    """What a compiled memory instruction knows about itself (for checks and errors)."""
+    """What a compiled memory instruction knows about itself (for checks and errors):
+    its PTX line and text, ``loc`` (the kernel source line of its ``.loc``, or None), the
+    instruction kind ("ld", "st", "atom", ...), its width in bytes and state space, and
+    ``access``, what it does for the race checker (a load is a READ, except the first load
+    of a compare-and-swap loop, which the compiler marks ATOMIC)."""
 
-    __slots__ = ("line", "text", "kind", "width", "cache", "space")
+    __slots__ = ("line", "text", "kind", "width", "cache", "space", "loc", "access")
 
-    def __init__(self, line: int, text: str, kind: str, width: int, space: str):
+    def __init__(self, line: int, text: str, kind: str, width: int, space: str, loc: str | None = None,
+                 access: Access | None = None):
         self.line, self.text, self.kind, self.width, self.space = line, text, kind, width, space
+        self.loc = loc
+        self.access = access if access is not None else _ACCESS.get(kind, READ)
         self.cache = None
+
+
+_ACCESS = {"ld": Access.READ, "st": Access.WRITE, "atom": Access.ATOMIC, "red": Access.ATOMIC}
 
 
 def thread_text(T, k: int) -> str:
@@ -164,7 +180,17 @@ def _fail(T, ids, mask, site: Site, bad_positions, addresses, message_fn):
     k = lanes[j]
     address = int(addresses[j])
     raise PtxMemoryError(message_fn(address), address=address, line=site.line, source=site.text,
-                         thread=thread_text(T, k))
+                         thread=thread_text(T, k), loc=site.loc)
+
+
+def _note(T, ids, mask, site, kind, flat, shared: bool, region=None) -> None:
+    """Report the checked access of the lanes (``ids``, ``mask``) at ``flat`` (int64: global
+    addresses, or a batch's flat shared bytes; ``region``: the global allocation they are
+    all in, if known) to the race checker."""
+    races = getattr(T, "races", None)
+    if races is not None and flat.size:
+        lanes = ids if mask is None else _lanes(ids, mask, 0)
+        races.log(T, lanes, kind, site, site.width, flat, shared, region)
 
 
 def _select(x, mask):
@@ -269,9 +295,11 @@ def global_load(T, ids, site, addr, dtype, nvec, mask=None):
     if mask is None and nvec == 1:
         off = _fast_offsets(T, site, addr)
         if off is not None:
+            _note(T, ids, None, site, site.access, addr.view(I64), False, site.cache)
             return site.cache.view(dtype)[off.view(I64) >> _SHIFT[dtype.itemsize]]
     a_m = _select(addr, mask)
     alloc, off = _global_resolve(T, ids, site, a_m, mask)
+    _note(T, ids, mask, site, site.access, a_m.view(I64), False, alloc)
     n_out = len(addr)
     shape = (n_out, nvec) if nvec > 1 else (n_out,)
     if alloc is not None:
@@ -312,11 +340,13 @@ def global_store(T, ids, site, addr, values, dtype, nvec, mask=None):
     if mask is None and nvec == 1:
         off = _fast_offsets(T, site, addr)
         if off is not None:
+            _note(T, ids, None, site, WRITE, addr.view(I64), False, site.cache)
             site.cache.view(dtype)[off.view(I64) >> _SHIFT[dtype.itemsize]] = values
             return
     a_m = _select(addr, mask)
     v = values if mask is None else values[mask]
     alloc, off = _global_resolve(T, ids, site, a_m, mask)
+    _note(T, ids, mask, site, WRITE, a_m.view(I64), False, alloc)
     if alloc is not None:
         alloc.view(dtype)[_typed_index(off, dtype, nvec)] = v
         return
@@ -401,12 +431,15 @@ def _flat_load(flat, idx, dtype, nvec, mask, n_out):
 
 
 def shared_load(T, ids, site, addr, dtype, nvec, mask=None):
-    return _flat_load(T.smem, shared_index(T, ids, site, addr, mask), dtype, nvec, mask, len(addr))
+    idx = shared_index(T, ids, site, addr, mask)
+    _note(T, ids, mask, site, site.access, idx, True)
+    return _flat_load(T.smem, idx, dtype, nvec, mask, len(addr))
 
 
 def shared_store(T, ids, site, addr, values, dtype, nvec, mask=None):
     values = _as_stored(np.asarray(values), dtype)
     idx = shared_index(T, ids, site, addr, mask)
+    _note(T, ids, mask, site, WRITE, idx, True)
     T.smem.view(dtype)[_typed_index(idx, dtype, nvec)] = values if mask is None else values[mask]
 
 
@@ -498,9 +531,13 @@ def _atomic_target(T, ids, site, addr, mask, space):
         space = "global" if w_lo == 0 else "shared"
         addr = addr - np.uint64(_WINDOWS[w_lo])
     if space == "shared":
-        return "shared", T.smem, shared_index(T, ids, site, addr, mask)
+        idx = shared_index(T, ids, site, addr, mask)
+        _note(T, ids, mask, site, ATOMIC, idx, True)
+        return "shared", T.smem, idx
     a_m = _select(addr, mask)
     alloc, off = _global_resolve(T, ids, site, a_m, mask)
+    if a_m.size:
+        _note(T, ids, mask, site, ATOMIC, a_m.view(I64), False, alloc)
     if alloc is not None:
         return "global", alloc.data, off
     # several allocations: express as offsets into each; handled lane group by lane group

@@ -12,7 +12,7 @@ from .compiler import DONE, EXIT, CallInfo, Mods, SyncInfo, Unsupported, handler
 from .errors import PtxError
 from .numerics import BOOL, U32, U64
 from .ops_arith import Spec, nops
-from .parser import Pair, Paren, Reg, Sym
+from .parser import Imm, Pair, Paren, Reg, Sym
 
 
 def _cond(E, ins, taken: int, fallthrough: int) -> list[str]:
@@ -231,7 +231,8 @@ class Bar:
         if s.what == "warp":
             (mask,) = ins.operands
             blk.info = SyncInfo("warp", ins.line, ins.text,
-                                group=fc.small_function("mask", ins, lambda E: E.src(mask, U32, array=True)))
+                                group=fc.small_function("mask", ins, lambda E: E.src(mask, U32, array=True)),
+                                full_mask=_full(mask))
             return
         ops = ins.operands
         if s.what == "red":
@@ -246,6 +247,11 @@ class Bar:
         blk.info = info
 
 
+def _full(op) -> bool:
+    """Whether a member-mask operand is the constant naming every lane (or absent)."""
+    return op is None or (isinstance(op, Imm) and op.kind == "int" and op.value & 0xFFFFFFFF == 0xFFFFFFFF)
+
+
 def _warp_prepare(mask_op):
     def prepare(fc, blk, ins, s, b):
         op = mask_op(ins, s)
@@ -253,7 +259,7 @@ def _warp_prepare(mask_op):
             group = fc.small_function("mask", ins, lambda E: "bc(np.uint32(0xFFFFFFFF), n_)")
         else:
             group = fc.small_function("mask", ins, lambda E: E.src(op, U32, array=True))
-        blk.info = SyncInfo("warp", ins.line, ins.text, group=group)
+        blk.info = SyncInfo("warp", ins.line, ins.text, group=group, full_mask=_full(op))
 
     return staticmethod(prepare)
 

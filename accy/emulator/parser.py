@@ -8,17 +8,20 @@ ranges), ``.local``/``.shared``/``.param`` variables, nested ``{ }`` scopes
 (call sequences, inline assembly), labels, ``.callprototype`` and
 ``.branchtargets`` definitions, and instructions with guards, modifiers and
 every operand form (registers, immediates, addresses, vectors, ``d|p`` pairs,
-``!p``, call argument lists).  Debug directives (``.loc``, ``.file``,
-``.section``) and ``.pragma`` are skipped.
+``!p``, call argument lists).  ``.section`` (DWARF) and ``.pragma`` are skipped.
 
 Every instruction keeps its source line number and text, so errors found later
-(at preparation or execution) can name them.
+(at preparation or execution) can name them, and the kernel source line of the
+``.loc`` before it (``.loc FILE LINE COLUMN``, with ``.file FILE "name"``), where
+the PTX has debug lines.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
+from typing import NamedTuple
 
 import attrs
 
@@ -91,6 +94,8 @@ class Instruction:
     guard: tuple[str, bool] | None  # (register name, negated)
     line: int
     text: str
+    loc: tuple[int, int] | None = None  # (.file number, source line) of the .loc in force
+
 
     @property
     def form(self) -> str:
@@ -154,6 +159,16 @@ class Module:
     functions: dict[str, Function]
     variables: list[VarDecl]
     lines: list[str]
+    files: dict[int, str] = attrs.Factory(dict)  # .file number -> file name
+
+    def source_line(self, loc) -> str | None:
+        """``name.py:12`` for an instruction's ``loc`` (None without one, or line 0)."""
+        if loc is None or loc[1] <= 0:
+            return None
+        name = self.files.get(loc[0])
+        if name is None:
+            return None
+        return f"{name.replace(chr(92), '/').rsplit('/', 1)[-1]}:{loc[1]}"
 
 
 _SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
@@ -177,6 +192,8 @@ SPECIAL_REGISTERS = {
     "%cluster_nctaid", "%cluster_ctarank", "%cluster_nctarank", "%is_explicit_cluster",
 }
 
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")  # %r12: register 12 of a %r<N> range
+
 # -- tokens ------------------------------------------------------------------------------------
 
 _TOKEN = re.compile(r"""
@@ -193,8 +210,9 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE | re.DOTALL)
 
 
-@attrs.frozen
-class Tok:
+class Tok(NamedTuple):
+    """A token (a tuple: a module has hundreds of thousands of them)."""
+
     kind: str
     text: str
     line: int
@@ -259,6 +277,7 @@ class _Cursor:
         self.lines = text.splitlines()
         self.toks = tokenize(text)
         self.i = 0
+        self.files: dict[int, str] = {}
 
     def peek(self, k: int = 0) -> Tok:
         return self.toks[min(self.i + k, len(self.toks) - 1)]
@@ -443,7 +462,9 @@ class _Parser(_InstructionParser):
             elif x == ".address_size":
                 self.next()
                 address_size = parse_int(self.next().text)
-            elif x in (".file", ".loc"):
+            elif x == ".file":
+                self.file_directive()
+            elif x == ".loc":
                 self.next()
                 self.skip_line(t.line)
             elif x == ".section":
@@ -479,7 +500,25 @@ class _Parser(_InstructionParser):
                 else:
                     self.i = start
                     raise self.error(f"unexpected {t.text!r} at module level")
-        return Module(version, target, address_size, functions, variables, self.lines)
+        return Module(version, target, address_size, functions, variables, self.lines, self.files)
+
+    def file_directive(self) -> None:
+        """``.file N "name"`` (and optional timestamp and size)."""
+        t = self.next()
+        number, name = self.peek(), self.peek(1)
+        if number.kind == "num" and name.kind == "string":
+            self.files[parse_int(number.text)] = name.text[1:-1].encode().decode("unicode_escape")
+        self.skip_line(t.line)
+
+    def loc_directive(self) -> tuple[int, int] | None:
+        """``.loc FILE LINE COLUMN`` (and anything after, e.g. ``inlined_at``)."""
+        t = self.next()
+        file, line = self.peek(), self.peek(1)
+        loc = None
+        if file.kind == "num" and line.kind == "num" and file.line == t.line and line.line == t.line:
+            loc = (parse_int(file.text), parse_int(line.text))
+        self.skip_line(t.line)
+        return loc
 
     def variables(self, extern: bool) -> list[VarDecl]:
         """``.global .align 4 .b8 name[24] = {...}, other;`` (the space is the current token)."""
@@ -647,6 +686,8 @@ class _Parser(_InstructionParser):
         for p in fn.params + fn.rets:
             scopes[0][p.name] = p.name
 
+        resolved: dict = {}  # name -> unique name, while the scopes stay as they are
+
         def declare(name: str, unique_hint: str | None = None) -> str:
             if len(scopes) == 1:
                 unique = name
@@ -654,24 +695,33 @@ class _Parser(_InstructionParser):
                 counter[0] += 1
                 unique = f"{name}@{counter[0]}"
             scopes[-1][name] = unique
+            resolved.clear()
             return unique
 
         def resolve(name: str):
+            if name in resolved:
+                return resolved[name]
+            unique = None
             for scope in reversed(scopes):
                 if name in scope:
-                    return scope[name]
-            m = re.match(r"^(.*?)(\d+)$", name)
-            if m:
-                prefix, number = m.group(1), int(m.group(2))
-                for scope in reversed(scopes):
-                    entry = scope.get("<" + prefix)
-                    if entry is not None and number < entry[0]:
-                        return f"{entry[1]}{number}"
-            return None
+                    unique = scope[name]
+                    break
+            else:
+                m = _NUMBERED.match(name)
+                if m:
+                    prefix, number = m.group(1), int(m.group(2))
+                    for scope in reversed(scopes):
+                        entry = scope.get("<" + prefix)
+                        if entry is not None and number < entry[0]:
+                            unique = f"{entry[1]}{number}"
+                            break
+            resolved[name] = unique
+            return unique
 
         self._resolve = resolve
         self._regs = fn.regs
         depth = 1
+        loc = None
         while True:
             t = self.peek()
             x = t.text
@@ -681,6 +731,7 @@ class _Parser(_InstructionParser):
                 self.next()
                 depth -= 1
                 scopes.pop()
+                resolved.clear()
                 if depth == 0:
                     return
                 continue
@@ -688,13 +739,16 @@ class _Parser(_InstructionParser):
                 self.next()
                 depth += 1
                 scopes.append({})
+                resolved.clear()
                 continue
             if x == ";":
                 self.next()
                 continue
-            if x in (".loc", ".file"):
-                self.next()
-                self.skip_line(t.line)
+            if x == ".loc":
+                loc = self.loc_directive()
+                continue
+            if x == ".file":
+                self.file_directive()
                 continue
             if x == ".pragma":
                 while self.next().text != ";":
@@ -719,6 +773,7 @@ class _Parser(_InstructionParser):
                         if len(scopes) > 1:
                             counter[0] += 1
                         scopes[-1]["<" + n.text] = (count, unique)
+                        resolved.clear()
                         for k in range(count):
                             fn.regs[f"{unique}{k}"] = RegDecl(f"{unique}{k}", rtype)
                     else:
@@ -760,12 +815,21 @@ class _Parser(_InstructionParser):
                     continue
                 fn.body.append(Label(x, t.line))
                 continue
-            fn.body.append(self.instruction())
+            ins = self.instruction()
+            ins.loc = loc
+            fn.body.append(ins)
 
 
 def parse(text: str) -> Module:
     """Parse a PTX module; a :class:`PtxError` names the offending line."""
     return _Parser(text).module()
+
+
+@functools.lru_cache(maxsize=8)
+def parsed(text: str) -> Module:
+    """:func:`parse`, remembered for the last few texts (a module is often asked for its
+    instruction forms, then loaded): the tree is shared, so never change it."""
+    return parse(text)
 
 
 def imm_bits(imm: Imm, size: int, is_float: bool) -> int:

@@ -15,8 +15,8 @@ from . import KernelLaunch, stream_error
 class EmulatorDriver:
     name = "emulator"
 
-    def __init__(self, device, arch: str = "sm_80"):
-        self.device, self.arch = device, arch
+    def __init__(self, device, arch: str = "sm_80", schedule=None):
+        self.device, self.arch, self.schedule = device, arch, schedule
 
     def push_context(self) -> None:
         pass
@@ -33,7 +33,7 @@ class EmulatorDriver:
         return self.device.load_module(ptx).function(entry)
 
     def launch(self, kernel, spec: KernelLaunch, stream) -> None:
-        kernel.launch(spec.grid, spec.block, spec.params, spec.shared_bytes)
+        kernel.launch(spec.grid, spec.block, spec.params, spec.shared_bytes, schedule=self.schedule)
 
     def synchronize(self, stream) -> None:
         pass
