@@ -552,7 +552,7 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
             Mt, Nt, Kt = 16 * warps, 8 * int(rng.choice([1, 2])), depth * int(rng.choice([1, 2]))
         else:
             Mt, Nt, Kt = (int(rng.choice([1, 2, 3, 4, 5, 8] + ([16] if big else []))) for _ in range(3))
-        g = grid[0]
+        g = int(np.prod(grid))  # one row block per program: two programs never write one element
         M, N, K = max(1, g * Mt - int(rng.integers(0, Mt))), int(rng.integers(1, Nt * 2 + 1)), int(rng.integers(1, 3 * Kt + 1))
         spec_vals = specials and dt.is_float and rng.random() < 0.3
         A = make_tensor(rng, "da", dt, (M, K), False, spec_vals)
@@ -669,7 +669,7 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
             if dot is not None:
                 dt, tf32, Mt, Nt, Kt, A, B, C = dot
                 acc_dt = {"f64": f64, "i8": i32, "u8": i32}.get(dt.name, f32)
-                m0 = pid["a0"] * Mt
+                m0 = lin * Mt
                 K = p.da.shape[1]
                 N = p.db.shape[1]
 
@@ -692,7 +692,7 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
             from tile_kernels import tf32_reference
             a64, b64 = tf32_reference(a).astype(np.float64), tf32_reference(b).astype(np.float64)
         M, N = C.shape
-        rows = min(M, grid[0] * Mt)
+        rows = min(M, int(np.prod(grid)) * Mt)
         cols = min(N, Nt)
         written = np.zeros((M, N), bool)
         written[:rows, :cols] = True

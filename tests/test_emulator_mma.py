@@ -739,8 +739,10 @@ STORE_SLOT = """
 
 
 def run_copy(ptx, src, n=0, threads=64, out=None):
+    """Launch under the lockstep schedule: the messages checked below name the first thread to
+    trip, which depends on the order the warps run in."""
     out = np.zeros(threads * 16, np.uint8) if out is None else out
-    return launch(ptx, "cp", [out, src], 1, threads, extra=[n])[0]
+    return launch(ptx, "cp", [out, src], 1, threads, extra=[n], schedule="lockstep")[0]
 
 
 def line_of(ptx, text):

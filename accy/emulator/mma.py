@@ -259,6 +259,9 @@ def execute_mma(T, ids, form: MmaForm, site, mask, a, b, c):
     n = len(T.wkey) if ids is None else len(ids)
     warps = warp_lanes(T, ids, mask, site, form.text)
     W = len(warps)
+    out_dtype = F32 if form.is_float else I32
+    if W == 0:  # a guard false for every warp here (a warp slot of a guarded mma)
+        return [np.zeros(n, out_dtype) for _ in range(form.c.rows.shape[1])]
     flat = warps.reshape(-1)
     ra = _stack(a, n, U32)[flat].reshape(W, WARP, -1)
     rb = _stack(b, n, U32)[flat].reshape(W, WARP, -1)
@@ -267,14 +270,12 @@ def execute_mma(T, ids, form: MmaForm, site, mask, a, b, c):
     if form.is_float:
         C = _matrix(_stack(c, n, F32)[flat].reshape(W, WARP, -1).astype(F64), form.c, form.m, form.n)
         D = _float_mma(A, B, C)
-        out_dtype = F32
     else:
         C = _matrix(_stack(c, n, I32)[flat].reshape(W, WARP, -1).astype(I64), form.c, form.m, form.n)
         exact = np.einsum("wmk,wkn->wmn", A, B) + C  # |sum| < 2**48: exact in int64
         if form.satfinite:
             exact = np.clip(exact, np.iinfo(I32).min, np.iinfo(I32).max)
         D = exact.astype(I32)  # wraps modulo 2**32 without .satfinite
-        out_dtype = I32
     lanes = D[:, form.c.rows, form.c.cols].reshape(W * WARP, -1)
     out = np.zeros((n, lanes.shape[1]), out_dtype)
     out[flat] = lanes
@@ -325,6 +326,8 @@ def matrix_load(T, ids, site, mask, addr, num: int, trans: bool, generic: bool):
     n = len(T.wkey) if ids is None else len(ids)
     warps = warp_lanes(T, ids, mask, site, site.text.split()[0])
     W = len(warps)
+    if W == 0:
+        return [np.zeros(n, U32) for _ in range(num)]
     providers, where = _row_threads(ids, warps, num)
     rows = _shared_addresses(T, where, site, np.broadcast_to(addr, (n,))[providers], generic)
     if T.prof is not None:
@@ -343,6 +346,8 @@ def matrix_store(T, ids, site, mask, addr, values, trans: bool, generic: bool):
     num = len(values)
     warps = warp_lanes(T, ids, mask, site, site.text.split()[0])
     W = len(warps)
+    if W == 0:
+        return
     words = _stack(values, n, U32)[warps.reshape(-1)].reshape(W, WARP, num)
     lane = np.arange(WARP)
     mats = np.zeros((W, num, 8, 8), U16)
