@@ -246,7 +246,7 @@ def _load(store_key: str, configs: tuple[dict, ...]) -> TuningRecord | None:
               and record.results[record.chosen].failed is None)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    return attrs.evolve(record, from_store=True) if ok else None
+    return attrs.evolve(record, from_store=True, tuning_seconds=0.0) if ok else None
 
 
 def _save(store_key: str, record: TuningRecord) -> None:
@@ -312,6 +312,17 @@ def _measure(program: Program, args: dict, outputs: dict, backend: str, limits, 
         return ConfigResult(config, seconds, runs)
     except AccyError as e:
         return ConfigResult(config, failed=f"{type(e).__name__}: {str(e).splitlines()[0]}")
+
+
+def _outputs(programs: Sequence[Program]) -> frozenset[str]:
+    """The buffers the kernel writes, from the first config that traces (none traces: no outputs,
+    and every config fails when it is measured)."""
+    for program in programs:
+        try:
+            return program.graph.stored_buffers()
+        except AccyError:
+            continue
+    return frozenset()
 
 
 def _ranking(backend: str, options: Mapping) -> tuple[str, str]:
@@ -397,8 +408,8 @@ class Autotuned:
 
     def _tune(self, named: dict, key: dict, backend: str, limits, options: dict, device: str) -> TuningRecord:
         method, ranking = _ranking(backend, options)
-        stored = self.programs[0].graph.stored_buffers()
-        outputs = {name: a for name, a in named.items() if name in stored}
+        written = _outputs(self.programs)
+        outputs = {name: a for name, a in named.items() if name in written}
         progress = _Progress(self.name, len(self.programs))
         start = time.perf_counter()
         results, best = [], math.inf
