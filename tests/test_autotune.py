@@ -245,6 +245,7 @@ def test_ptx_ranks_by_the_profiles_estimate():
     estimates = [p.profile([dst, x], arch="sm_80").estimated_seconds for p in kernel.programs]
     assert log.seconds == estimates  # the estimates themselves, not a wall time
     assert log.chosen == int(np.argmin(estimates)) and log.chosen != 0
+    assert estimates[1] != estimates[2]  # the same work in tiles of 64 and of 32: the busiest SM's share differs
     assert log.device == "ptx sm_80"
 
 
