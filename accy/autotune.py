@@ -8,8 +8,9 @@ arrays' shapes and dtypes) on a backend compiles and measures every config, on s
 the outputs, keeps the fastest, and stores the choice through the compile cache
 (:mod:`accy.backends.cache`, under ``ACCY_CACHE_DIR``), so a later process reuses it untimed:
 
-- ``numpy``, ``llvm`` and ``cuda``: wall time, the best of a few runs after a warm-up run that
-  compiles (a config far slower than the best so far is cut after one run);
+- ``numpy``, ``llvm`` and ``cuda``: wall time, each config's best run after a warm-up run that
+  compiles, the configs taking turns round by round so that load from other processes falls
+  on all alike (a config far slower than the best is dropped after a round);
 - ``ptx``: the emulator's wall time says nothing about a GPU, so configs are ranked by
   ``Program.profile``'s estimate for the run's ``arch`` (the ptx backend's sm_80 unless given).
 
@@ -25,7 +26,6 @@ import functools
 import hashlib
 import inspect
 import json
-import math
 import os
 import sys
 import threading
@@ -40,9 +40,10 @@ from .errors import AccyError, AutotuneError
 from .program import Program
 
 FORMAT = 1  # of a stored record; bump when it changes
-TIMED_RUNS = 5  # timed runs of a config after its warm-up run, at most
-CONFIG_SECONDS = 0.5  # a config's timed runs stop once they have taken this long (after one run)
-CUT_FACTOR = 4.0  # a config whose first timed run is this many times the best so far is not run again
+TIMED_ROUNDS = 5  # rounds of timing, each running every config still in the running once
+TUNING_SECONDS = 2.0  # the rounds stop once their runs took this long (after one round)
+CUT_FACTOR = 3.0  # a config this many times slower than the best is not run in later rounds,
+CUT_AFTER = 2  # from this round on (one run may be slowed several times over by other processes)
 SCALARS = (bool, int, float, str)  # what a config's values may be: they are stored as JSON
 
 
@@ -265,10 +266,10 @@ class _Progress:
         self.kernel, self.total = kernel, total
         self.on = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
 
-    def show(self, done: int, config: dict) -> None:
+    def show(self, done: int, what: str) -> None:
         if self.on:
             bar = "#" * done + "." * (self.total - done)
-            sys.stderr.write(f"\rautotune {self.kernel} [{bar}] {done}/{self.total} {_config_text(config)}\033[K")
+            sys.stderr.write(f"\rautotune {self.kernel} [{bar}] {done}/{self.total} {what}\033[K")
             sys.stderr.flush()
 
     def close(self, record: TuningRecord) -> None:
@@ -278,29 +279,36 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _wall_time(run: Callable[[], object], reset: Callable[[], None], best: float) -> tuple[float, int]:
-    """(best seconds, timed runs) of ``run()`` after a warm-up run; ``reset()`` restores the
-    scratch outputs before each run, untimed."""
-    reset()
-    run()  # compiles (and warms the caches): not timed
-    times: list[float] = []
-    while len(times) < TIMED_RUNS and sum(times) < CONFIG_SECONDS:
-        reset()
+def _failure(config: dict, error: AccyError) -> ConfigResult:
+    return ConfigResult(config, failed=f"{type(error).__name__}: {str(error).splitlines()[0]}")
+
+
+@attrs.define
+class _Timed:
+    """A config's program ready to time: compiled and warmed by one run on scratch outputs."""
+
+    config: dict
+    run: Callable[[], object]
+    reset: Callable[[], None]
+    times: list = attrs.Factory(list)
+
+    def once(self) -> float:
+        self.reset()  # the outputs as the caller passed them, untimed
         start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-        if times[0] > CUT_FACTOR * best:
-            break  # it cannot win: no more of its runs
-    return min(times), len(times)
+        self.run()
+        seconds = time.perf_counter() - start
+        self.times.append(seconds)
+        return seconds
 
 
-def _measure(program: Program, args: dict, outputs: dict, backend: str, limits, options: dict,
-             best: float) -> ConfigResult:
-    """One config's result: on ptx the profile's estimate, elsewhere its wall time on scratch outputs."""
+def _measure(program: Program, args: dict, outputs: dict, backend: str, limits, options: dict):
+    """One config made ready: on ptx its result (the profile's estimate; the profile writes to
+    scratch itself), elsewhere a :class:`_Timed` after its warm-up run (which compiles), or a
+    failed result."""
     config = program.body.keywords
     try:
         if backend == "ptx":
-            profile = program.profile(args, arch=options.get("arch", "sm_80"), limits=limits)  # outputs to scratch
+            profile = program.profile(args, arch=options.get("arch", "sm_80"), limits=limits)
             return ConfigResult(config, profile.estimated_seconds, 1)
         scratch = dict(args, **{name: _scratch(a) for name, a in outputs.items()})
 
@@ -308,10 +316,35 @@ def _measure(program: Program, args: dict, outputs: dict, backend: str, limits, 
             for name, original in outputs.items():
                 np.copyto(scratch[name], original)
 
-        seconds, runs = _wall_time(lambda: program.run(scratch, backend, limits=limits, **options), reset, best)
-        return ConfigResult(config, seconds, runs)
+        timed = _Timed(config, lambda: program.run(scratch, backend, limits=limits, **options), reset)
+        timed.reset()
+        timed.run()
+        return timed
     except AccyError as e:
-        return ConfigResult(config, failed=f"{type(e).__name__}: {str(e).splitlines()[0]}")
+        return _failure(config, e)
+
+
+def _time_in_turns(ready: dict[int, _Timed], results: list, progress: _Progress) -> None:
+    """Time the ready configs in rounds, one run of each per round, so that load from other
+    processes falls on all of them alike; from round CUT_AFTER on, a config slower than
+    CUT_FACTOR x the best is dropped after its round; rounds stop after TIMED_ROUNDS or once
+    their runs took TUNING_SECONDS.  Fills ``results`` with each one's best run."""
+    spent, live = 0.0, dict(ready)
+    for round_ in range(TIMED_ROUNDS):
+        progress.show(progress.total, f"timing, round {round_ + 1} of at most {TIMED_ROUNDS}")
+        for i, timed in list(live.items()):
+            try:
+                spent += timed.once()
+            except AccyError as e:  # ran once already, so unlikely: a run-time check on these values
+                results[i], live = _failure(timed.config, e), {j: t for j, t in live.items() if j != i}
+        if not live or spent >= TUNING_SECONDS:
+            break
+        if round_ + 1 >= CUT_AFTER:
+            best = min(min(t.times) for t in live.values())
+            live = {i: t for i, t in live.items() if min(t.times) <= CUT_FACTOR * best}
+    for i, timed in ready.items():
+        if results[i] is None:
+            results[i] = ConfigResult(timed.config, min(timed.times), len(timed.times))
 
 
 def _outputs(programs: Sequence[Program]) -> frozenset[str]:
@@ -332,7 +365,8 @@ def _ranking(backend: str, options: Mapping) -> tuple[str, str]:
         arch = options.get("arch", "sm_80")
         return "estimate", (f"ranked by accy profile's estimate for {arch} on {default_gpu(arch).name} (the "
                             f"emulator's counts through a roofline model), not by the emulator's wall time")
-    return "wall time", f"ranked by wall time: the best of up to {TIMED_RUNS} runs after a warm-up run"
+    return "wall time", (f"ranked by wall time: each config's best run, the configs taking turns for up to "
+                         f"{TIMED_ROUNDS} rounds after a warm-up run that compiles")
 
 
 # -- the autotuned kernel -------------------------------------------------------------------------
@@ -412,13 +446,15 @@ class Autotuned:
         outputs = {name: a for name, a in named.items() if name in written}
         progress = _Progress(self.name, len(self.programs))
         start = time.perf_counter()
-        results, best = [], math.inf
+        results, ready = [None] * len(self.programs), {}
         for i, program in enumerate(self.programs):
-            progress.show(i, self.configs[i])
-            result = _measure(program, named, outputs, backend, limits, options, best)
-            results.append(result)
-            if result.seconds is not None:
-                best = min(best, result.seconds)
+            progress.show(i, _config_text(self.configs[i]))
+            outcome = _measure(program, named, outputs, backend, limits, options)
+            if isinstance(outcome, ConfigResult):
+                results[i] = outcome
+            else:
+                ready[i] = outcome
+        _time_in_turns(ready, results, progress)
         timed = [i for i, r in enumerate(results) if r.seconds is not None]
         if not timed:
             raise AutotuneError(f"autotune '{self.name}' on {backend}: every config failed:\n"

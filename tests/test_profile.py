@@ -331,8 +331,8 @@ def test_roofline_bounds():
 
 def test_the_compute_ceilings_are_the_busiest_sms():
     h200 = GPUS["h200"]
-    work = dict(flops={Pipe.FP32: 66.9e12 * 1e-3}, instructions=h200.issue_rate * 1e-3, wavefronts=h200.shared_rate * 1e-3,
-                dram_bytes=0)
+    work = dict(flops={Pipe.FP32: 66.9e12 * 1e-3}, instructions=h200.issue_rate * 1e-3,
+                wavefronts=h200.shared_rate * 1e-3, dram_bytes=0)
     even = model.roofline(h200, **work)
     full = model.roofline(h200, **work, blocks=132 * 3, warps_per_block=4)  # three whole waves
     tail = model.roofline(h200, **work, blocks=133, warps_per_block=4)  # one SM runs two blocks
