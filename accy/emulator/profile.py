@@ -728,6 +728,9 @@ class Profile:
             "compute_seconds": r.compute_seconds, "memory_seconds": r.memory_seconds,
             "launch_seconds": r.launch_seconds, "estimated_seconds": self.estimated_seconds, "bound": self.bound,
             "limiter": self.limiter, "tflops": self.tflops,
+            "waves": None if r.waves is None else {"busiest_sm_blocks": r.waves.busiest,
+                                                   "imbalance": r.waves.imbalance,
+                                                   "resident_warps": r.waves.resident_warps},
         }
 
     # -- the report -------------------------------------------------------------------------------------
