@@ -199,6 +199,23 @@ def _scratch(array):
     return np.array(array, copy=True)
 
 
+def _argument(args, name: str, position: int):
+    return args[name] if isinstance(args, Mapping) else args[position]
+
+
+def _cheap_key(value):
+    """What of ``value`` a key depends on, fast: an array's shape and dtype, a scalar's type and value."""
+    if isinstance(value, np.ndarray):
+        return value.shape, value.dtype.str
+    if isinstance(value, (bool, int, float, np.generic)):
+        return type(value), value
+    raise TypeError("no cheap key")  # another array type (hashed by identity): the full path, every time
+
+
+def _untuned() -> bool:
+    return os.environ.get("ACCY_AUTOTUNE", "1").lower() in ("0", "false", "no", "off")
+
+
 # -- the device and the store ----------------------------------------------------------------------
 
 
@@ -384,11 +401,15 @@ class Autotuned:
     key: tuple[str, ...]
     programs: tuple[Program, ...] = attrs.field(init=False)
     _records: dict = attrs.field(init=False, factory=dict)
+    _recent: dict = attrs.field(init=False, factory=dict)  # a run's cheap key -> its record (run's fast path)
+    _positions: tuple[int, ...] = attrs.field(init=False)  # the key's parameters' argument positions
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
 
     def __attrs_post_init__(self):
         self.programs = tuple(attrs.evolve(self.program, body=functools.partial(self.program.body, **config))
                               for config in self.configs)
+        declared = [p.name for p in declared_parameters(self.program.parameters)]
+        self._positions = tuple(declared.index(name) for name in self.key)
 
     @property
     def name(self) -> str:
@@ -401,8 +422,17 @@ class Autotuned:
     def run(self, args, backend: str = "numpy", *, limits=None, **options):
         """Run with the best config for these arguments' key on ``backend`` (tuning first when
         the key is new); outputs are written in place, as :meth:`accy.Program.run`."""
-        return self.program_for(args, backend, limits=limits, **options).run(args, backend, limits=limits,
-                                                                              **options)
+        try:  # what decides the config, cheaply: no checks, nothing formatted
+            recent = (backend, limits, tuple(options.items()), _untuned(),
+                      tuple(_cheap_key(_argument(args, name, at)) for name, at in zip(self.key, self._positions)))
+            record = self._recent.get(recent)
+        except Exception:  # unhashable, or arguments the full path will name the fault in
+            recent = record = None
+        if record is None:
+            record = self.tuning_log(args, backend, limits=limits, **options)
+            if recent is not None:
+                self._recent[recent] = record
+        return self.programs[record.chosen].run(args, backend, limits=limits, **options)
 
     def program_for(self, args, backend: str = "numpy", *, limits=None, **options) -> Program:
         """The :class:`~accy.Program` of the best config for these arguments on ``backend``."""
@@ -419,7 +449,7 @@ class Autotuned:
         options = get_backend(backend).checked_options(options)
         named = _named(args, self.program)
         key = {name: _key_text(named[name]) for name in self.key}
-        untuned = os.environ.get("ACCY_AUTOTUNE", "1").lower() in ("0", "false", "no", "off")
+        untuned = _untuned()
         memo = (backend, repr(limits), json.dumps(options, sort_keys=True, default=repr),
                 json.dumps(key, sort_keys=True), untuned)
         with self._lock:

@@ -210,13 +210,17 @@ def test_accy_autotune_0_takes_the_first_config_untimed(monkeypatch, measured):
 def test_a_new_shape_is_tuned_again_and_a_known_one_is_not(measured):
     kernel = doubled()
     small, large = inputs(1000), inputs(5000)
+    kernel.run(small, backend="numpy")
     first = kernel.tuning_log(small, backend="numpy")
-    assert kernel.tuning_log(inputs(1000, seed=1), backend="numpy") is first  # same shape: no tuning
+    kernel.run(inputs(1000, seed=1), backend="numpy")  # same shape: no tuning
+    assert kernel.tuning_log(inputs(1000, seed=1), backend="numpy") is first
     assert len(measured) == len(CONFIGS)
+    kernel.run({"x": large[1], "dst": large[0]}, backend="numpy")  # by name, a new shape: tuned
     other = kernel.tuning_log(large, backend="numpy")
-    assert len(measured) == 2 * len(CONFIGS) and other.key == {"x": "(5000,) float32"}
-    kernel.run(large, backend="numpy")
+    assert len(measured) == 2 * len(CONFIGS) and other.key == {"x": "(5000,) float32"} and other is not first
     np.testing.assert_array_equal(large[0], 2 * large[1])
+    kernel.run(inputs(1000, seed=2), backend="llvm")  # another backend: tuned for it
+    assert len(measured) == 3 * len(CONFIGS)
 
 
 def test_a_scalar_key_is_its_value():
