@@ -44,6 +44,7 @@ TIMED_ROUNDS = 5  # rounds of timing, each running every config still in the run
 TUNING_SECONDS = 2.0  # the rounds stop once their runs took this long (after one round)
 CUT_FACTOR = 3.0  # a config this many times slower than the best is not run in later rounds,
 CUT_AFTER = 2  # from this round on (one run may be slowed several times over by other processes)
+RUN_OPTIONS = ("counts", "shapes")  # Program.run's options that are not the backend's
 SCALARS = (bool, int, float, str)  # what a config's values may be: they are stored as JSON
 
 
@@ -190,13 +191,26 @@ def _key_text(value) -> str:
     return repr(value)
 
 
-def _scratch(array):
+def _scratch(name: str, array):
     """A copy of ``array`` with its layout (a transposed view stays transposed)."""
     if isinstance(array, np.ndarray):
         copy = np.empty_like(array, order="K")
         np.copyto(copy, array)
         return copy
-    return np.array(array, copy=True)
+    for method in ("clone", "copy"):  # a torch tensor, a CuPy array
+        if callable(getattr(array, method, None)):
+            return getattr(array, method)()
+    raise AutotuneError(f"autotune: cannot copy output '{name}' (a {type(array).__name__}) to tune on; pass a "
+                        f"NumPy array, or an array with clone() or copy()")
+
+
+def _restorer(scratch: dict, outputs: dict) -> Callable[[], None]:
+    """Puts the caller's outputs' values back into the scratch copies."""
+    def restore():
+        for name, original in outputs.items():
+            scratch[name][...] = original
+
+    return restore
 
 
 def _argument(args, name: str, position: int):
@@ -220,8 +234,13 @@ def _untuned() -> bool:
 
 
 def _device(backend: str, options: Mapping) -> str:
-    if backend in ("ptx", "cuda"):
-        return f"{backend} {options.get('arch', 'sm_80' if backend == 'ptx' else 'device')}"
+    if backend == "ptx":
+        return f"ptx {options.get('arch', 'sm_80')}"
+    if backend == "cuda":
+        from .backends.cuda import default_state
+
+        device = options.get("device", 0)
+        return f"cuda {default_state(device).arch} (device {device})"
     try:
         import llvmlite.binding as llvm
 
@@ -318,21 +337,16 @@ class _Timed:
         return seconds
 
 
-def _measure(program: Program, args: dict, outputs: dict, backend: str, limits, options: dict):
-    """One config made ready: on ptx its result (the profile's estimate; the profile writes to
-    scratch itself), elsewhere a :class:`_Timed` after its warm-up run (which compiles), or a
-    failed result."""
+def _measure(program: Program, args: dict, scratch: dict, reset: Callable[[], None], backend: str, limits,
+             options: dict):
+    """One config made ready: on ptx its result (the profile's estimate, for ``args``: the profile
+    writes to scratch itself), elsewhere a :class:`_Timed` on the ``scratch`` arguments after its
+    warm-up run (which compiles), or a failed result."""
     config = program.body.keywords
     try:
         if backend == "ptx":
             profile = program.profile(args, arch=options.get("arch", "sm_80"), limits=limits)
             return ConfigResult(config, profile.estimated_seconds, 1)
-        scratch = dict(args, **{name: _scratch(a) for name, a in outputs.items()})
-
-        def reset():
-            for name, original in outputs.items():
-                np.copyto(scratch[name], original)
-
         timed = _Timed(config, lambda: program.run(scratch, backend, limits=limits, **options), reset)
         timed.reset()
         timed.run()
@@ -446,7 +460,8 @@ class Autotuned:
         """How the config for these arguments' key on ``backend`` was chosen (tuning first if needed)."""
         from .backends import get_backend
 
-        options = get_backend(backend).checked_options(options)
+        checked = {k: v for k, v in options.items() if k not in RUN_OPTIONS}  # the backend's own options
+        options = dict(options, **get_backend(backend).checked_options(checked))
         named = _named(args, self.program)
         key = {name: _key_text(named[name]) for name in self.key}
         untuned = _untuned()
@@ -474,12 +489,14 @@ class Autotuned:
         method, ranking = _ranking(backend, options)
         written = _outputs(self.programs)
         outputs = {name: a for name, a in named.items() if name in written}
+        scratch = named if backend == "ptx" else dict(named, **{n: _scratch(n, a) for n, a in outputs.items()})
+        reset = _restorer(scratch, outputs)
         progress = _Progress(self.name, len(self.programs))
         start = time.perf_counter()
         results, ready = [None] * len(self.programs), {}
         for i, program in enumerate(self.programs):
             progress.show(i, _config_text(self.configs[i]))
-            outcome = _measure(program, named, outputs, backend, limits, options)
+            outcome = _measure(program, named, scratch, reset, backend, limits, options)
             if isinstance(outcome, ConfigResult):
                 results[i] = outcome
             else:
