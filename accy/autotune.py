@@ -45,6 +45,7 @@ TUNING_SECONDS = 2.0  # the rounds stop once their runs took this long (after on
 CUT_FACTOR = 3.0  # a config this many times slower than the best is not run in later rounds,
 CUT_AFTER = 2  # from this round on (one run may be slowed several times over by other processes)
 RUN_OPTIONS = ("counts", "shapes")  # Program.run's options that are not the backend's
+UNDECIDING_OPTIONS = ("stream", "timing")  # cuda's: they change how a run is made or reported, not its speed
 SCALARS = (bool, int, float, str)  # what a config's values may be: they are stored as JSON
 
 
@@ -465,20 +466,22 @@ class Autotuned:
         named = _named(args, self.program)
         key = {name: _key_text(named[name]) for name in self.key}
         untuned = _untuned()
-        memo = (backend, repr(limits), json.dumps(options, sort_keys=True, default=repr),
+        deciding = {k: v for k, v in options.items() if k not in UNDECIDING_OPTIONS}
+        memo = (backend, repr(limits), json.dumps(deciding, sort_keys=True, default=repr),
                 json.dumps(key, sort_keys=True), untuned)
         with self._lock:
             record = self._records.get(memo)
             if record is None:
-                record = self._records[memo] = self._choose(named, key, backend, limits, options, untuned)
+                record = self._records[memo] = self._choose(named, key, backend, limits, options, deciding, untuned)
         return record
 
-    def _choose(self, named: dict, key: dict, backend: str, limits, options: dict, untuned: bool) -> TuningRecord:
+    def _choose(self, named: dict, key: dict, backend: str, limits, options: dict, deciding: dict,
+                untuned: bool) -> TuningRecord:
         device = _device(backend, options)
         if untuned:
             return TuningRecord(self.name, backend, key, device, "untuned", "ACCY_AUTOTUNE=0: the first config, "
                                 "nothing timed", 0, tuple(ConfigResult(c) for c in self.configs))
-        store_key = _store_key(self.programs, key, backend, options, device)
+        store_key = _store_key(self.programs, key, backend, dict(deciding, limits=repr(limits)), device)
         record = _load(store_key, self.configs)
         if record is None:
             record = self._tune(named, key, backend, limits, options, device)

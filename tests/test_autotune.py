@@ -185,7 +185,7 @@ def test_a_corrupt_record_is_tuned_again(measured):
     dst, x = inputs()
     kernel = doubled()
     kernel.tuning_log([dst, x], backend="numpy")
-    key = autotune_module._store_key(kernel.programs, {"x": "(3000,) float32"}, "numpy", {},
+    key = autotune_module._store_key(kernel.programs, {"x": "(3000,) float32"}, "numpy", {"limits": "None"},
                                      autotune_module._device("numpy", {}))
     assert cache.read(key) is not None  # the record the tuner wrote
     for payload in (b"not json", json.dumps({"format": autotune_module.FORMAT, "chosen": 7}).encode()):
