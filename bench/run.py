@@ -1,6 +1,6 @@
 """accy's benchmark, every figure a ratio against a baseline measured in the same run.
 
-    python -m bench [--sections targets,attention,interpreter,launch,ptx,compile] [--quick] [--json out.json]
+    python -m bench [--sections targets,attention,interpreter,launch,ptx,compile,autotune] [--quick] [--json out.json]
 
 Sections:
 - ``targets``: the kernels people write (vector add, Black-Scholes, softmax, layer norm,
@@ -16,7 +16,10 @@ Sections:
   attention entries on the interpreter alone (``numpy``), against einsum, in a minute;
 - ``launch``: what a cached launch costs on llvm (an empty launch, a 1-element vector add);
 - ``ptx``: the ptx backend against Numba's CUDA simulator running the same kernel;
-- ``compile``: trace, passes, lowering, PTX and host JIT times, cold and cached.
+- ``compile``: trace, passes, lowering, PTX and host JIT times, cold and cached;
+- ``autotune``: the tile matmul and the tile attention entry autotuned on llvm: tuning time,
+  the chosen config, tuned vs first-config time, a second process reusing the stored choice
+  (bench/autotune.py).
 
 Each figure is the median of several timed runs after a warm-up.  The machine's load and
 the other processes using the CPU are recorded before and after: figures measured beside
@@ -32,11 +35,11 @@ import sys
 
 import numpy as np
 
-from . import attention, chart, targets, tiles
+from . import attention, autotune, chart, targets, tiles
 from .timing import contention, machine, measure
 
-SECTIONS = ("launch", "targets", "tiles", "attention", "interpreter", "ptx", "compile")
-DEFAULT_SECTIONS = ("launch", "targets", "tiles", "attention", "ptx", "compile")  # attention has the interpreter's rows too
+SECTIONS = ("launch", "targets", "tiles", "attention", "interpreter", "ptx", "compile", "autotune")
+DEFAULT_SECTIONS = ("launch", "targets", "tiles", "attention", "ptx", "compile", "autotune")  # attention has the interpreter's rows too
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
@@ -127,6 +130,11 @@ def main(argv=None) -> int:
         print("\n== compile path (medium shape) ==")
         for kernel, timings in report["compile"].items():
             print(f"  {kernel:8} " + "  ".join(f"{k} {v * 1e3:.1f} ms" for k, v in timings.items()))
+    if "autotune" in sections:
+        print("\n== autotune: tile matmul and tile attention tuned on llvm, then reused by a second process ==")
+        rows = autotune.bench_autotune(quick=ns.quick)
+        autotune.print_rows(rows)
+        report["autotune"] = rows
     report["contention_after"] = contention()
     print(f"\nload after: {report['contention_after']}")
     if ns.json:
