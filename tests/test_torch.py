@@ -229,3 +229,38 @@ def test_importing_accy_does_not_import_torch():
     done = subprocess.run([sys.executable, "-c", "import sys, accy, accy.torch; assert 'torch' not in sys.modules"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# -- on a GPU (scripts/gpu_check.sh's step 7 runs the tests marked cuda) -------------------------------
+
+from conftest import CUDA_UNAVAILABLE  # noqa: E402
+
+on_a_gpu = [pytest.mark.cuda, pytest.mark.skipif(
+    CUDA_UNAVAILABLE is not None or not torch.cuda.is_available(),
+    reason=f"no GPU here: {CUDA_UNAVAILABLE or 'torch sees no CUDA device'}")]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("_", [pytest.param(None, marks=on_a_gpu, id="cuda")])
+def test_the_op_runs_cuda_tensors_on_cuda_in_place(compiled, _):
+    x, y = torch.linspace(-2, 2, 35, device="cuda").reshape(5, 7), torch.ones(5, 7, device="cuda")
+    expected = eager_axpy(x.cpu(), y.cpu())
+    torch._dynamo.reset()
+    run = torch.compile(eager_axpy, fullgraph=True, backend="aot_eager") if compiled else eager_axpy
+    got = run(x, y)
+    assert got.is_cuda
+    np.testing.assert_allclose(got.cpu().numpy(), expected.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, marks=on_a_gpu, id="cuda")])
+def test_bf16_cuda_tensors_come_through_dlpack_and_cpu_tensors_are_refused_on_cuda(_):
+    x = torch.tensor([0.5, -1.25, 3.0, 96.0], dtype=torch.bfloat16, device="cuda")
+    dst, e4 = torch.zeros(4, device="cuda"), torch.zeros(4, dtype=torch.float8_e4m3fn, device="cuda")
+    e5, out16 = torch.zeros(4, dtype=torch.float8_e5m2, device="cuda"), torch.zeros(4, dtype=torch.bfloat16,
+                                                                                    device="cuda")
+    narrow_sum.run([dst, x, e4, e5, out16], backend="cuda")
+    assert dst.tolist() == [0.5, -1.25, 3.0, 96.0] and out16.float().tolist() == dst.tolist()
+    with pytest.raises(ArgumentError, match=r"argument 'x' is on cpu \(torch.Tensor\), but backend 'cuda'"):
+        narrow_sum.run([dst, x.cpu(), e4, e5, out16], backend="cuda")
+    with pytest.raises(ArgumentError, match=r"argument 'dst' is on cuda:0 \(torch.Tensor\), but the CPU backends"):
+        narrow_sum.run([dst, x.cpu(), e4.cpu(), e5.cpu(), out16.cpu()], backend="llvm")
