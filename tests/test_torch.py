@@ -264,3 +264,35 @@ def test_bf16_cuda_tensors_come_through_dlpack_and_cpu_tensors_are_refused_on_cu
         narrow_sum.run([dst, x.cpu(), e4, e5, out16], backend="cuda")
     with pytest.raises(ArgumentError, match=r"argument 'dst' is on cuda:0 \(torch.Tensor\), but the CPU backends"):
         narrow_sum.run([dst, x.cpu(), e4.cpu(), e5.cpu(), out16.cpu()], backend="llvm")
+
+
+# -- more of the signature and the checks --------------------------------------------------------------
+
+from accy import boolean, i32, index  # noqa: E402
+
+
+@kernel(dst=dynamic_buffer(i32), x=dynamic_buffer(i32), shift=scalar(index), negate=scalar(boolean))
+def shifted(k, args):
+    @k.for_each_1d(axis("i", args.x.size))
+    def each(inner, idx):
+        value = args.x[idx["i"]] + args.shift.cast(i32)
+        args.dst[idx["i"]] = inner.select(args.negate, -value, value)
+
+
+def test_integer_and_bool_scalars_are_ints_and_bools_in_the_schema():
+    op = accy.torch.custom_op("accy_test::shifted", shifted, mutates_args=("dst",))
+    assert str(op._opoverload._schema).endswith("(Tensor(a0!) dst, Tensor x, SymInt shift, bool negate) -> ()")
+    dst = torch.zeros(3, dtype=torch.int32)
+    torch.ops.accy_test.shifted(dst, torch.tensor([1, 2, 3], dtype=torch.int32), 10, True)
+    assert dst.tolist() == [-11, -12, -13]
+
+
+def test_an_output_sharing_memory_with_an_input_tensor_is_refused():
+    t = torch.ones(6)
+    with pytest.raises(ArgumentError, match="argument 'dst' shares memory with argument 'x'"):
+        square.run([t[:3], t[2:5]], backend="llvm")  # overlapping views of one storage
+    assert (t == 1).all()
+
+
+def test_accy_torch_is_an_attribute_of_accy():
+    assert accy.torch.custom_op is not None

@@ -10,8 +10,10 @@ expanded ones, and checks that each tensor's layout lies inside its span.
 
 A host array's span is a NumPy view of the caller's memory from its lowest-addressed
 element (so the kernel's stores land in the caller's array); a device array
-(``__cuda_array_interface__``) gets a small object describing the same span as a 1-D
-device array.  An output tensor must not have a zero stride nor overlap itself; that it
+(``__cuda_array_interface__``, or a CUDA DLPack capsule) gets a small object describing
+the same span as a 1-D device array.  The backend's side is known: a device array on a
+CPU backend, or a host tensor of another library on ``cuda``, is an error naming both
+devices.  An output tensor must not have a zero stride nor overlap itself; that it
 does not overlap another argument is the span overlap check of ``bind_arguments``
 (conservative: a tensor's span may hold elements of another argument between its own).
 """
