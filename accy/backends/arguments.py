@@ -4,8 +4,8 @@ Arguments come by position (parameter order) or by name.  A buffer argument is
 first described as an :class:`ArrayInfo` (dtype, size, layout, writability and
 the byte range it occupies), by NumPy for host arrays or by
 ``__cuda_array_interface__`` or a CUDA DLPack capsule for device arrays; a scalar
-argument is checked against its type's range.  Every check runs before anything executes, so a bad
-call never writes an output.
+argument is checked against its type's range.  Every check runs before anything
+executes, so a bad call never writes an output.
 
 On the CPU any C-contiguous array-like is taken without a copy: NumPy arrays (a
 subclass such as ``np.matrix`` as the plain array it holds), objects with
@@ -310,7 +310,8 @@ class DeviceArray:
 
     @property
     def c_contiguous(self) -> bool:
-        return all(n == 1 or s == c for n, s, c in zip(self.shape, self.strides, c_strides(self.shape, self.dtype.itemsize)))
+        dense = c_strides(self.shape, self.dtype.itemsize)
+        return all(n == 1 or s == c for n, s, c in zip(self.shape, self.strides, dense))
 
 
 def device_array(name: str, a) -> DeviceArray | None:
@@ -327,7 +328,7 @@ def device_array(name: str, a) -> DeviceArray | None:
         return None
     tensor = dlpack_tensor(a)
     if tensor is None:
-        raise ArgumentError(f"argument '{name}': {type(a).__name__} on {device_text(device)} refused to export "
+        raise ArgumentError(f"argument '{name}': {_type_name(a)} on {device_text(device)} refused to export "
                             "itself through __dlpack__")
     if tensor.dtype is None:
         code, bits, lanes = tensor.type_code
@@ -359,8 +360,9 @@ class _Borrowed:
 
 
 def _dlpack_view(a) -> np.ndarray | None:
-    """A view of a DLPack producer's host memory whose type NumPy's ``from_dlpack`` refuses
-    and ml_dtypes has (bf16, fp8), or None where ``a`` is no such producer."""
+    """A view of a DLPack producer's host memory read from its capsule (for what NumPy's
+    ``from_dlpack`` refuses: bf16 and fp8, as the ml_dtypes type), or None where ``a`` is no
+    such producer."""
     tensor = dlpack_tensor(a)
     if tensor is None or not is_host_device(tensor.device) or tensor.dtype is None:
         return None
