@@ -156,6 +156,14 @@ def test_torch_compile_fullgraph_matches_eager():
                                rtol=1e-6)
 
 
+def test_torch_compile_with_dynamic_shapes_and_strided_inputs_matches_eager():
+    compiled = torch.compile(eager_axpy, fullgraph=True, backend="aot_eager", dynamic=True)
+    for x in (torch.randn(2, 3), torch.randn(4, 5), torch.randn(6, 3).t(), torch.randn(8, 8)[::2, 1::3]):
+        y = torch.full(x.shape, 0.25)
+        np.testing.assert_allclose(compiled(x, y).numpy(), eager_axpy(x, y).numpy(), rtol=0)
+        np.testing.assert_allclose(eager_axpy(x, y).numpy(), np.sin(x.double().numpy()) * 2 + 1.25, rtol=1e-6)
+
+
 def test_torch_compile_with_inductor_matches_eager():
     x, y = torch.randn(5, 3, generator=torch.Generator().manual_seed(1)), torch.ones(5, 3)
     torch._dynamo.reset()
@@ -294,5 +302,7 @@ def test_an_output_sharing_memory_with_an_input_tensor_is_refused():
     assert (t == 1).all()
 
 
-def test_accy_torch_is_an_attribute_of_accy():
-    assert accy.torch.custom_op is not None
+def test_accy_torch_is_an_attribute_of_accy_without_an_import_of_its_own():
+    done = subprocess.run([sys.executable, "-c", "import accy; print(accy.torch.custom_op.__name__)"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "custom_op", done.stderr[-2000:]
