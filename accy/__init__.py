@@ -53,6 +53,10 @@ def __getattr__(name):  # accy.Profile without importing the emulator with accy
         from .emulator.profile import Profile
 
         return Profile
+    if name == "torch":  # accy.torch.custom_op without an import of its own (torch comes when an op is made)
+        import importlib
+
+        return importlib.import_module(f"{__name__}.torch")  # not `from . import`: that asks this hook again
     raise AttributeError(f"module 'accy' has no attribute {name!r}")
 
 

@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 
 from .backends import BACKENDS, toolchain
+from .backends.arguments import as_host_array
 from .dsl.ops import OPS
 from .dsl.tensors import declared_parameters
 from .errors import AccyError, ArgumentError, BackendUnavailableError, CompileError
@@ -145,6 +146,15 @@ def _compare_arrays(name, a, b, pair, rtol, atol, axis_names) -> PairComparison:
                           int(where.size), int(x.size), first)
 
 
+def _copy(name: str, a):
+    """A host copy of an argument for one backend to write: a tensor of another library (torch,
+    JAX, a DLPack producer; bf16 and fp8 too) through the CPU backends' own view of it (a CUDA
+    tensor is an error naming its device: the copies are compared on the host)."""
+    if hasattr(a, "__dlpack__") or hasattr(a, "__cuda_array_interface__"):
+        return as_host_array(name, a).copy()
+    return np.array(a, copy=True)
+
+
 def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1e-5, atol: float = 1e-6,
             options: Mapping[str, dict] | None = None) -> CompareReport:
     """Run ``kernel`` on each of ``backends`` (on copies of ``args``) and compare the outputs.
@@ -156,7 +166,7 @@ def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1
     outputs = sorted(program.graph.stored_buffers())
     results, skipped, failed = {}, {}, {}
     for backend in backends:
-        copies = {n: np.array(a, copy=True) for n, a in named.items()}
+        copies = {n: _copy(n, a) for n, a in named.items()}
         try:
             run(copies, backend=backend, **(options or {}).get(backend, {}))
         except AccyError as e:

@@ -21,8 +21,9 @@
 #      the emulator's counts of the same launch (bench.gpu_probe ncu);
 #   6. compute-sanitizer --tool racecheck on the same launches and on the transpose without its barrier
 #      (the planted race), beside the emulator's verdicts (bench.gpu_probe racecheck);
-#   7. the tests marked `cuda` (every backend-parametrised test on the GPU) and the driver tests
-#      (tests/test_cuda_drivers.py);
+#   7. the tests marked `cuda` (every backend-parametrised test on the GPU; tests/test_torch.py's
+#      accy.torch.custom_op on CUDA tensors, eager and under torch.compile, and bf16/fp8 CUDA tensors
+#      through DLPack) and the driver tests (tests/test_cuda_drivers.py);
 #   8. every library entry on cuda against ptx and numpy; the f32 attention entries against torch's SDPA;
 #   9. the fuzzers with cuda among their backends (ACCY_FUZZ_BACKENDS, default numpy,llvm,cuda), in
 #      whatever time is left.

@@ -358,3 +358,152 @@ def test_torch_bf16_and_requires_grad_tensors():
     dst, x = torch.zeros(3, requires_grad=True), torch.arange(3.0, requires_grad=True)
     _scale.run([dst, x, 3.0], backend="llvm")
     assert dst.detach().tolist() == [0.0, 3.0, 6.0]
+
+
+# -- issue 20 §1: DLPack capsules of both kinds, and tensors on another device ----------------------
+
+from accy import tensor  # noqa: E402
+from accy.backends import arguments as arguments_module  # noqa: E402
+from accy.backends.arguments import dlpack_tensor, parse_dlpack_capsule  # noqa: E402
+from accy.backends.tensor_arguments import DeviceSpan, expand_tensor_arguments  # noqa: E402
+
+
+def _dl_tensor(capsule):
+    """The DLTensor inside a capsule of either kind, to rewrite (NumPy exports CPU memory only)."""
+    for name, struct in ((b"dltensor_versioned", arguments_module._DLManagedTensorVersioned),
+                         (b"dltensor", arguments_module._DLTensor)):
+        pointer = arguments_module._capsule_pointer(capsule, name)
+        if pointer:
+            found = struct.from_address(pointer)
+            return found.dl_tensor if name == b"dltensor_versioned" else found
+    raise AssertionError("not a DLPack capsule")
+
+
+class OnDevice:
+    """A DLPack producer whose capsule says its memory is on ``device`` (kDLCUDA = 2): NumPy's
+    memory, relabelled, so the capsule's fields can be checked (nothing reads the memory
+    through a device)."""
+
+    def __init__(self, a, device=(2, 0), code=None, versioned=True):
+        self.a, self.device, self.code, self.versioned = a, device, code, versioned
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, max_version=None, **kwargs):
+        capsule = self.a.__dlpack__(max_version=max_version if self.versioned else None)
+        t = _dl_tensor(capsule)
+        t.device_type, t.device_id = self.device
+        if self.code is not None:
+            t.code = self.code
+        return capsule
+
+
+def test_both_capsule_kinds_are_read_without_being_consumed():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
+    for capsule in (a.__dlpack__(max_version=(1, 0)), a.__dlpack__()):
+        t = parse_dlpack_capsule(capsule)
+        assert (t.device, t.shape, t.strides, t.dtype, t.read_only) == ((1, 0), (3, 2), (4, 2), np.float32, False)
+        assert t.address == a.__array_interface__["data"][0]
+    assert "used" not in repr(capsule)  # not consumed: its destructor still releases the array
+
+
+def test_a_versioned_capsule_says_read_only_and_an_output_is_refused_for_it(backend):
+    if backend == "cuda":
+        pytest.skip("host array-likes are a CPU-backend feature")
+    frozen = np.arange(3, dtype=np.float32)
+    frozen.flags.writeable = False
+    assert dlpack_tensor(DLPackOnly(frozen)).read_only  # a legacy capsule cannot say it (NumPy refuses one)
+    dst = np.zeros(3, np.float32)
+    _scale.run([DLPackOnly(dst), DLPackOnly(frozen), 2.0], backend=backend)  # read-only inputs are fine
+    assert dst.tolist() == [0.0, 2.0, 4.0]
+    with pytest.raises(ArgumentError, match="argument 'dst' is read-only, but the kernel stores to it"):
+        _scale.run([DLPackOnly(frozen), DLPackOnly(dst), 2.0], backend=backend)
+    assert frozen.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_read_only_bf16_capsule_is_viewed_read_only():
+    frozen = np.asarray([1.0, 2.0], ml_dtypes.bfloat16).view(np.uint16)
+    frozen.flags.writeable = False
+    view = as_host_array("x", OnDevice(frozen, device=(1, 0), code=4))
+    assert view.dtype == ml_dtypes.bfloat16 and not view.flags.writeable
+    assert view.astype(np.float32).tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("device, named", [((2, 0), "cuda:0"), ((2, 3), "cuda:3"), ((10, 1), "rocm:1")])
+def test_a_tensor_on_a_gpu_is_refused_on_a_cpu_backend_naming_both_devices(device, named, backend):
+    if backend == "cuda":
+        pytest.skip("the CPU backends' refusal")
+    dst = np.full(3, 7.0, np.float32)
+    with pytest.raises(ArgumentError, match=rf"argument 'x' is on {named} \(test_arguments.OnDevice\), but the CPU "
+                                            r"backends \(numpy, llvm, ptx\) run on the cpu"):
+        _scale.run([dst, OnDevice(np.ones(3, np.float32), device), 1.0], backend=backend)
+    assert dst.tolist() == [7.0] * 3
+
+
+@kernel(dst=tensor(f32, 2), x=tensor(bf16, 2))
+def _widen(k, args):
+    @k.for_each_2d(x=axis("i", args.x.shape[0]), y=axis("j", args.x.shape[1]))
+    def each(inner, idx):
+        args.dst[idx["i"], idx["j"]] = args.x[idx["i"], idx["j"]].cast(f32)
+
+
+def test_a_gpu_tensor_parameter_is_refused_on_a_cpu_backend(backend):
+    if backend == "cuda":
+        pytest.skip("the CPU backends' refusal")
+    with pytest.raises(ArgumentError, match=r"argument 'x' is on cuda:0 .* run on the cpu"):
+        _widen.run([np.zeros((2, 3), np.float32), OnDevice(np.zeros((2, 3), np.uint16), code=4)], backend=backend)
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_a_cuda_dlpack_array_is_described_from_its_capsule_for_cuda(versioned):
+    """JAX arrays and torch bf16 CUDA tensors offer no usable __cuda_array_interface__: the
+    capsule gives the device pointer, shape, strides and type (the launch itself runs only on a
+    GPU: scripts/gpu_check.sh)."""
+    from accy.backends.cuda import device_info
+
+    memory = np.zeros((4, 6), np.uint16)
+    info = device_info("x", OnDevice(memory, code=4, versioned=versioned))
+    assert (info.space, info.dtype, info.shape, info.c_contiguous, info.writeable) == (
+        "cuda", ml_dtypes.bfloat16, (4, 6), True, True)
+    assert info.address == memory.__array_interface__["data"][0]
+    transposed = OnDevice(memory.T, code=4, versioned=versioned)
+    args = expand_tensor_arguments(_widen.graph, [OnDevice(np.zeros((6, 4), np.float32)), transposed], on_cuda=True)
+    span = args[6]
+    assert isinstance(span, DeviceSpan) and span.dtype == ml_dtypes.bfloat16 and args[7:12] == [6, 4, 1, 6, 0]
+    assert device_info("x", span).dtype == ml_dtypes.bfloat16  # the span keeps the type a typestr cannot say
+
+
+def test_a_cuda_dlpack_array_of_a_type_accy_lacks_says_so():
+    from accy.backends.cuda import device_info
+
+    with pytest.raises(ArgumentError, match=r"argument 'x': its DLPack type \(code 5, 16 bits, 1 lanes\) has no "
+                                            "accy type"):
+        device_info("x", OnDevice(np.zeros(2, np.uint16), code=5))
+
+
+def test_a_cpu_tensor_of_another_library_is_refused_on_cuda_naming_both_devices():
+    """On cuda a NumPy array is copied to the device, but a tensor the caller put in host memory
+    (a torch CPU tensor) is refused: both the buffer and the tensor parameter paths."""
+    from accy.backends.cuda import device_info
+
+    host = OnDevice(np.zeros(3, np.float32), device=(1, 0))
+    with pytest.raises(ArgumentError, match=r"argument 'dst' is on cpu \(test_arguments.OnDevice\), but backend "
+                                            r"'cuda' runs on a CUDA device"):
+        device_info("dst", host)
+    assert device_info("dst", np.zeros(3, np.float32)).space == "host"  # copied to the device and back
+    with pytest.raises(ArgumentError, match=r"argument 'x' is on cpu .* backend 'cuda' runs on a CUDA device"):
+        expand_tensor_arguments(_widen.graph, [np.zeros((2, 3), np.float32),
+                                               OnDevice(np.zeros((2, 3), np.uint16), device=(1, 0), code=4)],
+                                on_cuda=True)
+
+
+def test_compare_takes_dlpack_tensors_and_leaves_them_untouched():
+    import accy
+
+    dst, x = TorchLikeBF16(np.zeros(3)), TorchLikeBF16([0.5, -2.0, 3.0])
+    report = accy.compare(_double_bf16, [dst, x], backends=("numpy", "llvm"))
+    assert report.agree and report.ran == ("numpy", "llvm")
+    assert dst.bits.tolist() == [0, 0, 0]  # compare runs on copies
+    with pytest.raises(ArgumentError, match=r"argument 'x' is on cuda:0"):
+        accy.compare(_double_bf16, [dst, OnDevice(x.bits, code=4)], backends=("numpy",))

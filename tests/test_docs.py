@@ -9,6 +9,7 @@ is not output. Only ```python blocks run: other projects' code shown for compari
 (docs/coming-from.md's Triton and Numba-CUDA) is fenced as ```py.
 """
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -25,10 +26,20 @@ PRINT = re.compile(r"^(?P<indent>\s*)print\((?P<args>.*?)\)\s+(?P<hash>#)\s?(?P<
 NOTE = "  # "
 
 
+# a sample that imports one of these optional packages skips, saying so, where it is not installed
+OPTIONAL = {"torch": "pip install 'accy[torch]'"}
+
+
+def _optional_marks(code: str) -> list:
+    return [pytest.mark.skipif(importlib.util.find_spec(name) is None,
+                               reason=f"the sample needs {name}, not installed here ({install})")
+            for name, install in OPTIONAL.items() if re.search(rf"^\s*(import|from) {name}\b", code, re.M)]
+
+
 def python_samples():
     for path in DOCS:
         for n, code in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), re.S)):
-            yield pytest.param(code, id=f"{path.name}-{n}")
+            yield pytest.param(code, id=f"{path.name}-{n}", marks=_optional_marks(code))
 
 
 @attrs.frozen

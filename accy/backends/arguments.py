@@ -3,17 +3,20 @@
 Arguments come by position (parameter order) or by name.  A buffer argument is
 first described as an :class:`ArrayInfo` (dtype, size, layout, writability and
 the byte range it occupies), by NumPy for host arrays or by
-``__cuda_array_interface__`` for device arrays; a scalar argument is checked
-against its type's range.  Every check runs before anything executes, so a bad
-call never writes an output.
+``__cuda_array_interface__`` or a CUDA DLPack capsule for device arrays; a scalar
+argument is checked against its type's range.  Every check runs before anything
+executes, so a bad call never writes an output.
 
 On the CPU any C-contiguous array-like is taken without a copy: NumPy arrays (a
 subclass such as ``np.matrix`` as the plain array it holds), objects with
 ``__array_interface__`` or the buffer protocol, and ``__dlpack__`` producers (a
 PyTorch CPU tensor), bf16 and fp8 ones included, which NumPy's own DLPack import
-refuses: their memory is viewed as the ml_dtypes type.  Outputs are written into
-them in place.  A tensor that requires grad is read and written through
-``detach()`` (the same memory; autograd does not see the kernel's writes).
+refuses: their memory is viewed as the ml_dtypes type (DLPack 1.x capsules are asked for
+first, so a read-only producer is seen to be one).  Outputs are written into them in
+place.  A tensor that requires grad is read and written through ``detach()`` (the same
+memory; autograd does not see the kernel's writes).  An array in another device's memory
+(``__dlpack_device__``, ``__cuda_array_interface__``) is an error naming its device, and
+on ``cuda`` a host tensor of another library is one too (:func:`refuse_host_tensor_on_cuda`).
 """
 
 from __future__ import annotations
@@ -127,15 +130,224 @@ class TensorLayout:
 # DLPack type codes (code, bits) NumPy does not import, and the ml_dtypes type each is
 _DLPACK_ML_DTYPES = {(4, 16): ml_dtypes.bfloat16, (10, 8): ml_dtypes.float8_e4m3fn, (12, 8): ml_dtypes.float8_e5m2}
 _DLPACK_HOST_DEVICES = (1, 3)  # kDLCPU, kDLCUDAHost: memory this CPU reads and writes
+_DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged: memory a CUDA kernel reads and writes
+_DLPACK_DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi",
+                        10: "rocm", 11: "rocm_host", 12: "ext_dev", 13: "cuda_managed", 14: "oneapi", 15: "webgpu",
+                        16: "hexagon", 17: "maia"}
+_DLPACK_READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY, in a versioned capsule's flags
 
 
 class _DLTensor(ctypes.Structure):
-    """DLPack's ``DLTensor``, the head of a legacy ``dltensor`` capsule's ``DLManagedTensor``."""
+    """DLPack's ``DLTensor``: the head of a legacy ``dltensor`` capsule's ``DLManagedTensor``."""
 
     _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
                 ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
                 ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    """DLPack 1.x's ``DLManagedTensorVersioned``, what a ``dltensor_versioned`` capsule holds."""
+
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+@attrs.frozen
+class DLPackTensor:
+    """What a DLPack capsule says of its tensor.  ``capsule`` is held, not consumed: while it
+    lives the producer keeps the memory (its destructor releases the tensor)."""
+
+    capsule: object
+    device: tuple[int, int]  # (DLPack device type, device id)
+    address: int  # element [0, ...]: data + byte_offset
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None  # in elements; None: C-contiguous
+    type_code: tuple[int, int, int]  # (code, bits, lanes)
+    read_only: bool
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The NumPy (or ml_dtypes) type of its elements, or None where there is none."""
+        code, bits, lanes = self.type_code
+        if lanes != 1:
+            return None
+        if (code, bits) in _DLPACK_ML_DTYPES:
+            return np.dtype(_DLPACK_ML_DTYPES[code, bits])
+        kind = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}.get(code)
+        try:
+            return np.dtype(f"{kind}{bits // 8}") if kind and bits % 8 == 0 else None
+        except TypeError:  # a width NumPy has no type of (complex32)
+            return None
+
+    def byte_strides(self, itemsize: int) -> tuple[int, ...]:
+        if self.strides is not None:
+            return tuple(s * itemsize for s in self.strides)
+        return c_strides(self.shape, itemsize)
+
+
+def c_strides(shape, itemsize: int) -> tuple[int, ...]:
+    """The byte strides of a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= max(n, 1)
+    return tuple(strides)
+
+
+def _capsule_pointer(capsule, name: bytes) -> int | None:
+    api = ctypes.pythonapi
+    api.PyCapsule_IsValid.restype, api.PyCapsule_IsValid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    if not api.PyCapsule_IsValid(capsule, name):
+        return None
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return api.PyCapsule_GetPointer(capsule, name)
+
+
+def parse_dlpack_capsule(capsule) -> DLPackTensor | None:
+    """Read an unconsumed DLPack capsule, versioned (DLPack 1.x, with its read-only flag) or
+    legacy, without consuming it; None where it is neither."""
+    pointer = _capsule_pointer(capsule, b"dltensor_versioned")
+    if pointer:
+        managed = _DLManagedTensorVersioned.from_address(pointer)
+        t, read_only = managed.dl_tensor, bool(managed.flags & _DLPACK_READ_ONLY)
+    else:
+        pointer = _capsule_pointer(capsule, b"dltensor")
+        if not pointer:
+            return None
+        t, read_only = _DLTensor.from_address(pointer), False
+    shape = tuple(int(t.shape[k]) for k in range(t.ndim))
+    strides = tuple(int(t.strides[k]) for k in range(t.ndim)) if t.strides else None
+    return DLPackTensor(capsule, (int(t.device_type), int(t.device_id)), (t.data or 0) + t.byte_offset, shape,
+                        strides, (t.code, t.bits, t.lanes), read_only)
+
+
+def dlpack_tensor(a) -> DLPackTensor | None:
+    """The DLPack tensor ``a`` exports (versioned where it can), or None where it refuses."""
+    try:
+        try:
+            capsule = a.__dlpack__(max_version=(1, 0))
+        except TypeError:  # a producer from before DLPack 1.0: no max_version
+            capsule = a.__dlpack__()
+    except Exception:  # the producer refuses: the caller reports its first error
+        return None
+    return parse_dlpack_capsule(capsule)
+
+
+def _cuda_interface(a) -> dict | None:
+    """``a.__cuda_array_interface__``, or None where it has none or refuses (torch's for bf16)."""
+    try:
+        return a.__cuda_array_interface__
+    except Exception:
+        return None
+
+
+def dlpack_device(a) -> tuple[int, int] | None:
+    """Where ``a``'s memory is, as a DLPack (device type, id), or None where it does not say
+    (NumPy arrays and array-likes: host memory)."""
+    if hasattr(a, "__dlpack_device__"):
+        try:
+            device_type, device_id = a.__dlpack_device__()
+            return int(device_type), int(device_id)
+        except Exception:
+            return None
+    if not hasattr(a, "__array_interface__") and _cuda_interface(a) is not None:
+        return 2, getattr(getattr(a, "device", None), "index", None) or 0
+    return None
+
+
+def device_text(device: tuple[int, int]) -> str:
+    """``cuda:0``, ``cpu``: a device as torch names it."""
+    name = _DLPACK_DEVICE_NAMES.get(device[0], f"DLPack device type {device[0]}")
+    return name if name == "cpu" else f"{name}:{device[1]}"
+
+
+def is_host_device(device: tuple[int, int] | None) -> bool:
+    return device is None or device[0] in _DLPACK_HOST_DEVICES
+
+
+def is_cuda_device(device: tuple[int, int] | None) -> bool:
+    return device is not None and device[0] in _DLPACK_CUDA_DEVICES
+
+
+def _type_name(a) -> str:
+    """``torch.Tensor``, ``jaxlib.ArrayImpl``: the library and the class."""
+    return f"{type(a).__module__.split('.')[0]}.{type(a).__qualname__}".removeprefix("builtins.")
+
+
+def _on_another_device(name: str, a, device: tuple[int, int]) -> ArgumentError:
+    return ArgumentError(f"argument '{name}' is on {device_text(device)} ({_type_name(a)}), but the CPU backends "
+                         "(numpy, llvm, ptx) run on the cpu, in host memory: pass a CPU tensor (x.cpu()) or a "
+                         "NumPy array, or run a CUDA tensor with backend='cuda'")
+
+
+def refuse_host_tensor_on_cuda(name: str, a) -> None:
+    """On ``cuda``, a NumPy array is copied to the device and back, but a tensor of another
+    library in host memory (a torch CPU tensor) is refused, naming both devices: the caller
+    chose its device, and a silent copy would hide the cost (and the place of the result)."""
+    if isinstance(a, np.ndarray):
+        return
+    device = dlpack_device(a)
+    if device is not None and not is_cuda_device(device):
+        raise ArgumentError(f"argument '{name}' is on {device_text(device)} ({_type_name(a)}), but backend "
+                            "'cuda' runs on a CUDA device (cuda:N): pass a CUDA tensor (x.cuda()), or run a CPU "
+                            "tensor on a CPU backend (llvm)")
+
+
+@attrs.frozen
+class DeviceArray:
+    """A CUDA array as its ``__cuda_array_interface__`` or its CUDA DLPack capsule describes it;
+    ``owner`` (the capsule, or the array) keeps its memory alive."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in bytes
+    dtype: np.dtype
+    address: int  # element [0, ...]
+    read_only: bool
+    owner: object
+    stream: int | None = None  # the stream the producer's interface names (CAI version 3)
+
+    @property
+    def c_contiguous(self) -> bool:
+        dense = c_strides(self.shape, self.dtype.itemsize)
+        return all(n == 1 or s == c for n, s, c in zip(self.shape, self.strides, dense))
+
+
+def device_array(name: str, a) -> DeviceArray | None:
+    """``a`` described as a CUDA array, from ``__cuda_array_interface__`` (torch, CuPy, PyCUDA)
+    or else a CUDA DLPack capsule (JAX; torch bf16, whose interface refuses the type); None
+    where ``a`` is not in CUDA memory."""
+    if isinstance(a, np.ndarray) or hasattr(a, "__array_interface__"):
+        return None
+    interface = _cuda_interface(a)
+    if interface is not None:
+        return _from_cuda_interface(name, a, interface)
+    device = dlpack_device(a)
+    if not is_cuda_device(device):
+        return None
+    tensor = dlpack_tensor(a)
+    if tensor is None:
+        raise ArgumentError(f"argument '{name}': {_type_name(a)} on {device_text(device)} refused to export "
+                            "itself through __dlpack__")
+    if tensor.dtype is None:
+        code, bits, lanes = tensor.type_code
+        raise ArgumentError(f"argument '{name}': its DLPack type (code {code}, {bits} bits, {lanes} lanes) has no "
+                            "accy type")
+    return DeviceArray(tensor.shape, tensor.byte_strides(tensor.dtype.itemsize), tensor.dtype, tensor.address,
+                       tensor.read_only, tensor.capsule)
+
+
+def _from_cuda_interface(name: str, a, interface: dict) -> DeviceArray:
+    if interface.get("mask") is not None:
+        raise ArgumentError(f"argument '{name}': a masked device array; pass one without a mask")
+    shape = tuple(int(n) for n in interface["shape"])
+    own = getattr(a, "dtype", None)  # accy's spans and CuPy say it; a typestr cannot say bf16 or fp8
+    dtype = own if isinstance(own, np.dtype) else np.dtype(interface["typestr"])
+    strides = interface.get("strides")
+    strides = tuple(int(s) for s in strides) if strides is not None else c_strides(shape, dtype.itemsize)
+    address, read_only = interface["data"]
+    return DeviceArray(shape, strides, dtype, int(address or 0), bool(read_only), a, interface.get("stream"))
 
 
 class _Borrowed:
@@ -147,40 +359,20 @@ class _Borrowed:
         self.__array_interface__ = interface
 
 
-def _capsule_pointer(capsule) -> int | None:
-    api = ctypes.pythonapi
-    api.PyCapsule_IsValid.restype, api.PyCapsule_IsValid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
-    if not api.PyCapsule_IsValid(capsule, b"dltensor"):
-        return None
-    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    return api.PyCapsule_GetPointer(capsule, b"dltensor")
-
-
 def _dlpack_view(a) -> np.ndarray | None:
-    """A view of a DLPack producer's host memory whose type NumPy's ``from_dlpack`` refuses
-    and ml_dtypes has (bf16, fp8), or None where ``a`` is no such producer."""
-    try:
-        device = a.__dlpack_device__()[0] if hasattr(a, "__dlpack_device__") else 1
-        capsule = a.__dlpack__() if device in _DLPACK_HOST_DEVICES else None
-    except Exception:  # the producer refuses: the caller reports its first error
+    """A view of a DLPack producer's host memory read from its capsule (for what NumPy's
+    ``from_dlpack`` refuses: bf16 and fp8, as the ml_dtypes type), or None where ``a`` is no
+    such producer."""
+    tensor = dlpack_tensor(a)
+    if tensor is None or not is_host_device(tensor.device) or tensor.dtype is None:
         return None
-    pointer = _capsule_pointer(capsule) if capsule is not None else None
-    if not pointer:
-        return None
-    t = _DLTensor.from_address(pointer)
-    dtype = _DLPACK_ML_DTYPES.get((t.code, t.bits))
-    if dtype is None or t.lanes != 1:
-        return None
-    dtype = np.dtype(dtype)
-    shape = tuple(t.shape[k] for k in range(t.ndim))
-    if math.prod(shape) == 0:
-        return np.empty(shape, dtype)
-    strides = tuple(t.strides[k] * dtype.itemsize for k in range(t.ndim)) if t.strides else None
+    dtype = tensor.dtype
+    if math.prod(tensor.shape) == 0:
+        return np.empty(tensor.shape, dtype)
     bits = np.dtype(f"u{dtype.itemsize}")  # the same bytes as unsigned integers, then viewed as the type
-    interface = {"version": 3, "shape": shape, "typestr": bits.str, "strides": strides,
-                 "data": (t.data + t.byte_offset, False)}
-    return np.asarray(_Borrowed(capsule, interface)).view(dtype)
+    interface = {"version": 3, "shape": tensor.shape, "typestr": bits.str,
+                 "strides": tensor.byte_strides(dtype.itemsize), "data": (tensor.address, tensor.read_only)}
+    return np.asarray(_Borrowed(tensor.capsule, interface)).view(dtype)
 
 
 def strided_view(memory: np.ndarray, shape, strides, writeable: bool = False) -> np.ndarray:
@@ -201,9 +393,9 @@ def as_host_array(name: str, a) -> np.ndarray:
             raise ArgumentError(f"argument '{name}': a masked array; the kernel would read its masked elements "
                                 "too: pass a.filled(value) (or a.data, to ignore the mask)")
         return a.view(np.ndarray)  # np.matrix and other subclasses: the same memory, plain indexing
-    if hasattr(a, "__cuda_array_interface__") and not hasattr(a, "__array_interface__"):
-        raise ArgumentError(f"argument '{name}': a device array cannot run on a CPU backend; "
-                            "pass a NumPy array (or run with backend='cuda')")
+    device = dlpack_device(a)
+    if not is_host_device(device):
+        raise _on_another_device(name, a, device)
     if getattr(a, "requires_grad", False) is True and callable(getattr(a, "detach", None)):
         a = a.detach()  # a torch tensor autograd tracks: the same memory, which NumPy may then view
     try:

@@ -6,9 +6,11 @@ cached per state), and launches the entry with the artifact's grid and block.  T
 driver is cuda.core or PyCUDA (:mod:`accy.backends.drivers`; ``ACCY_CUDA_DRIVER`` picks,
 default the one installed, cuda.core first).
 
-Arguments may be NumPy arrays (copied to the device and back) or any object with
-``__cuda_array_interface__`` (PyTorch CUDA tensors, CuPy arrays, PyCUDA ``GPUArray``s),
-used in place with no host copy.  The checks are the CPU backends' (dtype, element count,
+Arguments may be NumPy arrays (copied to the device and back) or any CUDA array with
+``__cuda_array_interface__`` (PyTorch CUDA tensors, CuPy arrays, PyCUDA ``GPUArray``s) or
+``__dlpack__`` (JAX arrays; torch bf16 and fp8 tensors, whose interface refuses the type),
+used in place with no host copy; a tensor of another library in host memory (a torch CPU
+tensor) is refused, naming both devices.  The checks are the CPU backends' (dtype, element count,
 contiguity, read-only and aliased outputs).  The launch itself is
 :class:`accy.backends.gpu.DeviceLaunch`, shared with the ``ptx`` backend: outputs are
 computed into device scratch buffers and copied to the caller's arrays only after the
@@ -34,7 +36,7 @@ import numpy as np
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from ..errors import ArgumentError
-from .arguments import ArrayInfo, Binding, host_info
+from .arguments import ArrayInfo, Binding, device_array, host_info, refuse_host_tensor_on_cuda
 from .artifacts import ArtifactFormat, BackendKind, KernelArtifact, build_artifact
 from .contract import Backend
 from .drivers import Driver, open_driver
@@ -44,33 +46,21 @@ _state_lock = threading.Lock()
 _states: dict[int, "CudaBackendState"] = {}
 
 
-def _c_contiguous(shape, strides, itemsize) -> bool:
-    if strides is None:
-        return True
-    expected = itemsize
-    for extent, stride in zip(reversed(shape), reversed(strides)):
-        if extent != 1 and stride != expected:
-            return False
-        expected *= extent
-    return True
-
-
 def device_info(name: str, a) -> ArrayInfo:
-    """Describe a NumPy array or a device array (``__cuda_array_interface__``)."""
-    interface = getattr(a, "__cuda_array_interface__", None)
-    if interface is None:
+    """Describe a NumPy array (copied to the device and back) or a CUDA array
+    (``__cuda_array_interface__`` or a CUDA DLPack capsule, used in place); a tensor of another
+    library in host memory is an error naming both devices."""
+    array = device_array(name, a)
+    if array is None:
+        refuse_host_tensor_on_cuda(name, a)
         if isinstance(a, np.ndarray):
             return host_info(name, a)
         raise ArgumentError(
-            f"argument '{name}': expected a numpy.ndarray or a device array with __cuda_array_interface__ "
-            f"(a torch CUDA tensor, a CuPy array, a pycuda GPUArray), got {type(a).__name__}"
+            f"argument '{name}': expected a numpy.ndarray or a CUDA array (__cuda_array_interface__ or "
+            f"__dlpack__: a torch CUDA tensor, a CuPy or JAX array, a pycuda GPUArray), got {type(a).__name__}"
         )
-    shape = tuple(int(n) for n in interface["shape"])
-    dtype = np.dtype(interface["typestr"])
-    strides = interface.get("strides")
-    address, read_only = interface["data"]
-    return ArrayInfo(dtype, shape, _c_contiguous(shape, strides, dtype.itemsize), not read_only,
-                     int(address or 0), "cuda", tuple(strides) if strides else None)
+    return ArrayInfo(array.dtype, array.shape, array.c_contiguous, not array.read_only, array.address, "cuda",
+                     array.strides)
 
 
 @attrs.define(eq=False)

@@ -10,8 +10,10 @@ expanded ones, and checks that each tensor's layout lies inside its span.
 
 A host array's span is a NumPy view of the caller's memory from its lowest-addressed
 element (so the kernel's stores land in the caller's array); a device array
-(``__cuda_array_interface__``) gets a small object describing the same span as a 1-D
-device array.  An output tensor must not have a zero stride nor overlap itself; that it
+(``__cuda_array_interface__``, or a CUDA DLPack capsule) gets a small object describing
+the same span as a 1-D device array.  The backend's side is known: a device array on a
+CPU backend, or a host tensor of another library on ``cuda``, is an error naming both
+devices.  An output tensor must not have a zero stride nor overlap itself; that it
 does not overlap another argument is the span overlap check of ``bind_arguments``
 (conservative: a tensor's span may hold elements of another argument between its own).
 """
@@ -28,36 +30,23 @@ import numpy as np
 from ..dsl.ir import Graph, Param
 from ..dsl.tensors import TensorParams, declared_parameters, tensor_parameters
 from ..errors import ArgumentError
-from .arguments import TensorLayout, _by_name, _dtype_text, as_host_array, strided_view
+from .arguments import (TensorLayout, _by_name, _dtype_text, as_host_array, device_array, refuse_host_tensor_on_cuda,
+                        strided_view)
 
 
 def _rank(n: int) -> str:
     return f"{n}-d"
 
 
-def _describe_device(name: str, a, t: TensorParams):
-    interface = a.__cuda_array_interface__
-    shape = tuple(int(n) for n in interface["shape"])
-    dtype = np.dtype(interface["typestr"])
-    strides = interface.get("strides")
-    if strides is None:  # C-contiguous
-        strides, step = [], dtype.itemsize
-        for n in reversed(shape):
-            strides.insert(0, step)
-            step *= max(n, 1)
-    if interface.get("mask") is not None:
-        raise ArgumentError(f"argument '{name}': a masked device array; pass one without a mask")
-    address, read_only = interface["data"]
-    return shape, tuple(int(s) for s in strides), dtype, int(address or 0), bool(read_only)
-
-
 class DeviceSpan:
-    """A device array's span as a 1-D device array (``__cuda_array_interface__``); it holds
-    the caller's array, which owns the memory."""
+    """A device array's span as a 1-D device array (``__cuda_array_interface__``, and
+    ``dtype``, which a typestr cannot say for bf16 or fp8); it holds the caller's array (or
+    its DLPack capsule), which owns the memory."""
 
-    def __init__(self, base, address: int, count: int, typestr: str, read_only: bool, stream=None):
+    def __init__(self, base, address: int, count: int, dtype: np.dtype, read_only: bool, stream=None):
         self.base = base
-        self.__cuda_array_interface__ = {"shape": (count,), "typestr": typestr, "data": (address, read_only),
+        self.dtype = dtype
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": dtype.str, "data": (address, read_only),
                                          "strides": None, "version": 3}
         if stream is not None:
             self.__cuda_array_interface__["stream"] = stream
@@ -86,17 +75,22 @@ def _layout(shape, strides) -> TensorLayout:
     return TensorLayout(tuple(shape), tuple(strides), offset)
 
 
-def expand_tensor(name: str, t: TensorParams, value, output: bool) -> tuple[object, TensorLayout]:
+def expand_tensor(name: str, t: TensorParams, value, output: bool,
+                  on_cuda: bool | None = None) -> tuple[object, TensorLayout]:
     """The span (a flat host view or a :class:`DeviceSpan`) and layout of the array passed
-    for tensor ``t``, checked (rank, dtype, and for an ``output`` no self-overlap)."""
+    for tensor ``t``, checked (rank, dtype, device, and for an ``output`` no self-overlap).
+    ``on_cuda``: the backend runs on a CUDA device (True) or the CPU (False); None takes the
+    array where it is (sizing a launch)."""
     if isinstance(value, (numbers.Number, np.generic)):
         raise ArgumentError(f"argument '{name}': expected a {_rank(t.ndim)} array of {t.dtype}, "
                             f"got the scalar {value!r}")
-    device = hasattr(value, "__cuda_array_interface__") and not hasattr(value, "__array_interface__")
-    if device:
-        shape, byte_strides, dtype, address, read_only = _describe_device(name, value, t)
+    device = device_array(name, value) if on_cuda is not False else None
+    if device is not None:
+        shape, byte_strides, dtype = device.shape, device.strides, device.dtype
     else:
-        value = as_host_array(name, value)
+        if on_cuda:
+            refuse_host_tensor_on_cuda(name, value)
+        value = as_host_array(name, value)  # a device array on a CPU backend: an error naming both devices
         shape, byte_strides, dtype = value.shape, value.strides, value.dtype
     _check(name, t, shape, dtype)
     layout = _layout(shape, _element_strides(name, byte_strides, dtype.itemsize))
@@ -106,14 +100,11 @@ def expand_tensor(name: str, t: TensorParams, value, output: bool) -> tuple[obje
             raise ArgumentError(f"argument '{name}': the kernel stores to this tensor, but {why} "
                                 f"(shape {tuple(shape)}, strides {layout.strides} in elements); pass a "
                                 "writable array without overlap (a copy: np.ascontiguousarray(...))")
+    if device is None:
+        return _host_span(value, layout), layout
     low = -layout.offset * dtype.itemsize  # the lowest element's byte offset from element [0, ...]
-    if device:
-        interface = value.__cuda_array_interface__
-        span = DeviceSpan(value, address + low if layout.span else address, layout.span, interface["typestr"],
-                          read_only, interface.get("stream"))
-    else:
-        span = _host_span(value, layout)
-    return span, layout
+    address = device.address + low if layout.span else device.address
+    return DeviceSpan(device.owner, address, layout.span, dtype, device.read_only, device.stream), layout
 
 
 def _host_span(value: np.ndarray, layout: TensorLayout) -> np.ndarray:
@@ -146,11 +137,11 @@ class _Plan:
 _PLANS: "weakref.WeakKeyDictionary[Graph, _Plan]" = weakref.WeakKeyDictionary()
 
 
-def expand_tensor_arguments(graph: Graph, args):
+def expand_tensor_arguments(graph: Graph, args, on_cuda: bool | None = None):
     """``args`` as the caller passes them (one per declared parameter, by position or by
     name) -> the arguments of ``graph``'s parameters (in parameter order): each tensor's
     array becomes its span and its shape, strides and offset.  Without tensors, ``args``
-    itself."""
+    itself.  ``on_cuda``: as :func:`expand_tensor` takes it."""
     plan = _PLANS.get(graph)
     if plan is None:
         plan = _PLANS[graph] = _Plan.of(graph)
@@ -158,7 +149,7 @@ def expand_tensor_arguments(graph: Graph, args):
         return args
     named = _by_name(plan.declared, args)
     for t, output, hidden in plan.tensors:
-        span, layout = expand_tensor(t.name, t, named[t.name], output)
+        span, layout = expand_tensor(t.name, t, named[t.name], output, on_cuda)
         named[t.name] = span
         named.update(zip(hidden, (*layout.shape, *layout.strides, layout.offset)))
     return [named[n] for n in plan.names]

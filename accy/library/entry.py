@@ -19,7 +19,7 @@ from ..dsl.schedule import Launch, Limits, ThreadBlocks
 from ..dsl.tensors import declared_parameters
 from ..dsl.types import DType
 from ..backends import run
-from ..backends.arguments import _by_name
+from ..backends.arguments import _by_name, device_array
 from ..errors import ArgumentError
 from ..program import Program
 
@@ -381,7 +381,7 @@ def _check_tensor_shapes(params, args, shapes: dict[str, Shape]) -> None:
     named = _by_name(declared_parameters(params), args)
     for name, shape in shapes.items():
         value = named[name]
-        device = hasattr(value, "__cuda_array_interface__") and not hasattr(value, "__array_interface__")
-        got = tuple(value.__cuda_array_interface__["shape"]) if device else np.shape(value)
+        device = device_array(name, value)  # CUDA memory: its interface or its DLPack capsule says the shape
+        got = device.shape if device is not None else np.shape(value)
         if tuple(got) != shape.extents:
             raise ArgumentError(f"argument '{name}': expected shape {shape.extents} ({shape}), got {tuple(got)}")
