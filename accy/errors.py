@@ -95,3 +95,8 @@ __all__ = [
     "BackendUnavailableError",
     "CompileError",
 ]
+
+
+class CacheWarning(RuntimeWarning):
+    """The on-disk compile cache skipped an entry or a directory (corrupt, not private to
+    this user, or not writable): accy compiled instead, and the program still runs."""
