@@ -1,5 +1,6 @@
 """From an LLVM module to machine code: PTX text for NVPTX, a JIT-compiled
-function for the host.  Both run LLVM's O3 pipeline first."""
+function for the host.  Both run LLVM's O3 pipeline first, and both keep what they
+compile in the disk cache (:mod:`.cache`; the host's object code: :mod:`.host_code`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import llvmlite.binding as llvm
 
 from ..dsl.ir import Graph, Op
 from ..errors import CompileError
-from . import cache
+from . import cache, host_code
 from .abi import host_signature, prepare_signature
 from .debug_lines import locations_key
 from .llvm import LoweredModule
@@ -242,7 +243,8 @@ class HostKernel:
 _host_kernels: dict[tuple[str, Target], HostKernel] = {}
 # per graph object, so a repeated launch skips printing the graph to find its key
 _host_kernels_by_graph: "weakref.WeakKeyDictionary[Graph, dict]" = weakref.WeakKeyDictionary()
-compilations = {"host": 0, "ptx": 0}  # how many modules this process compiled (tests count them)
+# how many modules this process compiled (tests count them), and host launchers it loaded from disk
+compilations = {"host": 0, "ptx": 0, "host_loaded": 0}
 
 
 def host_kernel(graph: Graph, target: Target | None = None) -> HostKernel:
@@ -261,6 +263,21 @@ def host_kernel(graph: Graph, target: Target | None = None) -> HostKernel:
 
 
 def _jit(graph: Graph, target: Target) -> HostKernel:
+    """The launcher of ``graph``: from the disk cache when it holds this exact build, else
+    compiled (and stored there)."""
+    key = host_code.host_code_key(graph, target)
+    code = host_code.load(key)
+    if code is not None:
+        engine = _engine_from_object(code.obj)
+        compilations["host_loaded"] += 1
+    else:
+        code, engine = _compile_host(graph, target)
+        host_code.store(key, code)
+    return _host_kernel(graph, code, engine)
+
+
+def _compile_host(graph: Graph, target: Target) -> tuple[host_code.HostCode, llvm.ExecutionEngine]:
+    """Lower, optimise and JIT-compile ``graph``'s launcher, keeping the object MCJIT emits."""
     machine = host_machine()
     lowered = _lower(graph, target)
     module = _parse(lowered, machine)
@@ -269,11 +286,29 @@ def _jit(graph: Graph, target: Target) -> HostKernel:
     _optimise(module, machine, unroll=not graph.is_tile_launch)
     # the engine owns (and frees with itself) the target machine it is given: give it its own
     engine = llvm.create_mcjit_compiler(module, _new_host_machine())
+    emitted = []
+    engine.set_object_cache(lambda _module, obj: emitted.append(obj), lambda _module: None)
     engine.finalize_object()
-    address = engine.get_function_address(lowered.entry_name)
-    prepare = engine.get_function_address(f"{graph.name}_prepare")
-    if not address or not prepare:
-        raise CompileError(f"JIT compilation of {lowered.entry_name} produced no function")
     compilations["host"] += 1
-    return HostKernel(lowered.ordinals, lowered.host, engine, host_signature(graph)(address),
+    code = host_code.HostCode(lowered.entry_name, f"{graph.name}_prepare", lowered.host, emitted[0])
+    return code, engine
+
+
+def _engine_from_object(obj: bytes) -> llvm.ExecutionEngine:
+    """An engine holding the object code ``obj`` (an empty module to start it: nothing to compile)."""
+    module = llvm.parse_assembly("")
+    module.triple = host_machine().triple
+    engine = llvm.create_mcjit_compiler(module, _new_host_machine())
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine
+
+
+def _host_kernel(graph: Graph, code: host_code.HostCode, engine: llvm.ExecutionEngine) -> HostKernel:
+    address = engine.get_function_address(code.entry)
+    prepare = engine.get_function_address(code.prepare)
+    if not address or not prepare:
+        raise CompileError(f"JIT compilation of {code.entry} produced no function")
+    # the ops in the status word's numbering: both host lowerings number the graph's walk
+    return HostKernel(tuple(graph.body.walk()), code.plan, engine, host_signature(graph)(address),
                       prepare_signature(graph)(prepare))
