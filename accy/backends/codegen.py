@@ -41,12 +41,18 @@ def host_machine() -> llvm.TargetMachine:
     return _new_host_machine()
 
 
-def _new_host_machine() -> llvm.TargetMachine:
-    init_llvm()
-    # math functions (expf, erff, ...) come from the C library the process has loaded
+@functools.cache
+def _load_libm() -> None:
+    """Math functions (expf, erff, ...) come from the C library, loaded once a process
+    (finding it runs ``ldconfig``: milliseconds)."""
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)
+
+
+def _new_host_machine() -> llvm.TargetMachine:
+    init_llvm()
+    _load_libm()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True
