@@ -12,9 +12,9 @@ import weakref
 import numpy as np
 import pytest
 
-from accy import Program, axis, dynamic_buffer, f32
+from accy import Program, axis, dynamic_buffer, f32, index, scalar
 from accy.backends import codegen, host_code
-from accy.errors import CacheWarning
+from accy.errors import CacheWarning, OutOfBoundsError
 
 OTHER_UID = 4242  # a user that is not this one (the tests that need one run as root)
 
@@ -185,3 +185,28 @@ def test_a_second_process_loads_without_compiling(cache_dir):
 
     assert counts() == '{"host": 1, "ptx": 0, "host_loaded": 0}'
     assert counts() == '{"host": 0, "ptx": 0, "host_loaded": 1}'
+
+
+def shifted_copy():
+    def body(k, args):
+        k.for_each_1d(axis("i", args.dst.size), lambda inner, idx: args.dst.__setitem__(
+            idx["i"], args.x[idx["i"] + args.s]))
+
+    return Program("shifted_copy", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32), "s": scalar(index)}, body)
+
+
+def test_the_version_with_every_check_is_compiled_only_when_a_launch_needs_it(cache_dir, monkeypatch):
+    """The launcher leaves out the checks the launch proof covers; a launch prepare cannot
+    prove in bounds compiles (once) the launcher with every check, which names the failure."""
+    program = shifted_copy()
+    x = np.arange(40, dtype=np.float32)
+    dst = np.zeros(32, np.float32)
+    before = codegen.compilations["host"]
+    program.run([dst, x, 8], backend="llvm")  # x[i + 8] < 40: proven
+    np.testing.assert_array_equal(dst, x[8:])
+    assert codegen.compilations["host"] - before == 1
+    for _ in range(2):
+        with pytest.raises(OutOfBoundsError, match="index 40 is out of bounds for 40 elements"):
+            program.run([dst, x, 9], backend="llvm")
+    assert codegen.compilations["host"] - before == 2
+    np.testing.assert_array_equal(dst, x[8:])  # nothing half-written

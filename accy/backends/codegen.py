@@ -4,9 +4,11 @@ compile in the disk cache (:mod:`.cache`; the host's object code: :mod:`.host_co
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
+import gc
 import os
 import threading
 import weakref
@@ -21,12 +23,26 @@ from .abi import host_signature, prepare_signature
 from .debug_lines import locations_key
 from .llvm import LoweredModule
 from .nvptx import NVPTX_TRIPLE, lower_nvptx
-from .spmd import lower_host
+from .spmd import lower_host, lower_host_checked
 from .tile_host import lower_tile_host
 from .targets import HostTarget, NvptxTarget, Target, init_llvm
 from .toolchain import find_libdevice
 
 _lock = threading.RLock()  # LLVM's context is not safe to use from several threads at once
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused while a module is lowered and compiled: the
+    lowering makes tens of thousands of IR objects, and a full collection among them costs
+    as much as a fifth of a compile."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @functools.cache
@@ -158,7 +174,10 @@ def lower(graph: Graph, target: Target, block=(1, 1, 1)) -> LoweredModule:
 
 def _lower(graph: Graph, target: Target, block=(1, 1, 1)) -> LoweredModule:
     """Lower and stamp the module with the target machine's triple and data layout."""
-    lowered = lower(graph, target, block)
+    return _stamped(lower(graph, target, block), target)
+
+
+def _stamped(lowered: LoweredModule, target: Target) -> LoweredModule:
     machine = _machine(target)
     lowered.module.triple = machine.triple
     lowered.module.data_layout = str(machine.target_data)
@@ -203,7 +222,7 @@ ptx_listeners: list = []
 
 
 def _build_ptx(graph: Graph, target: Target, block) -> str:
-    with _lock:
+    with _lock, _collector_paused():
         compilations["ptx"] += 1
         machine = _machine(target)
         lowered = _lower(graph, target, block)
@@ -227,19 +246,32 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
         return machine.emit_assembly(module)
 
 
-@attrs.frozen(eq=False)
+@attrs.define(eq=False)
 class HostKernel:
-    """A JIT-compiled host launcher: ``call(pointers, counts, scalars, status, begin, end)`` runs
-    units ``[begin, end)`` of ``plan.chunking.units(extents)``; ``prepare(pointers, counts,
-    scalars, status, extents)`` writes the extents and says whether the launch fits."""
+    """A JIT-compiled host launcher: ``launcher(fits)(pointers, counts, scalars, status, begin,
+    end)`` runs units ``[begin, end)`` of ``plan.chunking.units(extents)``; ``prepare(pointers,
+    counts, scalars, status, extents)`` writes the extents and says whether the launch fits."""
 
-    ordinals: tuple[Op, ...]
+    graph: Graph
+    target: Target
+    ordinals: tuple[Op, ...]  # the ops in the status word's numbering
     plan: object  # accy.backends.spmd.HostPlan
     engine: object  # the MCJIT engine must outlive the function pointers
     function: object
     prepare_function: object
+    checked: "HostKernel | None" = None  # the launcher with every check, once a launch needed it
 
-    def __call__(self, pointers, counts, scalars, status_pointer, begin: int, end: int) -> None:
+    def launcher(self, fits: bool):
+        """The native function for a launch whose prepare said ``fits``: a launcher without the
+        checks the launch proof covers needs them back where it does not fit."""
+        if fits or not self.plan.checked_separately:
+            return self._call
+        with _lock:
+            if self.checked is None:
+                self.checked = _jit(self.graph, self.target, every_check=True)
+        return self.checked._call
+
+    def _call(self, pointers, counts, scalars, status_pointer, begin: int, end: int) -> None:
         self.function(*pointers, *counts, *scalars, status_pointer, begin, end)
 
     def prepare(self, pointers, counts, scalars, status_pointer, extents_pointer) -> bool:
@@ -268,24 +300,29 @@ def host_kernel(graph: Graph, target: Target | None = None) -> HostKernel:
         return kernel
 
 
-def _jit(graph: Graph, target: Target) -> HostKernel:
-    """The launcher of ``graph``: from the disk cache when it holds this exact build, else
-    compiled (and stored there)."""
-    key = host_code.host_code_key(graph, target)
+def _jit(graph: Graph, target: Target, *, every_check: bool = False) -> HostKernel:
+    """The launcher of ``graph`` (``every_check``: its version with every check), from the disk
+    cache when it holds this exact build, else compiled (and stored there)."""
+    key = host_code.host_code_key(graph, target, "every check" if every_check else "launcher")
     code = host_code.load(key)
     if code is not None:
         engine = _engine_from_object(code.obj)
         compilations["host_loaded"] += 1
     else:
-        code, engine = _compile_host(graph, target)
+        code, engine = _compile_host(graph, target, every_check)
         host_code.store(key, code)
-    return _host_kernel(graph, code, engine)
+    return _host_kernel(graph, target, code, engine)
 
 
-def _compile_host(graph: Graph, target: Target) -> tuple[host_code.HostCode, llvm.ExecutionEngine]:
+def _compile_host(graph: Graph, target: Target, every_check: bool) -> tuple[host_code.HostCode, llvm.ExecutionEngine]:
     """Lower, optimise and JIT-compile ``graph``'s launcher, keeping the object MCJIT emits."""
+    with _collector_paused():
+        return _compile_host_now(graph, target, every_check)
+
+
+def _compile_host_now(graph: Graph, target: Target, every_check: bool):
     machine = host_machine()
-    lowered = _lower(graph, target)
+    lowered = _stamped(lower_host_checked(graph, target), target) if every_check else _lower(graph, target)
     module = _parse(lowered, machine)
     # a tile kernel's loops are already vectors of whole registers (and its dot unrolled by hand):
     # LLVM's unrolling of them costs a third of the compile and gains nothing measurable
@@ -296,7 +333,8 @@ def _compile_host(graph: Graph, target: Target) -> tuple[host_code.HostCode, llv
     engine.set_object_cache(lambda _module, obj: emitted.append(obj), lambda _module: None)
     engine.finalize_object()
     compilations["host"] += 1
-    code = host_code.HostCode(lowered.entry_name, f"{graph.name}_prepare", lowered.host, emitted[0])
+    prepare = "" if every_check else f"{graph.name}_prepare"
+    code = host_code.HostCode(lowered.entry_name, prepare, lowered.host, emitted[0])
     return code, engine
 
 
@@ -310,11 +348,11 @@ def _engine_from_object(obj: bytes) -> llvm.ExecutionEngine:
     return engine
 
 
-def _host_kernel(graph: Graph, code: host_code.HostCode, engine: llvm.ExecutionEngine) -> HostKernel:
+def _host_kernel(graph: Graph, target: Target, code: host_code.HostCode, engine: llvm.ExecutionEngine) -> HostKernel:
     address = engine.get_function_address(code.entry)
-    prepare = engine.get_function_address(code.prepare)
-    if not address or not prepare:
+    prepare = engine.get_function_address(code.prepare) if code.prepare else None
+    if not address or (code.prepare and not prepare):
         raise CompileError(f"JIT compilation of {code.entry} produced no function")
     # the ops in the status word's numbering: both host lowerings number the graph's walk
-    return HostKernel(tuple(graph.body.walk()), code.plan, engine, host_signature(graph)(address),
-                      prepare_signature(graph)(prepare))
+    return HostKernel(graph, target, tuple(graph.body.walk()), code.plan, engine, host_signature(graph)(address),
+                      prepare and prepare_signature(graph)(prepare))

@@ -34,11 +34,12 @@ def host_cpu() -> str:
     return f"{llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
 
 
-def host_code_key(graph: Graph, target: HostTarget) -> str:
+def host_code_key(graph: Graph, target: HostTarget, version: str = "launcher") -> str:
+    """The key of ``graph``'s launcher ``version`` (its launcher, or the one with every check)."""
     import accy  # here, not at the top: accy imports the backends
 
     width = target.vector_width or host_vector_width()
-    return cache.cache_key("host", graph.text(), repr(target), f"width={width}", host_cpu(),
+    return cache.cache_key("host", version, graph.text(), repr(target), f"width={width}", host_cpu(),
                            f"accy-{accy.__version__}")
 
 
@@ -47,7 +48,7 @@ class HostCode:
     """A compiled launcher: its object code and what the runtime needs beside it."""
 
     entry: str  # the units' function
-    prepare: str  # the prepare function
+    prepare: str  # the prepare function ("": none, in the version with every check)
     plan: HostPlan | TilePlan
     obj: bytes = attrs.field(repr=lambda obj: f"<{len(obj)} bytes>")
 
