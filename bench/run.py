@@ -16,7 +16,8 @@ Sections:
   attention entries on the interpreter alone (``numpy``), against einsum, in a minute;
 - ``launch``: what a cached launch costs on llvm (an empty launch, a 1-element vector add);
 - ``ptx``: the ptx backend against Numba's CUDA simulator running the same kernel;
-- ``compile``: trace, passes, lowering, PTX and host JIT times, cold and cached.
+- ``compile``: trace, passes, lowering, PTX and host JIT times, cold and cached, for every
+  library entry, and a later process's first call of each (bench/second_process.py).
 
 Each figure is the median of several timed runs after a warm-up.  The machine's load and
 the other processes using the CPU are recorded before and after: figures measured beside
@@ -32,7 +33,7 @@ import sys
 
 import numpy as np
 
-from . import attention, chart, targets, tiles
+from . import attention, chart, second_process, targets, tiles
 from .timing import contention, machine, measure
 
 SECTIONS = ("launch", "targets", "tiles", "attention", "interpreter", "ptx", "compile")
@@ -127,6 +128,9 @@ def main(argv=None) -> int:
         print("\n== compile path (medium shape) ==")
         for kernel, timings in report["compile"].items():
             print(f"  {kernel:8} " + "  ".join(f"{k} {v * 1e3:.1f} ms" for k, v in timings.items()))
+        report["second_process"] = second_process.bench_second_process()
+        print("\n== a later process's first call on llvm (medium shape; the launcher from the disk cache) ==")
+        second_process.print_second_process(report["second_process"])
     report["contention_after"] = contention()
     print(f"\nload after: {report['contention_after']}")
     if ns.json:
