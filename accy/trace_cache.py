@@ -5,7 +5,7 @@ which keep compiled code per graph, find it at once).
 A body's key is what a trace of it can read: its code, its closure's values, its defaults, and
 the module-level names its code (and the functions it defines) uses, each by value, and
 functions among them by the same key, recursively.  Only values that cannot change count: None,
-numbers, strings, bytes, enum members, classes, modules, built-in functions, frozen attrs
+numbers (NumPy's scalars too), strings, bytes, enum members, classes, modules, built-in functions, frozen attrs
 instances (DTypes, specs) and tuples and frozensets of them.  A body that reaches anything
 else (a list, a dict, an object with state) has no key and is traced every time.
 
@@ -25,10 +25,11 @@ import types
 from typing import Hashable
 
 import attrs
+import numpy as np
 
 KEPT = 256  # graphs kept: the least recently used go first
-_PLAIN = (type(None), bool, int, float, complex, str, bytes, types.ModuleType, types.BuiltinFunctionType, type,
-          enum.Enum)
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, np.generic, types.ModuleType,
+          types.BuiltinFunctionType, type, enum.Enum)
 
 
 class Unkeyable(Exception):

@@ -92,3 +92,16 @@ def test_a_recursive_helper_has_a_key():
         k.for_each_1d(axis("i", args.dst.size + depth(2)), lambda inner, idx: None)
 
     assert body_key(body) is not None
+
+
+def test_numpy_scalars_and_frozen_values_are_keys_arrays_are_not():
+    import numpy as np
+
+    from accy import f16
+
+    def body_over(value):
+        return lambda k, args: (value, k, args)
+
+    assert body_key(body_over(np.float32(2.0))) is not None
+    assert body_key(body_over((f16, 3))) is not None
+    assert body_key(body_over(np.ones(3))) is None
