@@ -25,7 +25,7 @@ from .llvm import LoweredModule
 from .nvptx import NVPTX_TRIPLE, lower_nvptx
 from .spmd import lower_host, lower_host_checked
 from .tile_host import lower_tile_host
-from .targets import HostTarget, NvptxTarget, Target, init_llvm
+from .targets import HostTarget, NvptxTarget, Target, init_llvm, init_native
 from .toolchain import find_libdevice
 
 _lock = threading.RLock()  # LLVM's context is not safe to use from several threads at once
@@ -59,15 +59,20 @@ def host_machine() -> llvm.TargetMachine:
 
 @functools.cache
 def _load_libm() -> None:
-    """Math functions (expf, erff, ...) come from the C library, loaded once a process
-    (finding it runs ``ldconfig``: milliseconds)."""
+    """Math functions (expf, erff, ...) come from the C library, loaded once a process: by
+    glibc's name where that loads (``find_library`` runs ``ldconfig``: milliseconds)."""
+    try:
+        llvm.load_library_permanently("libm.so.6")
+        return
+    except RuntimeError:
+        pass
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)
 
 
 def _new_host_machine() -> llvm.TargetMachine:
-    init_llvm()
+    init_native()
     _load_libm()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
