@@ -273,6 +273,19 @@ def cache_in(directory):
     return environment(ACCY_CACHE_DIR=directory, ACCY_CACHE=None)
 
 
+COLD_REPEATS = 3
+
+
+def _host_compile_seconds(graph) -> tuple[float, float]:
+    """Wall and CPU seconds of one cold compile of ``graph``'s host launcher."""
+    from accy.backends import codegen
+    from accy.backends.targets import Target
+
+    start, cpu = time.perf_counter(), time.process_time()
+    codegen._compile_host(graph, Target.host(), False)
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
 def bench_compile():
     """Cold and cached costs of the compile path for each entry at the medium shape: trace,
     passes, NVPTX lowering and PTX (cold and from the disk cache), and the host launcher cold
@@ -312,10 +325,9 @@ def bench_compile():
             codegen.emit_ptx(device_graph, target, block)
             timings["ptx_cache_hit"] = time.perf_counter() - start
         timings["trace_lower_ptx_cold"] = timings["trace"] + timings["passes"] + timings["ptx_cold"]
-        start, cpu = time.perf_counter(), time.process_time()
-        codegen._compile_host(optimised, Target.host(), False)  # the host launcher, compiled (no cache)
-        timings["host_jit_cold"] = time.perf_counter() - start
-        timings["host_jit_cold_cpu"] = time.process_time() - cpu
+        # the host launcher compiled (no cache), the least of three: other work on the machine only adds
+        timings["host_jit_cold"], timings["host_jit_cold_cpu"] = min(
+            _host_compile_seconds(optimised) for _ in range(COLD_REPEATS))
         with tempfile.TemporaryDirectory() as tmp, cache_in(tmp):
             codegen._jit(optimised, Target.host())
             start = time.perf_counter()
