@@ -6,6 +6,7 @@ code and PTX for NVIDIA GPUs) and PyCUDA (launching that PTX on a GPU).
 """
 
 from . import errors, logical, math
+from .autotune import autotune
 from .compare import CompareReport, compare
 from .dsl import (
     Graph,
@@ -58,7 +59,7 @@ def __getattr__(name):  # accy.Profile without importing the emulator with accy
 __all__ = [
     "errors", "logical", "math", "Graph", "Launch", "Limits", "Program", "ThreadBlocks", "axis", "buffer", "cdiv",
     "dynamic_buffer", "dynamicBuffer", "kernel", "parse", "scalar", "schedule", "thread_blocks", "AccyError",
-    "compare", "CompareReport", "Profile", "tensor", "TensorSpec", "TensorHandle",
+    "autotune", "compare", "CompareReport", "Profile", "tensor", "TensorSpec", "TensorHandle",
     "f16", "bf16", "f32", "f64", "f8e4m3", "f8e5m2", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
     "boolean", "index",
 ]

@@ -99,14 +99,17 @@ def unavailable(error: AccyError) -> str | None:
 
 def _program_and_shapes(kernel):
     """(program, run function, output axis names per parameter or None)."""
+    from .autotune import Autotuned
     from .library.entry import Entry
     from .program import Program
 
+    if isinstance(kernel, Autotuned):  # each backend runs its best config; every config has the same outputs
+        return kernel.programs[0], kernel.run, {}
     if isinstance(kernel, Entry):
         return kernel.program, kernel.run, {n: s for n, s in kernel.argument_shapes.items()}
     if isinstance(kernel, Program):
         return kernel, kernel.run, {}
-    raise ArgumentError(f"compare: expected a Program or a library Entry, got {type(kernel).__name__}")
+    raise ArgumentError(f"compare: expected a Program, an autotuned kernel or a library Entry, got {type(kernel).__name__}")
 
 
 def _named(args, params) -> dict[str, np.ndarray]:

@@ -78,6 +78,10 @@ class CompileError(AccyError, RuntimeError):
     """Lowering or assembling a kernel failed."""
 
 
+class AutotuneError(AccyError, ValueError):
+    """An autotuned kernel's configs or key are malformed, or every config failed."""
+
+
 __all__ = [
     "AccyError",
     "TraceError",
@@ -94,6 +98,7 @@ __all__ = [
     "UnwrittenOutputError",
     "BackendUnavailableError",
     "CompileError",
+    "AutotuneError",
 ]
 
 

@@ -442,7 +442,8 @@ def estimate(case, arch: str = GPU_ARCH, sample: int | None = None) -> dict:
                                         "dram_bytes", "flops")},
               "gpus": {}}
     for name in ("h100", "h200"):
-        model = roofline(GPUS[name], flops, profile.instructions, profile.shared_wavefronts, profile.dram_bytes)
+        model = roofline(GPUS[name], flops, profile.instructions, profile.shared_wavefronts, profile.dram_bytes,
+                         blocks=profile.blocks, warps_per_block=-(-math.prod(profile.block) // 32))
         result["gpus"][name] = {"estimated_seconds": model.estimated_seconds, "bound": model.bound,
                                 "limiter": model.limiter,
                                 "tflops": case.flops / model.estimated_seconds / 1e12}

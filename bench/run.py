@@ -1,6 +1,6 @@
 """accy's benchmark, every figure a ratio against a baseline measured in the same run.
 
-    python -m bench [--sections targets,attention,interpreter,launch,ptx,compile] [--quick] [--json out.json]
+    python -m bench [--sections targets,attention,interpreter,launch,ptx,compile,autotune] [--quick] [--json out.json]
 
 Sections:
 - ``targets``: the kernels people write (vector add, Black-Scholes, softmax, layer norm,
@@ -18,6 +18,9 @@ Sections:
 - ``ptx``: the ptx backend against Numba's CUDA simulator running the same kernel;
 - ``compile``: trace, passes, lowering, PTX and host JIT times, cold and cached, for every
   library entry, and a later process's first call of each (bench/second_process.py).
+- ``autotune``: the tile matmul and the tile attention entry autotuned on llvm: tuning time,
+  the chosen config, tuned vs first-config time, a second process reusing the stored choice
+  (bench/autotune.py).
 
 Each figure is the median of several timed runs after a warm-up.  The machine's load and
 the other processes using the CPU are recorded before and after: figures measured beside
@@ -33,11 +36,11 @@ import sys
 
 import numpy as np
 
-from . import attention, chart, second_process, targets, tiles
+from . import attention, autotune, chart, second_process, targets, tiles
 from .timing import contention, machine, measure
 
-SECTIONS = ("launch", "targets", "tiles", "attention", "interpreter", "ptx", "compile")
-DEFAULT_SECTIONS = ("launch", "targets", "tiles", "attention", "ptx", "compile")  # attention has the interpreter's rows too
+SECTIONS = ("launch", "targets", "tiles", "attention", "interpreter", "ptx", "compile", "autotune")
+DEFAULT_SECTIONS = ("launch", "targets", "tiles", "attention", "ptx", "compile", "autotune")  # attention has the interpreter's rows too
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
@@ -131,6 +134,11 @@ def main(argv=None) -> int:
         report["second_process"] = second_process.bench_second_process()
         print("\n== a later process's first call on llvm (medium shape; the launcher from the disk cache) ==")
         second_process.print_second_process(report["second_process"])
+    if "autotune" in sections:
+        print("\n== autotune: tile matmul and tile attention tuned on llvm, then reused by a second process ==")
+        rows = autotune.bench_autotune(quick=ns.quick)
+        autotune.print_rows(rows)
+        report["autotune"] = rows
     report["contention_after"] = contention()
     print(f"\nload after: {report['contention_after']}")
     if ns.json:

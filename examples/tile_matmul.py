@@ -14,8 +14,9 @@ import numpy as np
 from accy import axis, bf16, cdiv, f32, kernel, tensor
 
 
-def make_matmul(dtype=f32, bm: int = 64, bn: int = 64, bk: int = 32, warps: int = 4):
-    """c (f32) = a @ b for ``dtype`` inputs (f32 or bf16), one bm x bn tile of c per program."""
+def make_matmul(dtype=f32, bm: int = 64, bn: int = 64, bk: int = 32, warps: int = 4, num_stages: int = 2):
+    """c (f32) = a @ b for ``dtype`` inputs (f32 or bf16), one bm x bn tile of c per program
+    (``warps`` and ``num_stages``: the GPU's threads per program / 32 and its copies in flight)."""
 
     name = "tile_matmul" if dtype == f32 else f"tile_matmul_{dtype}"
 
@@ -24,7 +25,8 @@ def make_matmul(dtype=f32, bm: int = 64, bn: int = 64, bk: int = 32, warps: int 
         M, K = p.a.shape
         N = p.b.shape[1]
 
-        @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=warps)
+        @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=warps,
+                         num_stages=num_stages)
         def body(t, pid):
             def step(t, k0, acc):
                 a = p.a.load_tile((pid["m"] * bm, k0), (bm, bk))  # zeros past the edges

@@ -5,7 +5,8 @@ A user's environment has no ``ACCY_CHECK_MEMORY``, so the samples run without th
 suite's default of it (tests/conftest.py turns it on for every other test). A comment
 after a ``print(...)`` is that line's output: ``...`` stands for any text, further
 comment lines aligned under it continue it, and a ``  # `` inside it starts a note that
-is not output.
+is not output. Only ```python blocks run: other projects' code shown for comparison
+(docs/coming-from.md's Triton and Numba-CUDA) is fenced as ```py.
 """
 
 import os

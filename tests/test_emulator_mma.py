@@ -907,6 +907,24 @@ def test_cp_async_read_by_another_thread_needs_wait_then_barrier(order):
     assert (run_copy(fine, src).reshape(64, 16) == np.roll(src.reshape(64, 16), -1, axis=0)).all()
 
 
+@pytest.mark.parametrize("schedule", ["lockstep", "reverse", "random:3"])
+def test_cp_async_over_a_slot_another_warp_still_reads_is_a_race(schedule):
+    """A pipeline stage refilled before every thread is done reading it: thread 31 reads thread
+    32's slot (another warp), then thread 32 refills it by cp.async with no barrier between.
+    With the barrier, the same kernel is clean."""
+    from accy.errors import RaceError
+
+    refill = "cp.async.cg.shared.global [%r4], [%rd4], 16;\n cp.async.wait_all;\n ret;"
+    racy = copy_kernel(READ_NEIGHBOUR + refill)
+    with pytest.raises(RaceError) as err:
+        launch(racy, "cp", [np.zeros(1024, np.uint8), np.zeros(1024, np.uint8)], 1, 64, extra=[0],
+               schedule=schedule)
+    assert "cp.async" in str(err.value) and "ld.shared" in str(err.value)
+    src = np.random.default_rng(5).integers(0, 256, 1024).astype(np.uint8)
+    ordered = copy_kernel(READ_NEIGHBOUR + "bar.sync 0;\n" + refill)
+    launch(ordered, "cp", [np.zeros(1024, np.uint8), src], 1, 64, extra=[0], schedule=schedule)
+
+
 def test_cp_async_writes_and_copies_to_bytes_in_flight_are_errors():
     store = copy_kernel("""
     cp.async.cg.shared.global [%r4], [%rd4], 16;

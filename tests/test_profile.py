@@ -329,6 +329,23 @@ def test_roofline_bounds():
     assert issue.bound == "compute" and issue.limiter == "issue"
 
 
+def test_the_compute_ceilings_are_the_busiest_sms():
+    h200 = GPUS["h200"]
+    work = dict(flops={Pipe.FP32: 66.9e12 * 1e-3}, instructions=h200.issue_rate * 1e-3,
+                wavefronts=h200.shared_rate * 1e-3, dram_bytes=0)
+    even = model.roofline(h200, **work)
+    full = model.roofline(h200, **work, blocks=132 * 3, warps_per_block=4)  # three whole waves
+    tail = model.roofline(h200, **work, blocks=133, warps_per_block=4)  # one SM runs two blocks
+    lone = model.roofline(h200, **work, blocks=1, warps_per_block=2)  # one SM, two warps: 2 a clock
+    for ceiling in ("issue_seconds", "shared_seconds"):
+        assert getattr(full, ceiling) == pytest.approx(getattr(even, ceiling))
+        assert getattr(tail, ceiling) == pytest.approx(getattr(even, ceiling) * 2 * 132 / 133)
+    assert tail.pipes[Pipe.FP32] == pytest.approx(even.pipes[Pipe.FP32] * 2 * 132 / 133)
+    assert lone.issue_seconds == pytest.approx(even.issue_seconds * 132 * 2)
+    assert lone.shared_seconds == pytest.approx(even.shared_seconds * 132)
+    assert lone.waves.resident_warps == 2 and lone.waves.issue_fraction == 0.5 and full.waves.busiest == 3
+
+
 def test_gpu_and_arch_choice():
     x = np.ones(64, np.float32)
     assert vector_add.profile([x.copy(), x, x], arch="sm_80").gpu.key == "a100"

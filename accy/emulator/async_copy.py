@@ -93,6 +93,9 @@ class AsyncCopies:
         flat = memory.shared_index(T, where, dst_site, dst, None)
         spans = flat[:, None] + np.arange(cp_size)
         self._no_overlap(T, where, dst_site, spans)
+        # the race checker sees the write at issue: a read of these bytes by another thread that no
+        # barrier orders before the issue races with it (the stage a pipeline overwrites too early)
+        memory._note(T, where, None, dst_site, memory.WRITE, flat, True)
         data = np.zeros((len(sel), MAX_COPY), U8)
         whole = reads == cp_size
         if whole.any():

@@ -33,8 +33,11 @@ warp, however many of its lanes are active or predicated off, as Nsight Compute'
 The model (:class:`GPU`, :func:`roofline`): each arithmetic pipe's flops over its peak,
 warp instructions over the issue rate (4 per SM per clock), shared wavefronts over one
 per SM per clock, and ``dram_bytes`` over the DRAM bandwidth; the estimate is the
-slowest of these plus a launch latency.  It cannot see caches other than a perfect L2,
-latency hiding, occupancy or scheduling.
+slowest of these plus a launch latency.  The compute ceilings are the busiest SM's
+(:class:`Waves`): a grid that does not divide the SMs leaves some idle, and an SM with fewer
+resident warps than its 4 schedulers issues fewer instructions a clock.  It cannot see caches
+other than a perfect L2, latency hiding, occupancy below the threads and blocks limits, or
+the order warps are scheduled in.
 """
 
 from __future__ import annotations
@@ -478,6 +481,46 @@ def default_gpu(arch: str) -> GPU:
     return GPUS[DEFAULT_GPU.get(arch, "h200" if arch >= "sm_90" else "a100")]
 
 
+# what an SM holds at once, from its threads and blocks alone (sm_80 and sm_90; sm_86 and sm_89
+# hold fewer): registers and shared memory may allow less (accy info gives that occupancy)
+MAX_WARPS_PER_SM = 64
+MAX_BLOCKS_PER_SM = 32
+SCHEDULERS_PER_SM = 4  # each issues one warp instruction a clock, from a warp of its own
+
+
+@attrs.frozen
+class Waves:
+    """How a launch's blocks spread over a GPU's SMs, as the compute ceilings see it: the
+    busiest SM runs ceil(blocks / SMs) of them (a grid that does not divide the SMs leaves
+    the others idle in the last wave), and an SM with fewer resident warps than schedulers
+    issues fewer than 4 instructions a clock."""
+
+    blocks: int
+    warps_per_block: int
+    sms: int
+
+    @property
+    def busiest(self) -> int:
+        """Blocks the busiest SM runs."""
+        return -(-self.blocks // self.sms)
+
+    @property
+    def imbalance(self) -> float:
+        """The busiest SM's work over an even share (1.0: the blocks divide the SMs)."""
+        return self.busiest * self.sms / self.blocks if self.blocks else 1.0
+
+    @property
+    def resident_warps(self) -> int:
+        """Warps resident at once on the busiest SM (threads and blocks limits only)."""
+        per_block = max(1, self.warps_per_block)
+        return min(self.busiest, MAX_BLOCKS_PER_SM, max(1, MAX_WARPS_PER_SM // per_block)) * per_block
+
+    @property
+    def issue_fraction(self) -> float:
+        """The fraction of the SM's issue rate its resident warps can use."""
+        return min(SCHEDULERS_PER_SM, self.resident_warps) / SCHEDULERS_PER_SM if self.blocks else 1.0
+
+
 @attrs.frozen
 class Roofline:
     """Where the time goes: each ceiling's seconds, the estimate and what bounds it."""
@@ -487,6 +530,7 @@ class Roofline:
     shared_seconds: float
     memory_seconds: float
     launch_seconds: float
+    waves: Waves | None = None  # None: the work spread evenly over every SM, each issuing 4 a clock
 
     @property
     def compute_seconds(self) -> float:
@@ -515,10 +559,16 @@ class Roofline:
 
 
 def roofline(gpu: GPU, flops: dict, instructions: float, wavefronts: float, dram_bytes: float,
-             launches: int = 1) -> Roofline:
-    pipes = {p: f / gpu.peak(p) for p, f in flops.items() if f}
-    return Roofline(pipes, instructions / gpu.issue_rate, wavefronts / gpu.shared_rate,
-                    dram_bytes / gpu.dram_bandwidth, launches * gpu.launch_latency)
+             launches: int = 1, *, blocks: int | None = None, warps_per_block: int = 1) -> Roofline:
+    """The ceilings of a launch's counts on ``gpu``.  With ``blocks`` (of ``warps_per_block``
+    warps) the compute ceilings are the busiest SM's (:class:`Waves`); without, the work is
+    spread evenly over every SM."""
+    waves = None if blocks is None else Waves(blocks, warps_per_block, gpu.sms)
+    spread = 1.0 if waves is None else waves.imbalance
+    issue = 1.0 if waves is None else waves.issue_fraction
+    pipes = {p: f / gpu.peak(p) * spread for p, f in flops.items() if f}
+    return Roofline(pipes, instructions / gpu.issue_rate * spread / issue, wavefronts / gpu.shared_rate * spread,
+                    dram_bytes / gpu.dram_bandwidth, launches * gpu.launch_latency, waves)
 
 
 # -- the result -----------------------------------------------------------------------------------------
@@ -678,6 +728,9 @@ class Profile:
             "compute_seconds": r.compute_seconds, "memory_seconds": r.memory_seconds,
             "launch_seconds": r.launch_seconds, "estimated_seconds": self.estimated_seconds, "bound": self.bound,
             "limiter": self.limiter, "tflops": self.tflops,
+            "waves": None if r.waves is None else {"busiest_sm_blocks": r.waves.busiest,
+                                                   "imbalance": r.waves.imbalance,
+                                                   "resident_warps": r.waves.resident_warps},
         }
 
     # -- the report -------------------------------------------------------------------------------------
@@ -714,8 +767,16 @@ class Profile:
         lines.append(f"  roofline       {g.name} ({', '.join(used + [f'{g.dram_bandwidth / 1e12:.3g} TB/s'])}): "
                      f"compute {_time(r.compute_seconds)}, memory {_time(r.memory_seconds)}, launch "
                      f"{_time(r.launch_seconds)} -> {_time(self.estimated_seconds)}, {self.bound}-bound "
-                     f"({'then ' if self.bound == 'latency' else ''}{self.limiter}), {self.tflops:.4g} TFLOP/s")
+                     f"({'then ' if self.bound == 'latency' else ''}{self.limiter}), {self.tflops:.4g} TFLOP/s"
+                     + _waves_text(r.waves))
         return "\n".join(lines)
+
+
+def _waves_text(waves: Waves | None) -> str:
+    if waves is None or (waves.imbalance == 1.0 and waves.issue_fraction == 1.0):
+        return ""
+    return (f"; the busiest SM runs {waves.busiest} block{'s' * (waves.busiest != 1)} "
+            f"({waves.imbalance:.3g}x an even share, {waves.resident_warps} warps resident)")
 
 
 def r_peak(g: GPU, p: Pipe) -> str:
@@ -833,7 +894,8 @@ def build_profile(function, counters: LaunchCounters, chosen, *, kernel: str, ar
     dram = dram_estimate(counters.sectors(), gmem, ran / total if total else 1.0)
     instructions = sum(classes.values())
     wavefronts = sum(s.wavefronts for s in shar.values())
-    model = roofline(gpu, flops, instructions, wavefronts, dram)
+    model = roofline(gpu, flops, instructions, wavefronts, dram, blocks=total,
+                     warps_per_block=-(-math.prod(block3) // WARP))
     return Profile(kernel, arch, gpu, grid3, block3, total, ran, instructions, classes, glob, shar, up(t.mma),
                    sum(flops.values()), {p.value: v for p, v in flops.items()}, up(t.barriers),
                    up(counters.async_bytes), dram, model)
