@@ -100,3 +100,8 @@ __all__ = [
     "CompileError",
     "AutotuneError",
 ]
+
+
+class CacheWarning(RuntimeWarning):
+    """The on-disk compile cache skipped an entry or a directory (corrupt, not private to
+    this user, or not writable): accy compiled instead, and the program still runs."""

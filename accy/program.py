@@ -18,6 +18,7 @@ from .dsl.schedule import DEFAULT_THREADS, Launch, Limits, ThreadBlocks
 from .dsl.tensors import TensorParams, tensor_parameters
 from .dsl.trace import parameters, trace
 from .errors import TraceError
+from .trace_cache import OPTIMISED, TRACED, body_key
 
 
 def _check_name(instance, attribute, value):
@@ -53,14 +54,21 @@ class Program:
         return tensor_parameters(self.parameters)
 
     @functools.cached_property
+    def _trace_key(self):
+        """What the body's graph depends on (:mod:`accy.trace_cache`), or None."""
+        body = body_key(self.body)
+        return None if body is None else (self.name, self.parameters, body)
+
+    @functools.cached_property
     def traced_graph(self) -> Graph:
-        """The graph exactly as the body recorded it (verified, not optimised)."""
-        return trace(self.name, self.parameters, self.body)
+        """The graph exactly as the body recorded it (verified, not optimised); a Program of
+        the same name, parameters and body traced before in this process gives its graph."""
+        return TRACED.get(self._trace_key, lambda: trace(self.name, self.parameters, self.body))
 
     @functools.cached_property
     def graph(self) -> Graph:
         """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
-        return optimize(self.traced_graph)
+        return OPTIMISED.get(self._trace_key, lambda: optimize(self.traced_graph))
 
     def graph_for(self, backend: str, arch: str | None = None) -> Graph:
         """The graph ``backend`` compiles: the optimised graph, but a tile program becomes a SIMT

@@ -16,7 +16,8 @@ Sections:
   attention entries on the interpreter alone (``numpy``), against einsum, in a minute;
 - ``launch``: what a cached launch costs on llvm (an empty launch, a 1-element vector add);
 - ``ptx``: the ptx backend against Numba's CUDA simulator running the same kernel;
-- ``compile``: trace, passes, lowering, PTX and host JIT times, cold and cached;
+- ``compile``: trace, passes, lowering, PTX and host JIT times, cold and cached, for every
+  library entry, and a later process's first call of each (bench/second_process.py).
 - ``autotune``: the tile matmul and the tile attention entry autotuned on llvm: tuning time,
   the chosen config, tuned vs first-config time, a second process reusing the stored choice
   (bench/autotune.py).
@@ -35,7 +36,7 @@ import sys
 
 import numpy as np
 
-from . import attention, autotune, chart, targets, tiles
+from . import attention, autotune, chart, second_process, targets, tiles
 from .timing import contention, machine, measure
 
 SECTIONS = ("launch", "targets", "tiles", "attention", "interpreter", "ptx", "compile", "autotune")
@@ -130,6 +131,9 @@ def main(argv=None) -> int:
         print("\n== compile path (medium shape) ==")
         for kernel, timings in report["compile"].items():
             print(f"  {kernel:8} " + "  ".join(f"{k} {v * 1e3:.1f} ms" for k, v in timings.items()))
+        report["second_process"] = second_process.bench_second_process()
+        print("\n== a later process's first call on llvm (medium shape; the launcher from the disk cache) ==")
+        second_process.print_second_process(report["second_process"])
     if "autotune" in sections:
         print("\n== autotune: tile matmul and tile attention tuned on llvm, then reused by a second process ==")
         rows = autotune.bench_autotune(quick=ns.quick)

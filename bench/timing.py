@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
@@ -69,3 +70,16 @@ def contention() -> dict:
     except (OSError, ValueError, subprocess.SubprocessError):
         pass
     return {"load_average": [round(x, 2) for x in load], "other_processes": others[:8]}
+
+
+@contextlib.contextmanager
+def environment(**values):
+    """The environment variables ``values`` set (None: unset) meanwhile."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)

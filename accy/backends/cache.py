@@ -10,6 +10,13 @@ entry; an entry whose checksum does not match is deleted and rebuilt.
 ``ACCY_CACHE_DIR`` moves the cache (default: ``$XDG_CACHE_HOME/accy`` or
 ``~/.cache/accy``); ``ACCY_CACHE=0`` turns it off.  A cache directory that
 cannot be written is skipped with a warning: compiling still works.
+
+The cache holds host machine code that the process will run, so the store is
+guarded: its directories are created private to the user (0700), and a directory or
+an entry that another user owns or may write (or an entry that is not a regular
+file: a symbolic link) is refused with a :class:`~accy.errors.CacheWarning`, never
+read.  The checksum detects corruption, not tampering: a cache directory must not be
+shared between users.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import functools
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import warnings
 from typing import Callable
@@ -25,10 +33,11 @@ from typing import Callable
 import llvmlite
 import llvmlite.binding as llvm
 
+from ..errors import CacheWarning
+
 FORMAT_VERSION = 2  # bump when the entry format changes
 
 
-@functools.cache
 @functools.cache
 def _lowering_digest() -> str:
     """A digest of the code that decides what is compiled (every module of accy.backends: the
@@ -62,26 +71,82 @@ def cache_key(*parts: str) -> str:
     return digest.hexdigest()
 
 
-def _warn(message: str) -> None:
-    warnings.warn(f"accy cache: {message}", RuntimeWarning, stacklevel=3)
+def warn(message: str) -> None:
+    warnings.warn(f"accy cache: {message}", CacheWarning, stacklevel=4)
+
+
+def _foreign(info: os.stat_result) -> str | None:
+    """Why a file or directory with this status may not be trusted (None: it may): another
+    user owns it, or its group or others may write it."""
+    if info.st_uid != os.getuid():
+        return f"owned by uid {info.st_uid}, not this user ({os.getuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by its group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _private_folder(path: str) -> bool:
+    """``path`` exists as a directory only this user may write: created so (0700) when
+    missing; an existing one that is not is refused with a warning."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.stat(path)
+    except OSError as e:
+        warn(f"cannot create {path} ({e.strerror or e}); running without the cache")
+        return False
+    why = _foreign(info)
+    if why is not None:
+        warn(f"refusing the directory {path}: {why}; compiling without the cache")
+        return False
+    return True
+
+
+def _entry_folder(key: str) -> str | None:
+    """The private folder of ``key``'s entry (the cache's and its shard's), or None when the
+    cache is off or refused."""
+    directory = cache_dir()
+    if directory is None or not _private_folder(directory):
+        return None
+    folder = os.path.join(directory, key[:2])
+    return folder if _private_folder(folder) else None
+
+
+def _read_trusted(path: str) -> bytes | None:
+    """The bytes of the entry at ``path`` if it is a regular file of this user's that no one
+    else may write (checked on the open file, which is never a symbolic link); else None,
+    with a warning when the entry exists."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:  # ELOOP: a symbolic link
+        warn(f"refusing the entry {path} ({e.strerror or e}); recompiling")
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        why = "not a regular file" if not stat.S_ISREG(info.st_mode) else _foreign(info)
+        if why is not None:
+            warn(f"refusing the entry {path}: {why}; recompiling")
+            return None
+        return f.read()
 
 
 def read(key: str) -> bytes | None:
-    directory = cache_dir()
-    if directory is None:
+    folder = _entry_folder(key)
+    if folder is None:
         return None
-    path = os.path.join(directory, key[:2], key)
+    path = os.path.join(folder, key)
     try:
-        with open(path, "rb") as f:
-            header, _, payload = f.read().partition(b"\n")
+        data = _read_trusted(path)
+        if data is None:
+            return None
+        header, _, payload = data.partition(b"\n")
         meta = json.loads(header)
         if meta.get("key") == key and meta.get("sha256") == hashlib.sha256(payload).hexdigest():
             return payload
-    except (FileNotFoundError, NotADirectoryError):
-        return None
     except (OSError, ValueError):
         pass
-    _warn(f"entry {path} is corrupt; rebuilding it")
+    warn(f"entry {path} is corrupt; rebuilding it")
     try:
         os.unlink(path)
     except OSError:
@@ -90,14 +155,12 @@ def read(key: str) -> bytes | None:
 
 
 def write(key: str, payload: bytes) -> None:
-    directory = cache_dir()
-    if directory is None:
+    folder = _entry_folder(key)
+    if folder is None:
         return
-    folder = os.path.join(directory, key[:2])
     header = json.dumps({"key": key, "sha256": hashlib.sha256(payload).hexdigest()}).encode()
     try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")  # mode 0600
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(header + b"\n" + payload)
@@ -106,7 +169,7 @@ def write(key: str, payload: bytes) -> None:
             os.unlink(tmp)
             raise
     except OSError as e:
-        _warn(f"cannot write to {directory} ({e.strerror or e}); running without the cache")
+        warn(f"cannot write to {folder} ({e.strerror or e}); running without the cache")
 
 
 def cached(key: str, build: Callable[[], bytes]) -> bytes:

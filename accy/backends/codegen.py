@@ -1,11 +1,14 @@
 """From an LLVM module to machine code: PTX text for NVPTX, a JIT-compiled
-function for the host.  Both run LLVM's O3 pipeline first."""
+function for the host.  Both run LLVM's O3 pipeline first, and both keep what they
+compile in the disk cache (:mod:`.cache`; the host's object code: :mod:`.host_code`)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
+import gc
 import os
 import threading
 import weakref
@@ -15,17 +18,31 @@ import llvmlite.binding as llvm
 
 from ..dsl.ir import Graph, Op
 from ..errors import CompileError
-from . import cache
+from . import cache, host_code
 from .abi import host_signature, prepare_signature
 from .debug_lines import locations_key
 from .llvm import LoweredModule
 from .nvptx import NVPTX_TRIPLE, lower_nvptx
-from .spmd import lower_host
+from .spmd import lower_host, lower_host_checked
 from .tile_host import lower_tile_host
-from .targets import HostTarget, NvptxTarget, Target, init_llvm
+from .targets import HostTarget, NvptxTarget, Target, init_llvm, init_native
 from .toolchain import find_libdevice
 
 _lock = threading.RLock()  # LLVM's context is not safe to use from several threads at once
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused while a module is lowered and compiled: the
+    lowering makes tens of thousands of IR objects, and a full collection among them costs
+    as much as a fifth of a compile."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @functools.cache
@@ -40,12 +57,23 @@ def host_machine() -> llvm.TargetMachine:
     return _new_host_machine()
 
 
-def _new_host_machine() -> llvm.TargetMachine:
-    init_llvm()
-    # math functions (expf, erff, ...) come from the C library the process has loaded
+@functools.cache
+def _load_libm() -> None:
+    """Math functions (expf, erff, ...) come from the C library, loaded once a process: by
+    glibc's name where that loads (``find_library`` runs ``ldconfig``: milliseconds)."""
+    try:
+        llvm.load_library_permanently("libm.so.6")
+        return
+    except RuntimeError:
+        pass
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)
+
+
+def _new_host_machine() -> llvm.TargetMachine:
+    init_native()
+    _load_libm()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3, jit=True
@@ -151,7 +179,10 @@ def lower(graph: Graph, target: Target, block=(1, 1, 1)) -> LoweredModule:
 
 def _lower(graph: Graph, target: Target, block=(1, 1, 1)) -> LoweredModule:
     """Lower and stamp the module with the target machine's triple and data layout."""
-    lowered = lower(graph, target, block)
+    return _stamped(lower(graph, target, block), target)
+
+
+def _stamped(lowered: LoweredModule, target: Target) -> LoweredModule:
     machine = _machine(target)
     lowered.module.triple = machine.triple
     lowered.module.data_layout = str(machine.target_data)
@@ -196,7 +227,7 @@ ptx_listeners: list = []
 
 
 def _build_ptx(graph: Graph, target: Target, block) -> str:
-    with _lock:
+    with _lock, _collector_paused():
         compilations["ptx"] += 1
         machine = _machine(target)
         lowered = _lower(graph, target, block)
@@ -220,19 +251,32 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
         return machine.emit_assembly(module)
 
 
-@attrs.frozen(eq=False)
+@attrs.define(eq=False)
 class HostKernel:
-    """A JIT-compiled host launcher: ``call(pointers, counts, scalars, status, begin, end)`` runs
-    units ``[begin, end)`` of ``plan.chunking.units(extents)``; ``prepare(pointers, counts,
-    scalars, status, extents)`` writes the extents and says whether the launch fits."""
+    """A JIT-compiled host launcher: ``launcher(fits)(pointers, counts, scalars, status, begin,
+    end)`` runs units ``[begin, end)`` of ``plan.chunking.units(extents)``; ``prepare(pointers,
+    counts, scalars, status, extents)`` writes the extents and says whether the launch fits."""
 
-    ordinals: tuple[Op, ...]
+    graph: Graph
+    target: Target
+    ordinals: tuple[Op, ...]  # the ops in the status word's numbering
     plan: object  # accy.backends.spmd.HostPlan
     engine: object  # the MCJIT engine must outlive the function pointers
     function: object
     prepare_function: object
+    checked: "HostKernel | None" = None  # the launcher with every check, once a launch needed it
 
-    def __call__(self, pointers, counts, scalars, status_pointer, begin: int, end: int) -> None:
+    def launcher(self, fits: bool):
+        """The native function for a launch whose prepare said ``fits``: a launcher without the
+        checks the launch proof covers needs them back where it does not fit."""
+        if fits or not self.plan.checked_separately:
+            return self._call
+        with _lock:
+            if self.checked is None:
+                self.checked = _jit(self.graph, self.target, every_check=True)
+        return self.checked._call
+
+    def _call(self, pointers, counts, scalars, status_pointer, begin: int, end: int) -> None:
         self.function(*pointers, *counts, *scalars, status_pointer, begin, end)
 
     def prepare(self, pointers, counts, scalars, status_pointer, extents_pointer) -> bool:
@@ -242,7 +286,8 @@ class HostKernel:
 _host_kernels: dict[tuple[str, Target], HostKernel] = {}
 # per graph object, so a repeated launch skips printing the graph to find its key
 _host_kernels_by_graph: "weakref.WeakKeyDictionary[Graph, dict]" = weakref.WeakKeyDictionary()
-compilations = {"host": 0, "ptx": 0}  # how many modules this process compiled (tests count them)
+# how many modules this process compiled (tests count them), and host launchers it loaded from disk
+compilations = {"host": 0, "ptx": 0, "host_loaded": 0}
 
 
 def host_kernel(graph: Graph, target: Target | None = None) -> HostKernel:
@@ -260,20 +305,59 @@ def host_kernel(graph: Graph, target: Target | None = None) -> HostKernel:
         return kernel
 
 
-def _jit(graph: Graph, target: Target) -> HostKernel:
+def _jit(graph: Graph, target: Target, *, every_check: bool = False) -> HostKernel:
+    """The launcher of ``graph`` (``every_check``: its version with every check), from the disk
+    cache when it holds this exact build, else compiled (and stored there)."""
+    key = host_code.host_code_key(graph, target, "every check" if every_check else "launcher")
+    code = host_code.load(key)
+    if code is not None:
+        engine = _engine_from_object(code.obj)
+        compilations["host_loaded"] += 1
+    else:
+        code, engine = _compile_host(graph, target, every_check)
+        host_code.store(key, code)
+    return _host_kernel(graph, target, code, engine)
+
+
+def _compile_host(graph: Graph, target: Target, every_check: bool) -> tuple[host_code.HostCode, llvm.ExecutionEngine]:
+    """Lower, optimise and JIT-compile ``graph``'s launcher, keeping the object MCJIT emits."""
+    with _collector_paused():
+        return _compile_host_now(graph, target, every_check)
+
+
+def _compile_host_now(graph: Graph, target: Target, every_check: bool):
     machine = host_machine()
-    lowered = _lower(graph, target)
+    lowered = _stamped(lower_host_checked(graph, target), target) if every_check else _lower(graph, target)
     module = _parse(lowered, machine)
     # a tile kernel's loops are already vectors of whole registers (and its dot unrolled by hand):
     # LLVM's unrolling of them costs a third of the compile and gains nothing measurable
     _optimise(module, machine, unroll=not graph.is_tile_launch)
     # the engine owns (and frees with itself) the target machine it is given: give it its own
     engine = llvm.create_mcjit_compiler(module, _new_host_machine())
+    emitted = []
+    engine.set_object_cache(lambda _module, obj: emitted.append(obj), lambda _module: None)
     engine.finalize_object()
-    address = engine.get_function_address(lowered.entry_name)
-    prepare = engine.get_function_address(f"{graph.name}_prepare")
-    if not address or not prepare:
-        raise CompileError(f"JIT compilation of {lowered.entry_name} produced no function")
     compilations["host"] += 1
-    return HostKernel(lowered.ordinals, lowered.host, engine, host_signature(graph)(address),
-                      prepare_signature(graph)(prepare))
+    prepare = "" if every_check else f"{graph.name}_prepare"
+    code = host_code.HostCode(lowered.entry_name, prepare, lowered.host, emitted[0])
+    return code, engine
+
+
+def _engine_from_object(obj: bytes) -> llvm.ExecutionEngine:
+    """An engine holding the object code ``obj`` (an empty module to start it: nothing to compile)."""
+    module = llvm.parse_assembly("")
+    module.triple = host_machine().triple
+    engine = llvm.create_mcjit_compiler(module, _new_host_machine())
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine
+
+
+def _host_kernel(graph: Graph, target: Target, code: host_code.HostCode, engine: llvm.ExecutionEngine) -> HostKernel:
+    address = engine.get_function_address(code.entry)
+    prepare = engine.get_function_address(code.prepare) if code.prepare else None
+    if not address or (code.prepare and not prepare):
+        raise CompileError(f"JIT compilation of {code.entry} produced no function")
+    # the ops in the status word's numbering: both host lowerings number the graph's walk
+    return HostKernel(graph, target, tuple(graph.body.walk()), code.plan, engine, host_signature(graph)(address),
+                      prepare and prepare_signature(graph)(prepare))

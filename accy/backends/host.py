@@ -102,9 +102,11 @@ def _threads_for(kernel: HostKernel, units: int, threads: int | None) -> int:
 
 
 def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
-            threads: int | None, in_place: str | None = None) -> None:
-    """Run ``units`` units of ``kernel``: on this thread, or split between the pool and this one;
-    ``in_place`` names the kernel when it writes the caller's arrays (said if interrupted)."""
+            threads: int | None, fits: bool, in_place: str | None = None) -> None:
+    """Run ``units`` units of ``kernel`` (its launcher for whether prepare said the launch
+    ``fits``): on this thread, or split between the pool and this one; ``in_place`` names the
+    kernel when it writes the caller's arrays (said if interrupted)."""
+    call = kernel.launcher(fits)
     n = _threads_for(kernel, units, threads)
     address = _address(status)
     timing = _timings.get(kernel)
@@ -112,16 +114,16 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
     per_unit = timing.at.get(key) if timing is not None else None  # None: new sizes, slices grow from one unit
     start = time.perf_counter()
     if n == 1 and per_unit is not None and per_unit * units <= SLICE_SECONDS:
-        kernel(pointers, counts, scalars, address, 0, units)  # short: one call
+        call(pointers, counts, scalars, address, 0, units)  # short: one call
     else:
         stop = threading.Event()
         futures: list[concurrent.futures.Future] = []
         try:
             bounds = [units * i // n for i in range(n + 1)]
             for lo, hi in zip(bounds[1:-1], bounds[2:]):
-                futures.append(_pool().submit(_worker_share, kernel, pointers, counts, scalars, address, lo, hi,
+                futures.append(_pool().submit(_worker_share, call, pointers, counts, scalars, address, lo, hi,
                                               per_unit, stop))
-            _run_share(kernel, pointers, counts, scalars, address, bounds[0], bounds[1], per_unit, stop)
+            _run_share(call, pointers, counts, scalars, address, bounds[0], bounds[1], per_unit, stop)
             for f in futures:
                 f.result()
         except BaseException as e:  # Ctrl-C between two slices, or a worker's error
@@ -136,7 +138,7 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
     timing.record(time.perf_counter() - start, units, n, key)
 
 
-def _run_share(kernel: HostKernel, pointers, counts, scalars, address: int, lo: int, hi: int,
+def _run_share(call, pointers, counts, scalars, address: int, lo: int, hi: int,
                per_unit: float | None, stop: threading.Event) -> None:
     """Units ``[lo, hi)`` in native calls of about SLICE_SECONDS each (sized from the time per
     unit at these arguments, else growing from one unit, then by each call's own time), until
@@ -145,7 +147,7 @@ def _run_share(kernel: HostKernel, pointers, counts, scalars, address: int, lo: 
     while lo < hi and not stop.is_set():
         end = min(hi, lo + step)
         began = time.perf_counter()
-        kernel(pointers, counts, scalars, address, lo, end)
+        call(pointers, counts, scalars, address, lo, end)
         took = time.perf_counter() - began
         if took < SLICE_SECONDS / 4:
             step *= 4
@@ -200,19 +202,19 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = 
         raise status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
     units = kernel.plan.chunking.units(launch.extents)
     if kernel.plan.infallible and fits and not status[0]:  # nothing can fail: run on the caller's arrays
-        _launch(kernel, pointers, counts, scalars, status, units, threads, in_place=graph.name)
+        _launch(kernel, pointers, counts, scalars, status, units, threads, True, in_place=graph.name)
         return
-    _run_on_scratch(kernel, graph, binding, launch, scalars, units, threads)
+    _run_on_scratch(kernel, graph, binding, launch, scalars, units, threads, fits)
 
 
 def _run_on_scratch(kernel: HostKernel, graph: Graph, binding: Binding, launch: Launch, scalars,
-                    units: int, threads: int | None) -> None:
+                    units: int, threads: int | None, fits: bool) -> None:
     scratch = binding.scratch()
     arrays = [scratch[p.name] for p in graph.buffers]
     status = np.zeros(STATUS_WORDS, np.int64)
     pointers = [_address(a) for a in arrays]
     counts = [a.size for a in arrays]
-    _launch(kernel, pointers, counts, scalars, status, units, threads)
+    _launch(kernel, pointers, counts, scalars, status, units, threads, fits)
     error = status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
     if error is not None:
         raise error
@@ -314,11 +316,12 @@ class FastLauncher:
             return None
         units = self.kernel.plan.chunking.units(extents)
         if fits and self.infallible:
-            _launch(self.kernel, pointers, counts, scalars, status, units, self.threads, in_place=self.graph.name)
+            _launch(self.kernel, pointers, counts, scalars, status, units, self.threads, True,
+                    in_place=self.graph.name)
             return None
         scratch = [a.copy() if spec[3] else a for a, spec in zip(arrays, self.buffers)]
         _launch(self.kernel, [_address(a) for a in scratch], counts, scalars, status, units,
-                self.threads)
+                self.threads, fits)
         if status[0]:
             sizes = {p.name: a.size for p, a in zip(self.graph.buffers, arrays)}
             raise status_error(self.graph, self.kernel.ordinals, status, sizes, extents)

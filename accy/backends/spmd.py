@@ -250,9 +250,11 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
         return accs
 
     # -- for_each: rows or flat chunks of lanes ---------------------------------------
-    def lower_launcher(self) -> ir.Function:
+    def lower_launcher(self, every_check: bool = False) -> tuple[ir.Function, bool]:
         """``void name_host(<the ABI's parameters>, unit_begin, unit_end)`` over units of
-        :meth:`Chunking.units`."""
+        :meth:`Chunking.units`, without the checks the launch proof covers (the runtime calls
+        it where prepare says they pass), or with ``every_check``; returns it with whether
+        the proof covered any (then the launch needs the other version where they fail)."""
         fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]), host_entry_name(self.graph))
         self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
         self._bind_params(fn)
@@ -260,20 +262,11 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
         begin.name, end.name = "unit_begin", "unit_end"
         self.lower_top_level()
         lower_units = self._lower_blocks if self.graph.is_block_launch else self._lower_chunks
-        fits, covered = (LaunchProof(self).prove()[:2]) if self.target.checks else (None, None)
-        if covered:  # two versions: the checks proven for the whole launch, or every check
-            fast, checked, done = (b.append_basic_block(n) for n in ("proven", "checked", "done"))
-            b.cbranch(fits, fast, checked)
-            for block, unchecked in ((fast, covered), (checked, frozenset())):
-                b.position_at_end(block)
-                self.unchecked, self.proven = unchecked, {}
-                lower_units(begin, end)
-                b.branch(done)
-            b.position_at_end(done)
-        else:
-            lower_units(begin, end)
+        covered = LaunchProof(self).prove()[1] if self.target.checks and not every_check else frozenset()
+        self.unchecked, self.proven = covered, {}
+        lower_units(begin, end)
         b.ret_void()
-        return fn
+        return fn, bool(covered)
 
     def lower_prepare(self) -> tuple[ir.Function, bool]:
         """``i1 name_prepare(<the ABI's parameters>, i64* extents)``: writes the launch's
@@ -412,12 +405,22 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
             del self.values[v]
 
 def lower_host(graph: Graph, target: HostTarget) -> LoweredModule:
-    """Lower ``graph`` for the host: the launcher over units of work (see :class:`Chunking`)."""
+    """Lower ``graph`` for the host: the launcher over units of work (see :class:`Chunking`)
+    without the checks the launch proof covers, and the prepare entry."""
     width = target.vector_width or host_vector_width()
     lw = SpmdLowering(graph, target, width)
-    entry = lw.lower_launcher().name
+    launcher, covered = lw.lower_launcher()
     _, infallible = lw.lower_prepare()
-    return LoweredModule(lw.module, entry, False, tuple(graph.body.walk()), HostPlan(lw.chunks, infallible))
+    return LoweredModule(lw.module, launcher.name, False, tuple(graph.body.walk()),
+                         HostPlan(lw.chunks, infallible, checked_separately=covered))
+
+
+def lower_host_checked(graph: Graph, target: HostTarget) -> LoweredModule:
+    """The launcher with every check, for a launch whose prepare entry says that a check the
+    proof covers may fail (compiled only then: most launches never need it)."""
+    lw = SpmdLowering(graph, target, target.vector_width or host_vector_width())
+    launcher, _ = lw.lower_launcher(every_check=True)
+    return LoweredModule(lw.module, launcher.name, False, tuple(graph.body.walk()), HostPlan(lw.chunks, False))
 
 
 @attrs.frozen
@@ -426,3 +429,6 @@ class HostPlan:
 
     chunking: Chunking
     infallible: bool  # when the prepare entry says the launch fits, nothing can fail: run in place
+    # the launcher leaves out the checks the launch proof covers: where prepare says the launch
+    # does not fit, the launch runs the one with every check (lower_host_checked) instead
+    checked_separately: bool = False

@@ -58,9 +58,21 @@ def _vector_width(instance, attribute, value) -> None:
 
 @functools.cache
 def init_llvm() -> None:
+    """Every target LLVM has (NVPTX among them)."""
+    _initialise("initialize_all_targets", "initialize_all_asmprinters")
+    init_native()
+
+
+@functools.cache
+def init_native() -> None:
+    """This machine's target alone: the host's code needs no other (and the others take
+    milliseconds to set up)."""
+    _initialise("initialize_native_target", "initialize_native_asmprinter")
+
+
+def _initialise(*names: str) -> None:
     # LLVM >= 20 initialises itself; older llvmlite needs this (and it is idempotent)
-    for name in ("initialize_all_targets", "initialize_all_asmprinters",
-                 "initialize_native_target", "initialize_native_asmprinter"):
+    for name in names:
         try:
             getattr(llvm, name)()
         except (AttributeError, RuntimeError):

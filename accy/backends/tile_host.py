@@ -1374,6 +1374,7 @@ class TilePlan:
     chunking: Chunking
     infallible: bool
     checked_whole: bool
+    checked_separately: bool = False  # one launcher serves every launch (see HostPlan)
 
 
 class _Everything:
