@@ -434,6 +434,10 @@ class Autotuned:
     def parameters(self):
         return self.program.parameters
 
+    def stored_buffers(self) -> frozenset[str]:
+        """The parameters any config stores to (a config may write fewer)."""
+        return frozenset().union(*(p.stored_buffers() for p in self.programs))
+
     def run(self, args, backend: str = "numpy", *, limits=None, **options):
         """Run with the best config for these arguments' key on ``backend`` (tuning first when
         the key is new); outputs are written in place, as :meth:`accy.Program.run`."""

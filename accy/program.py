@@ -70,6 +70,10 @@ class Program:
         """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
         return OPTIMISED.get(self._trace_key, lambda: optimize(self.traced_graph))
 
+    def stored_buffers(self) -> frozenset[str]:
+        """The parameters the kernel stores to (its outputs)."""
+        return self.graph.stored_buffers()
+
     def graph_for(self, backend: str, arch: str | None = None) -> Graph:
         """The graph ``backend`` compiles: the optimised graph, but a tile program becomes a SIMT
         block launch (:func:`accy.backends.distribute.distribute`) for every backend except numpy

@@ -73,7 +73,7 @@ def _check_mutates(program, mutates: tuple[str, ...]) -> tuple[str, ...]:
         if name not in buffers:
             raise AccyError(f"custom_op: mutates_args names {name!r}, which is not a buffer or tensor parameter of "
                             f"'{program.name}' (those are {', '.join(buffers) or 'none'})")
-    unlisted = sorted(program.graph.stored_buffers() - set(mutates))
+    unlisted = sorted(program.stored_buffers() - set(mutates))
     if unlisted:
         raise AccyError(f"custom_op: '{program.name}' stores to {', '.join(map(repr, unlisted))}, so mutates_args "
                         "must name it (torch must know every argument an op writes)")

@@ -310,3 +310,46 @@ def test_accy_torch_is_an_attribute_of_accy_without_an_import_of_its_own():
     done = subprocess.run([sys.executable, "-c", "import accy; print(accy.torch.custom_op.__name__)"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "custom_op", done.stderr[-2000:]
+
+
+def test_an_autotuned_tile_kernel_is_an_op_too(tmp_path, monkeypatch):
+    """The tuned kernel (a tile softmax with two tilings) registers as it is; the op tunes on
+    its first call and torch.compile traces through it."""
+    from accy import cdiv
+
+    monkeypatch.setenv("ACCY_CACHE_DIR", str(tmp_path))
+
+    @accy.autotune(configs=[dict(ROWS=4, COLS=64), dict(ROWS=2, COLS=128)], key=("x",))
+    @kernel(dst=tensor(f32, 2), x=tensor(f32, 2))
+    def softmax(k, p, *, ROWS, COLS):
+        R, C = p.x.shape
+
+        @k.for_each_tile(grid=axis("r", cdiv(R, ROWS)))
+        def program(t, pid):
+            r0 = pid["r"] * ROWS
+
+            def stats(t, c0, carry):
+                m, s = carry
+                x = p.x.load_tile((r0, c0), (ROWS, COLS), other=float("-inf"))
+                m_new = t.maximum(m, t.max(x, axis=1))
+                return m_new, s * t.exp(m - m_new) + t.sum(t.exp(x - m_new[:, None]), axis=1)
+
+            start = (t.full((ROWS,), float("-inf"), f32), t.zeros((ROWS,), f32))
+            m, s = t.fold_range(0, C, COLS, start, stats)
+            t.for_range(0, C, COLS, lambda t, c0: p.dst.store_tile(
+                (r0, c0), t.exp(p.x.load_tile((r0, c0), (ROWS, COLS)) - m[:, None]) / s[:, None]))
+
+    op = accy.torch.custom_op("accy_test::tuned_softmax", softmax, mutates_args=("dst",))
+
+    def f(x):
+        y = torch.empty_like(x)
+        op(y, x * 2.0)
+        return y
+
+    x = torch.randn(13, 300, generator=torch.Generator().manual_seed(3))
+    e = np.exp(2 * x.double().numpy() - 2 * x.double().numpy().max(axis=1, keepdims=True))
+    expected = e / e.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(f(x).numpy(), expected, rtol=1e-5, atol=1e-7)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    np.testing.assert_allclose(compiled(x).numpy(), expected, rtol=1e-5, atol=1e-7)
+    assert softmax.tuning_log([torch.empty_like(x), x], backend="llvm").config in softmax.configs
