@@ -69,7 +69,16 @@ class QuickCases:
 
 
 QUICK_DTYPES = frozenset({"f32", "f16", "i8", "u64", "bool"})  # narrow and wide, float and integer
+SM_80 = frozenset({"sm_80"})  # a PTX check at both arches: sm_90 is the full suite's
 QUICK_CASES = {  # (file, test function) -> the cases it keeps
+    ("test_fp8.py", "test_every_type_casts_to_fp8_as_ml_dtypes"): QuickCases(("src",), QUICK_DTYPES),
+    ("test_fp8.py", "test_saturating_casts_clamp_to_the_largest_finite_value"): QuickCases(("src",), QUICK_DTYPES),
+    ("test_tile_distribute.py", "test_every_kernel_assembles_without_spills"): QuickCases(
+        ("arch",), SM_80, compiled_only=False),
+    ("test_tile_distribute.py", "test_vector_accesses_assemble_without_spills"): QuickCases(
+        ("arch",), SM_80, compiled_only=False),
+    ("test_tensor_cores.py", "test_tensor_core_ptx_assembles_without_spills"): QuickCases(
+        ("arch",), SM_80, compiled_only=False),
     # every dtype on numpy, QUICK_DTYPES on llvm and ptx
     ("test_dtypes.py", "test_op_matches_python_reference_bit_for_bit"): QuickCases(("t",), QUICK_DTYPES),
     ("test_dtypes.py", "test_cast_matches_python_reference"): QuickCases(("src", "dst"), QUICK_DTYPES),
