@@ -68,7 +68,7 @@ class Program:
     @functools.cached_property
     def graph(self) -> Graph:
         """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
-        return OPTIMISED.get(self._trace_key, lambda: optimize(self.traced_graph))
+        return OPTIMISED.get(self._trace_key, lambda: optimize(self.traced_graph, verified=True))  # trace verifies
 
     def stored_buffers(self) -> frozenset[str]:
         """The parameters the kernel stores to (its outputs)."""

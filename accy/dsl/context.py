@@ -6,6 +6,7 @@ kept on a per-thread stack so several threads may trace at once.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
@@ -38,6 +39,7 @@ def current():
     return builders[-1]
 
 
+@functools.cache  # a handful of files, asked about once per recorded op
 def _is_machinery(filename: str) -> bool:
     if filename.startswith("<"):  # exec, stdin, a notebook cell, a doctest: user code
         # ... but not Python's frozen modules, nor the methods attrs writes for accy's classes

@@ -353,9 +353,11 @@ def eliminate_dead_code(graph: Graph) -> Graph:
     return _Rebuilder(keep).graph(graph)
 
 
-def optimize(graph: Graph) -> Graph:
-    """The standard pipeline, verified before and after."""
-    verify(graph)
+def optimize(graph: Graph, *, verified: bool = False) -> Graph:
+    """The standard pipeline, verified before (unless ``verified``: the caller just did, as
+    tracing does) and after."""
+    if not verified:
+        verify(graph)
     for run_pass in (fold_constants, eliminate_common_subexpressions, hoist_loop_invariants,
                      eliminate_common_subexpressions, eliminate_dead_code):
         graph = run_pass(graph)
