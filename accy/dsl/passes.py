@@ -346,6 +346,8 @@ def eliminate_dead_code(graph: Graph) -> Graph:
                     mark(region)
 
     mark(graph.body)
+    if all(op in live for op in graph.body.walk()):
+        return graph  # nothing to drop: no copy (graphs are never mutated)
 
     def keep(rb: _Rebuilder, op: Op, operands):
         return None if op in live else [None] * len(op.results)
