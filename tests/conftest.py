@@ -70,14 +70,30 @@ class QuickCases:
 
 QUICK_DTYPES = frozenset({"f32", "f16", "i8", "u64", "bool"})  # narrow and wide, float and integer
 SM_80 = frozenset({"sm_80"})  # a PTX check at both arches: sm_90 is the full suite's
+FP8_RUNS = frozenset({"{}", "{'arch': 'sm_80'}"})  # test_fp8's RUNS options: llvm, and ptx at sm_80
+FULL_SUITE_ONLY = QuickCases((), frozenset())
 QUICK_CASES = {  # (file, test function) -> the cases it keeps
-    ("test_fp8.py", "test_every_type_casts_to_fp8_as_ml_dtypes"): QuickCases(("src",), QUICK_DTYPES),
-    ("test_fp8.py", "test_saturating_casts_clamp_to_the_largest_finite_value"): QuickCases(("src",), QUICK_DTYPES),
-    ("test_tile_distribute.py", "test_every_kernel_assembles_without_spills"): QuickCases(
+    # QUICK_DTYPES on llvm and on ptx at sm_80 (the f32 sweep on the emulator is 5-7 s an arch)
+    ("test_fp8.py", "test_every_type_casts_to_fp8_as_ml_dtypes"): QuickCases(
+        ("src", "options"), QUICK_DTYPES | FP8_RUNS),
+    ("test_fp8.py", "test_saturating_casts_clamp_to_the_largest_finite_value"): QuickCases(
+        ("src", "options"), QUICK_DTYPES | FP8_RUNS),
+    # the no-spill checks: the quick subset's ptx runs still assemble every PTX they emit
+    # (conftest's listener), at sm_80
+    ("test_tile_distribute.py", "test_every_kernel_assembles_without_spills"): FULL_SUITE_ONLY,
+    ("test_tensor_cores.py", "test_tensor_core_ptx_assembles_without_spills"): FULL_SUITE_ONLY,
+    ("test_examples.py", "test_example_programs_lower_to_ptx_that_ptxas_accepts"): QuickCases(
         ("arch",), SM_80, compiled_only=False),
+    # inductor compiles C++ (about 17 s); the aot_eager torch.compile tests stay quick
+    ("test_torch.py", "test_torch_compile_with_inductor_matches_eager"): FULL_SUITE_ONLY,
+    # the 64 x 32 tiles' scans are 4 s a backend; the other shapes cover warps, axes and replicas
+    ("test_tile_distribute.py", "test_scans_agree_with_numpy"): QuickCases(
+        ("shape",), frozenset({"(256,)", "(4, 256)", "(2, 3, 8)", "(16, 1)", "(40,)"})),
+    # bf16 (the tensor-core path) on llvm and ptx; every dtype on numpy
+    ("test_attention_tile.py", "test_matches_reference"): QuickCases(("dtype",), frozenset({"bf16"})),
+    ("test_tensor_cores.py", "test_attention_tile_entry_on_tensor_cores"): QuickCases(
+        ("dtype",), frozenset({"bf16"}), compiled_only=False),
     ("test_tile_distribute.py", "test_vector_accesses_assemble_without_spills"): QuickCases(
-        ("arch",), SM_80, compiled_only=False),
-    ("test_tensor_cores.py", "test_tensor_core_ptx_assembles_without_spills"): QuickCases(
         ("arch",), SM_80, compiled_only=False),
     # every dtype on numpy, QUICK_DTYPES on llvm and ptx
     ("test_dtypes.py", "test_op_matches_python_reference_bit_for_bit"): QuickCases(("t",), QUICK_DTYPES),
