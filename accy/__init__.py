@@ -44,8 +44,7 @@ from .dsl import (
 )
 from .errors import AccyError
 from .program import Program, kernel
-
-__version__ = "0.2.0"
+from .version import __version__
 
 
 def __getattr__(name):  # accy.Profile without importing the emulator with accy

@@ -38,6 +38,7 @@ import numpy as np
 from .dsl.tensors import declared_parameters
 from .errors import AccyError, AutotuneError
 from .program import Program
+from .version import __version__
 
 FORMAT = 1  # of a stored record; bump when it changes
 TIMED_ROUNDS = 5  # rounds of timing, each running every config still in the running once
@@ -254,7 +255,6 @@ def _device(backend: str, options: Mapping) -> str:
 
 
 def _store_key(programs: Sequence[Program], key: dict, backend: str, options: Mapping, device: str) -> str:
-    from . import __version__
     from .backends import cache
 
     graphs = []

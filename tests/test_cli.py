@@ -88,10 +88,10 @@ def test_compare_by_default_runs_every_backend_as_accy_compare_does(capsys):
 
 
 def test_the_version_has_one_source():
-    """pyproject.toml takes the version from accy.__version__ (setuptools' dynamic attr)."""
+    """pyproject.toml takes the version from accy/version.py (setuptools' dynamic attr), which accy exports."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "accy.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "accy.version.__version__"}
     config = pytest.importorskip("setuptools.config.pyprojecttoml")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # setuptools may call [tool.setuptools] beta

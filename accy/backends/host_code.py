@@ -19,6 +19,7 @@ import attrs
 import llvmlite.binding as llvm
 
 from ..dsl.ir import Graph
+from ..version import __version__
 from . import cache
 from .chunking import Chunking, Chunks, host_vector_width
 from .spmd import HostPlan
@@ -36,11 +37,9 @@ def host_cpu() -> str:
 
 def host_code_key(graph: Graph, target: HostTarget, version: str = "launcher") -> str:
     """The key of ``graph``'s launcher ``version`` (its launcher, or the one with every check)."""
-    import accy  # here, not at the top: accy imports the backends
-
     width = target.vector_width or host_vector_width()
     return cache.cache_key("host", version, graph.text(), repr(target), f"width={width}", host_cpu(),
-                           f"accy-{accy.__version__}")
+                           f"accy-{__version__}")
 
 
 @attrs.frozen
