@@ -137,7 +137,7 @@ def _checked_configs(configs) -> tuple[dict, ...]:
     for i, config in enumerate(checked[1:], 1):
         if set(config) != set(names):
             missing, extra = sorted(set(names) - set(config)), sorted(set(config) - set(names))
-            raise AutotuneError(f"autotune: config {i} {config!r} has not the keys of config 0 ({', '.join(names)}): "
+            raise AutotuneError(f"autotune: config {i} {config!r} does not have config 0's keys ({', '.join(names)}): "
                                 + "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
                                                           extra and f"extra {', '.join(extra)}"])))
     return tuple(checked)
@@ -156,6 +156,11 @@ def _check_body_takes(body: Callable, names, kernel: str) -> None:
     if missing:
         raise AutotuneError(f"autotune: the body of '{kernel}' takes no keyword argument {', '.join(missing)}; "
                             f"every config entry is passed to it (def {kernel}(k, p, *, {', '.join(names)}))")
+    unset = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+             and p.default is inspect.Parameter.empty and n not in names]
+    if unset:
+        raise AutotuneError(f"autotune: the body of '{kernel}' needs keyword argument {', '.join(unset)}, which "
+                            f"no config gives: add it to every config (or give it a default in the body)")
 
 
 def _checked_key(key, program: Program) -> tuple[str, ...]:
@@ -187,7 +192,9 @@ def _key_text(value) -> str:
     """A scalar's value, or an array's shape and dtype."""
     shape = getattr(value, "shape", None)
     if shape is not None and getattr(value, "ndim", 0) > 0:
-        return f"{tuple(int(n) for n in shape)} {getattr(value, 'dtype', '')}".rstrip()
+        # torch names its dtypes "torch.float32": the key of NumPy's float32, so either reuses the other's choice
+        dtype = str(getattr(value, "dtype", "")).removeprefix("torch.")
+        return f"{tuple(int(n) for n in shape)} {dtype}".rstrip()
     if isinstance(value, np.generic):
         value = value.item()
     return repr(value)

@@ -40,7 +40,9 @@ def test_flat_or_shaped_arrays(backend):
         (lambda a: {**dict(zip(["dst", "query", "key", "value"], a)), "bias": a[1]}, r"unknown 'bias'"),
         (lambda a: [a[0], a[1].astype(np.float64), a[2], a[3]], r"argument 'query': expected dtype float32 \(f32\), got float64"),
         (lambda a: [a[0], a[1], a[2][:, :2], a[3]], r"argument 'key': expected 12 elements \(b=2 k=3 h=2\), got 8"),
-        (lambda a: [a[0], a[1], a[2], np.ones((2, 2, 6), np.float32)[:, :, ::2]], r"argument 'value' is not C-contiguous"),
+        (lambda a: [a[0], a[1], a[2], np.ones((2, 2, 6), np.float32)[:, :, ::2]],
+         r"argument 'value' is not C-contiguous \(shape \(2, 2, 3\), strides \(12, 6, 2\) in elements\); "
+         r"pass a contiguous copy \(np.ascontiguousarray\(x\)\)"),
         (lambda a: [a[0], a[1].tolist(), a[2], a[3]], r"argument 'query': expected an array \(a NumPy array, or an object with .*\), got list"),
         (lambda a: np.zeros(4), r"arguments must be a sequence"),
     ],

@@ -283,6 +283,8 @@ def test_bad_decorations_are_errors_at_decoration_time():
         doubled([dict(BLOCK=[64])])
     with pytest.raises(AutotuneError, match="above @accy.kernel"):
         accy.autotune(configs=[FAST])(lambda k, p: None)
+    with pytest.raises(AutotuneError, match="needs keyword argument warps, which no config gives"):
+        doubled([dict(BLOCK=64, reps=1)])
 
 
 def test_compare_runs_the_autotuned_kernel_on_each_backend():

@@ -555,10 +555,8 @@ def bind_arguments(
                 f"argument '{p.name}': expected {count} elements{described}, got {info.size} (shape {info.shape})"
             )
         if not info.c_contiguous:
-            raise ArgumentError(
-                f"argument '{p.name}' is not C-contiguous (strides {info.strides}); pass a contiguous copy "
-                "(np.ascontiguousarray(...))"
-            )
+            raise ArgumentError(f"argument '{p.name}' is not C-contiguous ({_layout_text(info)}); pass a contiguous "
+                                f"copy ({_contiguous_copy(value)})")
         if p.name in outputs and not info.writeable:
             raise ArgumentError(f"argument '{p.name}' is read-only, but the kernel stores to it")
     for out in sorted(outputs):
@@ -568,6 +566,20 @@ def bind_arguments(
                     f"argument '{out}' shares memory with argument '{p.name}'; an output must not alias another argument"
                 )
     return Binding(arrays, infos, frozenset(outputs), scalars, _layouts(graph, infos, scalars))
+
+
+def _layout_text(info: ArrayInfo) -> str:
+    """Shape and strides in elements, as torch and a kernel count them (NumPy's are in bytes)."""
+    if info.strides is None:
+        return f"shape {info.shape}"
+    return f"shape {info.shape}, strides {tuple(s // info.dtype.itemsize for s in info.strides)} in elements"
+
+
+def _contiguous_copy(value) -> str:
+    """How to copy ``value`` contiguously, in its own library's words."""
+    if callable(getattr(value, "contiguous", None)):  # a torch tensor
+        return "x.contiguous()"
+    return "np.ascontiguousarray(x)"
 
 
 def _layouts(graph: Graph, infos: dict[str, ArrayInfo], scalars: dict) -> dict[str, TensorLayout]:
