@@ -18,6 +18,7 @@ from .dsl.schedule import DEFAULT_THREADS, Launch, Limits, ThreadBlocks
 from .dsl.tensors import TensorParams, tensor_parameters
 from .dsl.trace import parameters, trace
 from .errors import TraceError
+from .graph_store import stored_graph
 from .trace_cache import OPTIMISED, TRACED, body_key
 
 
@@ -33,12 +34,16 @@ class Program:
 
     ``body(k, args)`` is called once, at trace time, with the top-level builder
     ``k`` and the parameters; it must open one launch with ``k.for_each_Nd``.
+
+    ``disk_key`` names the graph across processes (accy's library entries give the builder
+    and its arguments): the optimised graph is then kept on disk (:mod:`accy.graph_store`).
     """
 
     name: str = attrs.field(validator=_check_name)
     parameters: tuple[Param, ...] = attrs.field(converter=parameters)
     body: Callable
     schedule: ThreadBlocks | None = None
+    disk_key: str | None = attrs.field(default=None, kw_only=True)
 
     def with_schedule(self, schedule: ThreadBlocks) -> "Program":
         if not isinstance(schedule, ThreadBlocks):
@@ -68,7 +73,10 @@ class Program:
     @functools.cached_property
     def graph(self) -> Graph:
         """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
-        return OPTIMISED.get(self._trace_key, lambda: optimize(self.traced_graph, verified=True))  # trace verifies
+        build = lambda: optimize(self.traced_graph, verified=True)  # noqa: E731 (trace verifies)
+        if self.disk_key is not None:
+            return OPTIMISED.get(self._trace_key, lambda: stored_graph(self.disk_key, build))
+        return OPTIMISED.get(self._trace_key, build)
 
     def stored_buffers(self) -> frozenset[str]:
         """The parameters the kernel stores to (its outputs)."""
@@ -105,7 +113,7 @@ class Program:
     @functools.cached_property
     def threads(self) -> ThreadBlocks:
         """The block shape: a block launch's own, else the schedule's (or the default for the rank)."""
-        graph = self.traced_graph
+        graph = self.graph  # the launch as traced (the passes keep it), and a stored graph has no trace
         if graph.is_block_launch:
             return ThreadBlocks(*graph.block_shape)
         if graph.is_tile_launch:  # a program is a block of warps * 32 threads (on the CPU, one lane)

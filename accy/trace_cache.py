@@ -11,7 +11,8 @@ else (a list, a dict, an object with state) has no key and is traced every time.
 
 What the key cannot see, the cache cannot either: a body whose graph depends on the state of a
 module it reads an attribute of (``config.block = 64`` between two traces), on an environment
-variable, a file or a random draw gets the first trace's graph again.  ``ACCY_TRACE_CACHE=0``
+variable, a file or a random draw gets the first trace's graph again.  (Across processes only
+accy's own library entries keep their graphs, on disk: :mod:`accy.graph_store`.)  ``ACCY_TRACE_CACHE=0``
 turns the cache off.
 """
 

@@ -46,8 +46,10 @@ def test_key_names_target_options_and_graph(cache_dir):
     emit("sm_80", checks=False)
     assert len(entries(cache_dir)) == 4
     other = scaled_dot_product_f32(ScaledDotProduct(1, 2, 3, 2, 3))
-    codegen.emit_ptx(other.program.graph, Target.nvptx("sm_80"), other.launch().block)
-    assert len(entries(cache_dir)) == 5
+    graph = other.program.graph  # a library entry's graph may be stored beside (accy.graph_store)
+    stored = len(entries(cache_dir))
+    codegen.emit_ptx(graph, Target.nvptx("sm_80"), other.launch().block)
+    assert len(entries(cache_dir)) == stored + 1
     assert cache.cache_key("a", "b") != cache.cache_key("a", "c") and cache.cache_key("ab") != cache.cache_key("a", "b")
 
 

@@ -36,6 +36,7 @@ from .entry import (
     Specialization,
     ThreadBlocks3D,
     TileReuse,
+    disk_key,
 )
 
 
@@ -285,6 +286,7 @@ def _program(spec: ScaledDotProduct) -> Program:
             "value": dynamic_buffer(f32),
         },
         body=body,
+        disk_key=disk_key(_program, spec),
     ).withSchedule(spec.threads)
 
 
@@ -363,6 +365,7 @@ def _fused_program(spec: ScaledDotProduct) -> Program:
         parameters={"dst": dynamic_buffer(f32), "query": dynamic_buffer(f32),
                     "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)},
         body=body,
+        disk_key=disk_key(_fused_program, spec),
     ).with_schedule(spec.threads)
 
 
@@ -509,7 +512,8 @@ def _flash_program(spec: ScaledDotProduct, tiling: FlashTiling, name: str) -> Pr
                 inner.if_((q < Q) & (col < V), lambda inner, col=col, c=c: a.dst.__setitem__(out_row + col, acc[c] / l))
 
     return Program(name=name, parameters={"dst": dynamic_buffer(f32), "query": dynamic_buffer(f32),
-                                          "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)}, body=body)
+                                          "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)}, body=body,
+                   disk_key=disk_key(_flash_program, spec, tiling, name))
 
 
 def _flash_specialization(spec: ScaledDotProduct, tiling: FlashTiling) -> Specialization:

@@ -328,7 +328,7 @@ class Entry:
         return self.program.launch(limits)
 
     def schedule_snapshot(self, limits: Limits = Limits.default) -> ScheduleSnapshot:
-        graph = self.program.traced_graph
+        graph = self.program.graph
         return ScheduleSnapshot(graph.axes, self.program.threads.block, self.launch(limits))
 
     @property
@@ -374,6 +374,12 @@ class Entry:
     runCpu = run_cpu
     scheduleSnapshot = schedule_snapshot
     createKernelCallArtifact = create_kernel_call_artifact
+
+
+def disk_key(builder, *args) -> str:
+    """A library program's name in every process: its builder and the arguments it was built
+    from (frozen attrs values, whose repr holds every field), for :mod:`accy.graph_store`."""
+    return f"{builder.__module__}.{builder.__qualname__}{args!r}"
 
 
 def _check_tensor_shapes(params, args, shapes: dict[str, Shape]) -> None:
