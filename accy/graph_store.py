@@ -26,17 +26,29 @@ from .errors import AccyError
 counts = {"stored": 0, "loaded": 0}  # this process's graphs written to and read from the disk
 
 
+NOT_GRAPH_MAKERS = ("backends", "emulator")  # accy's packages that only read graphs
+
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def graph_sources() -> list[str]:
+    """accy's modules that may decide a graph, relative to the package (sorted)."""
+    paths = []
+    for folder, subfolders, names in os.walk(ROOT):
+        subfolders[:] = [d for d in subfolders if d not in NOT_GRAPH_MAKERS and not d.startswith("__")]
+        paths += [os.path.relpath(os.path.join(folder, n), ROOT) for n in names if n.endswith(".py")]
+    return sorted(paths)
+
+
 @functools.cache
 def _source_digest() -> str:
-    """A digest of the modules that decide a graph, once a process."""
-    root = os.path.dirname(os.path.abspath(__file__))
+    """A digest of :func:`graph_sources`, once a process."""
     digest = hashlib.sha256()
-    for folder in ("", "dsl", os.path.join("dsl", "analysis"), "library"):
-        path = os.path.join(root, folder)
-        for name in sorted(n for n in os.listdir(path) if n.endswith(".py")):
-            digest.update(os.path.join(folder, name).encode())
-            with open(os.path.join(path, name), "rb") as f:
-                digest.update(f.read())
+    for path in graph_sources():
+        digest.update(path.encode())
+        with open(os.path.join(ROOT, path), "rb") as f:
+            digest.update(f.read())
     return digest.hexdigest()[:16]
 
 

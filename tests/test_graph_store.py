@@ -58,6 +58,14 @@ def test_the_loaded_graph_runs_as_the_traced_one(store, rng):
     assert graph_store.counts["loaded"] >= 1
 
 
+def test_the_key_covers_the_code_that_makes_graphs():
+    sources = graph_store.graph_sources()
+    for module in ("program.py", "graph_store.py", "dsl/passes.py", "dsl/builder.py", "dsl/analysis/intervals.py",
+                   "library/attention.py", "library/attention_tile.py"):
+        assert module in sources
+    assert not [s for s in sources if s.startswith(("backends/", "emulator/"))]
+
+
 def test_another_argument_is_another_graph(store):
     assert _fused_program(SPEC).disk_key != _fused_program(ScaledDotProduct(2, 5, 7, 3, 4, causal=True)).disk_key
     assert _fused_program(SPEC).disk_key == _fused_program(ScaledDotProduct(2, 5, 7, 3, 4)).disk_key
