@@ -288,3 +288,26 @@ def test_every_op_and_cast_lowers_to_ptx_that_ptxas_accepts():
         program = Program(f"all_ops_{t}", params, body)
         for arch in ("sm_80", "sm_90"):
             assert f".target {arch}" in program.ptx(arch)
+
+
+def test_ml_dtypes_is_imported_only_for_a_type_that_needs_it():
+    """ml_dtypes takes about half a second to import: an f32 kernel on every CPU backend never
+    imports it; a bf16 array does."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import numpy as np
+from accy.library.attention import ScaledDotProduct, scaled_dot_product_f32
+entry = scaled_dot_product_f32(ScaledDotProduct(1, 2, 3, 2, 2))
+args = [np.zeros((1, 2, 2), np.float32), np.ones((1, 2, 2), np.float32), np.ones((1, 3, 2), np.float32),
+        np.ones((1, 3, 2), np.float32)]
+for backend in ("numpy", "llvm", "ptx"):
+    entry.run(args, backend=backend)
+assert "ml_dtypes" not in sys.modules, "an f32 kernel imported ml_dtypes"
+import accy
+assert accy.bf16.numpy.name == "bfloat16" and "ml_dtypes" in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -28,12 +28,11 @@ import numbers
 from typing import Callable, Mapping, Sequence
 
 import attrs
-import ml_dtypes
 import numpy as np
 
 from ..dsl.ir import Graph, Param
 from ..dsl.tensors import tensor_parameters
-from ..dsl.types import DType, from_numpy
+from ..dsl.types import DType, from_numpy, numpy_dtype
 from ..errors import ArgumentError
 
 
@@ -127,8 +126,9 @@ class TensorLayout:
         return None
 
 
-# DLPack type codes (code, bits) NumPy does not import, and the ml_dtypes type each is
-_DLPACK_ML_DTYPES = {(4, 16): ml_dtypes.bfloat16, (10, 8): ml_dtypes.float8_e4m3fn, (12, 8): ml_dtypes.float8_e5m2}
+# DLPack type codes (code, bits) NumPy does not import, and the ml_dtypes type each is (by name:
+# ml_dtypes takes half a second to import, paid only when such an array comes)
+_DLPACK_ML_DTYPES = {(4, 16): "bfloat16", (10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2"}
 _DLPACK_HOST_DEVICES = (1, 3)  # kDLCPU, kDLCUDAHost: memory this CPU reads and writes
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged: memory a CUDA kernel reads and writes
 _DLPACK_DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi",
@@ -173,7 +173,7 @@ class DLPackTensor:
         if lanes != 1:
             return None
         if (code, bits) in _DLPACK_ML_DTYPES:
-            return np.dtype(_DLPACK_ML_DTYPES[code, bits])
+            return numpy_dtype(_DLPACK_ML_DTYPES[code, bits])
         kind = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}.get(code)
         try:
             return np.dtype(f"{kind}{bits // 8}") if kind and bits % 8 == 0 else None

@@ -287,7 +287,7 @@ def as_dtype(value) -> DType:
 def from_numpy(dtype) -> DType | None:
     """The accy type holding elements of NumPy ``dtype`` (int64 arrays are ``i64``), or None."""
     dtype = np.dtype(dtype)
-    for t in DTYPES.values():
-        if not t.is_index and t.numpy == dtype:
+    for t in DTYPES.values():  # by name first: a type's .numpy imports ml_dtypes (half a second) for bf16 and fp8
+        if not t.is_index and t.numpy_name == dtype.name and t.numpy == dtype:
             return t
     return None
