@@ -145,7 +145,7 @@ def _checked_configs(configs) -> tuple[dict, ...]:
 
 def _check_body_takes(body: Callable, names, kernel: str) -> None:
     try:
-        params = inspect.signature(body).parameters
+        params = inspect.signature(body, follow_wrapped=False).parameters  # a wrapper's own: it may fill some
     except (TypeError, ValueError):
         return  # a builtin or C callable: tracing will say
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):

@@ -18,7 +18,7 @@ from .dsl.schedule import DEFAULT_THREADS, Launch, Limits, ThreadBlocks
 from .dsl.tensors import TensorParams, tensor_parameters
 from .dsl.trace import parameters, trace
 from .errors import TraceError
-from .graph_store import stored_graph
+from .graph_store import body_name, stored_graph
 from .trace_cache import OPTIMISED, TRACED, body_key
 
 
@@ -35,15 +35,14 @@ class Program:
     ``body(k, args)`` is called once, at trace time, with the top-level builder
     ``k`` and the parameters; it must open one launch with ``k.for_each_Nd``.
 
-    ``disk_key`` names the graph across processes (accy's library entries give the builder
-    and its arguments): the optimised graph is then kept on disk (:mod:`accy.graph_store`).
+    A body that accy's library named (:func:`accy.graph_store.name_body`) keeps its optimised
+    graph on disk for later processes.
     """
 
     name: str = attrs.field(validator=_check_name)
     parameters: tuple[Param, ...] = attrs.field(converter=parameters)
     body: Callable
     schedule: ThreadBlocks | None = None
-    disk_key: str | None = attrs.field(default=None, kw_only=True)
 
     def with_schedule(self, schedule: ThreadBlocks) -> "Program":
         if not isinstance(schedule, ThreadBlocks):
@@ -74,8 +73,9 @@ class Program:
     def graph(self) -> Graph:
         """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
         build = lambda: optimize(self.traced_graph, verified=True)  # noqa: E731 (trace verifies)
-        if self.disk_key is not None:
-            return OPTIMISED.get(self._trace_key, lambda: stored_graph(self.disk_key, build))
+        name = body_name(self.body)
+        if name is not None:
+            return OPTIMISED.get(self._trace_key, lambda: stored_graph(name, self.name, self.parameters, build))
         return OPTIMISED.get(self._trace_key, build)
 
     def stored_buffers(self) -> frozenset[str]:

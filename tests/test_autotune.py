@@ -287,6 +287,28 @@ def test_bad_decorations_are_errors_at_decoration_time():
         doubled([dict(BLOCK=64, reps=1)])
 
 
+def test_a_wrapped_body_that_fills_a_keyword_itself_is_taken():
+    import functools
+
+    def body(k, p, *, BLOCK, reps, warps, scale):
+        (n,) = p.x.shape
+
+        @k.for_each_tile(grid=axis("i", cdiv(n, BLOCK)), warps=warps)
+        def program(t, pid):
+            p.dst.store_tile((pid["i"] * BLOCK,), p.x.load_tile((pid["i"] * BLOCK,), (BLOCK,)) * scale)
+
+    @functools.wraps(body)
+    def wrapper(k, p, **config):
+        return body(k, p, scale=2.0, **config)
+
+    scaled = accy.autotune(configs=[FAST], key=("x",))(
+        accy.kernel(dst=tensor(f32, 1), x=tensor(f32, 1))(wrapper))
+    x = np.arange(100, dtype=np.float32)
+    dst = np.zeros_like(x)
+    scaled.run([dst, x], backend="numpy")
+    np.testing.assert_array_equal(dst, 2 * x)
+
+
 def test_compare_runs_the_autotuned_kernel_on_each_backend():
     report = accy.compare(doubled(), list(inputs(700)), backends=("numpy", "llvm"))
     assert report.agree and report.ran == ("numpy", "llvm") and report.kernel == "double"

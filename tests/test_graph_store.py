@@ -1,11 +1,13 @@
 """Library entries' optimised graphs on disk (accy.graph_store): a later Program of the same
 entry parses the stored graph, with its ops' source locations, instead of tracing; what cannot
-be read back is traced again; user kernels and ACCY_CACHE=0 store nothing."""
+be read back is traced again; user kernels, programs made from an entry's with another name or
+body, and ACCY_CACHE=0 store nothing of theirs under the entry's graph."""
 
 import subprocess
 import sys
 import textwrap
 
+import attrs
 import numpy as np
 import pytest
 
@@ -50,8 +52,7 @@ def test_the_loaded_graph_runs_as_the_traced_one(store, rng):
     q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 5, 3), (2, 7, 3), (2, 7, 4)))
     expected = reference(q, k, v)
     for _ in range(2):  # stores, then loads
-        program = type(entry.program)(entry.program.name, entry.program.parameters, entry.program.body,
-                                      disk_key=entry.program.disk_key)
+        program = attrs.evolve(entry.program)
         dst = np.zeros((2, 5, 4), np.float32)
         program.run([dst, q, k, v], backend="llvm")
         np.testing.assert_allclose(dst, expected, rtol=1e-5, atol=1e-6)
@@ -67,14 +68,26 @@ def test_the_key_covers_the_code_that_makes_graphs():
 
 
 def test_another_argument_is_another_graph(store):
-    assert _fused_program(SPEC).disk_key != _fused_program(ScaledDotProduct(2, 5, 7, 3, 4, causal=True)).disk_key
-    assert _fused_program(SPEC).disk_key == _fused_program(ScaledDotProduct(2, 5, 7, 3, 4)).disk_key
+    name = graph_store.body_name
+    assert name(_fused_program(SPEC).body) != name(_fused_program(ScaledDotProduct(2, 5, 7, 3, 4, causal=True)).body)
+    assert name(_fused_program(SPEC).body) == name(_fused_program(ScaledDotProduct(2, 5, 7, 3, 4)).body)
+
+
+def test_a_program_made_from_an_entrys_with_another_name_or_body_gets_its_own_graph(store):
+    entry = _fused_program(SPEC)
+    entry.graph  # stored
+    renamed = attrs.evolve(entry, name="my_attention")
+    assert renamed.graph.name == "my_attention" and "my_attention" in renamed.ptx()
+    causal = _fused_program(ScaledDotProduct(2, 5, 7, 3, 4, causal=True))
+    other = attrs.evolve(entry, body=lambda k, p: causal.body(k, p))  # the entry's name, another body
+    assert graph_store.body_name(other.body) is None
+    assert other.graph.text() == causal.graph.text().replace(causal.name, entry.name) != entry.graph.text()
 
 
 def test_a_stored_graph_that_does_not_read_back_is_traced_again(store):
     graph = _fused_program(SPEC).graph
-    key = cache.cache_key("graph", _fused_program(SPEC).disk_key, graph_store._source_digest())
-    cache.write(key, b'{"text": "not a graph", "locations": []}')  # a sound entry of a wrong content
+    (path,) = [p for p in store.rglob("*") if p.is_file()]
+    cache.write(path.name, b'{"text": "not a graph", "locations": []}')  # a sound entry of a wrong content
     traced = TRACED.traces
     with pytest.warns(CacheWarning, match="does not read back"):
         again = _fused_program(SPEC).graph

@@ -572,6 +572,8 @@ def _layout_text(info: ArrayInfo) -> str:
     """Shape and strides in elements, as torch and a kernel count them (NumPy's are in bytes)."""
     if info.strides is None:
         return f"shape {info.shape}"
+    if any(s % info.dtype.itemsize for s in info.strides):
+        return f"shape {info.shape}, strides {info.strides} in bytes"
     return f"shape {info.shape}, strides {tuple(s // info.dtype.itemsize for s in info.strides)} in elements"
 
 

@@ -22,6 +22,7 @@ from ..dsl.schedule import ThreadBlocks, positive_int
 from ..dsl.trace import dynamic_buffer
 from ..dsl.types import INDEX_MAX, f32
 from ..errors import TraceError
+from ..graph_store import name_body
 from ..program import Program
 from .entry import (
     ATTENTION_SCALED_DOT_PRODUCT,
@@ -36,7 +37,6 @@ from .entry import (
     Specialization,
     ThreadBlocks3D,
     TileReuse,
-    disk_key,
 )
 
 
@@ -285,8 +285,7 @@ def _program(spec: ScaledDotProduct) -> Program:
             "key": dynamic_buffer(f32),
             "value": dynamic_buffer(f32),
         },
-        body=body,
-        disk_key=disk_key(_program, spec),
+        body=name_body(body, _program, spec),
     ).withSchedule(spec.threads)
 
 
@@ -364,8 +363,7 @@ def _fused_program(spec: ScaledDotProduct) -> Program:
         name=spec.names("_fused")[0],
         parameters={"dst": dynamic_buffer(f32), "query": dynamic_buffer(f32),
                     "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)},
-        body=body,
-        disk_key=disk_key(_fused_program, spec),
+        body=name_body(body, _fused_program, spec),
     ).with_schedule(spec.threads)
 
 
@@ -512,8 +510,7 @@ def _flash_program(spec: ScaledDotProduct, tiling: FlashTiling, name: str) -> Pr
                 inner.if_((q < Q) & (col < V), lambda inner, col=col, c=c: a.dst.__setitem__(out_row + col, acc[c] / l))
 
     return Program(name=name, parameters={"dst": dynamic_buffer(f32), "query": dynamic_buffer(f32),
-                                          "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)}, body=body,
-                   disk_key=disk_key(_flash_program, spec, tiling, name))
+                                          "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)}, body=name_body(body, _flash_program, spec, tiling, name))
 
 
 def _flash_specialization(spec: ScaledDotProduct, tiling: FlashTiling) -> Specialization:

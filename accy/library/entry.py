@@ -376,12 +376,6 @@ class Entry:
     createKernelCallArtifact = create_kernel_call_artifact
 
 
-def disk_key(builder, *args) -> str:
-    """A library program's name in every process: its builder and the arguments it was built
-    from (frozen attrs values, whose repr holds every field), for :mod:`accy.graph_store`."""
-    return f"{builder.__module__}.{builder.__qualname__}{args!r}"
-
-
 def _check_tensor_shapes(params, args, shapes: dict[str, Shape]) -> None:
     """Each tensor argument's shape is its declared one, else an ArgumentError naming it."""
     named = _by_name(declared_parameters(params), args)
