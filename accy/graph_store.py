@@ -15,7 +15,6 @@ follows ``ACCY_CACHE`` and ``ACCY_CACHE_DIR`` like the rest of the compile cache
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -59,18 +58,9 @@ def graph_sources() -> list[str]:
     return sorted(paths)
 
 
-def _source_digest() -> str:
-    digest = hashlib.sha256()
-    for path in graph_sources():
-        digest.update(path.encode())
-        with open(os.path.join(ROOT, path), "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()[:16]
-
-
 # read with accy (about 1 ms), not at the first graph: a file edited after the process imported
 # it must not name a graph built from the code it runs
-SOURCE_DIGEST = _source_digest()
+SOURCE_DIGEST = cache.files_digest(ROOT, graph_sources())
 
 
 def stored_graph(name: str, program_name: str, parameters: tuple[Param, ...], build: Callable[[], Graph]) -> Graph:
@@ -82,7 +72,7 @@ def stored_graph(name: str, program_name: str, parameters: tuple[Param, ...], bu
                           f"python-{sys.version_info.major}.{sys.version_info.minor}")
     payload = cache.read(key)
     graph = _decoded(payload) if payload is not None else None
-    if graph is not None and graph.name == program_name and graph.params == tuple(parameters):
+    if graph is not None and graph.name == program_name and graph.params == parameters:
         counts["loaded"] += 1
         return graph
     graph = build()

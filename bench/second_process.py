@@ -2,9 +2,9 @@
 fresh ``python -c`` (import accy, build the entry, run it), twice on one new cache directory:
 the first process compiles and stores the launcher, the second loads it.  Each child reports
 its import time apart from its first call (the graph, traced or from the disk, the launcher
-from the cache and the run), the run alone (a second call: the first call less it is the issue's "trace plus cache
-load"), and how many launchers it compiled and loaded (so a figure from a process that compiled after all
-is seen as one)."""
+from the cache and the run), the run alone (a second call: the first call less it is the
+issue's "trace plus cache load"), and how many launchers it compiled and loaded (so a figure
+from a process that compiled after all is seen as one)."""
 
 from __future__ import annotations
 

@@ -38,17 +38,23 @@ from ..errors import CacheWarning
 FORMAT_VERSION = 2  # bump when the entry format changes
 
 
+def files_digest(root: str, paths) -> str:
+    """A digest of the files ``paths`` (relative to ``root``, in the order given): their paths
+    and contents, so a rename or an edit changes it."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.encode())
+        with open(os.path.join(root, path), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
 @functools.cache
 def _lowering_digest() -> str:
     """A digest of the code that decides what is compiled (every module of accy.backends: the
     lowering is spread over several, and a change to any of them must miss), once a process."""
     here = os.path.dirname(os.path.abspath(__file__))
-    digest = hashlib.sha256()
-    for name in sorted(n for n in os.listdir(here) if n.endswith(".py")):
-        digest.update(name.encode())
-        with open(os.path.join(here, name), "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()[:16]
+    return files_digest(here, sorted(n for n in os.listdir(here) if n.endswith(".py")))
 
 
 def cache_dir() -> str | None:

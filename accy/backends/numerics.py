@@ -33,12 +33,12 @@ from ..dsl.types import DTYPES, DType, f32
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 # the NumPy names of the types that compute in f32 (f16, bf16, fp8), from the dtype table (names:
 # the dtypes themselves would import ml_dtypes with accy, half a second)
-_IN_F32 = frozenset(t.numpy_name for t in DTYPES.values() if t.compute == f32 and t != f32)
+_IN_F32_NAMES = frozenset(t.numpy_name for t in DTYPES.values() if t.compute == f32 and t != f32)
 
 
 def _narrow(dtype: np.dtype) -> bool:
     """A type whose arithmetic and math go through f32."""
-    return dtype.name in _IN_F32
+    return dtype.name in _IN_F32_NAMES
 
 
 def rounded(fn):

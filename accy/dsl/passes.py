@@ -346,7 +346,7 @@ def eliminate_dead_code(graph: Graph) -> Graph:
                     mark(region)
 
     mark(graph.body)
-    if all(op in live for op in graph.body.walk()):
+    if len(live) == graph.op_count:
         return graph  # nothing to drop: no copy (graphs are never mutated)
 
     def keep(rb: _Rebuilder, op: Op, operands):

@@ -510,7 +510,8 @@ def _flash_program(spec: ScaledDotProduct, tiling: FlashTiling, name: str) -> Pr
                 inner.if_((q < Q) & (col < V), lambda inner, col=col, c=c: a.dst.__setitem__(out_row + col, acc[c] / l))
 
     return Program(name=name, parameters={"dst": dynamic_buffer(f32), "query": dynamic_buffer(f32),
-                                          "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)}, body=name_body(body, _flash_program, spec, tiling, name))
+                                          "key": dynamic_buffer(f32), "value": dynamic_buffer(f32)},
+                   body=name_body(body, _flash_program, spec, tiling, name))
 
 
 def _flash_specialization(spec: ScaledDotProduct, tiling: FlashTiling) -> Specialization:

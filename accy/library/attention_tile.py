@@ -26,9 +26,9 @@ from ..dsl.tensors import tensor
 from ..dsl.tiles import MAX_TILE_ELEMENTS, cdiv
 from ..dsl.traced import axis
 from ..dsl.types import DType, as_dtype, bf16, f16, f32
+from ..graph_store import name_body
 from ..program import Program
 from .attention import ScaledDotProduct, _specialization
-from ..graph_store import name_body
 from .entry import Category, Entry, Layer, TileGrid, TileReuse, Shape
 
 DTYPES = (f32, bf16, f16)
@@ -165,7 +165,8 @@ def _tile_program(spec: ScaledDotProduct, tiles: AttentionTiles, dtype: DType, n
             p.dst.store_tile((b, q0, 0), (out if dtype == f32 else out.cast(dtype)).reshape((1, bq, V)))
 
     return Program(name=name, parameters={"dst": tensor(dtype, 3), "query": tensor(dtype, 3),
-                                          "key": tensor(dtype, 3), "value": tensor(dtype, 3)}, body=name_body(body, _tile_program, spec, tiles, dtype, name))
+                                          "key": tensor(dtype, 3), "value": tensor(dtype, 3)},
+                   body=name_body(body, _tile_program, spec, tiles, dtype, name))
 
 
 def _tile_specialization(spec: ScaledDotProduct, tiles: AttentionTiles, dtype: DType):
