@@ -6,7 +6,7 @@ as keyword arguments (``def matmul(k, p, *, BM, BN, warps)``); it runs like a
 :class:`~accy.Program`.  The first run for a new key (the named scalars' values, the named
 arrays' shapes and dtypes) on a backend compiles and measures every config, on scratch copies of
 the outputs, keeps the fastest, and stores the choice through the compile cache
-(:mod:`accy.backends.cache`, under ``ACCY_CACHE_DIR``), so a later process reuses it untimed:
+(:mod:`accy.cache`, under ``ACCY_CACHE_DIR``), so a later process reuses it untimed:
 
 - ``numpy``, ``llvm`` and ``cuda``: wall time, each config's best run after a warm-up run that
   compiles, the configs taking turns round by round so that load from other processes falls
@@ -246,7 +246,7 @@ def _device(backend: str, options: Mapping) -> str:
     if backend == "ptx":
         return f"ptx {options.get('arch', 'sm_80')}"
     if backend == "cuda":
-        from .backends.cuda import default_state
+        from .runtime.cuda import default_state
 
         device = options.get("device", 0)
         return f"cuda {default_state(device).arch} (device {device})"
@@ -262,7 +262,7 @@ def _device(backend: str, options: Mapping) -> str:
 
 
 def _store_key(programs: Sequence[Program], key: dict, backend: str, options: Mapping, device: str) -> str:
-    from .backends import cache
+    from . import cache
 
     graphs = []
     for program in programs:
@@ -277,7 +277,7 @@ def _store_key(programs: Sequence[Program], key: dict, backend: str, options: Ma
 
 def _load(store_key: str, configs: tuple[dict, ...]) -> TuningRecord | None:
     """The stored record, or None when there is none or it is unreadable or stale (retuned)."""
-    from .backends import cache
+    from . import cache
 
     payload = cache.read(store_key)
     if payload is None:
@@ -295,7 +295,7 @@ def _load(store_key: str, configs: tuple[dict, ...]) -> TuningRecord | None:
 
 
 def _save(store_key: str, record: TuningRecord) -> None:
-    from .backends import cache
+    from . import cache
 
     cache.write(store_key, json.dumps({"format": FORMAT, **record.to_json()}).encode())
 
@@ -470,7 +470,7 @@ class Autotuned:
 
     def tuning_log(self, args, backend: str = "numpy", *, limits=None, **options) -> TuningRecord:
         """How the config for these arguments' key on ``backend`` was chosen (tuning first if needed)."""
-        from .backends import get_backend
+        from .runtime import get_backend
 
         checked = {k: v for k, v in options.items() if k not in RUN_OPTIONS}  # the backend's own options
         options = dict(options, **get_backend(backend).checked_options(checked))

@@ -1,6 +1,6 @@
 """The ``accy`` command line: ``accy demo``, ``accy ir|ptx|llvm-ir|compare|info|profile KERNEL``.
 
-Backend names come from the registry (:data:`accy.backends.BACKENDS`).
+Backend names come from the registry (:data:`accy.runtime.BACKENDS`).
 
 ``KERNEL`` is ``attention`` (the library entry, shaped by the flags) or
 ``FILE.py:NAME``, a :class:`~accy.Program` or library entry defined in a module of
@@ -43,8 +43,8 @@ def _threads(text: str) -> tuple[int, int, int]:
 
 
 def _backend_list(text: str) -> tuple[str, ...]:
-    """Comma-separated backend names, each one the registry knows (accy.backends.BACKENDS)."""
-    from .backends import BACKENDS
+    """Comma-separated backend names, each one the registry knows (accy.runtime.BACKENDS)."""
+    from .runtime import BACKENDS
 
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     unknown = [n for n in names if n not in BACKENDS]
@@ -288,8 +288,8 @@ def _llvm_ir(ns) -> int:
 
 
 def _info(ns) -> int:
-    from .backends.occupancy import occupancy
-    from .backends.toolchain import resources
+    from .codegen.nvptx.occupancy import occupancy
+    from .codegen.nvptx.toolchain import resources
 
     program = _program(ns)
     launch = program.threads
@@ -340,7 +340,7 @@ def _add_codegen(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .backends import BACKENDS
+    from .runtime import BACKENDS
 
     parser = argparse.ArgumentParser(prog="accy", description="accy: GPU compute kernels written in Python.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

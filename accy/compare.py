@@ -16,8 +16,9 @@ from typing import Mapping, Sequence
 import attrs
 import numpy as np
 
-from .backends import BACKENDS, toolchain
-from .backends.arguments import as_host_array
+from .runtime import BACKENDS
+from .codegen.nvptx import toolchain
+from .runtime.arguments import as_host_array
 from .dsl.ops import OPS
 from .dsl.tensors import declared_parameters
 from .errors import AccyError, ArgumentError, BackendUnavailableError, CompileError

@@ -21,14 +21,14 @@ import sys
 import weakref
 from typing import Callable
 
-from .backends import cache
+from . import cache
 from .dsl.ir import Graph, Param, SourceLocation
 from .dsl.parse import parse
 from .errors import AccyError
 from .version import __version__
 
 counts = {"stored": 0, "loaded": 0}  # this process's graphs written to and read from the disk
-NOT_GRAPH_MAKERS = ("backends", "emulator")  # accy's packages that only read graphs
+NOT_GRAPH_MAKERS = ("lowering", "codegen", "runtime", "emulator")  # accy's packages that only read graphs
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 _NAMES: "weakref.WeakKeyDictionary[Callable, str]" = weakref.WeakKeyDictionary()

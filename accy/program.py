@@ -8,9 +8,9 @@ from typing import Callable
 
 import attrs
 
-from .backends import resolve_launch, run
-from .backends.arguments import bind_arguments
-from .backends.tensor_arguments import expand_tensor_arguments
+from .runtime import resolve_launch, run
+from .runtime.arguments import bind_arguments
+from .runtime.tensor_arguments import expand_tensor_arguments
 from .dsl.ir import Graph, Param
 from .dsl.passes import optimize
 from .dsl.context import user_location
@@ -84,8 +84,8 @@ class Program:
 
     def graph_for(self, backend: str, arch: str | None = None) -> Graph:
         """The graph ``backend`` compiles: the optimised graph, but a tile program becomes a SIMT
-        block launch (:func:`accy.backends.distribute.distribute`) for every backend except numpy
-        and llvm, which run tile graphs themselves (llvm: :mod:`accy.backends.tile_host`); its
+        block launch (:func:`accy.lowering.distribute.distribute`) for every backend except numpy
+        and llvm, which run tile graphs themselves (llvm: :mod:`accy.codegen.host.tiles`); its
         ``dot`` runs on tensor cores for an NVPTX ``arch`` of sm_80 or later (None: the device's,
         taken to be)."""
         if backend in ("numpy", "llvm") or not self.graph.is_tile_launch:
@@ -94,7 +94,7 @@ class Program:
 
     def distributed(self, tensor_cores: bool = True) -> Graph:
         """A tile program's SIMT block launch, optimised, with ``dot`` on tensor cores or FMA."""
-        from .backends.distribute import distribute
+        from .lowering.distribute import distribute
 
         cache = self._distributed
         if tensor_cores not in cache:
@@ -141,14 +141,14 @@ class Program:
         ``gpu`` ("h200", "h100", "a100"; None: an A100 for sm_8x, an H200 for sm_90).  A big
         grid runs a sample of its blocks (``sample``: that many; None: chosen by size) and the
         counts are scaled up.  Returns an :class:`accy.Profile` (see docs/tools.md)."""
-        from .backends.emulated import profile
+        from .runtime.emulated import profile
 
         return profile(self, args, arch=arch, gpu=gpu, sample=sample, limits=limits)
 
     def ptx(self, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> str:
         """The kernel's PTX for ``arch``, exactly as the cuda backend compiles it."""
-        from .backends.codegen import emit_ptx
-        from .backends.targets import Target
+        from .codegen.machine import emit_ptx
+        from .targets import Target
 
         graph = self.graph_for("cuda", arch)
         return emit_ptx(graph, Target.nvptx(arch, fast_math=fast_math, checks=checks), _block_of(graph, self.threads))
@@ -156,8 +156,8 @@ class Program:
     def llvm_ir(self, target: str = "host", *, arch: str = "sm_80", fast_math: bool = False,
                 checks: bool = True) -> str:
         """The LLVM IR the kernel lowers to, for ``target`` "host" or "nvptx" (before optimisation)."""
-        from .backends.codegen import llvm_ir
-        from .backends.targets import Target
+        from .codegen.machine import llvm_ir
+        from .targets import Target
 
         if target not in ("host", "nvptx"):
             raise TraceError(f"llvm_ir: target must be 'host' or 'nvptx', got {target!r}")
@@ -169,7 +169,7 @@ class Program:
     def create_kernel_call_artifact(self, backend_state, limits: Limits | None = None, *, version: int = 1,
                                     target: str | None = None):
         """Compile with ``backend_state`` into a registry-ready artifact (target = the program's name)."""
-        from .backends.artifacts import KernelCallArtifact, build_artifact
+        from .runtime.artifacts import KernelCallArtifact, build_artifact
 
         graph = self.graph_for("cuda")
         launch = resolve_launch(graph, self.threads, None, limits) if graph.static_extents is not None else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .backends import BACKENDS
+from .runtime import BACKENDS
 from .compare import CompareReport, compare
 
 

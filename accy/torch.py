@@ -24,7 +24,7 @@ from typing import Iterable
 
 import attrs
 
-from .backends import get_backend
+from .runtime import get_backend
 from .dsl.ir import Param
 from .dsl.tensors import declared_parameters, tensor_parameters
 from .dsl.types import DType

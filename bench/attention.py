@@ -155,7 +155,7 @@ def backends():
     """(label, backend, options) for each backend that can run here."""
     found = [("numpy", "numpy", {}), ("llvm-1t", "llvm", {"threads": 1}), ("llvm", "llvm", {}), ("ptx", "ptx", {})]
     try:
-        from accy.backends.cuda import default_state
+        from accy.runtime.cuda import default_state
 
         default_state()
         found.append(("cuda", "cuda", {}))
@@ -278,8 +278,8 @@ COLD_REPEATS = 3
 
 def _host_compile_seconds(graph) -> tuple[float, float]:
     """Wall and CPU seconds of one cold compile of ``graph``'s host launcher."""
-    from accy.backends import codegen
-    from accy.backends.targets import Target
+    from accy.codegen import machine as codegen
+    from accy.targets import Target
 
     start, cpu = time.perf_counter(), time.process_time()
     codegen._compile_host(graph, Target.host(), False)
@@ -291,9 +291,9 @@ def bench_compile():
     passes, NVPTX lowering and PTX (cold and from the disk cache), and the host launcher cold
     (wall and this process's CPU seconds, which other work on the machine inflates less) and
     loaded from the disk cache."""
-    from accy.backends import codegen
-    from accy.backends.codegen import lower
-    from accy.backends.targets import Target
+    from accy.codegen import machine as codegen
+    from accy.codegen.machine import lower
+    from accy.targets import Target
     from accy.dsl.passes import optimize
     from accy.program import _block_of
 

@@ -18,9 +18,9 @@ CHILD = """
 import time
 start = time.perf_counter()
 import json, numpy as np
-import accy, accy.backends.host
+import accy, accy.runtime.host
 from accy import graph_store
-from accy.backends import codegen
+from accy.runtime import codegen
 from bench.attention import SHAPES, compile_entries, inputs
 from accy.library.attention import ScaledDotProduct
 imported = time.perf_counter()

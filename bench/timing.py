@@ -43,7 +43,7 @@ def machine() -> dict:
         import llvmlite.binding as llvm
 
         info["llvm_cpu"] = llvm.get_host_cpu_name()
-        from accy.backends.chunking import host_vector_width
+        from accy.codegen.host.chunking import host_vector_width
 
         info["vector_width"] = host_vector_width()
     except Exception:  # pragma: no cover - informational only

@@ -1,4 +1,4 @@
-"""Speed of accy.backends.vecmath against scalar libm calls and NumPy.
+"""Speed of accy.codegen.host.vecmath against scalar libm calls and NumPy.
 
     python -m bench.vecmath [--n 10000000] [--f64] [names...]
 
@@ -23,8 +23,8 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
-from accy.backends import vecmath
-from accy.backends.codegen import jit_host_module
+from accy.codegen.host import vecmath
+from accy.codegen.machine import jit_host_module
 
 # the C function per element for the baseline: an LLVM intrinsic where one exists
 LIBM = {"exp": "llvm.exp", "exp2": "llvm.exp2", "expm1": "expm1", "log": "llvm.log", "log2": "llvm.log2",

@@ -21,7 +21,7 @@ CPU_BACKENDS = ["numpy", "llvm", "ptx"]
 
 
 def _cuda_unavailable() -> str | None:
-    from accy.backends.cuda import default_state
+    from accy.runtime.cuda import default_state
     from accy.errors import BackendUnavailableError
 
     try:
@@ -153,7 +153,8 @@ def elementwise(name, fn, n, *, dtypes=(f32, f32), out=f32):
 
 import hashlib  # noqa: E402
 
-from accy.backends import codegen, toolchain  # noqa: E402
+from accy.codegen import machine as codegen
+from accy.codegen.nvptx import toolchain
 from accy.emulator import instruction_forms, unsupported  # noqa: E402
 
 ASSEMBLED: dict[str, str] = {}

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from accy.backends import toolchain
+from accy.codegen.nvptx import toolchain
 from accy.emulator import Device, instruction_forms
 from accy.emulator import numerics as N
 
@@ -61,7 +61,7 @@ def compile_ir(ir: str, arch: str = ARCH) -> str:
     """PTX for LLVM IR text (O3; libdevice linked when it calls __nv_ functions), checked by ptxas."""
     import llvmlite.binding as llvm
 
-    from accy.backends import codegen
+    from accy.codegen import machine as codegen
 
     with codegen._lock:  # LLVM's context is not thread-safe; share accy's lock
         tm = _machine(arch)

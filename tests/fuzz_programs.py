@@ -41,7 +41,7 @@ Inexact math functions (exp exp2 expm1 log log2 log1p erf tanh sigmoid sin cos a
 are drawn in one of two modes:
 
 * ``exact_math=True``: the test makes the interpreter compute them with the same
-  routines the LLVM host inlines (accy.backends.vecmath), so every result must agree
+  routines the LLVM host inlines (accy.codegen.host.vecmath), so every result must agree
   bit for bit.  Where the argument might be a compile-time constant for LLVM, the
   generator still wraps it in :class:`Opaque` (``x + negz``, with the scalar parameter
   ``negz = -0.0`` that changes no value, NaN and signed zeros included), so that what

@@ -24,7 +24,8 @@ import attrs
 import numpy as np
 from hypothesis import HealthCheck, settings
 
-from accy.backends import bind_arguments, interpreter
+from accy.runtime import bind_arguments
+from accy.runtime.interpreter import simt as interpreter
 from accy.errors import AccyError
 
 # -- the --fuzz-long option ----------------------------------------------------------------------

@@ -10,8 +10,8 @@ import functools
 import llvmlite.ir as ir
 import numpy as np
 
-from accy.backends import vecmath
-from accy.backends.codegen import jit_host_module
+from accy.codegen.host import vecmath
+from accy.codegen.machine import jit_host_module
 
 NP = {"f32": np.float32, "f64": np.float64}
 

@@ -249,7 +249,7 @@ import ctypes  # noqa: E402
 import ml_dtypes  # noqa: E402
 
 from accy import bf16  # noqa: E402
-from accy.backends.arguments import as_host_array  # noqa: E402
+from accy.runtime.arguments import as_host_array  # noqa: E402
 
 
 def test_a_python_int_past_any_float_is_an_argument_error(backend):
@@ -365,9 +365,9 @@ def test_torch_bf16_and_requires_grad_tensors():
 # -- issue 20 §1: DLPack capsules of both kinds, and tensors on another device ----------------------
 
 from accy import tensor  # noqa: E402
-from accy.backends import arguments as arguments_module  # noqa: E402
-from accy.backends.arguments import dlpack_tensor, parse_dlpack_capsule  # noqa: E402
-from accy.backends.tensor_arguments import DeviceSpan, expand_tensor_arguments  # noqa: E402
+from accy.runtime import arguments as arguments_module  # noqa: E402
+from accy.runtime.arguments import dlpack_tensor, parse_dlpack_capsule  # noqa: E402
+from accy.runtime.tensor_arguments import DeviceSpan, expand_tensor_arguments  # noqa: E402
 
 
 def _dl_tensor(capsule):
@@ -462,7 +462,7 @@ def test_a_cuda_dlpack_array_is_described_from_its_capsule_for_cuda(versioned):
     """JAX arrays and torch bf16 CUDA tensors offer no usable __cuda_array_interface__: the
     capsule gives the device pointer, shape, strides and type (the launch itself runs only on a
     GPU: scripts/gpu_check.sh)."""
-    from accy.backends.cuda import device_info
+    from accy.runtime.cuda import device_info
 
     memory = np.zeros((4, 6), np.uint16)
     info = device_info("x", OnDevice(memory, code=4, versioned=versioned))
@@ -477,7 +477,7 @@ def test_a_cuda_dlpack_array_is_described_from_its_capsule_for_cuda(versioned):
 
 
 def test_a_cuda_dlpack_array_of_a_type_accy_lacks_says_so():
-    from accy.backends.cuda import device_info
+    from accy.runtime.cuda import device_info
 
     with pytest.raises(ArgumentError, match=r"argument 'x': its DLPack type \(code 5, 16 bits, 1 lanes\) has no "
                                             "accy type"):
@@ -487,7 +487,7 @@ def test_a_cuda_dlpack_array_of_a_type_accy_lacks_says_so():
 def test_a_cpu_tensor_of_another_library_is_refused_on_cuda_naming_both_devices():
     """On cuda a NumPy array is copied to the device, but a tensor the caller put in host memory
     (a torch CPU tensor) is refused: both the buffer and the tensor parameter paths."""
-    from accy.backends.cuda import device_info
+    from accy.runtime.cuda import device_info
 
     host = OnDevice(np.zeros(3, np.float32), device=(1, 0))
     with pytest.raises(ArgumentError, match=r"argument 'dst' is on cpu \(test_arguments.OnDevice\), but backend "

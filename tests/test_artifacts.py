@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from accy import Program, axis, dynamic_buffer, f32, index
-from accy.backends.artifacts import ABI, ArtifactFormat, RecordingBackendState, Registry
-from accy.backends.arguments import bind_arguments
+from accy.runtime.artifacts import ABI, ArtifactFormat, RecordingBackendState, Registry
+from accy.runtime.arguments import bind_arguments
 from accy.errors import LaunchError
 from accy.library.attention import ScaledDotProduct, Threads3D, scaled_dot_product_f32
 

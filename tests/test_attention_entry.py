@@ -250,8 +250,8 @@ def test_flash_entry_metadata_is_the_block_layer():
 def test_flash_entry_fits_registers_without_spills(head):
     """Under ptxas -v at sm_90, at head dims 64 and 128: no spills, at most 128 registers;
     the artifact records what ptxas reported."""
-    from accy.backends import toolchain
-    from accy.backends.artifacts import RecordingBackendState
+    from accy.codegen.nvptx import toolchain
+    from accy.runtime.artifacts import RecordingBackendState
     from accy.library.attention import ScaledDotProduct
 
     if toolchain.find_ptxas() is None:

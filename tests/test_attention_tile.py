@@ -260,8 +260,8 @@ def test_bad_options_raise():
 
 
 def test_kernel_call_artifact():
-    from accy.backends import toolchain
-    from accy.backends.artifacts import ArtifactFormat, DTypeSet, RecordingBackendState
+    from accy.codegen.nvptx import toolchain
+    from accy.runtime.artifacts import ArtifactFormat, DTypeSet, RecordingBackendState
 
     entry = scaled_dot_product_tile(ScaledDotProduct(1, 8, 8, 4, 4, causal=True), accy.bf16, AttentionTiles(8, 8))
     state = RecordingBackendState(arch="sm_80", fast_math=toolchain.find_libdevice() is None)
@@ -279,8 +279,8 @@ def test_kernel_call_artifact():
 def test_default_tiles_assemble_without_spills_at_sm_90(causal):
     """At head dim 64 the default tiles (64 x 64, 8 warps) spill nothing at sm_90 (4 warps spill
     some 640 stores)."""
-    from accy.backends import toolchain
-    from accy.backends.artifacts import RecordingBackendState
+    from accy.codegen.nvptx import toolchain
+    from accy.runtime.artifacts import RecordingBackendState
 
     if toolchain.find_ptxas() is None:
         pytest.skip("ptxas is not installed: no resources to read")

@@ -180,7 +180,7 @@ def test_a_second_process_reuses_the_stored_choice_without_timing(tmp_path):
 
 
 def test_a_corrupt_record_is_tuned_again(measured):
-    from accy.backends import cache
+    from accy import cache
 
     dst, x = inputs()
     kernel = doubled()

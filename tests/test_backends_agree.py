@@ -6,8 +6,8 @@ import itertools
 import numpy as np
 import pytest
 
-from accy.backends.codegen import emit_ptx
-from accy.backends.targets import Target
+from accy.codegen.machine import emit_ptx
+from accy.targets import Target
 from accy.library.attention import (
     ScaledDotProduct,
     Threads3D,

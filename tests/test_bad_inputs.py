@@ -20,7 +20,7 @@ from accy.errors import (
     OutOfBoundsError,
     TraceError,
 )
-from accy.backends.targets import Target
+from accy.targets import Target
 from accy.library.attention import ScaledDotProduct, Threads3D, scaled_dot_product_f32
 
 SDPA = scaled_dot_product_f32(ScaledDotProduct(2, 2, 3, 2, 2, threads=Threads3D(2, 2, 1)))
@@ -312,8 +312,8 @@ def test_tracing_is_reentrant():
 
 
 def test_corrupt_cache_entry_rebuilds_with_warning(tmp_path, monkeypatch):
-    from accy.backends.codegen import emit_ptx
-    from accy.backends.targets import Target
+    from accy.codegen.machine import emit_ptx
+    from accy.targets import Target
 
     monkeypatch.setenv("ACCY_CACHE_DIR", str(tmp_path))
     ptx = emit_ptx(SDPA.program.graph, Target.nvptx(), SDPA.launch().block)
@@ -325,8 +325,8 @@ def test_corrupt_cache_entry_rebuilds_with_warning(tmp_path, monkeypatch):
 
 
 def test_unusable_cache_directory_runs_without_cache(tmp_path, monkeypatch):
-    from accy.backends.codegen import emit_ptx
-    from accy.backends.targets import Target
+    from accy.codegen.machine import emit_ptx
+    from accy.targets import Target
 
     not_a_dir = tmp_path / "cache"
     not_a_dir.write_text("")
@@ -453,7 +453,7 @@ def test_launch_options_are_checked(backend_name, options, message):
     with pytest.raises(ArgumentError, match=message):
         program.run([dst], backend=backend_name, **options)
     with pytest.raises(ArgumentError, match=message):  # the general path (counts given) checks them the same
-        accy.backends.run(program, [dst], backend=backend_name, counts={}, **options)
+        accy.runtime.run(program, [dst], backend=backend_name, counts={}, **options)
     assert (dst == 0).all()
 
 
@@ -478,12 +478,12 @@ def test_options_that_are_taken_run():
 
 
 def test_every_backend_option_has_a_check():
-    from accy.backends.contract import OPTIONS, Backend
+    from accy.runtime.contract import OPTIONS, Backend
 
-    for name in accy.backends.BACKENDS:
-        backend = accy.backends.get_backend(name)
+    for name in accy.runtime.BACKENDS:
+        backend = accy.runtime.get_backend(name)
         assert all(option is OPTIONS[option.name] for option in backend.options), name
-    with pytest.raises(TypeError, match=r"no option colour in accy.backends.contract.OPTIONS"):
+    with pytest.raises(TypeError, match=r"no option colour in accy.runtime.contract.OPTIONS"):
         Backend("toy", frozenset({"colour"}), lambda *a: None)
 
 
@@ -518,7 +518,7 @@ _IN_A_LOOP = """%8 = fold %3 to %6 step 1 init(%2) -> (f32) {
 
 @pytest.mark.parametrize("guarded", [_UNDER_AN_IF, _IN_A_LOOP], ids=["if", "fold"])
 def test_a_barrier_only_part_of_a_block_reaches_is_refused_by_every_backend(guarded, backend):
-    from accy.backends import bind_arguments, get_backend, resolve_launch
+    from accy.runtime import bind_arguments, get_backend, resolve_launch
     from accy.emulator import PtxBarrierError
     from accy.errors import BarrierError
 
@@ -537,7 +537,7 @@ def test_a_barrier_only_part_of_a_block_reaches_is_refused_by_every_backend(guar
 @pytest.mark.parametrize("guarded", [_UNDER_AN_IF, _IN_A_LOOP], ids=["if", "fold"])
 def test_the_nvptx_lowering_refuses_a_partial_barrier_before_any_gpu_sees_it(guarded):
     # the cuda backend compiles this PTX: on a GPU the kernel would hang, so it is never emitted
-    from accy.backends.codegen import emit_ptx
+    from accy.codegen.machine import emit_ptx
     from accy.errors import BarrierError
 
     graph = accy.parse(_PARTIAL.replace("GUARDED", guarded))

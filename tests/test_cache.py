@@ -5,8 +5,9 @@ import stat
 
 import pytest
 
-from accy.backends import cache, codegen
-from accy.backends.targets import Target
+from accy import cache
+from accy.codegen import machine as codegen
+from accy.targets import Target
 from accy.library.attention import ScaledDotProduct, scaled_dot_product_f32
 
 ENTRY = scaled_dot_product_f32(ScaledDotProduct(1, 2, 3, 2, 2))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy.backends import BACKENDS
+from accy.runtime import BACKENDS
 from accy.cli import main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -36,7 +36,8 @@ def test_demo_runs_numpy_llvm_and_ptx_times_each_and_says_they_agree(capsys):
 
 def test_demo_without_libdevice_says_why_ptx_cannot_run_and_goes_on(monkeypatch, capsys):
     """A plain `pip install .` has no nvidia-cuda-nvcc: ptx cannot link exp, and the demo says so."""
-    from accy.backends import codegen, toolchain
+    from accy.codegen import machine as codegen
+    from accy.codegen.nvptx import toolchain
 
     monkeypatch.setattr(toolchain, "find_libdevice", lambda: None)
     monkeypatch.setattr(codegen, "find_libdevice", lambda: None)
@@ -141,7 +142,7 @@ def test_python_dash_m_entry_point():
 
 
 def test_ptx_writes_a_file_ptxas_accepts(tmp_path, capsys):
-    from accy.backends.toolchain import assemble, find_ptxas
+    from accy.codegen.nvptx.toolchain import assemble, find_ptxas
 
     out = tmp_path / "out.ptx"
     assert main(["ptx", "attention", "--batch", "2", "--queries", "3", "--arch", "sm_90", "-o", str(out)]) == 0
@@ -197,7 +198,7 @@ def test_a_users_module_with_sibling_imports_and_per_buffer_sizes(tmp_path, caps
 
 
 def test_info_reports_registers_spills_shared_memory_and_occupancy(capsys):
-    from accy.backends.toolchain import find_ptxas
+    from accy.codegen.nvptx.toolchain import find_ptxas
 
     if find_ptxas() is None:
         pytest.skip("no ptxas: pip install nvidia-cuda-nvcc")
@@ -214,7 +215,7 @@ def test_info_reports_registers_spills_shared_memory_and_occupancy(capsys):
 
 
 def test_info_counts_the_mma_instructions_of_a_tile_matmul(capsys):
-    from accy.backends.toolchain import find_ptxas
+    from accy.codegen.nvptx.toolchain import find_ptxas
 
     if find_ptxas() is None:
         pytest.skip("no ptxas: pip install nvidia-cuda-nvcc")
@@ -226,8 +227,8 @@ def test_info_counts_the_mma_instructions_of_a_tile_matmul(capsys):
 
 
 def test_occupancy_follows_the_cuda_rules():
-    from accy.backends.occupancy import occupancy
-    from accy.backends.toolchain import Resources
+    from accy.codegen.nvptx.occupancy import occupancy
+    from accy.codegen.nvptx.toolchain import Resources
 
     full = occupancy(Resources("sm_90", 32, 0, 0, 0, 0, 0), 256)
     assert (full.blocks_per_sm, full.fraction, full.limiter) == (8, 1.0, "warps")

@@ -100,7 +100,7 @@ def test_device_arrays_are_used_in_place_and_untouched_on_failure():
 @requires_gpu
 def test_torch_tensors_in_place_timing_and_a_torch_stream():
     torch = pytest.importorskip("torch", reason="torch provides the CUDA tensors and streams of this test")
-    from accy.backends.cuda import default_state
+    from accy.runtime.cuda import default_state
 
     if default_state().driver.name != "cuda-core":
         pytest.skip("torch streams need the cuda-core driver (ACCY_CUDA_DRIVER=cuda-core)")
@@ -124,7 +124,7 @@ def test_torch_tensors_in_place_timing_and_a_torch_stream():
 
 @requires_gpu
 def test_gpuarray_arguments_with_the_pycuda_driver():
-    from accy.backends.cuda import default_state
+    from accy.runtime.cuda import default_state
 
     if default_state().driver.name != "pycuda":
         pytest.skip("pycuda GPUArrays: with ACCY_CUDA_DRIVER=pycuda")
@@ -144,7 +144,7 @@ def test_gpuarray_arguments_with_the_pycuda_driver():
 
 @requires_gpu
 def test_modules_are_cached_per_context():
-    from accy.backends.cuda import default_state
+    from accy.runtime.cuda import default_state
 
     state = default_state()
     entry = scaled_dot_product_f32(ScaledDotProduct(1, 2, 3, 2, 2))

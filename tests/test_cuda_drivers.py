@@ -2,7 +2,7 @@
 with recording fakes of its library, and the backend's state with a recording driver, up to the
 driver call: the parameters and their widths, the buffer sizes, the status word, copy-back,
 streams, and ACCY_CUDA_DRIVER's choice and errors.  The ``ptx`` backend is checked to reach its
-emulator through the same :class:`~accy.backends.gpu.DeviceLaunch`.  The fakes live here only:
+emulator through the same :class:`~accy.runtime.gpu.DeviceLaunch`.  The fakes live here only:
 no backend is registered for them."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from accy import Program, axis, dynamic_buffer, f32, scalar
-from accy.backends import cuda, drivers
-from accy.backends.abi import STATUS_STORE_OOB, STATUS_WORDS
-from accy.backends.drivers import DRIVERS, KernelLaunch, choose, foreign_stream_handle
-from accy.backends.drivers.cuda_core import CudaCoreDriver
-from accy.backends.drivers.emulator import EmulatorDriver
-from accy.backends.drivers.pycuda_driver import PycudaDriver
+from accy.runtime import cuda, drivers
+from accy.codegen.abi import STATUS_STORE_OOB, STATUS_WORDS
+from accy.runtime.drivers import DRIVERS, KernelLaunch, choose, foreign_stream_handle
+from accy.runtime.drivers.cuda_core import CudaCoreDriver
+from accy.runtime.drivers.emulator import EmulatorDriver
+from accy.runtime.drivers.pycuda_driver import PycudaDriver
 from accy.errors import ArgumentError, BackendUnavailableError, ExecutionError, OutOfBoundsError
 
 
@@ -593,7 +593,7 @@ def test_an_unknown_driver_name_is_refused(installed, monkeypatch):
 def test_importing_the_drivers_imports_no_gpu_library():
     import subprocess
 
-    code = ("import sys, accy.backends.cuda, accy.backends.drivers.cuda_core, accy.backends.drivers.pycuda_driver; "
+    code = ("import sys, accy.runtime.cuda, accy.runtime.drivers.cuda_core, accy.runtime.drivers.pycuda_driver; "
             "print(sorted(m for m in ('cuda.core', 'cuda.bindings', 'pycuda') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

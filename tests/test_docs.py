@@ -105,7 +105,7 @@ def test_sample_runs(code, as_a_user_runs_it):
 
 
 def test_samples_run_without_the_suites_memory_checks(as_a_user_runs_it):
-    from accy.backends.interpreter import check_memory_default
+    from accy.runtime.interpreter.simt import check_memory_default
 
     assert not check_memory_default()
 
@@ -121,7 +121,7 @@ def test_the_planted_bug_sample_catches_its_bug_at_every_vector_width(width):
     vector width, in a fresh process with the user's environment (no memory checks)."""
     env = {k: v for k, v in os.environ.items() if k != "ACCY_CHECK_MEMORY"} | {"ACCY_VECTOR_WIDTH": width}
     check = ("import sys, test_docs\n"
-             "from accy.backends.chunking import host_vector_width\n"
+             "from accy.codegen.host.chunking import host_vector_width\n"
              f"assert host_vector_width() == {width}\n"
              "test_docs.run_sample(sys.stdin.read())\n")
     done = subprocess.run([sys.executable, "-c", check], input=_planted_bug_sample(), text=True, env=env,
@@ -153,7 +153,7 @@ def test_backends_md_names_every_reduction_a_vectorised_fold_combines_with():
 
 
 def test_the_docs_index_names_the_ptx_backend_and_every_attention_entry():
-    from accy.backends import BACKENDS
+    from accy.runtime import BACKENDS
 
     index = (ROOT / "docs" / "index.md").read_text()
     assert "ptx" in BACKENDS and "`ptx` backend" in index

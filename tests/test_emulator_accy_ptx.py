@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from accy.backends.codegen import emit_ptx
-from accy.backends import run
-from accy.backends.targets import Target
+from accy.codegen.machine import emit_ptx
+from accy.runtime import run
+from accy.targets import Target
 from accy.emulator import Device, instruction_forms, unsupported
 from accy.errors import OutOfBoundsError
 from accy.library.attention import (ScaledDotProduct, ThreadBlocks, reference, scaled_dot_product_f32,

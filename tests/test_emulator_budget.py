@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from accy import axis, dynamic_buffer, f32, index, kernel, scalar
-from accy.backends import toolchain
+from accy.codegen.nvptx import toolchain
 from accy.emulator import Device, PtxError
 from accy.emulator.executor import BUDGET_VARIABLE, DEFAULT_INSTRUCTION_BUDGET
 

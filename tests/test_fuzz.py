@@ -68,10 +68,10 @@ from hypothesis import given, note
 
 import fuzz_programs
 import host_math as host_math_module
-from accy.backends import bind_arguments
-from accy.backends import interpreter
-from accy.backends.codegen import emit_ptx
-from accy.backends.targets import Target
+from accy.runtime import bind_arguments
+from accy.runtime.interpreter import simt as interpreter
+from accy.codegen.machine import emit_ptx
+from accy.targets import Target
 from accy.dsl.ops import OPS, OpTypeError, infer
 from accy.dsl.types import DTYPES
 from accy.errors import AccyError

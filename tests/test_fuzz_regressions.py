@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from accy import Program, axis, dynamic_buffer, f32, f64, index, scalar
-from accy.backends import bind_arguments
-from accy.backends import interpreter
-from accy.backends.codegen import emit_ptx
-from accy.backends.targets import Target
+from accy.runtime import bind_arguments
+from accy.runtime.interpreter import simt as interpreter
+from accy.codegen.machine import emit_ptx
+from accy.targets import Target
 from accy.errors import AccyError, OutOfBoundsError
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from accy import graph_store
-from accy.backends import cache
+from accy import cache
 from accy.errors import CacheWarning
 from accy.library.attention import ScaledDotProduct, _fused_program, reference
 from accy.library.attention_tile import scaled_dot_product_tile
@@ -64,7 +64,7 @@ def test_the_key_covers_the_code_that_makes_graphs():
     for module in ("program.py", "graph_store.py", "dsl/passes.py", "dsl/builder.py", "dsl/analysis/intervals.py",
                    "library/attention.py", "library/attention_tile.py"):
         assert module in sources
-    assert not [s for s in sources if s.startswith(("backends/", "emulator/"))]
+    assert not [s for s in sources if s.startswith(("lowering/", "codegen/", "runtime/", "emulator/"))]
 
 
 def test_another_argument_is_another_graph(store):
@@ -111,7 +111,7 @@ def test_a_later_process_loads_the_graph_and_the_launcher(store):
     code = textwrap.dedent("""
         import json, numpy as np
         from accy import graph_store
-        from accy.backends import codegen
+        from accy.runtime import codegen
         from accy.library.attention import ScaledDotProduct, scaled_dot_product_fused_f32
         entry = scaled_dot_product_fused_f32(ScaledDotProduct(2, 5, 7, 3, 4))
         q, k, v = (np.ones(s, np.float32) for s in ((2, 5, 3), (2, 7, 3), (2, 7, 4)))

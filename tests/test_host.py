@@ -10,8 +10,8 @@ import pytest
 
 import accy
 from accy import axis, dynamic_buffer, f16, f32, i32, i64, index, kernel, scalar
-from accy.backends import codegen
-from accy.backends.targets import Target
+from accy.codegen import machine as codegen
+from accy.targets import Target
 from accy.errors import ArgumentError, CompileError, LaunchError, OutOfBoundsError
 
 WIDTHS = (2, 4, 8, 16)
@@ -411,7 +411,7 @@ import _thread  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
-from accy.backends import host  # noqa: E402
+from accy.runtime import host  # noqa: E402
 
 N_SLOW = 1 << 16
 
@@ -492,14 +492,14 @@ def test_an_interrupted_launch_on_scratch_copies_leaves_the_outputs_untouched(mo
     dst = args[0]
     dst[:] = 7.0
     scratches = []
-    original = accy.backends.arguments.Binding.scratch
+    original = accy.runtime.arguments.Binding.scratch
 
     def scratch(binding):  # keep the copies alive, to see whether anything writes them later
         scratches.append(original(binding))
         return scratches[-1]
 
-    monkeypatch.setattr(accy.backends.arguments.Binding, "scratch", scratch)
-    run = lambda: accy.backends.run(program, args, backend="llvm", threads=2, counts={})  # noqa: E731
+    monkeypatch.setattr(accy.runtime.arguments.Binding, "scratch", scratch)
+    run = lambda: accy.runtime.run(program, args, backend="llvm", threads=2, counts={})  # noqa: E731
     _interrupted(run, lambda: bool(scratches) and scratches[-1]["dst"].any())
     assert (dst == 7.0).all()  # untouched
     copy = scratches[-1]["dst"]

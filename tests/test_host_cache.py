@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from accy import Program, axis, dynamic_buffer, f32, index, scalar
-from accy.backends import codegen, host_code
+from accy.codegen import machine as codegen
+from accy.codegen.host import code_store as host_code
 from accy.errors import CacheWarning, OutOfBoundsError
 
 OTHER_UID = 4242  # a user that is not this one (the tests that need one run as root)
@@ -164,7 +165,7 @@ SECOND_PROCESS = textwrap.dedent("""
     import numpy as np
     sys.path.insert(0, {tests!r})
     from test_host_cache import scaled_add
-    from accy.backends import codegen
+    from accy.runtime import codegen
     a = np.arange(37, dtype=np.float32)
     dst = np.zeros(37, np.float32)
     scaled_add().run([dst, a, np.ones(37, np.float32)], backend="llvm")

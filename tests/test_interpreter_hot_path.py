@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from accy import axis, dynamic_buffer, index, kernel, scalar
-from accy.backends import interpreter, numerics
-from accy.backends.arguments import bind_arguments
+from accy.runtime.interpreter import simt as interpreter
+from accy.runtime.interpreter import numerics
+from accy.runtime.arguments import bind_arguments
 from accy.dsl.ops import OPS
 from accy.dsl.types import DTYPES
 

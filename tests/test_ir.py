@@ -258,13 +258,14 @@ def test_verifier_catches_broken_graphs():
 
 
 def test_every_backend_table_covers_exactly_the_op_table():
-    from accy.backends import interpreter, llvm
+    from accy.runtime.interpreter import simt as interpreter
+    from accy.codegen import llvm
     from accy.dsl.ops import OPS
 
-    from accy.backends.nvptx import NvptxLowering
+    from accy.codegen.nvptx.lowering import NvptxLowering
     from accy.dsl.ops import SIMT_OPS, NVPTX_OPS, TILE_OPS
 
-    # the SIMT lowerings cover the SIMT level; tile ops reach them only after accy.backends.distribute;
+    # the SIMT lowerings cover the SIMT level; tile ops reach them only after accy.lowering.distribute;
     # tensor-core ops only the interpreter (their reference) and the NVPTX lowering have
     assert SIMT_OPS | TILE_OPS | NVPTX_OPS == set(OPS)
     assert not SIMT_OPS & TILE_OPS and not (SIMT_OPS | TILE_OPS) & NVPTX_OPS

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from accy import Program, axis, dynamic_buffer
-from accy.backends import vecmath
+from accy.codegen.host import vecmath
 from accy.dsl.types import bf16, f16, f32, f64
 
 from numeric_reference import ulps

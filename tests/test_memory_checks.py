@@ -8,7 +8,9 @@ import pytest
 
 import accy
 from accy import axis, dynamic_buffer, f32, i32, index, kernel
-from accy.backends import bind_arguments, interpreter, resolve_launch
+from accy.runtime import bind_arguments
+from accy.runtime.interpreter import simt as interpreter
+from accy.runtime import resolve_launch
 from accy.dsl.schedule import ThreadBlocks
 from accy.errors import BarrierError, RaceError, UninitializedError
 

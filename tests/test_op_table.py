@@ -356,7 +356,9 @@ def test_traits_are_consistent():
 
 
 def test_the_inexact_math_functions_are_one_trait():
-    from accy.backends import llvm, numerics, vecmath
+    from accy.codegen import llvm
+    from accy.runtime.interpreter import numerics
+    from accy.codegen.host import vecmath
     from accy.compare import MATH_FUNCTIONS
 
     inexact = _having("inexact")

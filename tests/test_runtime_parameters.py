@@ -8,7 +8,7 @@ import pytest
 
 import accy
 from accy import Program, axis, dynamic_buffer, f32, index, kernel, scalar
-from accy.backends import codegen
+from accy.codegen import machine as codegen
 from accy.dsl.types import DTYPES
 from accy.errors import ArgumentError, LaunchError, TraceError
 

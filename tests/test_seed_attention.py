@@ -99,7 +99,7 @@ def test_attention_scaled_dot_product_entry_carries_specialization_metadata():
 def test_attention_scaled_dot_product_entry_creates_registry_ready_artifact():
     from accy import f32
     from accy import Launch
-    from accy.backends.artifacts import ArtifactFormat, BackendKind, DTypeSet, RecordingBackendState
+    from accy.runtime.artifacts import ArtifactFormat, BackendKind, DTypeSet, RecordingBackendState
 
     entry = ScaledDotProductAttention2x2x3x2x2F32
     state = RecordingBackendState(kind=BackendKind.cuda, format=ArtifactFormat.cuda_ptx)

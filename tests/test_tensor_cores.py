@@ -16,9 +16,13 @@ import pytest
 
 import accy
 from accy import axis, bf16, f16, f32, f8e4m3, i8, i32
-from accy.backends import bind_arguments, get_backend, resolve_launch, toolchain, warp_matrix
-from accy.backends.layouts import Mma
-from accy.backends.tensor_arguments import expand_tensor_arguments
+from accy.runtime import bind_arguments
+from accy.runtime import get_backend
+from accy.runtime import resolve_launch
+from accy.codegen.nvptx import toolchain
+from accy.runtime.interpreter import warp_matrix
+from accy.lowering.layouts import Mma
+from accy.runtime.tensor_arguments import expand_tensor_arguments
 from accy.dsl.ops import MmaKind
 from accy.library import ScaledDotProduct, scaled_dot_product_tile
 from accy.library.attention import reference

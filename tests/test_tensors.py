@@ -9,8 +9,8 @@ import pytest
 
 import accy
 from accy import axis, dynamic_buffer, f32, i32, index, kernel, scalar, tensor
-from accy.backends import bind_arguments
-from accy.backends.tensor_arguments import DeviceSpan, expand_tensor_arguments
+from accy.runtime import bind_arguments
+from accy.runtime.tensor_arguments import DeviceSpan, expand_tensor_arguments
 from accy.dsl.tensors import TensorHandle, TensorParams, TensorSpec
 from accy.errors import ArgumentError, OutOfBoundsError, TraceError, UnwrittenOutputError
 
@@ -259,7 +259,7 @@ class FakeDeviceArray:
 
 
 def test_a_device_tensor_becomes_a_1d_device_span():
-    from accy.backends.cuda import device_info
+    from accy.runtime.cuda import device_info
 
     src = FakeDeviceArray((4, 6), (-24, 4), address=10_000)  # rows reversed: row 3 lowest
     dst = FakeDeviceArray((4, 6), None, address=50_000)
@@ -412,8 +412,8 @@ def test_two_dimensions_outside_are_both_named(backend):
 def test_the_host_proves_a_launch_over_the_tensors_own_shape_in_bounds(layout):
     """The per-dimension test is arithmetic the launch proof bounds: a launch whose indices stay
     inside the shapes needs no per-access checks and runs in place; one that leaves them does not."""
-    from accy.backends.codegen import host_kernel
-    from accy.backends.targets import Target
+    from accy.codegen.machine import host_kernel
+    from accy.targets import Target
 
     kernel_ = host_kernel(shift2d.graph, Target.host())
     src = SOURCES[layout]()

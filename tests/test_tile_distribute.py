@@ -1,7 +1,7 @@
-"""The tile distribution (accy.backends.distribute): tile graphs rewritten into SIMT block
+"""The tile distribution (accy.lowering.distribute): tile graphs rewritten into SIMT block
 launches, run on the ptx emulator and on the llvm backend's block path, against NumPy.
 
-The llvm backend runs tile graphs natively (accy.backends.tile_host); here it runs the
+The llvm backend runs tile graphs natively (accy.codegen.host.tiles); here it runs the
 distributed graph instead (``run_distributed``), so both lowerings of block launches check
 the rewrite.  Shapes are tiny: the emulator is slow.
 """
@@ -19,10 +19,13 @@ import pytest
 
 import accy
 from accy import axis, f32, i32, index
-from accy.backends import bind_arguments, get_backend, resolve_launch, toolchain
-from accy.backends.distribute import distribute
-from accy.backends.layouts import Blocked, Expand, Permute, Slice
-from accy.backends.tensor_arguments import expand_tensor_arguments
+from accy.runtime import bind_arguments
+from accy.runtime import get_backend
+from accy.runtime import resolve_launch
+from accy.codegen.nvptx import toolchain
+from accy.lowering.distribute import distribute
+from accy.lowering.layouts import Blocked, Expand, Permute, Slice
+from accy.runtime.tensor_arguments import expand_tensor_arguments
 from accy.errors import OutOfBoundsError, TraceError
 from accy.library.attention import ScaledDotProduct
 from accy.library.attention_tile import scaled_dot_product_tile
@@ -398,7 +401,7 @@ def test_misaligned_starts_and_odd_strides_fall_back_and_agree_with_numpy(backen
 def test_the_vector_path_runs_exactly_where_the_checks_hold(monkeypatch):
     """Counted on the SIMT interpreter (it runs a branch only for the threads taking it): every
     group whole where start and stride keep groups aligned; none where either does not."""
-    from accy.backends.interpreter import Interpreter
+    from accy.runtime.interpreter.simt import Interpreter
 
     wide = []
     original = Interpreter.op_load

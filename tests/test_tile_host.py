@@ -12,10 +12,10 @@ import pytest
 
 import accy
 from accy import axis, bf16, cdiv, f16, f32, i32, index
-from accy.backends.codegen import host_kernel
-from accy.backends.targets import Target
-from accy.backends.tile_access import plan_accesses
-from accy.backends.tile_host import TileHostLowering
+from accy.codegen.machine import host_kernel
+from accy.targets import Target
+from accy.lowering.tile_access import plan_accesses
+from accy.codegen.host.tiles import TileHostLowering
 from accy.errors import ExecutionError, OutOfBoundsError
 
 from tile_kernels import CASES, run_case

@@ -10,7 +10,7 @@ import pytest
 
 import accy
 from accy import axis, cdiv, f16, f32, i8, i32, index
-from accy.backends import tile_interpreter
+from accy.runtime.interpreter import tiles as tile_interpreter
 from accy.dsl.ops import SIMT_OPS, TILE_OPS
 from accy.errors import ArgumentError, ExecutionError, OutOfBoundsError
 

@@ -66,7 +66,8 @@ def test_compare_catches_the_planted_cross_thread_bug():
 
 def test_compare_skips_a_backend_that_lacks_libdevice_and_says_why(monkeypatch):
     """Without nvidia-cuda-nvcc (a plain `pip install .`) ptx cannot link exp: skipped, not failed."""
-    from accy.backends import codegen, toolchain
+    from accy.codegen import machine as codegen
+    from accy.codegen.nvptx import toolchain
 
     monkeypatch.setattr(toolchain, "find_libdevice", lambda: None)
     monkeypatch.setattr(codegen, "find_libdevice", lambda: None)
@@ -298,7 +299,7 @@ def test_read_before_write_of_a_write_only_output_sees_poison():
 
 
 def test_memory_checks_are_on_in_this_suite():
-    from accy.backends.interpreter import check_memory_default
+    from accy.runtime.interpreter.simt import check_memory_default
 
     assert check_memory_default()
 

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 import accy  # noqa: E402
 import accy.torch  # noqa: E402
 from accy import axis, bf16, dynamic_buffer, f8e4m3, f8e5m2, f32, kernel, scalar, tensor  # noqa: E402
-from accy.backends.arguments import as_host_array  # noqa: E402
+from accy.runtime.arguments import as_host_array  # noqa: E402
 from accy.errors import AccyError, ArgumentError  # noqa: E402
 
 from conftest import CPU_BACKENDS  # noqa: E402

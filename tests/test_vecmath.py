@@ -1,4 +1,4 @@
-"""accy.backends.vecmath: accuracy in ulp, special values, IR shape.
+"""accy.codegen.host.vecmath: accuracy in ulp, special values, IR shape.
 
 Every routine is JIT-compiled into a small kernel that maps arrays through it
 (scalar, <8 x float>, <16 x float>, <4 x double>, <8 x double>; the arrays are
@@ -21,8 +21,8 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from accy.backends import vecmath
-from accy.backends.codegen import optimised_host_module
+from accy.codegen.host import vecmath
+from accy.codegen.machine import optimised_host_module
 
 from host_math import compile_routine, kernel
 

@@ -1065,7 +1065,7 @@ OPS: dict[str, OpDef] = {
 }
 
 # the SIMT level's ops, which every backend lowers; the tile level's, which the numpy backend runs
-# and the tile distribution (accy.backends.distribute) rewrites into SIMT ops for the others
+# and the tile distribution (accy.lowering.distribute) rewrites into SIMT ops for the others
 TILE_OPS = frozenset(name for name, d in OPS.items() if d.tiles)
 NVPTX_OPS = frozenset(name for name, d in OPS.items() if d.nvptx_only)
 SIMT_OPS = frozenset(OPS) - TILE_OPS - NVPTX_OPS

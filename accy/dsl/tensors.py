@@ -14,7 +14,7 @@ The names ``<p>__shape<d>``, ``<p>__stride<d>`` and ``<p>__offset`` are reserved
 whenever ``p`` is another parameter, so the graph's parameters alone say which
 came from a tensor (:func:`tensor_parameters`): a parsed graph or a hand-built
 parameter tuple keeps its tensors.  The backends' argument binding
-(:mod:`accy.backends.tensor_arguments`) turns each array the caller passes into the
+(:mod:`accy.runtime.tensor_arguments`) turns each array the caller passes into the
 span and those scalars.
 """
 

@@ -36,7 +36,7 @@ class Conversion(enum.Enum):
 
     native = "native"  # an LLVM float type: fpext and fptrunc (f16, f32, f64)
     bfloat_bits = "bfloat_bits"  # LLVM bfloat: bits shifted into an f32 and rounded back in integers
-    software = "software"  # the code as an integer of the type's width: accy.backends.minifloat's routines
+    software = "software"  # the code as an integer of the type's width: accy.codegen.minifloat's routines
 
 
 @attrs.frozen

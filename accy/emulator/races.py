@@ -17,7 +17,7 @@ has completed together (its *count*).  Two accesses *race* when
   ``match.sync``, ``elect.sync``) whose member mask covers every running lane of its warp
   orders the warp's lanes, and nothing else orders them.
 
-The rules are the interpreter's detector's (:mod:`accy.backends.sanitizer`).  They do not
+The rules are the interpreter's detector's (:mod:`accy.runtime.interpreter.sanitizer`).  They do not
 depend on the order the scheduler ran the threads in (:mod:`.schedule`), so a race is found
 under every schedule, lockstep included.
 

@@ -18,8 +18,8 @@ from ..dsl.ir import Axis, Graph
 from ..dsl.schedule import Launch, Limits, ThreadBlocks
 from ..dsl.tensors import declared_parameters
 from ..dsl.types import DType
-from ..backends import run
-from ..backends.arguments import _by_name, device_array
+from ..runtime import run
+from ..runtime.arguments import _by_name, device_array
 from ..errors import ArgumentError
 from ..program import Program
 
@@ -350,7 +350,7 @@ class Entry:
     def profile(self, args, arch: str = "sm_90", gpu=None, *, sample: int | None = None,
                 limits: Limits | None = None):
         """The entry's :meth:`accy.Program.profile` (its arguments checked as :meth:`run` checks them)."""
-        from ..backends.emulated import profile
+        from ..runtime.emulated import profile
 
         shapes = self.argument_shapes
         tensors = {t.name for t in self.program.tensors}

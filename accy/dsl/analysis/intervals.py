@@ -26,7 +26,7 @@ def _ok(lo, hi) -> Interval:
 
 # -- the rules: one per index op, over any domain of bounds ------------------------------------
 # A domain computes with bounds: Python ints here (before anything runs), LLVM values in the
-# host's launch proof (accy.backends.launch_proof, once per launch).  It offers add, sub,
+# host's launch proof (accy.codegen.host.launch_proof, once per launch).  It offers add, sub,
 # mul, min, max (of a list), floor_div by a positive constant and const; a rule returns
 # the (lo, hi) of its op's result from its operands' (lo, hi), or None where it knows nothing.
 

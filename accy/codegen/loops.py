@@ -1,0 +1,126 @@
+"""Loops in the LLVM lowering: ``fold`` as a counted loop with its accumulators as phis,
+and each loop's loads proven in bounds once before it where their index is affine in
+the loop variable (a mixin of :class:`accy.codegen.llvm.Lowering`)."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..dsl.ir import Block, Op, Value
+from .llvm_types import I64, constant, llvm_type
+
+
+class Loops:
+    """``fold``: the trip count, the loop, and the loads proven before it."""
+
+    # -- loops ------------------------------------------------------------------------
+    def _affine(self, v: Value, iv: Value, inside: set[Value]):
+        """``v`` as ``coef * iv + sum(multiplier * outer value)``, or None."""
+        if v is iv:
+            return 1, []
+        if v not in inside:
+            return 0, [(1, v)]
+        op = v.op
+        if op is None or op.opcode not in ("add", "sub", "mul") or not op.result.type.is_index:
+            return None  # a region argument (an accumulator) or another op: not affine in i
+        parts = [self._affine(x, iv, inside) for x in op.operands]
+        if None in parts:
+            return None
+        (ca, ta), (cb, tb) = parts
+        if op.opcode == "add":
+            return ca + cb, ta + tb
+        if op.opcode == "sub":
+            return ca - cb, ta + [(-m, t) for m, t in tb]
+        for (c, terms), (other_coef, other) in ((parts[0], parts[1]), (parts[1], parts[0])):
+            constant = _constant_term(other) if other_coef == 0 else None
+            if constant is not None:  # scaled by a constant: stays affine
+                return c * constant, [(m * constant, t) for m, t in terms]
+        return None
+
+    def _prove_loads(self, region: Block, start: ir.Value, trips: ir.Value, step: int) -> None:
+        """For each load of the loop body whose index is ``base + c * i``, check the first
+        and last index of the whole loop once, before it: where both are in bounds
+        (and the index cannot wrap between them) every iteration's check is true."""
+        b = self.b
+        iv = region.args[0]
+        inside = set(region.args) | {r for o in region.walk() for r in o.results}
+        add, sub, mul = (lambda x, y, f=f: f(*self.broadcast(x, y)) for f in (b.add, b.sub, b.mul))
+        below = lambda x, y: b.icmp_unsigned("<", *self.broadcast(x, y))  # noqa: E731
+        last = add(start, mul(b.sub(trips, constant(trips, 1)), constant(trips, step)))
+        for op in region.ops:
+            if op.opcode != "load" or op.attrs.get("vec", 1) != 1 or not self._checked(op):  # vec: its own check
+                continue
+            form = self._affine(op.operands[0], iv, inside)
+            if form is None or abs(form[0]) * abs(step) >= 2**31:
+                continue
+            coef, terms = form
+            base = ir.Constant(I64, 0)
+            for m, t in terms:
+                base = add(base, mul(self.value(t), ir.Constant(I64, m)))
+            at = lambda i: add(base, mul(i, ir.Constant(I64, coef)))  # noqa: E731
+            first, final = at(start), at(last)
+            count = self._count(op)
+            span = sub(final, first) if coef >= 0 else sub(first, final)
+            # few enough trips that coef * (last - start) cannot wrap (|coef * step| < 2**31)
+            short = b.icmp_unsigned("<", trips, constant(trips, 2**31))
+            fits = b.and_(*self.broadcast(b.and_(below(first, count), below(final, count)),
+                                          b.and_(*self.broadcast(below(span, count), short))))
+            empty = b.icmp_signed("==", trips, constant(trips, 0))
+            self.proven[op] = self.every_lane(b.or_(*self.broadcast(empty, fits)))
+
+    def _trip_count(self, start: ir.Value, stop: ir.Value, step: int) -> ir.Value:
+        """Iterations of ``for (i = start; step > 0 ? i < stop : i > stop; i += step)``,
+        computed without overflow (the difference is taken as unsigned)."""
+        b = self.b
+        lo, hi = (start, stop) if step > 0 else (stop, start)
+        nonempty = b.icmp_signed("<", lo, hi)
+        span = b.sub(hi, lo)  # fits in u64 whenever lo < hi
+        count = b.add(b.udiv(b.sub(span, constant(span, 1)), constant(span, abs(step))), constant(span, 1))
+        return b.select(nonempty, count, constant(span, 0))
+
+    def op_fold(self, op: Op) -> None:
+        b = self.b
+        start, stop, *inits = (self.value(v) for v in op.operands)
+        step = op.attrs["step"]
+        (region,) = op.regions
+        trips = self._trip_count(start, stop, step)
+        tag = self.ordinals[op]
+        if self.target.checks:
+            self._prove_loads(region, start, trips, step)
+        preheader = b.block
+        header = b.append_basic_block(f"fold_{tag}_header")
+        body = b.append_basic_block(f"fold_{tag}_body")
+        exit_ = b.append_basic_block(f"fold_{tag}_exit")
+        b.branch(header)
+        b.position_at_end(header)
+        counter = b.phi(I64, name=f"trip_{tag}")
+        iv = b.phi(I64, name=f"i_{tag}")
+        accs = [b.phi(llvm_type(a.type)) for a in region.args[1:]]
+        counter.add_incoming(ir.Constant(I64, 0), preheader)
+        iv.add_incoming(start, preheader)
+        for phi, init in zip(accs, inits):
+            phi.add_incoming(init, preheader)
+        b.cbranch(b.icmp_unsigned("<", counter, trips), body, exit_)
+        b.position_at_end(body)
+        self.values[region.args[0]] = iv
+        for arg, phi in zip(region.args[1:], accs):
+            self.values[arg] = phi
+        self.lower_block(region)
+        latch = b.block
+        counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), latch)
+        iv.add_incoming(b.add(iv, ir.Constant(I64, step)), latch)  # wraps harmlessly after the last trip
+        for phi, v in zip(accs, region.terminator.operands):
+            phi.add_incoming(self.value(v), latch)
+        b.branch(header)
+        b.position_at_end(exit_)
+        for result, phi in zip(op.results, accs):
+            self.values[result] = phi
+
+
+def _constant_term(form) -> int | None:
+    """The constant an affine form stands for, if it is exactly one index constant."""
+    if len(form) == 1 and form[0][0] == 1:
+        op = form[0][1].op
+        if op is not None and op.opcode == "const" and op.result.type.is_int:
+            return op.attrs["value"]
+    return None

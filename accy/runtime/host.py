@@ -1,0 +1,338 @@
+"""The LLVM host backend: the graph compiled to native code for this CPU.
+
+The launcher (:mod:`accy.codegen.host.spmd`) runs a launch as units of work (chunks of
+threads as vector lanes, or blocks); a native call runs a contiguous range of units,
+and a launch big enough to pay for it is split between a persistent pool of worker
+threads, one per core (ctypes releases the GIL for the call).
+
+Nothing is half-written.  The launcher's ``prepare`` entry computes the extents and
+checks, once for the whole launch, every access whose index it can bound.  Where that
+covers every check of the kernel and holds, the launch cannot fail, and the kernel
+writes the caller's arrays directly.  Otherwise outputs are written to scratch copies,
+checked against the status word, and copied back only on success, as the interpreter
+does.
+
+A launch is interruptible: its units run in native calls of about SLICE_SECONDS each,
+so Ctrl-C (or any signal whose handler raises) lands between two of them, and a pool
+worker stops at its next slice.  An interrupted or failed launch waits for every worker
+before it raises, so none writes after it.  A launch on scratch copies leaves the
+outputs untouched; one that ran in place on the caller's arrays may have written part
+of them, and its exception says so in a note.
+
+:func:`fast_launcher` is the same for repeated calls with plain NumPy arrays and Python
+numbers, checked with a few attribute reads; anything else takes the general path.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import functools
+import os
+import struct
+import threading
+import time
+
+import numpy as np
+
+from ..dsl.ir import Graph
+from ..dsl.schedule import Launch
+from ..codegen.abi import STATUS_WORDS, scalar_words, status_error
+from .arguments import Binding
+from ..codegen.machine import HostKernel, host_kernel
+from .contract import NOT_HANDLED, Backend
+from ..targets import Target
+
+_EMPTY = np.zeros(1, np.int64)  # an empty buffer still points at 8 readable bytes (the ABI's promise)
+SPLIT_SECONDS = 100e-6  # a launch expected to take longer is split between the cores
+SLICE_SECONDS = 10e-3  # the longest a native call should run: how late an interrupt may land
+LAUNCHES_KEPT = 256  # a fast launcher keeps the checked launches of the sizes it ran last
+
+
+CORES = os.cpu_count() or 1
+
+
+@functools.cache
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="accy-host")
+
+
+class _Timing:
+    """One kernel's seconds per unit of work on one thread: the least a launch on one thread
+    took (a first launch touching fresh pages takes longer).  A split launch's time times
+    its threads bounds it from above, the split's overhead included, so it may only lower it."""
+
+    FIRST_ON_ONE = 2  # launches timed on one thread before any split
+    RECHECK = 64  # a kernel that splits runs every RECHECK-th launch on one thread again
+    KEPT = 64  # argument sizes whose own time per unit is kept (for the slices)
+
+    def __init__(self):
+        self.per_unit: float | None = None
+        self.on_one = 0
+        self.launches = 0
+        # (scalars, counts) -> the least seconds per unit at those arguments: a unit's work
+        # depends on them (a trip count, a row length), so only they size a launch's slices
+        self.at: dict[tuple, float] = {}
+
+    def record(self, seconds: float, units: int, threads: int, key: tuple) -> None:
+        self.launches += 1
+        sample = seconds * threads / units
+        if threads == 1:
+            self.on_one += 1
+            self.per_unit = sample if self.per_unit is None else min(self.per_unit, sample)
+        elif self.per_unit is not None:
+            self.per_unit = min(self.per_unit, sample)
+        if key not in self.at and len(self.at) >= self.KEPT:
+            self.at.clear()
+        self.at[key] = min(self.at.get(key, sample), sample)
+
+
+_timings: dict[HostKernel, _Timing] = {}  # kernels are compiled once per process and kept
+
+
+def _threads_for(kernel: HostKernel, units: int, threads: int | None) -> int:
+    """How many host threads share ``units``: ``threads`` when given, else one per core for a
+    launch expected (from this kernel's launches on one thread) to take over SPLIT_SECONDS."""
+    if threads is not None:
+        return max(1, min(int(threads), units))
+    timing = _timings.get(kernel)
+    if timing is None or timing.on_one < _Timing.FIRST_ON_ONE or timing.per_unit * units <= SPLIT_SECONDS:
+        return 1
+    return 1 if timing.launches % _Timing.RECHECK == 0 else min(CORES, units)
+
+
+def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
+            threads: int | None, fits: bool, in_place: str | None = None) -> None:
+    """Run ``units`` units of ``kernel`` (its launcher for whether prepare said the launch
+    ``fits``): on this thread, or split between the pool and this one; ``in_place`` names the
+    kernel when it writes the caller's arrays (said if interrupted)."""
+    call = kernel.launcher(fits)
+    n = _threads_for(kernel, units, threads)
+    address = _address(status)
+    timing = _timings.get(kernel)
+    key = (*scalars, *counts)
+    per_unit = timing.at.get(key) if timing is not None else None  # None: new sizes, slices grow from one unit
+    start = time.perf_counter()
+    if n == 1 and per_unit is not None and per_unit * units <= SLICE_SECONDS:
+        call(pointers, counts, scalars, address, 0, units)  # short: one call
+    else:
+        stop = threading.Event()
+        futures: list[concurrent.futures.Future] = []
+        try:
+            bounds = [units * i // n for i in range(n + 1)]
+            for lo, hi in zip(bounds[1:-1], bounds[2:]):
+                futures.append(_pool().submit(_worker_share, call, pointers, counts, scalars, address, lo, hi,
+                                              per_unit, stop))
+            _run_share(call, pointers, counts, scalars, address, bounds[0], bounds[1], per_unit, stop)
+            for f in futures:
+                f.result()
+        except BaseException as e:  # Ctrl-C between two slices, or a worker's error
+            stop.set()
+            _wait_for(futures)  # none of them may write once this raises (scratch copies are freed)
+            if in_place is not None:
+                e.add_note(f"accy: kernel '{in_place}' ran in place on the caller's arrays (it could not fail), "
+                           "so its outputs may be partly written")
+            raise
+    if timing is None:
+        timing = _timings.setdefault(kernel, _Timing())
+    timing.record(time.perf_counter() - start, units, n, key)
+
+
+def _run_share(call, pointers, counts, scalars, address: int, lo: int, hi: int,
+               per_unit: float | None, stop: threading.Event) -> None:
+    """Units ``[lo, hi)`` in native calls of about SLICE_SECONDS each (sized from the time per
+    unit at these arguments, else growing from one unit, then by each call's own time), until
+    ``stop`` is set.  Between two calls the main thread takes a pending signal: Ctrl-C raises there."""
+    step = max(1, int(SLICE_SECONDS / per_unit)) if per_unit else 1
+    while lo < hi and not stop.is_set():
+        end = min(hi, lo + step)
+        began = time.perf_counter()
+        call(pointers, counts, scalars, address, lo, end)
+        took = time.perf_counter() - began
+        if took < SLICE_SECONDS / 4:
+            step *= 4
+        elif took > 2 * SLICE_SECONDS and step > 1:
+            step //= 2
+        lo = end
+
+
+def _worker_share(*args) -> None:
+    """A pool worker's :func:`_run_share`: its error stops the other shares too."""
+    try:
+        _run_share(*args)
+    except BaseException:
+        args[-1].set()
+        raise
+
+
+def _wait_for(futures) -> None:
+    """Every worker of an abandoned launch has stopped (they stop at their next slice)."""
+    pending = [f for f in futures if not f.cancel()]
+    while pending:
+        try:
+            concurrent.futures.wait(pending)
+        except BaseException:  # another Ctrl-C: the workers still use this launch's memory
+            pass
+        pending = [f for f in pending if not f.done()]
+
+
+def _address(a: np.ndarray) -> int:
+    if a.size == 0:
+        return _EMPTY.ctypes.data
+    if a.flags.writeable and a.dtype.isbuiltin == 1:  # the fast way, where the buffer protocol allows it
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    return a.__array_interface__["data"][0]
+
+
+def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = True,
+              threads: int | None = None, vector_width: int = 0) -> None:
+    """Run ``graph`` natively; ``threads`` fixes the thread count (default: as many as pay),
+    ``vector_width`` the threads per vector (default: the CPU's widest)."""
+    if launch.lanes == 0:
+        return
+    kernel = host_kernel(graph, Target.host(checks=checks, vector_width=vector_width))
+    scalars = scalar_words(graph, binding.scalars)
+    arrays = [binding.flat[p.name] for p in graph.buffers]
+    status = np.zeros(STATUS_WORDS, np.int64)
+    extents = np.zeros(3, np.int64)
+    pointers = [_address(a) for a in arrays]
+    counts = [a.size for a in arrays]
+    fits = kernel.prepare(pointers, counts, scalars, status.ctypes.data, extents.ctypes.data)
+    if status[0] and getattr(kernel.plan, "checked_whole", False):  # prepare checked every program (tile_host)
+        raise status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
+    units = kernel.plan.chunking.units(launch.extents)
+    if kernel.plan.infallible and fits and not status[0]:  # nothing can fail: run on the caller's arrays
+        _launch(kernel, pointers, counts, scalars, status, units, threads, True, in_place=graph.name)
+        return
+    _run_on_scratch(kernel, graph, binding, launch, scalars, units, threads, fits)
+
+
+def _run_on_scratch(kernel: HostKernel, graph: Graph, binding: Binding, launch: Launch, scalars,
+                    units: int, threads: int | None, fits: bool) -> None:
+    scratch = binding.scratch()
+    arrays = [scratch[p.name] for p in graph.buffers]
+    status = np.zeros(STATUS_WORDS, np.int64)
+    pointers = [_address(a) for a in arrays]
+    counts = [a.size for a in arrays]
+    _launch(kernel, pointers, counts, scalars, status, units, threads, fits)
+    error = status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
+    if error is not None:
+        raise error
+    binding.commit(scratch)
+
+
+# -- the fast path ------------------------------------------------------------------------------
+
+
+def _scalar_word(dtype):
+    """A function from a plain Python number to the ABI word of ``dtype``, or None where
+    the general path must check it (it raises NotImplementedError for values it leaves)."""
+    if dtype.is_int and not dtype.is_bool:
+        low, high, mask = dtype.min, dtype.max, (1 << dtype.bits) - 1
+
+        def word(value):
+            if type(value) is not int or not low <= value <= high:
+                raise NotImplementedError
+            return value & mask
+
+        return word
+    if dtype.is_float and dtype.bits in (32, 64):
+        pack, unpack = (("<f", "<I") if dtype.bits == 32 else ("<d", "<Q"))
+
+        def word(value):
+            if type(value) not in (float, int) or type(value) is bool:
+                raise NotImplementedError
+            try:  # rounds to nearest even, as NumPy does; overflow is the general path's error
+                return struct.unpack(unpack, struct.pack(pack, value))[0]
+            except (OverflowError, struct.error):
+                raise NotImplementedError from None
+
+        return word
+    return None
+
+
+class FastLauncher:
+    """Repeated launches of one graph with NumPy arrays and Python numbers: the argument
+    checks of :func:`accy.runtime.arguments.bind_arguments` for that case, done with
+    attribute reads, then ``prepare`` and the kernel.  Anything it does not handle (other
+    array-likes, a check that fails, a kernel that may fail) goes to the general path,
+    which does it again in full and words any error."""
+
+    def __init__(self, graph: Graph, resolve, target: Target, threads: int | None):
+        self.graph = graph
+        self.resolve = resolve  # extents -> the checked Launch (raises what the general path raises)
+        self.threads = threads
+        self.kernel = host_kernel(graph, target)
+        outputs = graph.stored_buffers()
+        self.buffers = []  # (position, dtype, declared count or None, is an output)
+        self.scalars = []  # (position, word function)
+        self.handled = True
+        for position, p in enumerate(graph.params):
+            if p.is_scalar:
+                word = _scalar_word(p.dtype)
+                self.handled &= word is not None
+                self.scalars.append((position, word))
+            else:
+                self.buffers.append((position, p.dtype.numpy, p.count, p.name in outputs))
+        self.outputs = [k for k, spec in enumerate(self.buffers) if spec[3]]
+        self.arity = len(graph.params)
+        self.rank = len(graph.axes)
+        # extents -> the checked launch (None: a negative extent, the general path's error);
+        # bounded: a launcher called with ever new sizes keeps only the last LAUNCHES_KEPT
+        self.launch_for = functools.lru_cache(maxsize=LAUNCHES_KEPT)(
+            lambda extents: None if extents and min(extents) < 0 else resolve(extents))
+        self.infallible = self.kernel.plan.infallible
+
+    def __call__(self, args):
+        if not self.handled or type(args) not in (list, tuple) or len(args) != self.arity:
+            return NOT_HANDLED
+        arrays = []
+        for position, dtype, count, output in self.buffers:
+            a = args[position]
+            if (type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous or a.size == 0
+                    or (count is not None and a.size != count) or (output and not a.flags.writeable)):
+                return NOT_HANDLED
+            arrays.append(a)
+        for k in self.outputs:
+            for j, other in enumerate(arrays):
+                if j != k and np.may_share_memory(arrays[k], other):
+                    return NOT_HANDLED
+        try:
+            scalars = [word(args[position]) for position, word in self.scalars]
+        except NotImplementedError:
+            return NOT_HANDLED
+        pointers = [_address(a) for a in arrays]
+        counts = [a.size for a in arrays]
+        status = np.zeros(STATUS_WORDS + 3, np.int64)  # the status word, then the extents
+        status_address = _address(status)
+        fits = self.kernel.prepare(pointers, counts, scalars, status_address, status_address + 8 * STATUS_WORDS)
+        if status[0]:
+            return NOT_HANDLED  # the extents cannot be computed: the general path says why
+        extents = tuple(status[STATUS_WORDS:STATUS_WORDS + self.rank].tolist())
+        launch = self.launch_for(extents)
+        if launch is None:
+            return NOT_HANDLED
+        if launch.lanes == 0:
+            return None
+        units = self.kernel.plan.chunking.units(extents)
+        if fits and self.infallible:
+            _launch(self.kernel, pointers, counts, scalars, status, units, self.threads, True,
+                    in_place=self.graph.name)
+            return None
+        scratch = [a.copy() if spec[3] else a for a, spec in zip(arrays, self.buffers)]
+        _launch(self.kernel, [_address(a) for a in scratch], counts, scalars, status, units,
+                self.threads, fits)
+        if status[0]:
+            sizes = {p.name: a.size for p, a in zip(self.graph.buffers, arrays)}
+            raise status_error(self.graph, self.kernel.ordinals, status, sizes, extents)
+        for k in self.outputs:
+            np.copyto(arrays[k], scratch[k])
+        return None
+
+
+def fast_launcher(graph: Graph, resolve, *, checks: bool = True, threads: int | None = None,
+                  vector_width: int = 0) -> FastLauncher:
+    return FastLauncher(graph, resolve, Target.host(checks=checks, vector_width=vector_width), threads)
+
+
+BACKEND = Backend("llvm", frozenset({"checks", "threads", "vector_width"}), run_graph, fast=fast_launcher)
