@@ -164,7 +164,7 @@ if [ "$dry" = 1 ]; then
   workers="${GPU_CHECK_WORKERS:-}"  # bench.gpu's default: half the cores
 else
   echo "== the cuda backend's driver"
-  if state=$("$py" -c "from accy.backends.cuda import default_state as d; s = d(); print(s.driver.name, s.arch)"); then
+  if state=$("$py" -c "from accy.runtime.cuda import default_state as d; s = d(); print(s.driver.name, s.arch)"); then
     echo "$state"
     arch=${state##* }
     backends=numpy,ptx,cuda
