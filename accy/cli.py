@@ -187,12 +187,47 @@ def _demo(ns) -> int:
 
 def _ir(ns) -> int:
     program = _program(ns)
+    if ns.passes or ns.after is not None:
+        return _passes(ns, program)
     graph = program.traced_graph if ns.raw else program.graph
     if ns.format == "dot":
         from .dsl.dot import graph_to_dot
 
         return _write(graph_to_dot(graph), ns.output)
     return _write(graph.text(), ns.output)
+
+
+def _passes(ns, program) -> int:
+    """``--passes``: the kernel's pipeline for the backend; ``--after PASS``: its graph after PASS."""
+    from .lowering.pipeline import PASSES, find_stage, run_passes, stages
+    from .runtime import get_backend
+
+    target = get_backend(ns.backend).target(ns.arch)
+    tile = program.traced_graph.is_tile_launch
+    if ns.passes:
+        where = f"{ns.backend} ({target.name}{', ' + target.arch if hasattr(target, 'arch') else ''})"
+        lines = [f"# the passes of {program.name} on {where}; `accy ir ... --after N|NAME` prints the graph after one"]
+        for stage in stages(target, tile):
+            when = "traced" if stage.at_trace else "compiled"
+            lines.append(f"{stage.position:3d}  {stage.name:24s} [{when}] {stage.summary}")
+        return _write("\n".join(lines) + "\n", ns.output)
+    stage = find_stage(target, tile, ns.after)
+    front = len(target.pipeline)
+    if stage.position == 0:
+        graph = program.traced_graph
+    elif stage.at_trace:
+        graph = run_passes(program.traced_graph, target, target.pipeline, until=stage.position)
+    else:
+        graph = run_passes(program.graph, target, target.tile_pipeline, first=front + 1, until=stage.position)
+    if ns.format == "dot":
+        from .dsl.dot import graph_to_dot
+
+        return _write(graph_to_dot(graph), ns.output)
+    text = graph.text()
+    report = PASSES[stage.name].report if stage.position else None
+    if report is not None:
+        text = text.rstrip("\n") + "\n" + report(graph, target) + "\n"
+    return _write(text, ns.output)
 
 
 def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0,
@@ -357,6 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
     ir = sub.add_parser("ir", help="print a kernel's SSA graph")
     _add_kernel(ir, dict(batch=2, queries=2, keys=3, qk=2, value=2))
     ir.add_argument("--raw", action="store_true", help="print the graph as traced, before optimisation")
+    ir.add_argument("--passes", action="store_true", help="list the kernel's passes for --backend, in order")
+    ir.add_argument("--after", metavar="PASS", help="print the graph after PASS (a name from --passes, its first "
+                    "run, or a position), as --backend lowers it")
+    ir.add_argument("--backend", choices=BACKENDS, default="ptx",
+                    help="whose pipeline --passes and --after show (default ptx: NVPTX's, as cuda compiles it)")
+    ir.add_argument("--arch", default=None, help="the NVPTX arch for ptx and cuda (default sm_80)")
     ir.add_argument("--format", choices=["text", "dot"], default="text", help="text form, or Graphviz dot")
     ir.add_argument("-o", "--output", help="write to this file instead of standard output")
     ir.set_defaults(run=_ir)

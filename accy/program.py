@@ -8,11 +8,10 @@ from typing import Callable
 
 import attrs
 
-from .runtime import resolve_launch, run
+from .runtime import get_backend, resolve_launch, run
 from .runtime.arguments import bind_arguments
 from .runtime.tensor_arguments import expand_tensor_arguments
 from .dsl.ir import Graph, Param
-from .dsl.passes import optimize
 from .dsl.context import user_location
 from .dsl.schedule import DEFAULT_THREADS, Launch, Limits, ThreadBlocks
 from .dsl.tensors import TensorParams, tensor_parameters
@@ -20,6 +19,8 @@ from .dsl.trace import parameters, trace
 from .errors import TraceError
 from .graph_store import body_name, stored_graph
 from .trace_cache import OPTIMISED, TRACED, body_key
+from .lowering.pipeline import lower, run_passes
+from .targets import FRONT_END, WARP_SIZE, Target
 
 
 def _check_name(instance, attribute, value):
@@ -72,7 +73,7 @@ class Program:
     @functools.cached_property
     def graph(self) -> Graph:
         """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
-        build = lambda: optimize(self.traced_graph, verified=True)  # noqa: E731 (trace verifies)
+        build = lambda: run_passes(self.traced_graph, Target.reference(), FRONT_END)  # noqa: E731 (trace verifies)
         name = body_name(self.body)
         if name is not None:
             return OPTIMISED.get(self._trace_key, lambda: stored_graph(name, self.name, self.parameters, build))
@@ -83,26 +84,30 @@ class Program:
         return self.graph.stored_buffers()
 
     def graph_for(self, backend: str, arch: str | None = None) -> Graph:
-        """The graph ``backend`` compiles: the optimised graph, but a tile program becomes a SIMT
-        block launch (:func:`accy.lowering.distribute.distribute`) for every backend except numpy
-        and llvm, which run tile graphs themselves (llvm: :mod:`accy.codegen.host.tiles`); its
-        ``dot`` runs on tensor cores for an NVPTX ``arch`` of sm_80 or later (None: the device's,
-        taken to be)."""
-        if backend in ("numpy", "llvm") or not self.graph.is_tile_launch:
+        """The graph ``backend`` compiles: the optimised graph lowered by the passes of the
+        backend's target (:func:`lowered`); for ``arch`` (None: the device's, taken to be sm_80
+        or later)."""
+        return self.lowered(get_backend(backend).target(arch))
+
+    def lowered(self, target: Target) -> Graph:
+        """The optimised graph through ``target``'s own passes (:attr:`accy.targets.Target.passes`):
+        for NVPTX a tile program becomes a SIMT block launch, its ``dot`` on tensor cores where
+        the target has them (:func:`accy.lowering.distribute.distribute`); the NumPy interpreter
+        and the host run tile programs as they are."""
+        if not self.graph.is_tile_launch or not target.tile_pipeline:
             return self.graph
-        return self.distributed(tensor_cores=arch is None or int(arch[3:].rstrip("a")) >= 80)
+        key = (target.tile_pipeline, target.capabilities.mma)
+        cache = self._lowered
+        if key not in cache:
+            cache[key] = lower(self.graph, target)
+        return cache[key]
 
     def distributed(self, tensor_cores: bool = True) -> Graph:
         """A tile program's SIMT block launch, optimised, with ``dot`` on tensor cores or FMA."""
-        from .lowering.distribute import distribute
-
-        cache = self._distributed
-        if tensor_cores not in cache:
-            cache[tensor_cores] = optimize(distribute(self.graph, tensor_cores))
-        return cache[tensor_cores]
+        return self.lowered(Target.nvptx("sm_80" if tensor_cores else "sm_75"))
 
     @functools.cached_property
-    def _distributed(self) -> dict:
+    def _lowered(self) -> dict:
         return {}
 
     @functools.cached_property
@@ -116,8 +121,8 @@ class Program:
         graph = self.graph  # the launch as traced (the passes keep it), and a stored graph has no trace
         if graph.is_block_launch:
             return ThreadBlocks(*graph.block_shape)
-        if graph.is_tile_launch:  # a program is a block of warps * 32 threads (on the CPU, one lane)
-            return ThreadBlocks(graph.launch_op.attrs.warps * 32)
+        if graph.is_tile_launch:  # a program is a block of warps * WARP_SIZE threads (on the CPU, one lane)
+            return ThreadBlocks(graph.launch_op.attrs.warps * WARP_SIZE)
         return self.schedule if self.schedule is not None else DEFAULT_THREADS[len(graph.axes)]
 
     def launch(self, limits: Limits | None = None, *, args=None) -> Launch:
@@ -148,7 +153,6 @@ class Program:
     def ptx(self, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> str:
         """The kernel's PTX for ``arch``, exactly as the cuda backend compiles it."""
         from .codegen.machine import emit_ptx
-        from .targets import Target
 
         graph = self.graph_for("cuda", arch)
         return emit_ptx(graph, Target.nvptx(arch, fast_math=fast_math, checks=checks), _block_of(graph, self.threads))
@@ -157,7 +161,6 @@ class Program:
                 checks: bool = True) -> str:
         """The LLVM IR the kernel lowers to, for ``target`` "host" or "nvptx" (before optimisation)."""
         from .codegen.machine import llvm_ir
-        from .targets import Target
 
         if target not in ("host", "nvptx"):
             raise TraceError(f"llvm_ir: target must be 'host' or 'nvptx', got {target!r}")

@@ -1,9 +1,11 @@
-"""What a graph is lowered for: one attrs class per target.
+"""What a graph is lowered for: one attrs class per target, owning the target's facts.
 
-``Target.host()`` and ``Target.nvptx("sm_90")`` build them; which lowering and which
-LLVM target machine serve each is :data:`accy.codegen.machine.TARGETS`' business,
-and what differs in the lowering is the target's :class:`~accy.codegen.llvm.Lowering`
-subclass (:mod:`accy.codegen.host.spmd` for the host, :mod:`accy.codegen.nvptx.lowering`).
+``Target.reference()`` (the NumPy interpreter), ``Target.host()`` and ``Target.nvptx("sm_90")``
+build them.  A target says what the stages after the front end ask of it: its warp size, its
+per-block limits and capabilities (for an NVPTX target, by architecture), the passes that
+lower a graph for it (:attr:`Target.pipeline`, names from :data:`accy.lowering.pipeline.PASSES`)
+and the code generator that emits it (:attr:`Target.emitter`, a key of
+:data:`accy.codegen.machine.EMITTERS`; None: the graph is interpreted).
 """
 
 from __future__ import annotations
@@ -22,6 +24,53 @@ from llvmlite import ir
 from .errors import CompileError
 
 VECTOR_WIDTHS = (0, 2, 4, 8, 16, 32, 64)  # host threads per vector (LLVM mislowers <1 x bfloat>)
+WARP_SIZE = 32  # lanes of a warp: NVIDIA's, and the language's warp operations' on every target
+
+# the front end's passes, run when a program is traced (every target's pipeline starts with them)
+FRONT_END = ("fold-constants", "cse", "hoist-loop-invariants", "cse", "dce", "verify")
+# a tile program as one SIMT block launch of warps, optimised again
+DISTRIBUTE = ("distribute-tiles", "verify", "fold-constants", "cse", "hoist-loop-invariants", "cse", "dce", "verify")
+
+
+@attrs.frozen
+class BlockLimits:
+    """What one block (one tile program) of a target may use."""
+
+    threads: int  # threads per block
+    registers: int  # 32-bit registers per block
+    registers_per_thread: int
+    static_shared: int  # bytes of statically sized shared memory
+    dynamic_shared: int  # bytes of shared memory a kernel may opt in to (static and dynamic together)
+
+
+@attrs.frozen
+class Capabilities:
+    """The instructions a target offers the lowering (an NVPTX target's, by architecture)."""
+
+    mma: tuple[str, ...] = ()  # mma.sync input types (accy.dsl.ops.MmaKind values): tensor cores
+    ldmatrix: bool = False  # ldmatrix: warp-wide 8x8 matrix loads from shared memory (sm_75)
+    cp_async: bool = False  # cp.async: global -> shared copies in flight (sm_80)
+    tma: bool = False  # the tensor memory accelerator's bulk tensor copies (sm_90)
+    wgmma: bool = False  # warpgroup mma from shared memory (sm_90a only)
+
+
+# the CPU: a block's threads run as vector lanes, with memory as it comes
+HOST_LIMITS = BlockLimits(threads=1024, registers=2**31 - 1, registers_per_thread=2**31 - 1,
+                          static_shared=2**31 - 1, dynamic_shared=2**31 - 1)
+
+
+def nvptx_limits(sm: int) -> BlockLimits:
+    """CUDA's per-block limits for compute capability ``sm`` (the programming guide's table)."""
+    dynamic = {70: 96, 75: 64, 80: 163, 86: 99, 87: 163, 89: 99, 90: 227}.get(sm, 227 if sm > 90 else 48)
+    return BlockLimits(threads=1024, registers=65536, registers_per_thread=255, static_shared=48 * 1024,
+                       dynamic_shared=dynamic * 1024)
+
+
+def nvptx_capabilities(arch: str) -> Capabilities:
+    """What ``sm_NN`` (``sm_NNa``: with its architecture-specific features) offers."""
+    sm = int(arch[3:].rstrip("a"))
+    return Capabilities(mma=("f16", "bf16", "tf32", "s8") if sm >= 80 else (), ldmatrix=sm >= 75,
+                        cp_async=sm >= 80, tma=sm >= 90, wgmma=arch == "sm_90a")
 
 
 @attrs.frozen(kw_only=True)
@@ -29,7 +78,15 @@ class Target:
     """A lowering target; ``checks`` turns bounds and division checks on."""
 
     name: ClassVar[str]
+    warp_size: ClassVar[int] = WARP_SIZE
+    pipeline: ClassVar[tuple[str, ...]] = FRONT_END  # the passes that lower a traced graph for it
+    tile_pipeline: ClassVar[tuple[str, ...]] = ()  # and then, for a tile program, these
+    emitter: ClassVar[str | None] = None  # its code generator (accy.codegen.machine.EMITTERS), None: interpreted
     checks: bool = True
+
+    @staticmethod
+    def reference() -> "ReferenceTarget":
+        return ReferenceTarget()
 
     @staticmethod
     def host(*, checks: bool = True, vector_width: int = 0) -> "HostTarget":
@@ -40,9 +97,30 @@ class Target:
         return NvptxTarget(arch=arch, fast_math=fast_math, checks=checks)
 
     @property
+    def limits(self) -> BlockLimits:
+        return HOST_LIMITS
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities()
+
+    @property
+    def passes(self) -> tuple[str, ...]:
+        """Every pass a tile program goes through for this target, in order (a SIMT kernel
+        skips :attr:`tile_pipeline`)."""
+        return self.pipeline + self.tile_pipeline
+
+    @property
     def pointer(self) -> ir.PointerType:
         """The type of a pointer to a global buffer."""
         raise NotImplementedError
+
+
+@attrs.frozen(kw_only=True)
+class ReferenceTarget(Target):
+    """The NumPy interpreter: it runs the graph as traced and optimised, tile programs too."""
+
+    name: ClassVar[str] = "reference"
 
 
 def is_vector_width(value) -> bool:
@@ -122,6 +200,8 @@ class HostTarget(Target):
     time (0: the CPU's widest, see :func:`accy.codegen.host.chunking.host_vector_width`)."""
 
     name: ClassVar[str] = "host"
+    tile_pipeline: ClassVar[tuple[str, ...]] = ("plan-tile-accesses",)  # then lowered whole (accy.codegen.host.tiles)
+    emitter: ClassVar[str] = "host"
     vector_width: int = attrs.field(default=0, validator=_vector_width)
 
     @property
@@ -136,6 +216,8 @@ class NvptxTarget(Target):
     ``rsqrt.approx``) for f32 math instead of libdevice."""
 
     name: ClassVar[str] = "nvptx"
+    tile_pipeline: ClassVar[tuple[str, ...]] = DISTRIBUTE
+    emitter: ClassVar[str] = "nvptx"
     arch: str = attrs.field(default="sm_80", validator=_arch)
     fast_math: bool = False
 
@@ -143,6 +225,14 @@ class NvptxTarget(Target):
     def sm(self) -> int:
         """The compute capability as a number (80 for sm_80)."""
         return int(self.arch[3:].rstrip("a"))
+
+    @property
+    def limits(self) -> BlockLimits:
+        return nvptx_limits(self.sm)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return nvptx_capabilities(self.arch)
 
     @property
     def pointer(self) -> ir.PointerType:

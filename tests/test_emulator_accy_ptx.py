@@ -1,5 +1,5 @@
 """The PTX emulator (accy.emulator) on accy's own PTX (``emit_ptx``): the suite kernels and the
-attention entries, launched exactly as ``accy/backends/cuda.py`` launches them (device buffers,
+attention entries, launched exactly as ``accy/runtime/cuda.py`` launches them (device buffers,
 counts, the status word) and compared with the NumPy interpreter; every instruction form accy
 and libdevice emit is one the emulator executes."""
 

@@ -24,7 +24,7 @@ sizes, so launches computed at run time differ in size), and each run also
 
 Agreement.  Every op but the inexact math functions (exp exp2 expm1 log log2 log1p
 erf tanh sigmoid sin cos pow) is specified bit for bit (docs/ir.md,
-accy/backends/numerics.py): integer and bool results, f16 and bf16 (arithmetic
+accy/runtime/interpreter/numerics.py): integer and bool results, f16 and bf16 (arithmetic
 rounds once from f32; math functions compute in f32 and round once), and f32/f64
 add, sub, mul, div, mod, fma, sqrt, rounding, casts (and f32 rsqrt).  The math functions
 differ: the interpreter computes in float64 with NumPy and rounds, the llvm host inlines

@@ -1,5 +1,5 @@
 """Differential fuzzing of the tile level: random tile programs (tests/fuzz_tiles.py) run on
-the numpy backend (the reference, accy/backends/tile_interpreter.py), llvm (the native tile
+the numpy backend (the reference, accy/runtime/interpreter/tiles.py), llvm (the native tile
 path) and ptx (the distribution into SIMT blocks, on the emulator) must agree: every output
 array bit for bit (the gaps of strided views, the elements a mask keeps off, NaN payloads
 aside), except float sums, cumsums and dots, each within gamma_n * sum |terms| of the float64

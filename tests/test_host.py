@@ -1,4 +1,4 @@
-"""The llvm backend's own machinery (accy/backends/spmd.py, host.py), at every vector width:
+"""The llvm backend's own machinery (accy/codegen/host/spmd.py, host.py), at every vector width:
 threads as vector lanes with masks, chunks that are full or partial, the checks proven
 once for a whole launch, in-place runs, and the fast launcher.  Every result is compared
 with the interpreter's, bit for bit."""

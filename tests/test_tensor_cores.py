@@ -2,7 +2,7 @@
 sm_80 and later, operands through ``ldmatrix``.
 
 The fragment layouts are checked against the PTX ISA's formulas written out here; the
-distributed graphs run on the numpy backend (accy/backends/warp_matrix.py, the ops' reference)
+distributed graphs run on the numpy backend (accy/runtime/interpreter/warp_matrix.py, the ops' reference)
 and on ptx (the emulator, which implements the instructions from the ISA on its own), each
 against NumPy in float64 within the dot bound (exact for integers).
 """

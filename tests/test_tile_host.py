@@ -1,4 +1,4 @@
-"""The llvm backend's native tile path (accy/backends/tile_host.py, tile_access.py): every kernel
+"""The llvm backend's native tile path (accy/codegen/host/tiles.py, tile_access.py): every kernel
 of tests/tile_kernels.py against its NumPy reference on llvm, the access paths (whole tiles,
 masked edges, run-time strides, strided gathers, gathers by an index tile), the checks (bounds
 and division errors name the buffer, index, program and line, and nothing is written, whether

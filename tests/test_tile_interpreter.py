@@ -1,4 +1,4 @@
-"""The numpy backend's tile interpreter (accy/backends/tile_interpreter.py): every kernel of
+"""The numpy backend's tile interpreter (accy/runtime/interpreter/tiles.py): every kernel of
 tests/tile_kernels.py against its independent NumPy reference, tf32 rounding bit for bit,
 and the errors a tile launch raises (naming the buffer, the index, the program and the line)
 with its outputs untouched."""

@@ -27,7 +27,7 @@ def _scan_kernel(shape, axis_, op, dtype):
     return scan
 
 
-# -- bug 1 (fixed in accy/backends/tile_host.py): llvm's scan along a non-last axis dropped the --
+# -- bug 1 (fixed in accy/codegen/host/tiles.py): llvm's scan along a non-last axis dropped the --
 # previous row in part of each line.  A (2, 25) i32 cumsum along axis 0 on llvm gave row 1's
 # first 7 columns (flat 25..31, up to the next multiple of 16) as x[1, j] alone, not x[0, j] +
 # x[1, j]; cummin/cummax the same, any dtype, rank 2 or 3, whenever the elements after the axis
@@ -55,7 +55,7 @@ def test_bug1_f32_cumsum_along_axis_0_on_llvm():
     np.testing.assert_array_equal(out, np.cumsum(x.reshape(2, 25), axis=0).reshape(-1))
 
 
-# -- bug 2 (fixed in accy/backends/tile_memory.py): the numpy backend crashed on a masked access -
+# -- bug 2 (fixed in accy/runtime/interpreter/tile_memory.py): the numpy backend crashed on a masked access -
 # whose offsets have a huge stride.  Offsets i * s with s = 2**62 a run-time scalar and only
 # i == 0 active: every masked-off offset is out of range (allowed: "its offset may be anything"),
 # llvm and ptx read/write element 0 only, but the tile interpreter raised a bare OverflowError
@@ -115,7 +115,7 @@ def test_bug2_masked_row_of_a_2d_access_with_a_huge_stride(backend, kind):
     np.testing.assert_array_equal(args["out"], want.reshape(-1))
 
 
-# -- bug 3 (fixed in accy/backends/tile_memory.py): the numpy backend applied a program-independent
+# -- bug 3 (fixed in accy/runtime/interpreter/tile_memory.py): the numpy backend applied a program-independent
 # tile atomic once, not per program.  Three programs each atomic_add 1 at offsets arange(2) (the
 # same in every program): h must be [3, 3] (every program's adds apply, as on llvm and ptx),
 # numpy gave [1, 1]; with duplicates inside the tile (arange(4) // 2) it gave [2, 2] for [6, 6].
@@ -183,7 +183,7 @@ def test_bug4_scalar_atomic_in_a_tile_program_runs_once_per_program(backend):
     np.testing.assert_array_equal(args["g"], np.full((3, 2), 2.5, np.float32))
 
 
-# -- bug 5 (fixed in accy/backends/numerics.py): the numpy backend's f64 fma lost the sign of a --
+# -- bug 5 (fixed in accy/runtime/interpreter/numerics.py): the numpy backend's f64 fma lost the sign of a --
 # zero.  fma(-0.0, 2.0, -0.0) is -0.0 * 2.0 + -0.0 = -0.0 exactly (IEEE: a sum of two -0 is -0);
 # llvm and ptx gave -0.0, numpy +0.0, in tile programs and SIMT kernels alike (f32, f16 and bf16
 # were right).  _fma64 added the round-to-odd tail to the head: th = -0.0 + -0.0 = -0.0, then
@@ -225,7 +225,7 @@ def test_bug5_f64_fma_of_negative_zeros(backend, level):
     np.testing.assert_array_equal(args["out"], 0.0)
 
 
-# -- bug 6 (fixed in accy/backends/nvptx.py): ptx shifted a 64-bit value by the count's low 32 bits
+# -- bug 6 (fixed in accy/codegen/nvptx/lowering.py): ptx shifted a 64-bit value by the count's low 32 bits
 # 5 << n for index, i64 and u64 counts n = -2**63, 2**32, 2**32 + 1 (outside [0, 64): the rules
 # give 0, docs/ir.md) gave 5 and 10 on ptx, and u64's 5 >> n too: the emitted PTX was `cvt.u32.u64`
 # of the count then `shl.b64` (PTX clamps a 32-bit count to the width, but the truncation had
@@ -285,7 +285,7 @@ def test_bug6_ptx_saturates_only_counts_that_may_pass_32_bits():
     assert ptx.count("shl.b64") >= 3
 
 
-# -- bug 7 (fixed in accy/backends/numerics.py): the numpy backend's f64 fma of finite factors ---
+# -- bug 7 (fixed in accy/runtime/interpreter/numerics.py): the numpy backend's f64 fma of finite factors ---
 # whose product overflows and an infinite c was NaN.  fma(2**1000, 2**1000, -inf) is -inf (the
 # exact product is finite, c decides); llvm and ptx gave -inf, numpy NaN: _fma64 sent every lane
 # with a non-finite operand to the plain a * b + c, whose rounded product is +inf.  Now finite

@@ -9,9 +9,9 @@ from llvmlite import ir
 from llvmlite.ir import types as _ir_types
 
 from ..dsl.types import DType
+from ..targets import WARP_SIZE
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-WARP = 32
 VOID = ir.VoidType()
 
 

@@ -146,27 +146,27 @@ def _cut_libdevice(path: str, wanted: frozenset[str]) -> bytes:
 
 
 @attrs.frozen
-class TargetCodegen:
+class Emitter:
     """How a target's graphs become machine code: its lowering and its LLVM target machine."""
 
     lower: object  # (graph, target, block) -> LoweredModule
     machine: object  # target -> llvm.TargetMachine
 
 
-# the one target registry: every target class and what serves it
-TARGETS: dict[type, TargetCodegen] = {
-    HostTarget: TargetCodegen(lambda graph, target, block: (lower_tile_host if graph.is_tile_launch else lower_host)(
+# the code generators, by the name a target gives (Target.emitter)
+EMITTERS: dict[str, Emitter] = {
+    "host": Emitter(lambda graph, target, block: (lower_tile_host if graph.is_tile_launch else lower_host)(
         graph, target), lambda target: host_machine()),
-    NvptxTarget: TargetCodegen(lower_nvptx, lambda target: _nvptx_machine(target.arch)),
+    "nvptx": Emitter(lower_nvptx, lambda target: _nvptx_machine(target.arch)),
 }
 
 
-def _codegen(target: Target) -> TargetCodegen:
+def _codegen(target: Target) -> Emitter:
     try:
-        return TARGETS[type(target)]
+        return EMITTERS[target.emitter]
     except KeyError:
-        raise CompileError(f"no code generator for target {target!r}; targets: "
-                           f"{', '.join(t.name for t in TARGETS)}") from None
+        raise CompileError(f"no code generator for target {target!r}; code generators: "
+                           f"{', '.join(EMITTERS)}") from None
 
 
 def _machine(target: Target) -> llvm.TargetMachine:

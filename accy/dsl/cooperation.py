@@ -8,10 +8,12 @@ import math
 
 import numpy as np
 
+from .combines import COMBINES, Combine
 from .ops import (OPS, REDUCTIONS, AsyncCopyAttrs, AsyncWaitAttrs, LdmatrixAttrs, MatrixOrder, MmaAttrs, MmaKind,
                   ShuffleAttrs)
-from .traced import BuilderBase, SharedArray, Traced, WARP, _LaunchInfo, _error
+from .traced import BuilderBase, SharedArray, Traced, _LaunchInfo, _error
 from .types import DType, boolean, index, u32
+from ..targets import WARP_SIZE
 
 
 class Cooperation:
@@ -56,8 +58,8 @@ class Cooperation:
 
     def _warps(self, what: str) -> _LaunchInfo:
         info = self._block_launch(what)
-        if info.threads % WARP:
-            raise _error(f"{what}: warp operations need blocks of a multiple of {WARP} threads (a block's threads "
+        if info.threads % WARP_SIZE:
+            raise _error(f"{what}: warp operations need blocks of a multiple of {WARP_SIZE} threads (a block's threads "
                          f"linearised x fastest form its warps); this block has {info.threads}")
         return info
 
@@ -65,13 +67,13 @@ class Cooperation:
     def lane(self) -> Traced:
         """This thread's lane in its warp of 32 (threads linearised x fastest), an index."""
         info = self._block_launch("lane")
-        return self.mod(self._linear_thread(info), WARP)
+        return self.mod(self._linear_thread(info), WARP_SIZE)
 
     @property
     def warp(self) -> Traced:
         """The number of this thread's warp within its block, an index."""
         info = self._block_launch("warp")
-        return self.floor_div(self._linear_thread(info), WARP)
+        return self.floor_div(self._linear_thread(info), WARP_SIZE)
 
     def _shuffle(self, mode: str, value, lane) -> Traced:
         what = {"idx": "shuffle", "xor": "shuffle_xor", "down": "shuffle_down", "up": "shuffle_up"}[mode]
@@ -165,7 +167,7 @@ class Cooperation:
         info = self._warps("block_reduce")
         combine = self._combine("block_reduce", op)
         partial = self.warp_reduce(value, op)
-        warps = info.threads // WARP
+        warps = info.threads // WARP_SIZE
         if warps == 1:
             return partial
         scratch = info.body._declare_shared(info, partial.type, warps, None, first=True, stem="reduce")
@@ -219,7 +221,7 @@ class Cooperation:
         (a warp): Hillis-Steele steps 1, 2, 4, 8, 16, each thread at ``lane >= d`` taking
         ``combine(values of the thread d before, its own)``."""
         d = 1
-        while d < min(WARP, lanes.info.threads):
+        while d < min(WARP_SIZE, lanes.info.threads):
             before = lanes.earlier(values, d)
             step = combine(self, before, values)
             far = self.ge(lanes.lane, d)
@@ -230,10 +232,10 @@ class Cooperation:
     def _group_totals(self, lanes: "_Neighbours", values: tuple, stem: str) -> list:
         """Shared arrays holding, at ``g``, ``values`` of the last thread of group ``g``."""
         info = lanes.info
-        groups = -(-info.threads // WARP)
+        groups = -(-info.threads // WARP_SIZE)
         totals = [info.body._declare_shared(info, v.type, groups, None, first=True, stem=stem) for v in values]
-        last = self.logical_or(self.eq(lanes.lane, WARP - 1), self.eq(lanes.linear, info.threads - 1))
-        group = self.floor_div(lanes.linear, WARP)
+        last = self.logical_or(self.eq(lanes.lane, WARP_SIZE - 1), self.eq(lanes.linear, info.threads - 1))
+        group = self.floor_div(lanes.linear, WARP_SIZE)
 
         def write(inner):
             for array, v in zip(totals, values):
@@ -269,12 +271,12 @@ class Cooperation:
         shifted = None
         if not inclusive:  # each thread's local scan moves one thread on (thread 0's is replaced below)
             shifted = local if info.threads == 1 else lanes.earlier((local,), 1)[0]
-        if info.threads <= WARP:
+        if info.threads <= WARP_SIZE:
             result = local if inclusive else shifted
             prefix = None
         else:
             (totals,) = self._group_totals(lanes, (local,), "scan")
-            group = self.floor_div(lanes.linear, WARP)
+            group = self.floor_div(lanes.linear, WARP_SIZE)
             prefix = self.fold_range(1, group, 1, totals[0],
                                      lambda inner, w, acc: getattr(inner, method)(acc, totals[w]))
             later = self.gt(group, 0)
@@ -282,7 +284,7 @@ class Cooperation:
                                  local if inclusive else shifted)
         if not inclusive:
             first = self._identity(op, value.type)
-            at_lane0 = first if prefix is None else self.select(self.gt(self.floor_div(lanes.linear, WARP), 0),
+            at_lane0 = first if prefix is None else self.select(self.gt(self.floor_div(lanes.linear, WARP_SIZE), 0),
                                                                 prefix, first)
             result = self.select(self.eq(lanes.lane, 0), at_lane0, result)
         if lanes.used_shared or prefix is not None:
@@ -290,16 +292,10 @@ class Cooperation:
         return result
 
     def _identity(self, op: str, dtype: DType) -> Traced:
-        """What ``op`` leaves a value as: 0, or the lowest (highest) value of ``dtype``;
-        -inf (+inf) for a float type that has infinities."""
-        if op == "sum":
-            return self.constant(0, dtype)
-        low = op == "max"
-        if dtype.is_float:
-            with np.errstate(all="ignore"):
-                inf = float(np.asarray(-math.inf if low else math.inf).astype(dtype.numpy))
-            return self.constant(inf if math.isinf(inf) else (dtype.min if low else dtype.max), dtype)
-        return self.constant(dtype.min if low else dtype.max, dtype)
+        """What an exclusive scan gives its first thread: the combine's identity, but +0 for a
+        sum (NumPy's exclusive prefix starts at 0, not -0.0)."""
+        combine = Combine(op)
+        return self.constant(0 if combine is Combine.SUM else COMBINES[combine].identity(dtype), dtype)
 
     def block_argmax(self, value) -> tuple[Traced, Traced]:
         """``(value, thread)``: the block's largest ``value`` and the linear index (x fastest,
@@ -332,12 +328,12 @@ class Cooperation:
         if lanes.shuffles:  # every lane gets its warp's pair from a butterfly
             for offset in (16, 8, 4, 2, 1):
                 pair = combine(self, pair, tuple(self.shuffle_xor(v, offset) for v in pair))
-            if info.threads == WARP:
+            if info.threads == WARP_SIZE:
                 return pair
         else:
             pair = self._group_scan(lanes, pair, combine)
         totals = self._group_totals(lanes, pair, "arg")
-        groups = -(-info.threads // WARP)
+        groups = -(-info.threads // WARP_SIZE)
         first = tuple(array[0] for array in totals)
         pair = self.fold_range(1, groups, 1, first,
                                lambda inner, w, acc: combine(inner, acc, tuple(array[w] for array in totals)))
@@ -354,8 +350,8 @@ class _Neighbours:
     def __init__(self, builder: BuilderBase, info: _LaunchInfo, stem: str):
         self.builder, self.info, self.stem = builder, info, stem
         self.linear = builder._linear_thread(info)
-        self.lane = builder.mod(self.linear, WARP)
-        self.shuffles = info.threads % WARP == 0
+        self.lane = builder.mod(self.linear, WARP_SIZE)
+        self.shuffles = info.threads % WARP_SIZE == 0
         self.sets: list[list[SharedArray]] = []
         self.rounds = 0
 

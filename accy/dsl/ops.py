@@ -24,6 +24,7 @@ import attrs
 
 from ..errors import VerificationError
 from . import textformat as tf
+from .combines import COMBINES, Combine
 from .types import DTYPES, INDEX_MAX, INDEX_MIN, MAX_TILE_RANK, DType, TileType, boolean, i32, index
 
 
@@ -65,18 +66,6 @@ class AtomicKind(enum.StrEnum):
     MIN = "min"
     EXCHANGE = "exchange"
     CAS = "cas"
-
-
-class Combine(enum.StrEnum):
-    """What a tile reduction or scan combines with (the scalar op of the same name)."""
-
-    SUM = "sum"
-    PROD = "prod"
-    MAX = "max"
-    MIN = "min"
-    AND = "and"
-    OR = "or"
-    XOR = "xor"
 
 
 class Precision(enum.StrEnum):
@@ -625,9 +614,6 @@ def _arange(op, types, attrs_):
     return (TileType(index, (attrs_.n,)),)
 
 
-_COMBINES_BITS = (Combine.AND, Combine.OR, Combine.XOR)
-
-
 def _reduced(t: TileType, axis: int, dtype: DType):
     if axis >= t.rank:
         raise OpTypeError(f"axis {axis} is out of range for a {t} (rank {t.rank})")
@@ -638,7 +624,7 @@ def _reduced(t: TileType, axis: int, dtype: DType):
 def _check_combine(t: TileType, combine: Combine, allowed) -> None:
     if combine not in allowed:
         raise OpTypeError(f"{combine} is not one of {', '.join(allowed)} here")
-    if combine in _COMBINES_BITS:
+    if COMBINES[combine].bits_only:
         if not (t.dtype.is_int or t.dtype.is_bool):
             raise OpTypeError(f"a {combine} reduction needs integer or bool elements, got {t.dtype}")
     elif t.dtype.is_bool:
@@ -647,19 +633,19 @@ def _check_combine(t: TileType, combine: Combine, allowed) -> None:
 
 def _reduce(op, types, attrs_):
     t = _tile(types[0], "the operand")
-    _check_combine(t, attrs_.op, tuple(Combine))
+    _check_combine(t, attrs_.op, tuple(COMBINES))
     return (_reduced(t, attrs_.axis, t.dtype),)
 
 
 def _argreduce(op, types, attrs_):
     t = _tile(types[0], "the operand")
-    _check_combine(t, attrs_.op, (Combine.MAX, Combine.MIN))
+    _check_combine(t, attrs_.op, tuple(c for c, rule in COMBINES.items() if rule.orders))
     return (_reduced(t, attrs_.axis, index),)
 
 
 def _scan(op, types, attrs_):
     t = _tile(types[0], "the operand")
-    _check_combine(t, attrs_.op, (Combine.SUM, Combine.PROD, Combine.MAX, Combine.MIN))
+    _check_combine(t, attrs_.op, tuple(c for c, rule in COMBINES.items() if rule.scan))
     _reduced(t, attrs_.axis, t.dtype)  # checks the axis
     return (t,)
 

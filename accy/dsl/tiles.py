@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .combines import COMBINES, CombineRule
 from .ops import (
     ArangeAttrs, ArgReduceAttrs, AtomicAttrs, Combine, DotAttrs, LoadAttrs, OpTypeError, PermAttrs,
     Precision, ReduceAttrs, ShapeAttrs, StoreAttrs, dot_accumulator,
@@ -228,14 +229,6 @@ class TileOps:
             return Traced(self._to_shape(result, shape)) if x.ndim == 1 else self.reshape(result, shape)
         return result
 
-    def sum(self, x, axis=None, keepdims: bool = False) -> Traced:
-        """The sum along ``axis`` (every element for None: a scalar); f16 and bf16 accumulate in
-        f32 and round once."""
-        return self._reduce("reduce", Combine.SUM, x, axis, keepdims, ReduceAttrs)
-
-    def prod(self, x, axis=None, keepdims: bool = False) -> Traced:
-        return self._reduce("reduce", Combine.PROD, x, axis, keepdims, ReduceAttrs)
-
     def max(self, x, *others, axis=None, keepdims: bool = False) -> Traced:
         """``t.max(x, axis)``: the largest element along ``axis`` (NaN propagates);
         ``t.max(a, b)``: the elementwise maximum, as the scalar builder's."""
@@ -252,33 +245,12 @@ class TileOps:
             raise _error("min: t.min(x, axis) reduces a tile; t.min(a, b) (or t.minimum) compares two values")
         return self._reduce("reduce", Combine.MIN, x, axis, keepdims, ReduceAttrs)
 
-    def argmax(self, x, axis=None, keepdims: bool = False) -> Traced:
-        """The index of the largest element along ``axis`` (the first of equals, the first NaN
-        if any, as NumPy); for None, the row-major position in the whole tile."""
-        return self._reduce("argreduce", Combine.MAX, x, axis, keepdims, ArgReduceAttrs)
-
-    def argmin(self, x, axis=None, keepdims: bool = False) -> Traced:
-        return self._reduce("argreduce", Combine.MIN, x, axis, keepdims, ArgReduceAttrs)
-
     def _scan(self, combine: Combine, x, axis) -> Tile:
         x = self._tile(x, f"cum{combine}")
         if axis is None:
             x, axis = self._flat(x), 0
         axis = _axis(axis, x.ndim, f"cum{combine}")
         return Traced(self._record("scan", (x,), ReduceAttrs(op=combine, axis=axis)).result)
-
-    def cumsum(self, x, axis=None) -> Tile:
-        """The inclusive running sum along ``axis`` (flattened for None, as NumPy)."""
-        return self._scan(Combine.SUM, x, axis)
-
-    def cumprod(self, x, axis=None) -> Tile:
-        return self._scan(Combine.PROD, x, axis)
-
-    def cummax(self, x, axis=None) -> Tile:
-        return self._scan(Combine.MAX, x, axis)
-
-    def cummin(self, x, axis=None) -> Tile:
-        return self._scan(Combine.MIN, x, axis)
 
     # -- dot ----------------------------------------------------------------------------
     def dot(self, a, b, acc=None, *, precision: str = "ieee") -> Tile:
@@ -458,3 +430,42 @@ class TileOps:
         except OpTypeError as e:  # pragma: no cover - _record turns it into a TraceError
             raise _error(f"{what}: {e}") from None
 
+
+
+def _reduction(rule: CombineRule, opcode: str, attrs_cls, name: str):
+    def method(self, x, axis=None, keepdims: bool = False) -> Traced:
+        return self._reduce(opcode, rule.combine, x, axis, keepdims, attrs_cls)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _scan_method(rule: CombineRule):
+    def method(self, x, axis=None) -> Tile:
+        return self._scan(rule.combine, x, axis)
+    method.__name__ = method.__qualname__ = rule.scan
+    return method
+
+
+def _spell_combines() -> None:
+    """Each combine's tile methods, from the table (``t.max``/``t.min`` are written out above:
+    with two operands they compare elementwise)."""
+    for rule in COMBINES.values():
+        if rule.reduction and not hasattr(TileOps, rule.reduction):
+            method = _reduction(rule, "reduce", ReduceAttrs, rule.reduction)
+            method.__doc__ = (f"The {rule.combine} along ``axis`` (every element for None: a scalar), as "
+                              f"``np.{rule.ufunc.__name__}.reduce``; f16 and bf16 compute in f32 and round once.")
+            setattr(TileOps, rule.reduction, method)
+        if rule.arg_reduction:
+            method = _reduction(rule, "argreduce", ArgReduceAttrs, rule.arg_reduction)
+            method.__doc__ = (f"The index of the first {'largest' if rule.combine == 'max' else 'smallest'} element along "
+                              f"``axis`` (the first NaN if any, as ``np.{rule.arg_reduction}``); for None, the row-major "
+                              "position in the whole tile.")
+            setattr(TileOps, rule.arg_reduction, method)
+        if rule.scan:
+            method = _scan_method(rule)
+            method.__doc__ = (f"The inclusive running {rule.combine} along ``axis`` (flattened for None), as "
+                              f"``np.{rule.ufunc.__name__}.accumulate``.")
+            setattr(TileOps, rule.scan, method)
+
+
+_spell_combines()

@@ -17,6 +17,7 @@ from .analysis import uniformity
 from .ir import Axis, Param, Value
 from .ops import OPS
 from .types import INDEX_MAX, DType, TileType
+from ..targets import WARP_SIZE
 
 
 _NO_CTX = object()
@@ -570,4 +571,3 @@ class BufferHandle(TileAccess, MemoryHandle):
 # ----------------------------------------------------------------------------- the builder
 
 
-WARP = 32

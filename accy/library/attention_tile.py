@@ -34,7 +34,7 @@ from .entry import Category, Entry, Layer, TileGrid, TileReuse, Shape
 DTYPES = (f32, bf16, f16)
 LOG2_E = math.log2(math.e)
 MIN_FITTED_TILE = 16  # fitting never shrinks a tile below this (the size of a tensor-core operand)
-# a GPU program stages both operands of a dot in shared memory (accy/backends/distribute.py: f32 for
+# a GPU program stages both operands of a dot in shared memory (accy/lowering/distribute.py: f32 for
 # FMA, 16-bit inputs as they are for tensor cores); 32 KiB of its 48 KiB leaves room for the
 # layout conversions around them
 DOT_STAGING_BYTES = 32768

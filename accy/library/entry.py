@@ -22,6 +22,7 @@ from ..runtime import run
 from ..runtime.arguments import _by_name, device_array
 from ..errors import ArgumentError
 from ..program import Program
+from ..targets import WARP_SIZE
 
 
 class Layer(enum.Enum):
@@ -183,7 +184,7 @@ class TileGrid:
 
     @property
     def threads(self) -> tuple[int, int, int]:
-        return (self.warps * 32, 1, 1)
+        return (self.warps * WARP_SIZE, 1, 1)
 
     def launch(self) -> Launch:
         extents = tuple(a.extent for a in self.grid)

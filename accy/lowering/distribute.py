@@ -44,6 +44,7 @@ from typing import Callable
 
 import attrs
 
+from ..dsl.combines import COMBINES, accumulator_type
 from ..dsl.ir import Graph, Op, Value, constant_of
 from ..dsl.ops import (AlignedAttrs, AtomicAttrs, BlockUnit, Combine, LoadAttrs, MatrixOrder, MmaKind, Precision,
                        SharedAttrs, Space, StoreAttrs)
@@ -52,9 +53,10 @@ from ..dsl.trace import trace
 from ..dsl.traced import _NO_CTX, SharedArray, Traced, axis
 from ..dsl.types import DType, TileType, bf16, boolean, element_type, f16, f32, f64, i8, index, u8
 from ..errors import TraceError
-from .layouts import WARP, Blocked, Expand, Layout, Mma, Permute, Slice, unit_reshape
+from .layouts import Blocked, Expand, Layout, Mma, Permute, Slice, unit_reshape
 from .tensor_cores import Deferred, TensorCoreDot
 from .tile_access import Shapes, conjuncts
+from ..targets import WARP_SIZE
 
 SHARED_LIMIT = Limits.default.max_shared_bytes
 # the resident threads per SM a program's registers are budgeted for: its threads hold whole
@@ -99,9 +101,6 @@ class Lazy:
     constant: object = None
 
 
-_COMBINE_OPS = {Combine.SUM: "add", Combine.PROD: "mul", Combine.MAX: "max", Combine.MIN: "min",
-                Combine.AND: "and", Combine.OR: "or", Combine.XOR: "xor"}
-_IDEMPOTENT = (Combine.MAX, Combine.MIN, Combine.AND, Combine.OR)  # a replica counted twice changes nothing
 
 
 def _strides(shape) -> tuple[int, ...]:
@@ -126,7 +125,7 @@ class _Distributor(TensorCoreDot):
         self.graph = graph
         self.tensor_cores = tensor_cores
         self.launch = graph.launch_op
-        self.T = self.launch.attrs.warps * WARP
+        self.T = self.launch.attrs.warps * WARP_SIZE
         self.env: dict[Value, object] = {}
         self.scopes: list[dict] = [{}]
         self.tagged: set[int] = set()
@@ -590,23 +589,10 @@ class _Distributor(TensorCoreDot):
 
     # -- reductions ------------------------------------------------------------------------
     def identity(self, combine: Combine, dtype: DType) -> Traced:
-        if combine in (Combine.SUM, Combine.MAX, Combine.MIN):
-            return self.b._identity(str(combine), dtype)
-        if combine is Combine.PROD:
-            return self.const(1.0 if dtype.is_float else 1, dtype)
-        if combine is Combine.AND:
-            return self.const(True if dtype.is_bool else (-1 if dtype.is_signed else dtype.max), dtype)
-        return self.const(False if dtype.is_bool else 0, dtype)
-
-    def scan_identity(self, combine: Combine, dtype: DType) -> Traced:
-        """As :meth:`identity`, but -0.0 for a float sum: it leaves every float as it is (0.0
-        turns -0.0 into 0.0, and a scan's output is the identity combined with its prefix)."""
-        if combine is Combine.SUM and dtype.is_float:
-            return self.const(-0.0, dtype)
-        return self.identity(combine, dtype)
+        return self.const(COMBINES[combine].identity(dtype), dtype)
 
     def combine(self, combine: Combine, a, b):
-        return Traced(self._record(_COMBINE_OPS[combine], [a, b]).result)
+        return Traced(self._record(COMBINES[combine].scalar_op, [a, b]).result)
 
     def _axis_bits(self, d) -> tuple[list[int], list[int]]:
         """The thread bits a dimension uses: (those within a warp, those across warps)."""
@@ -662,11 +648,11 @@ class _Distributor(TensorCoreDot):
         x = self.regs(self.env[op.operands[0]])
         combine, axis = op.attrs.op, op.attrs.axis
         dtype = x.dtype
-        acc_type = dtype.compute if combine in (Combine.SUM, Combine.PROD) and dtype.is_float else dtype
+        acc_type = accumulator_type(combine, dtype)
         values = [self.b.cast(v, acc_type) if acc_type != dtype else v for v in x.values]
         layout = x.layout
         d = layout.dims[axis]
-        if combine not in _IDEMPOTENT:  # a replica along the axis counts as the identity
+        if not COMBINES[combine].idempotent:  # a replica along the axis counts as the identity
             part = self.thread_part(d)
             for r in range(layout.registers):
                 j = layout.register_indices(r)[axis]
@@ -724,7 +710,7 @@ class _Distributor(TensorCoreDot):
         x = self.regs(self.env[op.operands[0]])
         combine, axis = op.attrs.op, op.attrs.axis
         dtype = x.dtype
-        acc_type = dtype.compute if combine in (Combine.SUM, Combine.PROD) and dtype.is_float else dtype
+        acc_type = accumulator_type(combine, dtype)
         d = x.layout.dims[axis]
         lines = len(self._groups(x.layout, axis))
         cross = self._axis_bits(d)[1]
@@ -771,12 +757,12 @@ class _Distributor(TensorCoreDot):
             ups = [b.shuffle_up(v, delta) for v in inclusive]
             take = b.ge(part, 1 << i)
             inclusive = [b.select(take, fn(u, v), v) for u, v in zip(ups, inclusive)]
-        identity = self.scan_identity(combine, acc_type)
+        identity = self.identity(combine, acc_type)
         if inwarp:
             first = b.eq(part, 0)
             before = [b.select(first, identity, b.shuffle_up(v, 1 << lo)) for v in inclusive]
             last = ((1 << len(inwarp)) - 1) << lo  # the lane bits of the last thread of a warp's part
-            src = b.bitwise_or(b.bitwise_and(self.tid, WARP - 1), last)
+            src = b.bitwise_or(b.bitwise_and(self.tid, WARP_SIZE - 1), last)
             segment = [b.shuffle(v, src) for v in inclusive]  # the warp's part's total
         else:
             before, segment = [identity] * len(totals), list(totals)
@@ -837,7 +823,7 @@ class _Distributor(TensorCoreDot):
                     self.b.store(array, self.b.cast(acc, dtype) if acc_type != dtype else acc, at)
                     return acc
 
-            self.b.fold_range(0, length, 1, self.scan_identity(combine, acc_type), each)
+            self.b.fold_range(0, length, 1, self.identity(combine, acc_type), each)
 
         for k in range(-(-lines // self.T)):
             l = self.add(self.tid, k * self.T)

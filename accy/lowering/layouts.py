@@ -36,8 +36,8 @@ import functools
 import math
 
 import attrs
+from ..targets import WARP_SIZE
 
-WARP = 32
 
 
 def next_power_of_two(n: int) -> int:
@@ -230,7 +230,7 @@ class Expand(Layout):
 @functools.cache
 def _mma_dims(shape: tuple[int, int], threads: int) -> tuple[Dim, ...]:
     m, n = shape
-    return Dim(m, 1, 8 * (threads // WARP), 4), Dim(n, 2, 4, 1)
+    return Dim(m, 1, 8 * (threads // WARP_SIZE), 4), Dim(n, 2, 4, 1)
 
 
 @attrs.frozen
@@ -252,7 +252,7 @@ class Mma(Layout):
     @staticmethod
     def fits(shape: tuple[int, ...], threads: int) -> bool:
         """Does every warp get whole 16-row tiles and every tile whole 8-column ones?"""
-        return len(shape) == 2 and shape[0] % (16 * (threads // WARP)) == 0 and shape[1] % 8 == 0
+        return len(shape) == 2 and shape[0] % (16 * (threads // WARP_SIZE)) == 0 and shape[1] % 8 == 0
 
 
 def unit_reshape(shape: tuple[int, ...], new: tuple[int, ...]) -> bool:
@@ -260,4 +260,4 @@ def unit_reshape(shape: tuple[int, ...], new: tuple[int, ...]) -> bool:
     return tuple(n for n in shape if n != 1) == tuple(n for n in new if n != 1)
 
 
-__all__ = ["WARP", "Dim", "Layout", "Blocked", "Slice", "Permute", "Expand", "Mma", "unit_reshape", "next_power_of_two"]
+__all__ = ["WARP_SIZE", "Dim", "Layout", "Blocked", "Slice", "Permute", "Expand", "Mma", "unit_reshape", "next_power_of_two"]

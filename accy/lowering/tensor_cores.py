@@ -28,7 +28,8 @@ from ..dsl.ir import Op, constant_of
 from ..dsl.ops import AsyncCopyAttrs, MatrixOrder, MmaKind, Precision
 from ..dsl.traced import _NO_CTX, SharedArray
 from ..dsl.types import DType, bf16, f16, f32, i8
-from .layouts import WARP, Blocked, Mma, Permute, unit_reshape
+from .layouts import Blocked, Mma, Permute, unit_reshape
+from ..targets import WARP_SIZE
 
 # the element type each kind's operands are staged in
 STAGED = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8}
@@ -300,8 +301,8 @@ class TensorCoreDot:
             self.written()
         values = list(acc.values)
         b = self.b
-        warps = self.T // WARP
-        lane = b.bitwise_and(self.tid, WARP - 1)
+        warps = self.T // WARP_SIZE
+        lane = b.bitwise_and(self.tid, WARP_SIZE - 1)
         warp_row = self.mul(b.shr(self.tid, 5), 8)
         row_in = b.bitwise_and(lane, 7)  # the row of its matrix whose address a lane gives
         matrix = b.shr(lane, 3)
@@ -471,10 +472,10 @@ class TensorCoreDot:
         """This lane's elements of A's fragment for its warp's ``q``-th 16-row tile and the
         k-step at ``k0``: one ldmatrix.x4 (row halves, then column halves)."""
         b = self.b
-        lane = b.bitwise_and(self.tid, WARP - 1)
+        lane = b.bitwise_and(self.tid, WARP_SIZE - 1)
         matrix = b.shr(lane, 3)
         per_row = 16 // array.dtype.itemsize
-        row = self.add(self.add(self.mul(self.add(b.bitwise_and(matrix, 1), 2 * q), 8 * (self.T // WARP)),
+        row = self.add(self.add(self.mul(self.add(b.bitwise_and(matrix, 1), 2 * q), 8 * (self.T // WARP_SIZE)),
                                 self.mul(b.shr(self.tid, 5), 8)), b.bitwise_and(lane, 7))
         col = self.add(self.mul(b.shr(lane, 4), per_row), k0)
         return list(b.ldmatrix(array, self.add(self.add(self.mul(row, row_pitch), col), base), 4))
@@ -498,7 +499,7 @@ class TensorCoreDot:
             self.fill(array, a, 0, row_pitch, False, kind)
             self.written()
             self.a_fragments[dot] = [[self.a_fragment(array, 0, row_pitch, q, k0)
-                                      for q in range(m // (16 * (self.T // WARP)))] for k0 in range(0, kk, kind.k)]
+                                      for q in range(m // (16 * (self.T // WARP_SIZE)))] for k0 in range(0, kk, kind.k)]
             self.dirty = True
 
     def b_fragments(self, kind, plan: Staging, array, base, k0, tiles_n, lane, row_in, matrix) -> list:

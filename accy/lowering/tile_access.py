@@ -27,7 +27,7 @@ from typing import Union
 
 import attrs
 
-from ..dsl.ir import Block, Op, Value, constant_of
+from ..dsl.ir import Block, Graph, Op, Value, constant_of, value_names
 from ..dsl.types import TileType, shape_of
 
 Expr = Union[int, Value, tuple]
@@ -546,3 +546,31 @@ def last_use(v: Value, ops, pos, uses) -> int:
             at = max(at, pos[op])
     return at
 
+
+
+def _expression(e: Expr, names: dict) -> str:
+    if isinstance(e, tuple):  # ("add" | "mul", a, b)
+        return f"({_expression(e[1], names)} {'+' if e[0] == 'add' else '*'} {_expression(e[2], names)})"
+    return str(e) if isinstance(e, int) else names.get(e, "%?")
+
+
+def describe_plans(graph: Graph) -> str:
+    """The access plan of each tile load, store and atomic of a tile program, one line each, as
+    comments after its graph text: row by row from an affine form (and contiguous) or element by
+    element, its mask as ranges or read from the mask tile."""
+    if not graph.is_tile_launch:
+        return "// plan-tile-accesses: not a tile program"
+    names = value_names(graph)
+    lines = ["// plan-tile-accesses: how the host runs each tile access"]
+    for op, plan in plan_accesses(graph.launch_op.regions[0]).items():
+        where = f" ({op.location.line})" if op.location is not None else ""
+        result = names.get(op.results[0], "") + " = " if op.results else ""
+        if plan.offsets is None:
+            how = "element by element (offsets read from their tile)"
+        else:
+            terms = ", ".join(_expression(c, names) for c in plan.offsets.coefs)
+            how = (f"row by row: {_expression(plan.offsets.base, names)} + [{terms}] . i"
+                   f"{' (contiguous)' if plan.contiguous else ''}")
+        mask = "mask as ranges" if plan.box is not None else "mask read from its tile"
+        lines.append(f"//   {result}{op.opcode}{where}: {how}; {mask}")
+    return "\n".join(lines)

@@ -22,6 +22,7 @@ from .arguments import Binding, bind_arguments
 from .contract import NOT_HANDLED, Backend
 from .extents import evaluate_extents
 from .tensor_arguments import expand_tensor_arguments
+from ..targets import WARP_SIZE
 
 # backend name -> the module defining it as BACKEND (imported on first use; cuda imports its driver only when run)
 _MODULES = {"numpy": "interpreter", "llvm": "host", "ptx": "emulated", "cuda": "cuda"}
@@ -56,7 +57,7 @@ def launch_for(graph, threads: ThreadBlocks, extents, limits: Limits | None) -> 
     limits = limits or Limits.default
     if graph.is_block_launch or graph.is_tile_launch:  # the extents count blocks (programs); its own shape
         pad = lambda values: tuple(values) + (1,) * (3 - len(values))  # noqa: E731
-        block = graph.block_shape if graph.is_block_launch else (graph.launch_op.attrs.warps * 32,)
+        block = graph.block_shape if graph.is_block_launch else (graph.launch_op.attrs.warps * WARP_SIZE,)
         launch = limits.check(Launch(grid=pad(extents), block=pad(block), extents=tuple(extents)))
     else:
         launch = limits.check(threads.launch(extents))

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .arguments import ArrayInfo, host_info
-from ..targets import VECTOR_WIDTHS, is_known_arch, is_vector_width, nvptx_processors
+from ..targets import VECTOR_WIDTHS, Target, is_known_arch, is_vector_width, nvptx_processors
 
 
 NOT_HANDLED = object()  # a fast launcher's answer for a call the general path must take
@@ -147,6 +147,8 @@ class Backend:
     # fast(graph, resolve, **options) -> a launcher for repeated calls: launcher(args) runs them and
     # returns the result, or NOT_HANDLED for a call the general path must take
     fast: Callable | None = None
+    # target(arch) -> the Target its graphs are lowered for (arch: the run's option, None: the device's)
+    target: Callable[[str | None], Target] = lambda arch: Target.reference()
 
     @property
     def option_names(self) -> frozenset[str]:

@@ -41,6 +41,7 @@ from .artifacts import ArtifactFormat, BackendKind, KernelArtifact, build_artifa
 from .contract import Backend
 from .drivers import Driver, open_driver
 from .gpu import DeviceLaunch, kernel_ptx
+from ..targets import Target
 
 _state_lock = threading.Lock()
 _states: dict[int, "CudaBackendState"] = {}
@@ -146,4 +147,5 @@ def execute(graph: Graph, binding: Binding, launch: Launch, *, device: int = 0,
 
 
 BACKEND = Backend("cuda", frozenset({"device", "timing", "stream"}), execute, device_info,
-                  lambda options: default_state(options.get("device", 0)))
+                  lambda options: default_state(options.get("device", 0)),
+                  target=lambda arch: Target.nvptx(arch or "sm_80"))  # the device's arch is taken to be sm_80 or later

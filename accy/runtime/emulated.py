@@ -25,6 +25,7 @@ from .arguments import Binding
 from .contract import Backend
 from .drivers.emulator import EmulatorDriver
 from .gpu import DeviceLaunch, kernel_ptx
+from ..targets import Target
 from ..emulator import Device
 
 _lock = threading.Lock()  # one emulated GPU per process, one launch at a time
@@ -48,7 +49,8 @@ def execute(graph: Graph, binding: Binding, launch: Launch, *, arch: str = "sm_8
         return DeviceLaunch(driver, graph, binding, launch).run(driver.load(ptx, graph.name))
 
 
-BACKEND = Backend("ptx", frozenset({"arch", "fast_math", "schedule"}), execute)
+BACKEND = Backend("ptx", frozenset({"arch", "fast_math", "schedule"}), execute,
+                  target=lambda arch: Target.nvptx(arch or "sm_80"))
 
 
 def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None = None, limits=None,

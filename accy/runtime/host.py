@@ -335,4 +335,5 @@ def fast_launcher(graph: Graph, resolve, *, checks: bool = True, threads: int | 
     return FastLauncher(graph, resolve, Target.host(checks=checks, vector_width=vector_width), threads)
 
 
-BACKEND = Backend("llvm", frozenset({"checks", "threads", "vector_width"}), run_graph, fast=fast_launcher)
+BACKEND = Backend("llvm", frozenset({"checks", "threads", "vector_width"}), run_graph, fast=fast_launcher,
+                  target=lambda arch: Target.host())

@@ -13,7 +13,8 @@ from ...dsl.analysis.phases import PhasePlan
 from ...dsl.ir import Op, Value
 from ...errors import CompileError
 from .chunking import Linear, index_constant, is_vector, untyped
-from ..llvm_types import I1, I8, I32, I64, WARP, intrinsic_suffix, memory_type
+from ..llvm_types import I1, I8, I32, I64, intrinsic_suffix, memory_type
+from ...targets import WARP_SIZE
 
 
 class BlockThreads:
@@ -38,8 +39,8 @@ class BlockThreads:
                                                        name=f"shared_{name}"))
         self.plan = PhasePlan(region, self._chunk_local, region.args[len(launch.operands):])
         for v in self.plan.slot_values:  # a warp's worth of padding on both sides: shuffles up and down
-            array = b.alloca(ir.ArrayType(memory_type(v.type), WARP + padded + WARP))
-            self.slots[v] = untyped(b.gep(array, [ir.Constant(I64, 0), ir.Constant(I64, WARP)], inbounds=True))
+            array = b.alloca(ir.ArrayType(memory_type(v.type), WARP_SIZE + padded + WARP_SIZE))
+            self.slots[v] = untyped(b.gep(array, [ir.Constant(I64, 0), ir.Constant(I64, WARP_SIZE)], inbounds=True))
         self.thread_args = region.args[len(launch.operands):]
         grid_args = region.args[:len(launch.operands)]
         one = ir.Constant(I64, 1)
@@ -159,7 +160,7 @@ class BlockThreads:
         if op.opcode != "shuffle":  # another warp-level op: needs every thread of the warp
             return False
         delta = index_constant(op.operands[1])
-        return op.attrs["mode"] == "xor" and delta is not None and 0 <= delta < min(self.width, WARP)
+        return op.attrs["mode"] == "xor" and delta is not None and 0 <= delta < min(self.width, WARP_SIZE)
 
     def op_barrier(self, op: Op) -> None:
         # barriers split a block's thread loops (_lower_phased) and are never lowered one thread
@@ -178,30 +179,30 @@ class BlockThreads:
             self.values[op.result] = self.value(value)
             return
         delta, mode = index_constant(op.operands[1]), op.attrs["mode"]
-        if delta is not None and mode == "xor" and 0 <= delta < WARP:
+        if delta is not None and mode == "xor" and 0 <= delta < WARP_SIZE:
             # lane t reads t ^ delta: the chunk at start ^ (delta's high bits), permuted by its low bits
             low, high = delta % self.width, delta - delta % self.width
             source = self.vector(value) if high == 0 else self._slot_vector(value, b.xor(self.chunk_start,
                                                                                         ir.Constant(I64, high)))
             self.values[op.result] = self._permute(source, [k ^ low for k in range(self.width)])
             return
-        if delta is not None and mode in ("down", "up") and 0 <= delta < WARP:
+        if delta is not None and mode in ("down", "up") and 0 <= delta < WARP_SIZE:
             # lane t reads t +- delta where that stays in its warp (the slots are padded on both sides)
             offset = ir.Constant(I64, delta if mode == "down" else -delta)
             moved = self._slot_vector(value, b.add(self.chunk_start, offset))
-            lane = b.urem(threads, self.splat(ir.Constant(I64, WARP)))
+            lane = b.urem(threads, self.splat(ir.Constant(I64, WARP_SIZE)))
             if mode == "down":
-                inside = b.icmp_unsigned("<", b.add(lane, self.splat(offset)), self.splat(ir.Constant(I64, WARP)))
+                inside = b.icmp_unsigned("<", b.add(lane, self.splat(offset)), self.splat(ir.Constant(I64, WARP_SIZE)))
             else:
                 inside = b.icmp_unsigned(">=", lane, self.splat(ir.Constant(I64, delta)))
             self.values[op.result] = b.select(inside, moved, self.vector(value))
             return
         delta = self.vector(op.operands[1])
-        warp = self.splat(ir.Constant(I64, WARP))
+        warp = self.splat(ir.Constant(I64, WARP_SIZE))
         lane = b.urem(threads, warp)
         base = b.sub(threads, lane)
         if mode == "idx":
-            source = b.add(base, b.and_(delta, self.splat(ir.Constant(I64, WARP - 1))))
+            source = b.add(base, b.and_(delta, self.splat(ir.Constant(I64, WARP_SIZE - 1))))
         else:
             target = {"xor": lambda: b.xor(lane, delta), "down": lambda: b.add(lane, delta),
                       "up": lambda: b.sub(lane, delta)}[mode]()

@@ -40,6 +40,7 @@ import math
 import attrs
 from llvmlite import ir
 
+from ...dsl.combines import COMBINES
 from ...dsl.ir import Graph, Op, Value
 from ...dsl.ops import Combine, Precision
 from ...dsl.types import DType, TileType
@@ -108,24 +109,6 @@ class Tile:
     @property
     def mem(self) -> ir.Type:
         return memory_type(self.type.dtype)
-
-
-_COMBINE_OPS = {Combine.SUM: "add", Combine.PROD: "mul", Combine.MAX: "max", Combine.MIN: "min",
-                Combine.AND: "and", Combine.OR: "or", Combine.XOR: "xor"}
-
-
-def _identity(combine: Combine, t: DType):
-    if combine is Combine.SUM:
-        return -0.0 if t.is_float else 0
-    if combine is Combine.PROD:
-        return 1.0 if t.is_float else 1
-    if combine is Combine.MAX:
-        return -math.inf if t.is_float else (0 if t.is_bool else t.min)
-    if combine is Combine.MIN:
-        return math.inf if t.is_float else t.max
-    if combine is Combine.AND:
-        return 1 if t.is_bool else -1
-    return 0
 
 
 def micro_kernel_shape(acc: DType, lanes: int) -> tuple[int, int]:
@@ -490,7 +473,7 @@ class TileHostLowering(Lowering):
         self._chunks(out.size, chunk)
 
     def _combiner(self, combine: Combine, t: DType, real: Op):
-        name = _COMBINE_OPS[combine]
+        name = COMBINES[combine].scalar_op
         element = ElementOp(name, (t, t), t, real)
         return lambda a, b: LOWER[name](self, element, [a, b])
 
@@ -614,10 +597,10 @@ class TileHostLowering(Lowering):
             self._new(op.result)
         A, R, B = self._axis_view(x.shape, axis)
         b = self.b
-        identity = constant(self._vec(llvm_type(acc_t)), _identity(combine, acc_t))
+        identity = constant(self._vec(llvm_type(acc_t)), COMBINES[combine].identity(acc_t))
         finish = (lambda v: self.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
         if B == 1:
-            keyed = acc_t.is_float and combine in (Combine.MAX, Combine.MIN)
+            keyed = acc_t.is_float and COMBINES[combine].orders
             if keyed:  # float max/min as integer max/min of order-preserving keys (see _float_key)
                 bits = ir.IntType(acc_t.bits)
                 start_state = [constant(self._vec(bits), -(1 << (acc_t.bits - 1))),
@@ -872,7 +855,7 @@ class TileHostLowering(Lowering):
         A, R, B = self._axis_view(x.shape, axis)
         b = self.b
         L = self.L
-        identity = constant(self._vec(llvm_type(acc_t)), _identity(combine, acc_t))
+        identity = constant(self._vec(llvm_type(acc_t)), COMBINES[combine].identity(acc_t))
         if B == 1:
             def row(a, cs):
                 first = b.mul(a, ir.Constant(I64, R))

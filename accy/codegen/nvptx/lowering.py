@@ -22,8 +22,9 @@ from .debug_lines import DebugLines
 from ..llvm import MATH, LoweredModule, Lowering
 from ...errors import CompileError
 from ..abi import STATUS_LOAD_OOB
-from ..llvm_types import I1, I32, I64, VOID, WARP, constant, element_type, float_bits, llvm_type, memory_type
+from ..llvm_types import I1, I32, I64, VOID, constant, element_type, float_bits, llvm_type, memory_type
 from ...targets import NvptxTarget
+from ...targets import WARP_SIZE
 
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 
@@ -147,10 +148,10 @@ class NvptxLowering(Lowering):
         # up/down/xor by a count outside [0, 32) give the thread's own value: clamp it to 32
         # (past every lane); idx takes the source lane modulo 32, as PTX does
         if mode != "idx":
-            delta = b.select(b.icmp_unsigned("<", delta, ir.Constant(I64, WARP)), delta, ir.Constant(I64, WARP))
+            delta = b.select(b.icmp_unsigned("<", delta, ir.Constant(I64, WARP_SIZE)), delta, ir.Constant(I64, WARP_SIZE))
         lane = b.trunc(delta, I32)
         name = {"idx": "idx", "xor": "bfly", "down": "down", "up": "up"}[mode]
-        clamp = ir.Constant(I32, 0 if mode == "up" else WARP - 1)
+        clamp = ir.Constant(I32, 0 if mode == "up" else WARP_SIZE - 1)
         fn = self.declare(f"llvm.nvvm.shfl.sync.{name}.i32", I32, [I32, I32, I32, I32])
         full = ir.Constant(I32, -1)
         width = value.type.width if isinstance(value.type, ir.IntType) else float_bits(value.type)

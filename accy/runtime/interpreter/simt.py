@@ -45,6 +45,7 @@ from ..arguments import Binding
 from .debug import Observer, Recorder, check_thread
 from ...diagnostics import at, division_by_zero, out_of_bounds, thread_text
 from .sanitizer import Sanitizer
+from ...targets import WARP_SIZE
 
 DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
 
@@ -100,7 +101,6 @@ EVAL = {
 STRUCTURAL = frozenset({"const", "size", "aligned", "cast", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle", "ldmatrix", "mma", "async_copy",
                         "async_commit", "async_wait"})
-WARP = 32
 _LARGEST = np.maximum.reduce  # a bounds check's one NumPy call (ndarray.max goes through Python)
 CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
 
@@ -486,22 +486,22 @@ class Interpreter:
         value, delta = (self.env[v] for v in op.operands)
         t = self.block_threads
         full = np.broadcast_to(value, self.grid).reshape(self.blocks, t)
-        b = np.clip(np.broadcast_to(delta, self.grid).reshape(self.blocks, t), -1, 2 * WARP)
-        lane = np.arange(t) % WARP
+        b = np.clip(np.broadcast_to(delta, self.grid).reshape(self.blocks, t), -1, 2 * WARP_SIZE)
+        lane = np.arange(t) % WARP_SIZE
         base = np.arange(t) - lane  # each thread's warp's first lane
         mode = op.attrs["mode"]
         if mode == "idx":
-            source = base + (np.broadcast_to(delta, self.grid).reshape(self.blocks, t) & (WARP - 1))
+            source = base + (np.broadcast_to(delta, self.grid).reshape(self.blocks, t) & (WARP_SIZE - 1))
         else:
             target = {"xor": lane ^ b, "down": lane + b, "up": lane - b}[mode]
-            inside = (b >= 0) & (target >= 0) & (target < WARP)
+            inside = (b >= 0) & (target >= 0) & (target < WARP_SIZE)
             source = np.where(inside, base + target, np.arange(t))  # outside the warp: its own value
         self.env[op.result] = np.take_along_axis(full, source.astype(np.int64), axis=1).reshape(self.grid)
 
     # -- tensor cores (the tile distribution's dot for NVPTX; see warp_matrix) ---------------
     def _warps_of(self, value) -> np.ndarray:
         t = self.block_threads
-        return np.broadcast_to(value, self.grid).reshape(self.blocks, t // WARP, WARP)
+        return np.broadcast_to(value, self.grid).reshape(self.blocks, t // WARP_SIZE, WARP_SIZE)
 
     def op_ldmatrix(self, op: Op) -> None:
         """Each lane reads its elements of the matrices from the rows its warp's lanes address."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...dsl.ops import Combine, Precision
+from ...dsl.combines import COMBINES, Combine
+from ...dsl.ops import Precision
 from . import numerics
 
 F32 = np.dtype(np.float32)
@@ -35,20 +36,16 @@ def _zero_signs(result: np.ndarray, x: np.ndarray, combine: Combine, axis: int, 
     return np.where(zero, np.where(seen, winner, loser).astype(result.dtype), result)
 
 
-_UFUNCS = {Combine.SUM: np.add, Combine.PROD: np.multiply, Combine.MAX: np.maximum, Combine.MIN: np.minimum,
-           Combine.AND: np.bitwise_and, Combine.OR: np.bitwise_or, Combine.XOR: np.bitwise_xor}
-
-
 def reduce_along(x: np.ndarray, combine: Combine, axis: int, *, running: bool = False) -> np.ndarray:
     """``x`` reduced (``running``: scanned) along ``axis`` with ``combine``, as the scalar op
     folded: integers wrap; f16, bf16 and fp8 compute in f32 (exact for max and min) and each
     result rounds once to the element type."""
     dtype = x.dtype
     y, widened = _as_f32(x)
-    ufunc = _UFUNCS[combine]
+    ufunc = COMBINES[combine].ufunc
     kwargs = {} if widened or dtype.kind == "b" else {"dtype": dtype}  # integers accumulate in their type
     result = (ufunc.accumulate if running else ufunc.reduce)(y, axis=axis, **kwargs)
-    if combine in (Combine.MAX, Combine.MIN):
+    if COMBINES[combine].orders:
         result = _zero_signs(result, y, combine, axis, running)
     return result.astype(dtype, copy=False)
 
@@ -56,7 +53,7 @@ def reduce_along(x: np.ndarray, combine: Combine, axis: int, *, running: bool = 
 def arg_along(x: np.ndarray, combine: Combine, axis: int) -> np.ndarray:
     """np.argmax / np.argmin along ``axis``: the first of equals, the first NaN if any."""
     y, _ = _as_f32(x)
-    return (np.argmax if combine is Combine.MAX else np.argmin)(y, axis=axis).astype(np.int64, copy=False)
+    return COMBINES[combine].arg_reference(y, axis=axis).astype(np.int64, copy=False)
 
 
 # ----------------------------------------------------------------------------- dot

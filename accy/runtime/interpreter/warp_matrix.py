@@ -26,12 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...dsl.ops import MatrixOrder, MmaKind
+from ...targets import WARP_SIZE
 
-WARP = 32
 
 
 def _lanes():
-    lane = np.arange(WARP)
+    lane = np.arange(WARP_SIZE)
     return lane >> 2, lane & 3
 
 
@@ -94,7 +94,7 @@ def mma(kind: MmaKind, a: list, b: list, c: list) -> list:
 def ldmatrix_sources(count: int, order: MatrixOrder, per_register: int) -> list:
     """For each element a lane gets (matrix by matrix, low element first): per lane, (the lane
     whose row address it reads, the element offset from that address)."""
-    lane = np.arange(WARP)
+    lane = np.arange(WARP_SIZE)
     out = []
     for i in range(count):
         for e in range(per_register):
