@@ -6,7 +6,8 @@ and a launch big enough to pay for it is split between a persistent pool of work
 threads, one per core (ctypes releases the GIL for the call).
 
 Nothing is half-written.  The launcher's ``prepare`` entry computes the extents and
-checks, once for the whole launch, every access whose index it can bound.  Where that
+checks, once for the whole launch, every access whose index it can bound (a tile launch
+that reads nothing it writes: its ``check`` entry checks every program first, in slices).  Where that
 covers every check of the kernel and holds, the launch cannot fail, and the kernel
 writes the caller's arrays directly.  Otherwise outputs are written to scratch copies,
 checked against the status word, and copied back only on success, as the interpreter
@@ -165,6 +166,21 @@ def _worker_share(*args) -> None:
         raise
 
 
+def _check_whole(kernel: HostKernel, pointers, counts, scalars, status: np.ndarray, units: int) -> bool:
+    """A tile launch's check-only pass over its ``units`` programs, on this thread in slices
+    as a launch's (an interrupt lands between two; nothing is written yet), in program order
+    so the first failure recorded is the first program's; stops there.  Whether all passed."""
+    stop = threading.Event()
+
+    def check(*args) -> None:
+        kernel.check(*args)
+        if status[0]:
+            stop.set()
+
+    _run_share(check, pointers, counts, scalars, _address(status), 0, units, None, stop)
+    return not status[0]
+
+
 def _wait_for(futures) -> None:
     """Every worker of an abandoned launch has stopped (they stop at their next slice)."""
     pending = [f for f in futures if not f.cancel()]
@@ -198,9 +214,11 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = 
     pointers = [_address(a) for a in arrays]
     counts = [a.size for a in arrays]
     fits = kernel.prepare(pointers, counts, scalars, status.ctypes.data, extents.ctypes.data)
-    if status[0] and getattr(kernel.plan, "checked_whole", False):  # prepare checked every program (tile_host)
-        raise status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
     units = kernel.plan.chunking.units(launch.extents)
+    if getattr(kernel.plan, "checked_whole", False):  # every program is checked before it runs (tile_host)
+        fits = fits and _check_whole(kernel, pointers, counts, scalars, status, units)
+        if status[0]:
+            raise status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
     if kernel.plan.infallible and fits and not status[0]:  # nothing can fail: run on the caller's arrays
         _launch(kernel, pointers, counts, scalars, status, units, threads, True, in_place=graph.name)
         return
@@ -282,6 +300,7 @@ class FastLauncher:
         self.launch_for = functools.lru_cache(maxsize=LAUNCHES_KEPT)(
             lambda extents: None if extents and min(extents) < 0 else resolve(extents))
         self.infallible = self.kernel.plan.infallible
+        self.checked_whole = getattr(self.kernel.plan, "checked_whole", False)
 
     def __call__(self, args):
         if not self.handled or type(args) not in (list, tuple) or len(args) != self.arity:
@@ -315,6 +334,8 @@ class FastLauncher:
         if launch.lanes == 0:
             return None
         units = self.kernel.plan.chunking.units(extents)
+        if fits and self.checked_whole and not _check_whole(self.kernel, pointers, counts, scalars, status, units):
+            return NOT_HANDLED  # the general path checks again and raises the failure
         if fits and self.infallible:
             _launch(self.kernel, pointers, counts, scalars, status, units, self.threads, True,
                     in_place=self.graph.name)
