@@ -36,6 +36,7 @@ import time
 
 import numpy as np
 
+from .. import time_limit
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from .abi import STATUS_WORDS, scalar_words, status_error
@@ -108,6 +109,7 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
     ``fits``): on this thread, or split between the pool and this one; ``in_place`` names the
     kernel when it writes the caller's arrays (said if interrupted)."""
     call = kernel.launcher(fits)
+    limit = time_limit.current()  # this thread's, for the workers too
     n = _threads_for(kernel, units, threads)
     address = _address(status)
     timing = _timings.get(kernel)
@@ -123,11 +125,11 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
             bounds = [units * i // n for i in range(n + 1)]
             for lo, hi in zip(bounds[1:-1], bounds[2:]):
                 futures.append(_pool().submit(_worker_share, call, pointers, counts, scalars, address, lo, hi,
-                                              per_unit, stop))
-            _run_share(call, pointers, counts, scalars, address, bounds[0], bounds[1], per_unit, stop)
+                                              per_unit, limit, stop))
+            _run_share(call, pointers, counts, scalars, address, bounds[0], bounds[1], per_unit, limit, stop)
             for f in futures:
                 f.result()
-        except BaseException as e:  # Ctrl-C between two slices, or a worker's error
+        except BaseException as e:  # Ctrl-C between two slices, the time limit, or a worker's error
             stop.set()
             _wait_for(futures)  # none of them may write once this raises (scratch copies are freed)
             if in_place is not None:
@@ -140,12 +142,15 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
 
 
 def _run_share(call, pointers, counts, scalars, address: int, lo: int, hi: int,
-               per_unit: float | None, stop: threading.Event) -> None:
+               per_unit: float | None, limit: time_limit.Limit | None, stop: threading.Event) -> None:
     """Units ``[lo, hi)`` in native calls of about SLICE_SECONDS each (sized from the time per
     unit at these arguments, else growing from one unit, then by each call's own time), until
-    ``stop`` is set.  Between two calls the main thread takes a pending signal: Ctrl-C raises there."""
+    ``stop`` is set.  Between two calls the main thread takes a pending signal: Ctrl-C raises there;
+    and past ``limit`` (:mod:`accy.time_limit`), TimeLimitError."""
     step = max(1, int(SLICE_SECONDS / per_unit)) if per_unit else 1
     while lo < hi and not stop.is_set():
+        if limit is not None:
+            limit.check()
         end = min(hi, lo + step)
         began = time.perf_counter()
         call(pointers, counts, scalars, address, lo, end)
@@ -177,7 +182,7 @@ def _check_whole(kernel: HostKernel, pointers, counts, scalars, status: np.ndarr
         if status[0]:
             stop.set()
 
-    _run_share(check, pointers, counts, scalars, _address(status), 0, units, None, stop)
+    _run_share(check, pointers, counts, scalars, _address(status), 0, units, None, time_limit.current(), stop)
     return not status[0]
 
 
