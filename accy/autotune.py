@@ -17,7 +17,17 @@ the outputs, keeps the fastest, and stores the choice through the compile cache
 The store's key is every config's traced graph text, the key's values, the backend and its
 options, the device (the CPU for numpy and llvm, the arch for ptx and cuda) and accy's version.
 A record that cannot be read back is tuned again.  ``ACCY_AUTOTUNE=0`` takes the first config
-without timing anything.  A progress line is drawn on stderr while tuning, when it is a terminal.
+without timing anything.
+
+A config that fails (it does not trace or compile, its body raises any Python error, a run-time
+check fails) is recorded with its error and skipped; when every config fails, AutotuneError lists
+each with why.  Each run of a config (its warm-up, which compiles, and each timed run) has a time
+limit of ``max(time_limit, time_factor x the best so far)`` (the best warm-up while warming up,
+then the best timed run), ``time_limit=10`` s and ``time_factor=10`` unless given to
+:func:`autotune` or set by ``ACCY_AUTOTUNE_TIME_LIMIT`` and ``ACCY_AUTOTUNE_TIME_FACTOR``; a run
+past it is stopped (:mod:`accy.time_limit`: between an llvm launch's ~10 ms slices, the numpy
+interpreters' blocks, the PTX emulator's steps) and its config recorded as failed with a
+TimeLimitError.  Ctrl-C during tuning stops it as promptly (nothing is stored).  A progress line is drawn on stderr while tuning, when it is a terminal.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import numpy as np
 from .dsl.tensors import declared_parameters
 from .errors import AccyError, AutotuneError
 from .program import Program
+from .time_limit import time_limit as run_limit
 from .version import __version__
 
 FORMAT = 1  # of a stored record; bump when it changes
@@ -48,6 +59,8 @@ CUT_AFTER = 2  # from this round on (one run may be slowed several times over by
 RUN_OPTIONS = ("counts", "shapes")  # Program.run's options that are not the backend's
 UNDECIDING_OPTIONS = ("stream", "timing")  # cuda's: they change how a run is made or reported, not its speed
 SCALARS = (bool, int, float, str)  # what a config's values may be: they are stored as JSON
+TIME_LIMIT = 10.0  # seconds a config's run may always take (its warm-up compiles too) ...
+TIME_FACTOR = 10.0  # ... or this many times the best so far, if longer
 
 
 @attrs.frozen
@@ -268,7 +281,7 @@ def _store_key(programs: Sequence[Program], key: dict, backend: str, options: Ma
     for program in programs:
         try:
             text = program.traced_graph.text()
-        except AccyError as e:  # a config that does not trace is a failed config; its error names it
+        except Exception as e:  # a config that does not trace is a failed config; its error names it
             text = f"untraceable: {type(e).__name__}: {e}"
         graphs.append(hashlib.sha256(text.encode()).hexdigest())
     return cache.cache_key("autotune", str(FORMAT), *graphs, json.dumps(key, sort_keys=True), backend,
@@ -323,8 +336,45 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _failure(config: dict, error: AccyError) -> ConfigResult:
-    return ConfigResult(config, failed=f"{type(error).__name__}: {str(error).splitlines()[0]}")
+def _failure(config: dict, error: Exception) -> ConfigResult:
+    lines = str(error).splitlines()
+    return ConfigResult(config, failed=f"{type(error).__name__}: {lines[0] if lines else repr(error)}")
+
+
+def _time_limits(time_limit, time_factor) -> tuple[float, float]:
+    """(floor seconds, factor): as given to autotune, else from the environment, else the defaults."""
+    limits = []
+    for given, variable, default in ((time_limit, "ACCY_AUTOTUNE_TIME_LIMIT", TIME_LIMIT),
+                                     (time_factor, "ACCY_AUTOTUNE_TIME_FACTOR", TIME_FACTOR)):
+        where = "autotune's " + ("time_limit" if variable.endswith("LIMIT") else "time_factor")
+        if given is None:
+            given, where = os.environ.get(variable, default), variable
+        try:
+            value = float(given)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if isinstance(given, bool) or not value > 0 or value == float("inf"):
+            raise AutotuneError(f"autotune: {where} must be a positive number of seconds or a factor, got {given!r}")
+        limits.append(value)
+    return limits[0], limits[1]
+
+
+class _Limit:
+    """Each config run's time limit: max(floor, factor x the best so far)."""
+
+    def __init__(self, floor: float, factor: float):
+        self.floor, self.factor, self.best = floor, factor, None
+
+    def seconds(self) -> float:
+        return self.floor if self.best is None else max(self.floor, self.factor * self.best)
+
+    def ran(self, seconds: float) -> None:
+        self.best = seconds if self.best is None else min(self.best, seconds)
+
+    def __call__(self, config: dict):
+        seconds = self.seconds()
+        return run_limit(seconds, f"config {_config_text(config)} (time limit max({self.floor:g} s, "
+                                  f"{self.factor:g} x the best so far))")
 
 
 @attrs.define
@@ -336,46 +386,56 @@ class _Timed:
     reset: Callable[[], None]
     times: list = attrs.Factory(list)
 
-    def once(self) -> float:
+    def once(self, limit: _Limit) -> float:
         self.reset()  # the outputs as the caller passed them, untimed
         start = time.perf_counter()
-        self.run()
+        with limit(self.config):
+            self.run()
         seconds = time.perf_counter() - start
         self.times.append(seconds)
         return seconds
 
 
 def _measure(program: Program, args: dict, scratch: dict, reset: Callable[[], None], backend: str, limits,
-             options: dict):
+             options: dict, limit: _Limit):
     """One config made ready: on ptx its result (the profile's estimate, for ``args``: the profile
     writes to scratch itself), elsewhere a :class:`_Timed` on the ``scratch`` arguments after its
-    warm-up run (which compiles), or a failed result."""
+    warm-up run (which compiles), or a failed result; run under ``limit``, and its time given to it."""
     config = program.body.keywords
-    try:
-        if backend == "ptx":
-            profile = program.profile(args, arch=options.get("arch", "sm_80"), limits=limits)
-            return ConfigResult(config, profile.estimated_seconds, 1)
-        timed = _Timed(config, lambda: program.run(scratch, backend, limits=limits, **options), reset)
-        timed.reset()
-        timed.run()
-        return timed
-    except AccyError as e:
+    start = time.perf_counter()
+    try:  # any error a config raises, accy's or the body's own, is that config's failure (Ctrl-C is not)
+        with limit(config):
+            if backend == "ptx":
+                profile = program.profile(args, arch=options.get("arch", "sm_80"), limits=limits)
+                outcome = ConfigResult(config, profile.estimated_seconds, 1)
+            else:
+                outcome = _Timed(config, lambda: program.run(scratch, backend, limits=limits, **options), reset)
+                outcome.reset()
+                outcome.run()
+    except Exception as e:
         return _failure(config, e)
+    limit.ran(time.perf_counter() - start)
+    return outcome
 
 
-def _time_in_turns(ready: dict[int, _Timed], results: list, progress: _Progress) -> None:
+def _time_in_turns(ready: dict[int, _Timed], results: list, progress: _Progress, limit: _Limit) -> None:
     """Time the ready configs in rounds, one run of each per round, so that load from other
     processes falls on all of them alike; from round CUT_AFTER on, a config slower than
     CUT_FACTOR x the best is dropped after its round; rounds stop after TIMED_ROUNDS or once
-    their runs took TUNING_SECONDS.  Fills ``results`` with each one's best run."""
+    their runs took TUNING_SECONDS.  Each run has ``limit`` (from the best timed run, once there
+    is one).  Fills ``results`` with each one's best run."""
     spent, live = 0.0, dict(ready)
+    limit.best = None
     for round_ in range(TIMED_ROUNDS):
         progress.show(progress.total, f"timing, round {round_ + 1} of at most {TIMED_ROUNDS}")
         for i, timed in list(live.items()):
             try:
-                spent += timed.once()
-            except AccyError as e:  # ran once already, so unlikely: a run-time check on these values
+                seconds = timed.once(limit)
+            except Exception as e:  # ran once already: a run-time check on these values, or the time limit
                 results[i], live = _failure(timed.config, e), {j: t for j, t in live.items() if j != i}
+                continue
+            spent += seconds
+            limit.ran(seconds)
         if not live or spent >= TUNING_SECONDS:
             break
         if round_ + 1 >= CUT_AFTER:
@@ -392,7 +452,7 @@ def _outputs(programs: Sequence[Program]) -> frozenset[str]:
     for program in programs:
         try:
             return program.graph.stored_buffers()
-        except AccyError:
+        except Exception:  # the body's own error too: that config fails when measured
             continue
     return frozenset()
 
@@ -421,6 +481,8 @@ class Autotuned:
     program: Program  # as @accy.kernel made it: its body takes the config's keywords
     configs: tuple[dict, ...]
     key: tuple[str, ...]
+    time_limit: float | None = None  # a config run's limit: max(time_limit, time_factor x the best so far);
+    time_factor: float | None = None  # None: from the environment, else the defaults (see the module)
     programs: tuple[Program, ...] = attrs.field(init=False)
     _records: dict = attrs.field(init=False, factory=dict)
     _recent: dict = attrs.field(init=False, factory=dict)  # a run's cheap key -> its record (run's fast path)
@@ -501,6 +563,7 @@ class Autotuned:
 
     def _tune(self, named: dict, key: dict, backend: str, limits, options: dict, device: str) -> TuningRecord:
         method, ranking = _ranking(backend, options)
+        limit = _Limit(*_time_limits(self.time_limit, self.time_factor))
         written = _outputs(self.programs)
         outputs = {name: a for name, a in named.items() if name in written}
         scratch = named if backend == "ptx" else dict(named, **{n: _scratch(n, a) for n, a in outputs.items()})
@@ -510,12 +573,12 @@ class Autotuned:
         results, ready = [None] * len(self.programs), {}
         for i, program in enumerate(self.programs):
             progress.show(i, _config_text(self.configs[i]))
-            outcome = _measure(program, named, scratch, reset, backend, limits, options)
+            outcome = _measure(program, named, scratch, reset, backend, limits, options, limit)
             if isinstance(outcome, ConfigResult):
                 results[i] = outcome
             else:
                 ready[i] = outcome
-        _time_in_turns(ready, results, progress)
+        _time_in_turns(ready, results, progress, limit)
         timed = [i for i, r in enumerate(results) if r.seconds is not None]
         if not timed:
             raise AutotuneError(f"autotune '{self.name}' on {backend}: every config failed:\n"
@@ -527,13 +590,18 @@ class Autotuned:
         return record
 
 
-def autotune(configs, key=()) -> Callable[[Program], Autotuned]:
+def autotune(configs, key=(), *, time_limit: float | None = None,
+             time_factor: float | None = None) -> Callable[[Program], Autotuned]:
     """``@accy.autotune(configs=[dict(BM=64, warps=4), ...], key=("a", "n"))`` above
     ``@accy.kernel(...)``: the kernel's body takes each config's entries as keyword arguments,
     and each run uses the fastest config for its key (see :mod:`accy.autotune`).  Every config
     has the same keys; ``key`` names parameters: a scalar's value, or an array's shape and dtype,
-    tells the tuner when to measure again (empty: once per backend)."""
+    tells the tuner when to measure again (empty: once per backend).  A config's run is stopped
+    past ``max(time_limit, time_factor x the best so far)`` (default 10 s and 10, or
+    ``ACCY_AUTOTUNE_TIME_LIMIT`` and ``ACCY_AUTOTUNE_TIME_FACTOR``) and counts as failed."""
     configs = _checked_configs(configs)
+    if time_limit is not None or time_factor is not None:
+        _time_limits(time_limit, time_factor)  # a bad value is an error here, not at the first run
     if isinstance(key, (bytes, Mapping)) or not isinstance(key, (str, Sequence)):
         raise AutotuneError(f"autotune: key must name parameters (a tuple of names), got {key!r}")
 
@@ -541,7 +609,7 @@ def autotune(configs, key=()) -> Callable[[Program], Autotuned]:
         if not isinstance(program, Program):
             raise AutotuneError(f"@autotune goes above @accy.kernel(...): it takes a Program, got {program!r}")
         _check_body_takes(program.body, list(configs[0]), program.name)
-        return Autotuned(program, configs, _checked_key(key, program))
+        return Autotuned(program, configs, _checked_key(key, program), time_limit, time_factor)
 
     return make
 

@@ -82,6 +82,11 @@ class AutotuneError(AccyError, ValueError):
     """An autotuned kernel's configs or key are malformed, or every config failed."""
 
 
+class TimeLimitError(AccyError, TimeoutError):
+    """A run went past the time limit it ran under (:mod:`accy.time_limit`: autotune's per-config
+    limit) and was stopped between two steps, as Ctrl-C stops it."""
+
+
 __all__ = [
     "AccyError",
     "TraceError",
@@ -99,6 +104,7 @@ __all__ = [
     "BackendUnavailableError",
     "CompileError",
     "AutotuneError",
+    "TimeLimitError",
 ]
 
 

@@ -30,7 +30,7 @@ MEASURED = ("accy.lowering", "accy.codegen", "accy.runtime", "accy.targets")
 
 # the stages, first to last: a module may import its own stage and the ones before it
 STAGES = (
-    ("accy.errors", "accy.version"),
+    ("accy.errors", "accy.version", "accy.time_limit"),
     ("accy.dsl", "accy.targets", "accy.cache", "accy.diagnostics", "accy.math"),
     ("accy.lowering",),
     ("accy.codegen", "accy.emulator"),

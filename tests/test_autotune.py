@@ -329,3 +329,127 @@ def test_the_progress_line_is_drawn_only_on_a_terminal(monkeypatch, capsys):
     assert "\rautotune double [...] 0/3 BLOCK=128, reps=200" in text and "\rautotune double [##.] 2/3" in text
     assert text.endswith("\rautotune double: BLOCK=128, reps=1, warps=1 (" + text.split(" (")[-1])
     assert text.endswith("wall time)\x1b[K\n")
+
+
+# -- configs that raise, never end, or are interrupted ----------------------------------------------
+
+
+def raising(configs):
+    """dst = 2 x; a config with ``bad`` raises a plain Python error in its body."""
+
+    @accy.autotune(configs=configs, key=("x",))
+    @accy.kernel(dst=tensor(f32, 1), x=tensor(f32, 1))
+    def double(k, p, *, BLOCK, bad):
+        if bad:
+            raise ZeroDivisionError(f"no config with BLOCK={BLOCK}")
+        (n,) = p.x.shape
+
+        @k.for_each_tile(grid=axis("i", cdiv(n, BLOCK)))
+        def program(t, pid):
+            p.dst.store_tile((pid["i"] * BLOCK,), p.x.load_tile((pid["i"] * BLOCK,), (BLOCK,)) * 2.0)
+
+    return double
+
+
+@pytest.mark.parametrize("backend", ["numpy", "llvm", "ptx"])
+def test_a_config_whose_body_raises_a_python_error_is_recorded_and_skipped(backend):
+    kernel = raising([dict(BLOCK=64, bad=True), dict(BLOCK=64, bad=False)])
+    dst, x = inputs(256)
+    kernel.run([dst, x], backend=backend)
+    np.testing.assert_array_equal(dst, 2 * x)
+    log = kernel.tuning_log([dst, x], backend=backend)
+    assert log.chosen == 1 and log.results[0].failed == "ZeroDivisionError: no config with BLOCK=64"
+    with pytest.raises(AutotuneError, match=r"every config failed:\n  BLOCK=32, bad=True: ZeroDivisionError: no "
+                                            r"config with BLOCK=32\n  BLOCK=16, bad=True: ZeroDivisionError"):
+        raising([dict(BLOCK=32, bad=True), dict(BLOCK=16, bad=True)]).run([dst, x], backend=backend)
+
+
+# a config that would run for minutes (reps trips over each tile, in many short programs), and its
+# size per backend: the emulator is slow, llvm is fast
+ENDLESS = {"numpy": (dict(BLOCK=128, reps=10**6, warps=1), 1 << 14),
+           "llvm": (dict(BLOCK=128, reps=10**6, warps=1), 1 << 18),
+           "ptx": (dict(BLOCK=32, reps=10**6, warps=1), 1 << 10)}
+
+
+def _compiled(kernel, backend, n):
+    """Every config compiled beforehand (on one tile of input), so what is timed is running."""
+    if backend == "llvm":
+        for program in kernel.programs:
+            program.run(list(inputs(128)), backend="llvm")
+    return inputs(n)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "llvm", "ptx"])
+def test_a_config_that_runs_past_its_time_limit_is_stopped_and_recorded(backend):
+    import time
+
+    endless, n = ENDLESS[backend]
+    fast = dict(endless, reps=1)
+    kernel = doubled([endless, fast])
+    kernel.time_limit, kernel.time_factor = 0.3, 2.0
+    dst, x = _compiled(kernel, backend, n)
+    start = time.perf_counter()
+    log = kernel.tuning_log([dst, x], backend=backend)
+    assert time.perf_counter() - start < 10  # the endless config alone: minutes
+    assert log.chosen == 1
+    assert log.results[0].failed.startswith(f"TimeLimitError: config {autotune_module._config_text(endless)} "
+                                            "(time limit max(0.3 s, 2 x the best so far)) ran past its time limit")
+    assert "failed: TimeLimitError" in str(log)
+    with pytest.raises(AutotuneError, match=r"every config failed:\n  BLOCK=\d+, reps=1000000, warps=1: "
+                                            r"TimeLimitError"):
+        only = doubled([endless])
+        only.time_limit = 0.3
+        only.run([dst, x], backend=backend)
+
+
+def test_time_limits_come_from_the_arguments_or_the_environment_and_are_checked(monkeypatch):
+    assert autotune_module._time_limits(None, None) == (10.0, 10.0)
+    monkeypatch.setenv("ACCY_AUTOTUNE_TIME_LIMIT", "0.5")
+    monkeypatch.setenv("ACCY_AUTOTUNE_TIME_FACTOR", "3")
+    assert autotune_module._time_limits(None, None) == (0.5, 3.0)
+    assert autotune_module._time_limits(2, None) == (2.0, 3.0)
+    monkeypatch.setenv("ACCY_AUTOTUNE_TIME_FACTOR", "fast")
+    with pytest.raises(AutotuneError, match="ACCY_AUTOTUNE_TIME_FACTOR must be a positive number.*'fast'"):
+        autotune_module._time_limits(None, None)
+    with pytest.raises(AutotuneError, match="autotune's time_limit must be a positive number.*-1"):
+        accy.autotune(configs=[FAST], time_limit=-1)
+
+
+def gathering(configs):
+    """dst[i] = the largest x[(i + trip) % n] over ``reps`` trips: a checked gather inside a fold
+    (on llvm, the launch's check-only pass runs the whole fold in every program first)."""
+
+    @accy.autotune(configs=configs, key=("x",))
+    @accy.kernel(dst=accy.dynamic_buffer(f32), x=accy.dynamic_buffer(f32))
+    def gather(k, p, *, BLOCK, reps, warps):
+        n = p.x.size
+
+        @k.for_each_tile(grid=axis("i", cdiv(n, BLOCK)), warps=warps)
+        def program(t, pid):
+            r = pid["i"] * BLOCK + t.arange(BLOCK)
+            top = t.fold_range(0, reps, 1, t.full((BLOCK,), float("-inf"), f32),
+                               lambda t, trip, m: t.maximum(m, p.x.load((r + trip) % n, mask=r < n)))
+            p.dst.store(r, top, mask=r < n)
+
+    return gather
+
+
+@pytest.mark.parametrize("backend", ["numpy", "llvm", "ptx"])
+def test_ctrl_c_during_tuning_lands_promptly(backend):
+    import _thread
+    import threading
+    import time
+
+    endless, n = ENDLESS[backend]
+    kernel = gathering([endless, dict(endless, reps=1)])  # under the default time limit, 10 s
+    dst, x = _compiled(kernel, backend, n)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        timer.start()
+        try:
+            kernel.run([dst, x], backend=backend)
+        finally:
+            timer.cancel()
+    assert time.perf_counter() - start < 1.5
+    assert np.isnan(dst).all()  # tuning writes scratch copies; nothing ran on dst

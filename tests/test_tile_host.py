@@ -215,6 +215,44 @@ def test_a_kernel_that_reads_what_it_writes_runs_on_scratch_copies_and_is_right(
     np.testing.assert_array_equal(x, np.arange(77) * 2.0)  # untouched
 
 
+@accy.kernel(dst=accy.dynamic_buffer(f32), x=accy.dynamic_buffer(f32), n=accy.scalar(index),
+             trips=accy.scalar(index))
+def gathered_sums(k, p):
+    """dst[i] = the sum of x[(i + j) % n] for j < trips: a checked gather inside a fold, so the
+    launch's check-only pass runs the fold in every program."""
+
+    @k.for_each_tile(grid=axis("g", cdiv(p.n, 64)))
+    def body(t, pid):
+        r = pid["g"] * 64 + t.arange(64)
+        acc = t.fold_range(0, p.trips, 1, t.zeros((64,), f32),
+                           lambda t, j, acc: acc + p.x.load((r + j) % p.n, mask=r < p.n))
+        p.dst.store(r, acc, mask=r < p.n)
+
+
+def test_the_check_pass_of_a_long_launch_is_interrupted_between_slices_and_writes_nothing():
+    import _thread
+    import threading
+    import time
+
+    n = 100_000
+    x, dst = np.ones(n, np.float32), np.full(n, -1.0, np.float32)
+    gathered_sums.run([dst[:64], x[:64], 64, 3], backend="llvm")  # compile
+    np.testing.assert_array_equal(dst[:64], 3.0)
+    dst[:64] = -1.0
+    # 12000 trips: ~2.5 s of check-only pass, then as long again to run; before, the whole pass
+    # was one native call, so the interrupt landed only after it
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        timer.start()
+        try:
+            gathered_sums.run([dst, x, n, 12_000], backend="llvm")
+        finally:
+            timer.cancel()
+    assert time.perf_counter() - start < 1.2
+    assert (dst == -1.0).all()  # it landed in the check pass: nothing written
+
+
 # -- the program order ------------------------------------------------------------------------------
 
 

@@ -265,6 +265,7 @@ class HostKernel:
     engine: object  # the MCJIT engine must outlive the function pointers
     function: object
     prepare_function: object
+    check_function: object = None  # a tile launcher's check-only pass over units [begin, end), if it has one
     checked: "HostKernel | None" = None  # the launcher with every check, once a launch needed it
 
     def launcher(self, fits: bool):
@@ -282,6 +283,9 @@ class HostKernel:
 
     def prepare(self, pointers, counts, scalars, status_pointer, extents_pointer) -> bool:
         return bool(self.prepare_function(*pointers, *counts, *scalars, status_pointer, extents_pointer))
+
+    def check(self, pointers, counts, scalars, status_pointer, begin: int, end: int) -> None:
+        self.check_function(*pointers, *counts, *scalars, status_pointer, begin, end)
 
 
 _host_kernels: dict[tuple[str, Target], HostKernel] = {}
@@ -340,7 +344,8 @@ def _compile_host_now(graph: Graph, target: Target, every_check: bool):
     engine.finalize_object()
     compilations["host"] += 1
     prepare = "" if every_check else f"{graph.name}_prepare"
-    code = host_code.HostCode(lowered.entry_name, prepare, lowered.host, emitted[0])
+    check = f"{graph.name}_check" if getattr(lowered.host, "checked_whole", False) else ""
+    code = host_code.HostCode(lowered.entry_name, prepare, lowered.host, emitted[0], check)
     return code, engine
 
 
@@ -357,8 +362,9 @@ def _engine_from_object(obj: bytes) -> llvm.ExecutionEngine:
 def _host_kernel(graph: Graph, target: Target, code: host_code.HostCode, engine: llvm.ExecutionEngine) -> HostKernel:
     address = engine.get_function_address(code.entry)
     prepare = engine.get_function_address(code.prepare) if code.prepare else None
-    if not address or (code.prepare and not prepare):
+    check = engine.get_function_address(code.check) if code.check else None
+    if not address or (code.prepare and not prepare) or (code.check and not check):
         raise CompileError(f"JIT compilation of {code.entry} produced no function")
     # the ops in the status word's numbering: both host lowerings number the graph's walk
     return HostKernel(graph, target, tuple(graph.body.walk()), code.plan, engine, host_signature(graph)(address),
-                      prepare and prepare_signature(graph)(prepare))
+                      prepare and prepare_signature(graph)(prepare), check and host_signature(graph)(check))

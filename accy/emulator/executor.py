@@ -38,6 +38,7 @@ import sys
 
 import numpy as np
 
+from .. import time_limit
 from .compiler import DONE, EXIT, FUNCTION_BASE, CompiledFunction
 from .errors import PtxBarrierError, PtxError
 from .memory import thread_text
@@ -274,6 +275,8 @@ class Frame:
         limit = T.step_limit if T.step_limit is not None else sys.maxsize
         while True:
             steps += 1
+            if not steps & 255:  # a run past its time limit (accy.time_limit) stops here
+                time_limit.check()
             if steps > limit:
                 info = blocks[pc if self.pcs is None else int(self.pcs.min()) % WAIT].instructions
                 where = info[0] if info else None

@@ -6,7 +6,8 @@ and a launch big enough to pay for it is split between a persistent pool of work
 threads, one per core (ctypes releases the GIL for the call).
 
 Nothing is half-written.  The launcher's ``prepare`` entry computes the extents and
-checks, once for the whole launch, every access whose index it can bound.  Where that
+checks, once for the whole launch, every access whose index it can bound (a tile launch
+that reads nothing it writes: its ``check`` entry checks every program first, in slices).  Where that
 covers every check of the kernel and holds, the launch cannot fail, and the kernel
 writes the caller's arrays directly.  Otherwise outputs are written to scratch copies,
 checked against the status word, and copied back only on success, as the interpreter
@@ -35,6 +36,7 @@ import time
 
 import numpy as np
 
+from .. import time_limit
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from ..codegen.abi import STATUS_WORDS, scalar_words, status_error
@@ -107,6 +109,7 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
     ``fits``): on this thread, or split between the pool and this one; ``in_place`` names the
     kernel when it writes the caller's arrays (said if interrupted)."""
     call = kernel.launcher(fits)
+    limit = time_limit.current()  # this thread's, for the workers too
     n = _threads_for(kernel, units, threads)
     address = _address(status)
     timing = _timings.get(kernel)
@@ -122,11 +125,11 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
             bounds = [units * i // n for i in range(n + 1)]
             for lo, hi in zip(bounds[1:-1], bounds[2:]):
                 futures.append(_pool().submit(_worker_share, call, pointers, counts, scalars, address, lo, hi,
-                                              per_unit, stop))
-            _run_share(call, pointers, counts, scalars, address, bounds[0], bounds[1], per_unit, stop)
+                                              per_unit, limit, stop))
+            _run_share(call, pointers, counts, scalars, address, bounds[0], bounds[1], per_unit, limit, stop)
             for f in futures:
                 f.result()
-        except BaseException as e:  # Ctrl-C between two slices, or a worker's error
+        except BaseException as e:  # Ctrl-C between two slices, the time limit, or a worker's error
             stop.set()
             _wait_for(futures)  # none of them may write once this raises (scratch copies are freed)
             if in_place is not None:
@@ -139,12 +142,15 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
 
 
 def _run_share(call, pointers, counts, scalars, address: int, lo: int, hi: int,
-               per_unit: float | None, stop: threading.Event) -> None:
+               per_unit: float | None, limit: time_limit.Limit | None, stop: threading.Event) -> None:
     """Units ``[lo, hi)`` in native calls of about SLICE_SECONDS each (sized from the time per
     unit at these arguments, else growing from one unit, then by each call's own time), until
-    ``stop`` is set.  Between two calls the main thread takes a pending signal: Ctrl-C raises there."""
+    ``stop`` is set.  Between two calls the main thread takes a pending signal: Ctrl-C raises there;
+    and past ``limit`` (:mod:`accy.time_limit`), TimeLimitError."""
     step = max(1, int(SLICE_SECONDS / per_unit)) if per_unit else 1
     while lo < hi and not stop.is_set():
+        if limit is not None:
+            limit.check()
         end = min(hi, lo + step)
         began = time.perf_counter()
         call(pointers, counts, scalars, address, lo, end)
@@ -163,6 +169,21 @@ def _worker_share(*args) -> None:
     except BaseException:
         args[-1].set()
         raise
+
+
+def _check_whole(kernel: HostKernel, pointers, counts, scalars, status: np.ndarray, units: int) -> bool:
+    """A tile launch's check-only pass over its ``units`` programs, on this thread in slices
+    as a launch's (an interrupt lands between two; nothing is written yet), in program order
+    so the first failure recorded is the first program's; stops there.  Whether all passed."""
+    stop = threading.Event()
+
+    def check(*args) -> None:
+        kernel.check(*args)
+        if status[0]:
+            stop.set()
+
+    _run_share(check, pointers, counts, scalars, _address(status), 0, units, None, time_limit.current(), stop)
+    return not status[0]
 
 
 def _wait_for(futures) -> None:
@@ -198,9 +219,11 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = 
     pointers = [_address(a) for a in arrays]
     counts = [a.size for a in arrays]
     fits = kernel.prepare(pointers, counts, scalars, status.ctypes.data, extents.ctypes.data)
-    if status[0] and getattr(kernel.plan, "checked_whole", False):  # prepare checked every program (tile_host)
-        raise status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
     units = kernel.plan.chunking.units(launch.extents)
+    if getattr(kernel.plan, "checked_whole", False):  # every program is checked before it runs (tile_host)
+        fits = fits and _check_whole(kernel, pointers, counts, scalars, status, units)
+        if status[0]:
+            raise status_error(graph, kernel.ordinals, status, binding.sizes, launch.extents)
     if kernel.plan.infallible and fits and not status[0]:  # nothing can fail: run on the caller's arrays
         _launch(kernel, pointers, counts, scalars, status, units, threads, True, in_place=graph.name)
         return
@@ -282,6 +305,7 @@ class FastLauncher:
         self.launch_for = functools.lru_cache(maxsize=LAUNCHES_KEPT)(
             lambda extents: None if extents and min(extents) < 0 else resolve(extents))
         self.infallible = self.kernel.plan.infallible
+        self.checked_whole = getattr(self.kernel.plan, "checked_whole", False)
 
     def __call__(self, args):
         if not self.handled or type(args) not in (list, tuple) or len(args) != self.arity:
@@ -315,6 +339,8 @@ class FastLauncher:
         if launch.lanes == 0:
             return None
         units = self.kernel.plan.chunking.units(extents)
+        if fits and self.checked_whole and not _check_whole(self.kernel, pointers, counts, scalars, status, units):
+            return NOT_HANDLED  # the general path checks again and raises the failure
         if fits and self.infallible:
             _launch(self.kernel, pointers, counts, scalars, status, units, self.threads, True,
                     in_place=self.graph.name)

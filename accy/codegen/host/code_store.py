@@ -2,7 +2,7 @@
 the disk cache (:mod:`.cache`) beside the PTX, and loaded back by a later process without
 lowering, optimising or generating code again.
 
-An entry is a JSON line (the launcher's two function names and its :class:`HostPlan` or
+An entry is a JSON line (the launcher's function names and its :class:`HostPlan` or
 :class:`TilePlan`) then the object file MCJIT produced.  Its key hashes what changes the
 machine code: the graph's text, the target and its resolved vector width, the host CPU's name
 and features, and (through :func:`.cache.cache_key`) the lowering's code and the llvmlite,
@@ -50,11 +50,12 @@ class HostCode:
     prepare: str  # the prepare function ("": none, in the version with every check)
     plan: HostPlan | TilePlan
     obj: bytes = attrs.field(repr=lambda obj: f"<{len(obj)} bytes>")
+    check: str = ""  # a tile launcher's check-only pass over units ("": none)
 
     def to_bytes(self) -> bytes:
         fields = attrs.asdict(self.plan, recurse=False)
         fields["chunking"] = [self.plan.chunking.kind.name, self.plan.chunking.width]
-        header = {"entry": self.entry, "prepare": self.prepare, "plan": type(self.plan).__name__, "fields": fields}
+        header = {"entry": self.entry, "prepare": self.prepare, "check": self.check, "plan": type(self.plan).__name__, "fields": fields}
         return json.dumps(header).encode() + b"\n" + self.obj
 
     @classmethod
@@ -66,7 +67,7 @@ class HostCode:
         fields = dict(meta["fields"])
         kind, width = fields["chunking"]
         fields["chunking"] = Chunking(Chunks[kind], int(width))
-        return cls(str(meta["entry"]), str(meta["prepare"]), PLANS[meta["plan"]](**fields), obj)
+        return cls(str(meta["entry"]), str(meta["prepare"]), PLANS[meta["plan"]](**fields), obj, str(meta["check"]))
 
 
 def load(key: str) -> HostCode | None:

@@ -25,9 +25,10 @@ in 32-bit lanes), which LLVM's O3 pipeline keeps as SIMD code:
 Checks: an active offset outside its buffer records the first failure in the status word
 (the access is skipped) and the launch raises the llvm backend's OutOfBoundsError, writing
 nothing.  A launch that reads no buffer it writes is checked whole before it runs, by
-``prepare``'s check-only pass over every program (only what the checks need: offsets,
-masks, the loads and divisions they depend on); when that finds nothing the launch runs on
-the caller's arrays, else on scratch copies (:mod:`.host`) that are dropped on failure.
+a check-only pass over every program (only what the checks need: offsets, masks, the loads
+and divisions they depend on; run in slices like a launch, so an interrupt lands between two);
+when that finds nothing the launch runs on the caller's arrays, else on scratch copies
+(:mod:`.host`) that are dropped on failure.
 
 A launch's unit of work is one program, split over the thread pool by :mod:`.host`;
 consecutive units walk a 2-D grid in groups of GROUP along its first axis.
@@ -137,14 +138,14 @@ class TileHostLowering(Lowering):
         self.program: ir.Value | None = None
         self.lane_of = lambda: self.program if self.program is not None else ir.Constant(I64, 0)
         self.allocas: ir.IRBuilder | None = None
-        # a launch that reads no buffer it writes can be checked whole before it runs (prepare's
-        # check-only pass): then it runs on the caller's arrays, with no scratch copies
+        # a launch that reads no buffer it writes can be checked whole before it runs (the check
+        # entry's check-only pass): then it runs on the caller's arrays, with no scratch copies
         self.check_pass = target.checks and not (graph.loaded_buffers() & graph.stored_buffers())
         self._mode(check_only=False)
 
     def _mode(self, check_only: bool) -> None:
         """Lower the full program, or only what its checks need (stores and atomics write nothing).
-        Where prepare checks the launch whole, the launcher itself checks nothing: it runs only
+        Where the launch is checked whole, the launcher itself checks nothing: it runs only
         after that pass found no failure."""
         self.check_only = check_only
         self.live = liveness(self.region, self.plans, check_only)
@@ -227,11 +228,11 @@ class TileHostLowering(Lowering):
     def lower_prepare(self) -> ir.Function:
         """``i1 name_prepare(<the ABI's parameters>, i64* extents)``: writes the extents and
         returns whether the launch cannot fail (so it may run on the caller's arrays): always
-        without checks; with them, when the check-only pass over every program found nothing."""
+        without checks; with them, never where the launcher checks as it runs, and where the
+        launch is checked whole, whether its extents are valid (the check-only pass,
+        :meth:`lower_check`, then decides)."""
         fn = ir.Function(self.module, ir.FunctionType(I1, self._signature() + [ir.PointerType()]),
                          f"{self.graph.name}_prepare")
-        if self.check_pass:
-            self._mode(check_only=True)
         b = self._entry(fn)
         out = fn.args[-1]
         out.name = "extents"
@@ -239,14 +240,24 @@ class TileHostLowering(Lowering):
             b.store(extent, b.gep(out, [ir.Constant(I64, k)], source_etype=I64, inbounds=True))
         if not self.check_pass:
             b.ret(ir.Constant(I1, 0 if self.target.checks else 1))
-        else:  # every program's checks, in program order, into the status word; unless the extents failed
-            zero = ir.Constant(I64, 0)
-            units = ir.Constant(I64, 1)
-            for e in self.extents:
-                units = b.mul(units, b.select(b.icmp_signed(">", e, zero), e, zero))
-            failed = b.icmp_signed("!=", b.load(self.status, typ=I64), zero)
-            self._programs(zero, b.select(failed, zero, units))
-            b.ret(b.icmp_signed("==", b.load(self.status, typ=I64), zero))
+        else:
+            b.ret(b.icmp_signed("==", b.load(self.status, typ=I64), ir.Constant(I64, 0)))
+        self.allocas.branch(fn.blocks[1])
+        return fn
+
+    def lower_check(self) -> ir.Function:
+        """``void name_check(<the ABI's parameters>, unit_begin, unit_end)``: the checks of
+        programs ``[unit_begin, unit_end)`` into the status word, writing nothing.  The host runs
+        it over every program in slices, as a launch (so an interrupt lands between two), before
+        a launch that prepare checks whole."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, self._signature() + [I64, I64]),
+                         f"{self.graph.name}_check")
+        self._mode(check_only=True)
+        b = self._entry(fn)
+        begin, end = fn.args[-2:]
+        begin.name, end.name = "unit_begin", "unit_end"
+        self._programs(begin, end)
+        b.ret_void()
         self.allocas.branch(fn.blocks[1])
         self._mode(check_only=False)
         return fn
@@ -1343,6 +1354,8 @@ def lower_tile_host(graph: Graph, target: HostTarget) -> LoweredModule:
     lw = TileHostLowering(graph, target, lanes)
     entry = lw.lower_launcher().name
     lw.lower_prepare()
+    if lw.check_pass:
+        lw.lower_check()
     return LoweredModule(lw.module, entry, False, tuple(graph.body.walk()),
                          TilePlan(Chunking(Chunks.block, lanes), lw.check_pass or not target.checks, lw.check_pass))
 
@@ -1350,9 +1363,9 @@ def lower_tile_host(graph: Graph, target: HostTarget) -> LoweredModule:
 @attrs.frozen
 class TilePlan:
     """What the host runtime needs to know about a tile launcher (as :class:`~.spmd.HostPlan`):
-    its units, whether it cannot fail once prepare says the launch fits, and whether prepare
-    checked every program (then a failure it records is the launch's error, raised before any
-    program runs)."""
+    its units, whether it cannot fail once prepare says the launch fits, and whether its check
+    entry checks every program before the launch (then a failure it records is the launch's
+    error, raised before any program runs)."""
 
     chunking: Chunking
     infallible: bool
@@ -1361,7 +1374,7 @@ class TilePlan:
 
 
 class _Everything:
-    """Every op: the launcher's unchecked set where prepare checked the launch whole."""
+    """Every op: the launcher's unchecked set where the launch is checked whole."""
 
     def __contains__(self, op) -> bool:
         return True

@@ -35,6 +35,7 @@ import weakref
 import attrs
 import numpy as np
 
+from ... import time_limit
 from ...dsl.ir import Block, Graph, Op, Value
 from ...dsl.ops import REDUCTIONS, SIMT_OPS
 from ...dsl.schedule import Launch
@@ -313,6 +314,7 @@ class Interpreter:
     # -- evaluation ------------------------------------------------------------
     def run_block(self, block: Block, skip: frozenset[Op] = frozenset()) -> None:
         env, observer, free = self.env, self.observer, self.free
+        time_limit.check()  # a fold's trip, a branch: where a run past its limit stops
         for op, handler, name, operands, result, dead, wide in self.steps[block]:
             if op in skip:
                 continue  # and so are its frees: the caller still reads its operands

@@ -11,6 +11,7 @@ import weakref
 import attrs
 import numpy as np
 
+from ... import time_limit
 from ...dsl.ir import Block, Graph, Op, Value
 from ...dsl.ops import REDUCTIONS, Precision
 from ...dsl.types import TileType, element_type
@@ -213,6 +214,7 @@ class TileFolds:
         error is then the one the first failing trip meets first, as a loop raises it."""
         accs = list(accs)
         for first in range(0, len(trips), chunk):
+            time_limit.check()  # a run past its limit stops between two chunks
             part = trips[first:first + chunk]
             try:
                 terms = self._all_trips(region, plan, part)

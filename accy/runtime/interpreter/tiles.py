@@ -35,6 +35,7 @@ import weakref
 
 import numpy as np
 
+from ... import time_limit
 from ...dsl.ir import Block, Graph, Op
 from ...dsl.ops import SIMT_OPS, TILE_OPS
 from ...dsl.types import TileType, element_type
@@ -123,6 +124,7 @@ class TileInterpreter(TileMemory, TileFolds):
 
     def run_block(self, block: Block) -> None:
         env, lazy = self.env, self.lazy
+        time_limit.check()  # a fold's trip, a branch: where a run past its limit stops
         for op, handler, fn, result, dead in self.steps[block]:
             if handler is None:
                 env[result] = fn(*[env[v] for v in op.operands])
