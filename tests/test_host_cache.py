@@ -16,6 +16,8 @@ from accy import Program, axis, dynamic_buffer, f32, index, scalar
 from accy.backends import codegen, host_code
 from accy.errors import CacheWarning, OutOfBoundsError
 
+from spoiled_entries import SPOILS, not_blocked, spoil_entry
+
 OTHER_UID = 4242  # a user that is not this one (the tests that need one run as root)
 
 
@@ -210,3 +212,13 @@ def test_the_version_with_every_check_is_compiled_only_when_a_launch_needs_it(ca
             program.run([dst, x, 9], backend="llvm")
     assert codegen.compilations["host"] - before == 2
     np.testing.assert_array_equal(dst, x[8:])  # nothing half-written
+
+
+@SPOILS
+def test_a_header_that_is_no_object_or_a_fifo_entry_is_recompiled_without_blocking(cache_dir, monkeypatch, spoil):
+    run_once(monkeypatch)
+    (entry,) = entries(cache_dir)
+    spoil_entry(entry, spoil)
+    with not_blocked(entry):
+        refused(monkeypatch, "corrupt; rebuilding|not a regular file")
+    assert run_once(monkeypatch) == {"host": 0, "host_loaded": 1}  # rewritten whole
