@@ -335,8 +335,6 @@ def test_the_progress_line_is_drawn_only_on_a_terminal(monkeypatch, capsys):
 
 @SPOILS
 def test_a_record_whose_header_is_no_object_or_a_fifo_is_tuned_again_without_blocking(measured, tmp_path, spoil):
-    from accy.backends import cache
-
     dst, x = inputs()
     doubled().tuning_log([dst, x], backend="numpy")
     key = autotune_module._store_key(doubled().programs, {"x": "(3000,) float32"}, "numpy", {"limits": "None"},

@@ -17,7 +17,6 @@ import pytest
 
 from accy import Program, axis, dynamic_buffer, f32, index, scalar
 from accy.backends import codegen, host_code
-from accy.backends.targets import Target
 from accy.errors import CacheWarning, OutOfBoundsError
 
 from spoiled_entries import SPOILS, not_blocked, spoil_entry
@@ -255,7 +254,7 @@ def test_a_dropped_programs_launchers_and_their_machine_code_are_released(cache_
             with pytest.raises(OutOfBoundsError):  # a launch that needs the version with every check
                 program.run([dst, x, 1], backend="llvm")
             assert codegen.compilations[source] == before + 2
-            kernel = codegen.host_kernel(program.graph, Target.host())
+            kernel = codegen.host_kernel(program.graph, codegen.Target.host())
             assert kernel.checked is not None
             refs += [weakref.ref(o) for o in (program.graph, kernel, kernel.engine, kernel.checked.engine)]
             del program, kernel
@@ -279,4 +278,5 @@ def test_a_compiled_launcher_keeps_its_machine_code_alone(cache_dir, monkeypatch
     program.run([np.zeros(8, np.float32), np.ones(8, np.float32), 0], backend="llvm")
     assert codegen.compilations["host"] and len(engines) == 2  # compiled, then loaded from its object
     gc.collect()
-    assert [r() for r in engines if r() is not None] == [codegen.host_kernel(program.graph, Target.host()).engine]
+    kept = codegen.host_kernel(program.graph, codegen.Target.host()).engine
+    assert [r() for r in engines if r() is not None] == [kept]
