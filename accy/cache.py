@@ -14,9 +14,9 @@ cannot be written is skipped with a warning: compiling still works.
 The cache holds host machine code that the process will run, so the store is
 guarded: its directories are created private to the user (0700), and a directory or
 an entry that another user owns or may write (or an entry that is not a regular
-file: a symbolic link) is refused with a :class:`~accy.errors.CacheWarning`, never
-read.  The checksum detects corruption, not tampering: a cache directory must not be
-shared between users.
+file: a symbolic link, a FIFO) is refused with a :class:`~accy.errors.CacheWarning`,
+never read.  The checksum detects corruption, not tampering: a cache directory must not
+be shared between users.
 """
 
 from __future__ import annotations
@@ -131,10 +131,11 @@ def _entry_folder(key: str) -> str | None:
 
 def _read_trusted(path: str) -> bytes | None:
     """The bytes of the entry at ``path`` if it is a regular file of this user's that no one
-    else may write (checked on the open file, which is never a symbolic link); else None,
-    with a warning when the entry exists."""
+    else may write (checked on the open file, which is never a symbolic link, and opened
+    without blocking: a FIFO's open would wait for a writer for ever); else None, with a
+    warning when the entry exists."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as e:  # ELOOP: a symbolic link
@@ -160,9 +161,10 @@ def read(key: str) -> bytes | None:
             return None
         header, _, payload = data.partition(b"\n")
         meta = json.loads(header)
-        if meta.get("key") == key and meta.get("sha256") == hashlib.sha256(payload).hexdigest():
+        if (isinstance(meta, dict)  # JSON but not an object (7, null, [1, 2]) is corrupt too
+                and meta.get("key") == key and meta.get("sha256") == hashlib.sha256(payload).hexdigest()):
             return payload
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: a header of deeply nested JSON
         pass
     warn(f"entry {path} is corrupt; rebuilding it")
     try:

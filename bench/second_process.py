@@ -20,7 +20,7 @@ start = time.perf_counter()
 import json, numpy as np
 import accy, accy.runtime.host
 from accy import graph_store
-from accy.runtime import codegen
+from accy.codegen import machine as codegen
 from bench.attention import SHAPES, compile_entries, inputs
 from accy.library.attention import ScaledDotProduct
 imported = time.perf_counter()

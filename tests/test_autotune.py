@@ -21,6 +21,8 @@ import accy
 from accy import axis, cdiv, f32, tensor
 from accy.errors import AutotuneError
 
+from spoiled_entries import SPOILS, not_blocked, spoil_entry
+
 autotune_module = importlib.import_module("accy.autotune")  # accy.autotune is the decorator
 FAST = dict(BLOCK=128, reps=1, warps=1)
 SLOW = dict(BLOCK=128, reps=200, warps=1)
@@ -453,3 +455,18 @@ def test_ctrl_c_during_tuning_lands_promptly(backend):
             timer.cancel()
     assert time.perf_counter() - start < 1.5
     assert np.isnan(dst).all()  # tuning writes scratch copies; nothing ran on dst
+
+
+@SPOILS
+def test_a_record_whose_header_is_no_object_or_a_fifo_is_tuned_again_without_blocking(measured, tmp_path, spoil):
+    dst, x = inputs()
+    doubled().tuning_log([dst, x], backend="numpy")
+    key = autotune_module._store_key(doubled().programs, {"x": "(3000,) float32"}, "numpy", {"limits": "None"},
+                                     autotune_module._device("numpy", {}))
+    (path,) = (tmp_path / "store").rglob(key)
+    spoil_entry(path, spoil)
+    measured.clear()
+    with not_blocked(path), pytest.warns(accy.errors.CacheWarning, match="corrupt; rebuilding|not a regular file"):
+        log = doubled().tuning_log([dst, x], backend="numpy")
+    assert not log.from_store and measured == CONFIGS and log.config == FAST
+    assert doubled().tuning_log([dst, x], backend="numpy").from_store  # and stored again

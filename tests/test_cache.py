@@ -9,6 +9,8 @@ from accy import cache
 from accy.codegen import machine as codegen
 from accy.targets import Target
 from accy.library.attention import ScaledDotProduct, scaled_dot_product_f32
+from accy.errors import CacheWarning
+from spoiled_entries import SPOILS, not_blocked, spoil_entry
 
 ENTRY = scaled_dot_product_f32(ScaledDotProduct(1, 2, 3, 2, 2))
 
@@ -105,3 +107,13 @@ def test_cache_dir_that_is_a_file_warns_and_compiles(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCY_CACHE_DIR", str(blocker))
     with pytest.warns(RuntimeWarning, match="running without the cache"):
         assert ".entry" in emit()
+
+
+@SPOILS
+def test_a_header_that_is_no_object_or_a_fifo_entry_is_rebuilt_without_blocking(cache_dir, spoil):
+    good = emit()
+    (path,) = entries(cache_dir)
+    spoil_entry(path, spoil)
+    with not_blocked(path), pytest.warns(CacheWarning, match="corrupt; rebuilding|not a regular file"):
+        assert emit() == good
+    assert path.is_file() and cache.read(path.name) is not None  # rebuilt whole

@@ -18,6 +18,8 @@ from accy.library.attention import ScaledDotProduct, _fused_program, reference
 from accy.library.attention_tile import scaled_dot_product_tile
 from accy.trace_cache import TRACED
 
+from spoiled_entries import SPOILS, not_blocked, spoil_entry
+
 SPEC = ScaledDotProduct(2, 5, 7, 3, 4)
 
 
@@ -111,7 +113,7 @@ def test_a_later_process_loads_the_graph_and_the_launcher(store):
     code = textwrap.dedent("""
         import json, numpy as np
         from accy import graph_store
-        from accy.runtime import codegen
+        from accy.codegen import machine as codegen
         from accy.library.attention import ScaledDotProduct, scaled_dot_product_fused_f32
         entry = scaled_dot_product_fused_f32(ScaledDotProduct(2, 5, 7, 3, 4))
         q, k, v = (np.ones(s, np.float32) for s in ((2, 5, 3), (2, 7, 3), (2, 7, 4)))
@@ -130,3 +132,17 @@ def test_a_later_process_loads_the_graph_and_the_launcher(store):
     first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
     assert (first["stored"], first["host"]) == (1, 1)
     assert (second["loaded"], second["stored"], second["host"], second["host_loaded"]) == (1, 0, 0, 1)
+
+
+@SPOILS
+def test_a_header_that_is_no_object_or_a_fifo_entry_is_traced_again_without_blocking(store, spoil):
+    graph = _fused_program(SPEC).graph
+    (path,) = [p for p in store.rglob("*") if p.is_file()]
+    spoil_entry(path, spoil)
+    traced = TRACED.traces
+    with not_blocked(path), pytest.warns(CacheWarning, match="corrupt; rebuilding|not a regular file"):
+        again = _fused_program(SPEC).graph
+    assert TRACED.traces == traced + 1 and again.text() == graph.text()
+    loaded = graph_store.counts["loaded"]
+    _fused_program(SPEC).graph
+    assert graph_store.counts["loaded"] == loaded + 1  # stored again

@@ -1,7 +1,9 @@
 """Host machine code in the disk cache: a later process loads it without compiling, and the
 store is guarded (private directories; a foreign, writable, symlinked or corrupt entry is
-refused and recompiled, never run)."""
+refused and recompiled, never run).  In the process, a launcher keeps its machine code alone
+and goes with the last Program of its graph."""
 
+import gc
 import os
 import stat
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import textwrap
 import weakref
 
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
@@ -16,6 +19,8 @@ from accy import Program, axis, dynamic_buffer, f32, index, scalar
 from accy.codegen import machine as codegen
 from accy.codegen.host import code_store as host_code
 from accy.errors import CacheWarning, OutOfBoundsError
+
+from spoiled_entries import SPOILS, not_blocked, spoil_entry
 
 OTHER_UID = 4242  # a user that is not this one (the tests that need one run as root)
 
@@ -45,8 +50,9 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 def forget_launchers(monkeypatch):
-    monkeypatch.setattr(codegen, "_host_kernels", {})
-    monkeypatch.setattr(codegen, "_host_kernels_by_graph", weakref.WeakKeyDictionary())
+    """No launcher kept: each graph holds its own, so each Program traces a graph of its own too."""
+    monkeypatch.setattr(codegen, "_host_kernels", type(codegen._host_kernels)())  # a fresh one of its kind
+    monkeypatch.setenv("ACCY_TRACE_CACHE", "0")
 
 
 def run_once(monkeypatch) -> dict:
@@ -165,7 +171,7 @@ SECOND_PROCESS = textwrap.dedent("""
     import numpy as np
     sys.path.insert(0, {tests!r})
     from test_host_cache import scaled_add
-    from accy.runtime import codegen
+    from accy.codegen import machine as codegen
     a = np.arange(37, dtype=np.float32)
     dst = np.zeros(37, np.float32)
     scaled_add().run([dst, a, np.ones(37, np.float32)], backend="llvm")
@@ -211,3 +217,67 @@ def test_the_version_with_every_check_is_compiled_only_when_a_launch_needs_it(ca
             program.run([dst, x, 9], backend="llvm")
     assert codegen.compilations["host"] - before == 2
     np.testing.assert_array_equal(dst, x[8:])  # nothing half-written
+
+
+@SPOILS
+def test_a_header_that_is_no_object_or_a_fifo_entry_is_recompiled_without_blocking(cache_dir, monkeypatch, spoil):
+    run_once(monkeypatch)
+    (entry,) = entries(cache_dir)
+    spoil_entry(entry, spoil)
+    with not_blocked(entry):
+        refused(monkeypatch, "corrupt; rebuilding|not a regular file")
+    assert run_once(monkeypatch) == {"host": 0, "host_loaded": 1}  # rewritten whole
+
+
+def shifted_scaled(c: float):
+    """dst = c x[i + s]: a kernel of its own for each ``c``."""
+    def body(k, args):
+        k.for_each_1d(axis("i", args.dst.size), lambda inner, idx: args.dst.__setitem__(
+            idx["i"], args.x[idx["i"] + args.s] * c))
+
+    return Program("shifted_scaled", {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32), "s": scalar(index)},
+                   body)
+
+
+def test_a_dropped_programs_launchers_and_their_machine_code_are_released(cache_dir, monkeypatch):
+    """Compiled or loaded from the disk, a launcher, its engine and its version with every check
+    go with the last Program of their graph: a process making many kernels does not keep them
+    (here no graph is kept by the trace cache, which keeps the last few by design)."""
+    x = np.arange(16, dtype=np.float32)
+    for source in ("host", "host_loaded"):  # the same kernels again: loaded from the disk
+        refs = []
+        for c in range(6):
+            before = codegen.compilations[source]
+            program = shifted_scaled(float(c))
+            dst = np.zeros(16, np.float32)
+            program.run([dst, x, 0], backend="llvm")
+            np.testing.assert_array_equal(dst, c * x)
+            with pytest.raises(OutOfBoundsError):  # a launch that needs the version with every check
+                program.run([dst, x, 1], backend="llvm")
+            assert codegen.compilations[source] == before + 2
+            kernel = codegen.host_kernel(program.graph, codegen.Target.host())
+            assert kernel.checked is not None
+            refs += [weakref.ref(o) for o in (program.graph, kernel, kernel.engine, kernel.checked.engine)]
+            del program, kernel
+        gc.collect()
+        assert [r for r in refs if r() is not None] == [], source
+
+
+def test_a_compiled_launcher_keeps_its_machine_code_alone(cache_dir, monkeypatch):
+    """The engine that compiled a launcher goes at once, with its module (the optimised IR, ten
+    times the machine code): the launcher keeps an engine of the object code, as a load does."""
+    engines = []
+    create = llvm.create_mcjit_compiler
+
+    def spy(module, machine):
+        engine = create(module, machine)
+        engines.append(weakref.ref(engine))
+        return engine
+
+    monkeypatch.setattr(llvm, "create_mcjit_compiler", spy)
+    program = shifted_scaled(3.0)
+    program.run([np.zeros(8, np.float32), np.ones(8, np.float32), 0], backend="llvm")
+    assert codegen.compilations["host"] and len(engines) == 2  # compiled, then loaded from its object
+    gc.collect()
+    kept = codegen.host_kernel(program.graph, codegen.Target.host()).engine
+    assert [r() for r in engines if r() is not None] == [kept]

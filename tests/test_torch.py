@@ -39,6 +39,13 @@ def square(k, args):
         args.dst[idx["i"]] = args.x[idx["i"]] * args.x[idx["i"]]
 
 
+@kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), a=scalar(f32))
+def scale(k, args):
+    @k.for_each_1d(axis("i", args.x.size))
+    def each(inner, idx):
+        args.dst[idx["i"]] = args.x[idx["i"]] * args.a
+
+
 def _address(t) -> int:
     return as_host_array("t", t).__array_interface__["data"][0]
 
@@ -112,6 +119,45 @@ def test_tensors_that_require_grad():
     dst = torch.zeros(4, requires_grad=True)
     square.run([dst, x], backend="llvm")
     assert dst.detach().tolist() == [0.0, 1.0, 4.0, 9.0]
+
+
+def _negated_views():
+    """(name, tensor that reads as -1..-4 but whose memory holds 1..4)."""
+    z = torch.tensor([5 + 1j, 6 + 2j, 7 + 3j, 8 + 4j], dtype=torch.complex64)
+    return [("_neg_view", torch._neg_view(torch.arange(1.0, 5.0))), ("conj().imag", z.conj().imag)]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_inputs_with_the_negative_bit_are_read_as_their_values(backend):
+    for how, x in _negated_views():
+        assert x.is_neg(), how
+        dst = torch.zeros(4)
+        scale.run([dst, x, 2.0], backend=backend)  # a flat buffer
+        assert dst.tolist() == [-2.0, -4.0, -6.0, -8.0], (how, backend)
+        out = torch.zeros(2, 2)
+        axpy.run([out, x.reshape(2, 2), torch.zeros(2, 2), 1.0], backend=backend)  # a tensor parameter
+        assert out.flatten().tolist() == [-1.0, -2.0, -3.0, -4.0], (how, backend)
+        view = torch._neg_view(torch.arange(1.0, 5.0).reshape(2, 2)).t()  # strided and negated
+        axpy.run([out, view, torch.zeros(2, 2), 1.0], backend=backend)
+        assert out.tolist() == [[-1.0, -3.0], [-2.0, -4.0]], (how, backend)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_outputs_with_the_negative_bit_are_refused_and_left_untouched(backend):
+    for how, dst in _negated_views():
+        with pytest.raises(ArgumentError, match=r"argument 'dst': the kernel stores to this tensor, but it has "
+                                                r"the negative bit set .*t\.resolve_neg\(\)"):
+            axpy.run([dst.reshape(2, 2), torch.ones(2, 2), torch.ones(2, 2), 1.0], backend=backend)
+        assert dst.tolist() == [-1.0, -2.0, -3.0, -4.0], how
+    dst = torch._neg_view(torch.zeros(4))
+    with pytest.raises(ArgumentError, match=r"argument 'dst': .* negative bit set"):  # a flat buffer
+        square.run([dst, torch.ones(4)], backend=backend)
+    assert not dst.any()
+
+
+def test_a_host_view_of_a_negated_tensor_is_a_copy_of_its_values():  # what compare copies
+    for how, x in _negated_views():
+        assert as_host_array("x", x).tolist() == [-1.0, -2.0, -3.0, -4.0], how
 
 
 def test_compare_takes_torch_tensors_and_leaves_them_untouched():

@@ -190,9 +190,9 @@ def _stamped(lowered: LoweredModule, target: Target) -> LoweredModule:
     return lowered
 
 
-def _parse(lowered: LoweredModule, machine: llvm.TargetMachine) -> llvm.ModuleRef:
+def _parse(lowered: LoweredModule, machine: llvm.TargetMachine, context=None) -> llvm.ModuleRef:
     try:
-        module = llvm.parse_assembly(str(lowered.module))
+        module = llvm.parse_assembly(str(lowered.module), context)
         module.verify()
     except RuntimeError as e:
         raise CompileError(f"LLVM rejected the lowered module of {lowered.entry_name}: {e}") from None
@@ -288,18 +288,21 @@ class HostKernel:
         self.check_function(*pointers, *counts, *scalars, status_pointer, begin, end)
 
 
-_host_kernels: dict[tuple[str, Target], HostKernel] = {}
-# per graph object, so a repeated launch skips printing the graph to find its key
-_host_kernels_by_graph: "weakref.WeakKeyDictionary[Graph, dict]" = weakref.WeakKeyDictionary()
+# by graph text, so graphs of one text share a launcher; held weakly: a launcher lives while a
+# graph holds it (in its facts), and a dropped Program's machine code goes with its graph
+_host_kernels: "weakref.WeakValueDictionary[tuple[str, Target], HostKernel]" = weakref.WeakValueDictionary()
 # how many modules this process compiled (tests count them), and host launchers it loaded from disk
 compilations = {"host": 0, "ptx": 0, "host_loaded": 0}
 
 
 def host_kernel(graph: Graph, target: Target | None = None) -> HostKernel:
-    """The host launcher of ``graph``, compiled once per process per graph text."""
+    """The host launcher of ``graph``, compiled once per graph text while a graph of that text
+    lives (it goes with the last one; the disk cache has it for the next)."""
     target = target or Target.host()
     with _lock:
-        per_graph = _host_kernels_by_graph.setdefault(graph, {})
+        # per graph object, so a repeated launch skips printing the graph to find its key (not in a
+        # WeakKeyDictionary: its value, the launcher, holds the graph, which would never go)
+        per_graph = graph._fact("host kernels", dict)
         kernel = per_graph.get(target)
         if kernel is None:
             key = (graph.text(), target)
@@ -316,24 +319,27 @@ def _jit(graph: Graph, target: Target, *, every_check: bool = False) -> HostKern
     key = host_code.host_code_key(graph, target, "every check" if every_check else "launcher")
     code = host_code.load(key)
     if code is not None:
-        engine = _engine_from_object(code.obj)
         compilations["host_loaded"] += 1
     else:
-        code, engine = _compile_host(graph, target, every_check)
+        code = _compile_host(graph, target, every_check)
         host_code.store(key, code)
-    return _host_kernel(graph, target, code, engine)
+    # the kept engine holds the object code alone, as one loaded from the disk cache does: the
+    # compiling engine's module (the optimised IR, about ten times its size) goes with it
+    return _host_kernel(graph, target, code, _engine_from_object(code.obj))
 
 
-def _compile_host(graph: Graph, target: Target, every_check: bool) -> tuple[host_code.HostCode, llvm.ExecutionEngine]:
-    """Lower, optimise and JIT-compile ``graph``'s launcher, keeping the object MCJIT emits."""
+def _compile_host(graph: Graph, target: Target, every_check: bool) -> host_code.HostCode:
+    """Lower, optimise and compile ``graph``'s launcher to the object MCJIT emits."""
     with _collector_paused():
         return _compile_host_now(graph, target, every_check)
 
 
-def _compile_host_now(graph: Graph, target: Target, every_check: bool):
+def _compile_host_now(graph: Graph, target: Target, every_check: bool) -> host_code.HostCode:
     machine = host_machine()
     lowered = _stamped(lower_host_checked(graph, target), target) if every_check else _lower(graph, target)
-    module = _parse(lowered, machine)
+    # a context of its own, freed with the module: the global one keeps every constant, type and
+    # metadata string a module ever interned there, for the life of the process
+    module = _parse(lowered, machine, llvm.create_context())
     # a tile kernel's loops are already vectors of whole registers (and its dot unrolled by hand):
     # LLVM's unrolling of them costs a third of the compile and gains nothing measurable
     _optimise(module, machine, unroll=not graph.is_tile_launch)
@@ -345,8 +351,7 @@ def _compile_host_now(graph: Graph, target: Target, every_check: bool):
     compilations["host"] += 1
     prepare = "" if every_check else f"{graph.name}_prepare"
     check = f"{graph.name}_check" if getattr(lowered.host, "checked_whole", False) else ""
-    code = host_code.HostCode(lowered.entry_name, prepare, lowered.host, emitted[0], check)
-    return code, engine
+    return host_code.HostCode(lowered.entry_name, prepare, lowered.host, emitted[0], check)
 
 
 def _engine_from_object(obj: bytes) -> llvm.ExecutionEngine:

@@ -14,9 +14,12 @@ PyTorch CPU tensor), bf16 and fp8 ones included, which NumPy's own DLPack import
 refuses: their memory is viewed as the ml_dtypes type (DLPack 1.x capsules are asked for
 first, so a read-only producer is seen to be one).  Outputs are written into them in
 place.  A tensor that requires grad is read and written through ``detach()`` (the same
-memory; autograd does not see the kernel's writes).  An array in another device's memory
-(``__dlpack_device__``, ``__cuda_array_interface__``) is an error naming its device, and
-on ``cuda`` a host tensor of another library is one too (:func:`refuse_host_tensor_on_cuda`).
+memory; autograd does not see the kernel's writes).  A torch tensor with the negative or
+conjugate bit set (``torch._neg_view(x)``, ``z.conj().imag``: memory that holds other values
+than the tensor reads as) is read through a resolved copy, and refused as an output.  An
+array in another device's memory (``__dlpack_device__``, ``__cuda_array_interface__``) is an
+error naming its device, and on ``cuda`` a host tensor of another library is one too
+(:func:`refuse_host_tensor_on_cuda`).
 """
 
 from __future__ import annotations
@@ -384,10 +387,35 @@ def strided_view(memory: np.ndarray, shape, strides, writeable: bool = False) ->
     return view.view(memory.dtype)
 
 
-def as_host_array(name: str, a) -> np.ndarray:
-    """A NumPy view of a host array-like (no copy), or an error naming the argument."""
+# torch's lazy views: a tensor whose memory holds x but that reads as -x (torch._neg_view,
+# z.conj().imag) or as conj(x) (z.conj()); DLPack and the memory say x, so accy resolves them
+_LAZY_BITS = (("is_neg", "resolve_neg", "negative bit"), ("is_conj", "resolve_conj", "conjugate bit"))
+
+
+def resolve_lazy_bits(name: str, a, output: bool):
+    """``a`` as its values read: a torch tensor with the negative or conjugate bit set is an
+    input resolved into a copy (as torch's own ops do), and refused as an output (the kernel
+    would write the memory without the negation, so the tensor would read back negated)."""
     if type(a) is np.ndarray:
         return a
+    for test, resolve, bit in _LAZY_BITS:
+        method = getattr(a, test, None)
+        if not callable(method) or method() is not True:
+            continue
+        if output:
+            raise ArgumentError(f"argument '{name}': the kernel stores to this tensor, but it has the {bit} set "
+                                f"(a lazy view: its memory holds other values than it reads as); pass a tensor "
+                                f"without it (t.{resolve}() is a copy) and copy the result back")
+        a = getattr(a, resolve)()
+    return a
+
+
+def as_host_array(name: str, a) -> np.ndarray:
+    """A NumPy view of a host array-like (no copy), or an error naming the argument.  A torch
+    tensor with the negative or conjugate bit set is read through a resolved copy."""
+    if type(a) is np.ndarray:
+        return a
+    a = resolve_lazy_bits(name, a, False)
     if isinstance(a, np.ndarray):
         if isinstance(a, np.ma.MaskedArray):
             raise ArgumentError(f"argument '{name}': a masked array; the kernel would read its masked elements "
@@ -543,6 +571,7 @@ def bind_arguments(
         value = named[p.name]
         if isinstance(value, (numbers.Number, np.generic)):
             raise ArgumentError(f"argument '{p.name}': expected an array of {p.dtype}, got the scalar {value!r}")
+        value = resolve_lazy_bits(p.name, value, p.name in outputs)  # resolved once: one copy is described and run
         info = infos[p.name] = describe(p.name, value)
         arrays[p.name] = as_host_array(p.name, value) if info.space == "host" else value
         if info.dtype != p.dtype.numpy:

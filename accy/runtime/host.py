@@ -33,6 +33,7 @@ import os
 import struct
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -89,7 +90,8 @@ class _Timing:
         self.at[key] = min(self.at.get(key, sample), sample)
 
 
-_timings: dict[HostKernel, _Timing] = {}  # kernels are compiled once per process and kept
+# by kernel, weakly: a timing goes with its kernel
+_timings: "weakref.WeakKeyDictionary[HostKernel, _Timing]" = weakref.WeakKeyDictionary()
 
 
 def _threads_for(kernel: HostKernel, units: int, threads: int | None) -> int:

@@ -31,7 +31,7 @@ from ..dsl.ir import Graph, Param
 from ..dsl.tensors import TensorParams, declared_parameters, tensor_parameters
 from ..errors import ArgumentError
 from .arguments import (TensorLayout, _by_name, _dtype_text, as_host_array, device_array, refuse_host_tensor_on_cuda,
-                        strided_view)
+                        resolve_lazy_bits, strided_view)
 
 
 def _rank(n: int) -> str:
@@ -84,6 +84,7 @@ def expand_tensor(name: str, t: TensorParams, value, output: bool,
     if isinstance(value, (numbers.Number, np.generic)):
         raise ArgumentError(f"argument '{name}': expected a {_rank(t.ndim)} array of {t.dtype}, "
                             f"got the scalar {value!r}")
+    value = resolve_lazy_bits(name, value, output)
     device = device_array(name, value) if on_cuda is not False else None
     if device is not None:
         shape, byte_strides, dtype = device.shape, device.strides, device.dtype
