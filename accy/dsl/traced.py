@@ -479,10 +479,11 @@ class SharedArray(MemoryHandle):
 
 class TileAccess:
     """Loads and stores by index tuples with masks, and whole tiles, on a kernel parameter:
-    ``p.x.load(idx, mask=None, other=0)``, ``p.x.store(idx, value, mask=None)``,
-    ``p.x.load_tile(origin, shape, other=0)``, ``p.x.store_tile(origin, value)``,
+    ``p.x.load(idx, mask=None, other=None)``, ``p.x.store(idx, value, mask=None)``,
+    ``p.x.load_tile(origin, shape, other=None)``, ``p.x.store_tile(origin, value)``,
     ``p.x.atomic_add(idx, value, mask=None)`` (``atomic_max``, ``atomic_min``).  In a tile
     program the indices may be tiles; in a SIMT kernel they are scalars and there is no mask.
+    ``other`` (what a masked-off element reads) defaults to a zero of the parameter's dtype.
     The seed's ``x.load(builder, idx)`` and ``x.store(builder, value, idx)`` still work."""
 
     __slots__ = ()
@@ -496,7 +497,7 @@ class TileAccess:
             return None, builder
         return builder, builder
 
-    def load(self, *args, mask=None, other=0) -> Traced:
+    def load(self, *args, mask=None, other=None) -> Traced:
         if args and isinstance(args[0], BuilderBase):  # the seed's x.load(builder, idx)
             return args[0].load(self, *args[1:])
         (idx,) = args
@@ -513,7 +514,7 @@ class TileAccess:
         else:
             builder.store(self, value, idx)
 
-    def load_tile(self, origin, shape, other=0):
+    def load_tile(self, origin, shape, other=None):
         return self._tile_builder("load_tile")[0].load_tile(self, origin, shape, other)
 
     def store_tile(self, origin, value) -> None:
