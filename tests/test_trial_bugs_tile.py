@@ -96,3 +96,86 @@ def test_a_masked_load_reads_a_zero_of_its_dtype_by_default(backend, dtype):
     out = np.ones(16, dtype.numpy)
     masked.run(dict(out=out, x=x), backend=backend)
     np.testing.assert_array_equal(out, np.where(np.arange(16) % 2 == 0, x, 0).astype(dtype.numpy))
+
+
+# -- an enclosing body's builder used inside a fold_range body ---------------------------------------
+# `t.where(...)` with the program's `t` inside `def step(inner, i, acc)` recorded into the program's
+# block, where the fold body's values are not visible: "defined inside another region ... return it
+# from that body", which did not apply.  (And an op whose operands all came from outside, such as an
+# atomic, was recorded once before the loop instead of once a trip.)  An enclosing body's builder
+# now records into the innermost body being traced, as that body's own builder would.
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_programs_builder_works_inside_a_fold_body(backend):
+    @accy.kernel(out=accy.dynamic_buffer(accy.f32), x=accy.dynamic_buffer(accy.f32))
+    def outer_where(k, p):
+        @k.for_each_tile(grid=axis("m", 1), warps=1)
+        def body(t, pid):
+            i = t.arange(16)
+            x = p.x.load(i)
+
+            def trip(inner, j, acc):
+                def twice(inner2, m, acc2):  # a fold opened with the program's builder, two bodies in
+                    return acc2 + t.where(x > 0, x, 0.0)
+
+                acc = t.fold_range(0, 2, 1, acc, twice)
+                return acc + t.where(acc > 4.0, 1.0, 0.0)
+
+            p.out.store(i, t.fold_range(0, 3, 1, t.zeros((16,), accy.f32), trip))
+
+    x = (np.arange(16) - 8).astype(np.float32)
+    out = np.zeros(16, np.float32)
+    outer_where.run(dict(out=out, x=x), backend=backend)
+    want = np.zeros(16, np.float32)
+    for _ in range(3):
+        want = want + 2 * np.maximum(x, 0)
+        want = want + (want > 4)
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_launch_bodys_builder_works_inside_a_simt_fold_body(backend):
+    @accy.kernel(out=accy.dynamic_buffer(accy.f32), count=accy.dynamic_buffer(i32), x=accy.dynamic_buffer(accy.f32))
+    def outer_select(k, p):
+        @k.for_each_1d(axis("i", 8))
+        def each(inner, idx):
+            i = idx["i"]
+            x = p.x[i]
+
+            def trip(inner2, j, acc):
+                inner.atomic_add(p.count, i, np.int32(1))  # every trip, not once before the loop
+                return acc + inner.select(acc > x, 1.0, 2.0)
+
+            p.out[i] = inner.fold_range(0, 4, 1, 0.0, trip)
+
+    x = np.arange(8, dtype=np.float32)
+    out, count = np.zeros(8, np.float32), np.zeros(8, np.int32)
+    outer_select.run(dict(out=out, count=count, x=x), backend=backend)
+    want = np.zeros(8, np.float32)
+    for _ in range(4):
+        want = want + np.where(want > x, 1.0, 2.0)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(count, np.full(8, 4))
+
+
+def test_an_enclosing_builder_inside_a_loop_still_obeys_the_block_rules():
+    def kernel(what):
+        @accy.kernel(out=accy.dynamic_buffer(accy.f32), n=accy.scalar(accy.index))
+        def block_rules(k, p):
+            @k.for_each_block(grid=axis("b", 1), threads=axis("t", 32))
+            def body(inner, block, thread):
+                def trip(inner2, j):
+                    if what == "barrier":
+                        inner.barrier()
+                    else:
+                        inner.shared(accy.f32, 32)
+
+                inner.for_range(0, thread["t"] if what == "barrier" else 2, 1, trip)
+
+        return block_rules
+
+    with pytest.raises(accy.errors.TraceError, match="barrier inside a fold_range whose bounds depend on the thread"):
+        kernel("barrier").graph
+    with pytest.raises(accy.errors.TraceError, match="shared arrays are allocated at the top of the block body"):
+        kernel("shared").graph
