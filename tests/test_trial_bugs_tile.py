@@ -179,3 +179,16 @@ def test_an_enclosing_builder_inside_a_loop_still_obeys_the_block_rules():
         kernel("barrier").graph
     with pytest.raises(accy.errors.TraceError, match="shared arrays are allocated at the top of the block body"):
         kernel("shared").graph
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_enclosing_builders_op_of_outer_values_runs_every_trip(backend):
+    @accy.kernel(count=accy.dynamic_buffer(i32))
+    def every_trip(k, p):
+        @k.for_each_1d(axis("i", 4))
+        def each(inner, idx):  # was silently recorded once, before the loop
+            inner.for_range(0, 3, 1, lambda inner2, j: inner.atomic_add(p.count, idx["i"], np.int32(1)))
+
+    count = np.zeros(4, np.int32)
+    every_trip.run(dict(count=count), backend=backend)
+    np.testing.assert_array_equal(count, [3, 3, 3, 3])
