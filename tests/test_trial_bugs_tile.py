@@ -192,3 +192,37 @@ def test_an_enclosing_builders_op_of_outer_values_runs_every_trip(backend):
     count = np.zeros(4, np.int32)
     every_trip.run(dict(count=count), backend=backend)
     np.testing.assert_array_equal(count, [3, 3, 3, 3])
+
+
+# -- a Python `if` on a traced value in a tile program ------------------------------------------------
+# The message suggested select and if_ (the SIMT level's answers); a tile program chooses element by
+# element with t.where.
+
+
+def test_a_python_if_in_a_tile_program_suggests_t_where():
+    @accy.kernel(out=accy.dynamic_buffer(accy.f32), x=accy.dynamic_buffer(accy.f32))
+    def python_if(k, p):
+        @k.for_each_tile(grid=axis("m", 1), warps=1)
+        def body(t, pid):
+            i = t.arange(16)
+            x = p.x.load(i)
+            p.out.store(i, x if x > 0 else -x)
+
+    with pytest.raises(accy.errors.TraceError) as caught:
+        python_if.graph
+    message = str(caught.value)
+    assert "Use t.where(cond, a, b)" in message and "t.maximum(a, b)" in message
+    assert "select(" not in message and "if_(" not in message
+
+
+def test_a_python_if_in_a_simt_kernel_still_suggests_select_and_if_():
+    @accy.kernel(out=accy.dynamic_buffer(accy.f32), x=accy.dynamic_buffer(accy.f32))
+    def python_if(k, p):
+        @k.for_each_1d(axis("i", 16))
+        def each(inner, idx):
+            x = p.x[idx["i"]]
+            p.out[idx["i"]] = x if x > 0 else -x
+
+    with pytest.raises(accy.errors.TraceError, match=r"Use select\(cond, a, b\) or if_\(cond, then, otherwise\) for a "
+                                                     r"choice .* use inner\.max\(a, b\)"):
+        python_if.graph

@@ -36,6 +36,12 @@ def _error(message: str) -> TraceError:
 # ----------------------------------------------------------------------------- traced values
 
 
+def _in_tile_program() -> bool:
+    """Is a tile program's builder recording now (it has the tile accesses)?"""
+    builders = context.stack()
+    return bool(builders) and hasattr(builders[-1], "load_at")
+
+
 class BuilderBase:
     """What traced values record into: :class:`accy.dsl.builder.Builder`, named here so that a
     value can tell a builder argument (the seed's ``value.op(builder, other)``) without importing it."""
@@ -86,16 +92,19 @@ class Traced:
 
     # Python control flow cannot see traced values
     def _no_python_value(self, what, hint=""):
+        # a tile program chooses element by element (its if_ branches the whole program on one scalar)
+        choice = "t.where(cond, a, b) (mask=cond on a load or store)" if _in_tile_program() else \
+            "select(cond, a, b) or if_(cond, then, otherwise)"
         raise _error(
             f"a traced {self.type} value cannot be used as a Python {what}: its value is only "
-            "known when the kernel runs. Use select(cond, a, b) or if_(cond, then, otherwise) for a "
-            f"choice and fold_range(...) for a loop{hint}"
+            f"known when the kernel runs. Use {choice} for a choice and fold_range(...) for a loop{hint}"
         )
 
     def __bool__(self):
+        maximum = "t.maximum(a, b)" if _in_tile_program() else "inner.max(a, b)"
         self._no_python_value("bool (if/while/and/or/not, a chained comparison like 0 < i < n)",
                               "; combine conditions with (a) & (b), (a) | (b) and ~a, in parentheses, and split "
-                              "chained comparisons; Python's max()/min() compare with if: use inner.max(a, b)")
+                              f"chained comparisons; Python's max()/min() compare with if: use {maximum}")
 
     def __index__(self): self._no_python_value("int index")
     def __int__(self): self._no_python_value("int", "; cast(value, i32) converts inside the kernel")
