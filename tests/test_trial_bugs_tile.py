@@ -226,3 +226,30 @@ def test_a_python_if_in_a_simt_kernel_still_suggests_select_and_if_():
     with pytest.raises(accy.errors.TraceError, match=r"Use select\(cond, a, b\) or if_\(cond, then, otherwise\) for a "
                                                      r"choice .* use inner\.max\(a, b\)"):
         python_if.graph
+
+
+# -- check_memory on a tile launch -------------------------------------------------------------------
+# numpy's check_memory=True was taken on a for_each_tile kernel and checked nothing (the memory
+# checks are the SIMT interpreter's).  It is refused now, pointing to the ptx backend, whose
+# emulator checks every launch for races.
+
+
+def _racy_tile_kernel():
+    @accy.kernel(out=accy.dynamic_buffer(accy.f32), x=accy.dynamic_buffer(accy.f32))
+    def racy(k, p):
+        @k.for_each_tile(grid=axis("m", 2), warps=1)
+        def body(t, pid):
+            i = t.arange(16)
+            p.out.store(i, p.x.load(i + pid["m"] * 16))  # both programs write out[0:16]
+
+    return racy
+
+
+def test_check_memory_on_a_tile_launch_is_refused_and_points_to_ptx():
+    x, out = np.arange(32, dtype=np.float32), np.zeros(16, np.float32)
+    with pytest.raises(accy.errors.ArgumentError, match=r"check_memory=True checks SIMT launches .* backend='ptx'"):
+        _racy_tile_kernel().run(dict(out=out, x=x), backend="numpy", check_memory=True)
+    assert not out.any()
+    _racy_tile_kernel().run(dict(out=out, x=x), backend="numpy", check_memory=False)  # no check asked for
+    with pytest.raises(accy.errors.RaceError, match="between threads of different blocks"):
+        _racy_tile_kernel().run(dict(out=np.zeros(16, np.float32), x=x), backend="ptx")
