@@ -74,11 +74,26 @@ class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
         return next((b.launch_info for b in self._scopes() if b.launch_info is not None), None)
 
     def _scopes(self):
-        """This builder and the builders of the enclosing regions, innermost first."""
-        builder = self
+        """The builder that records for this one and the builders of the enclosing regions,
+        innermost first."""
+        builder = self._active()
         while builder is not None:
             yield builder
             builder = builder.parent
+
+    def _active(self) -> "Builder":
+        """The builder that records for this one: itself, or, while a body inside its region is
+        being traced, that innermost body's builder.  A body may call an enclosing body's builder
+        (the outer ``t`` inside a fold_range body): its ops then happen where the call is, in
+        every trip of the loop, as the body's own builder's would."""
+        builders = context.stack()
+        innermost = builders[-1] if builders else self
+        scope = innermost.parent
+        while innermost is not self and scope is not None:
+            if scope is self:
+                return innermost
+            scope = scope.parent
+        return self
 
     # -- recording ---------------------------------------------------------------
     _error = staticmethod(_error)
@@ -102,6 +117,13 @@ class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
                 f"{opcode}: this builder belongs to a body that has already returned; "
                 "record ops with the builder passed to the current body"
             )
+        active = self._active()
+        if active is not self:
+            return active._record(opcode, operands, attrs, regions)
+        return self._record_here(opcode, operands, attrs, regions)
+
+    def _record_here(self, opcode: str, operands: Sequence, attrs=None, regions=()) -> Op:
+        """Record into this builder's own block (see :meth:`_active`)."""
         operands = [self._check_visible(opcode, v) for v in operands]
         attrs = NoAttrs() if attrs is None else attrs  # else an instance of OPS[opcode].schema
         try:

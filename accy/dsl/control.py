@@ -23,7 +23,8 @@ class ControlFlow:
     def _run_body(self, block: Block, body: Callable, args: tuple, *, launch: "_LaunchInfo | None" = None,
                   int_literals: dict | None = None, guard=None, builder: type | None = None):
         # the Builder (or ``builder``, a tile program's): a nested one records into this region
-        inner = (builder or type(self))(block, parent=self)
+        outer = self._active()
+        inner = (builder or type(outer))(block, parent=outer)
         inner.launch_info = launch
         inner.int_literal_accumulators = int_literals or {}
         inner.guard = guard

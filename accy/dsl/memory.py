@@ -73,7 +73,7 @@ class Memory:
         ``s[i] = v`` writes.  Allocated at the top of the block body; its bytes count against
         ``Limits.max_shared_bytes`` when the kernel is launched."""
         info = self._block_launch("shared")
-        if self is not info.body:
+        if self._active() is not info.body:
             raise _error("shared: shared arrays are allocated at the top of the block body, not inside a loop or "
                          "branch (allocate it before the loop and use it inside)")
         return self._declare_shared(info, dtype, count, name)
@@ -99,7 +99,8 @@ class Memory:
                          "array of that name (yours, or the scratch of a block_reduce, block_scan or block_arg* "
                          "traced before this line)")
         info.shared_names.add(name)
-        op = self._record("shared", (), SharedAttrs(name=name, dtype=dtype, count=int(count)))
+        # in the block body itself, also where a loop or branch inside it asked for the scratch
+        op = self._record_here("shared", (), SharedAttrs(name=name, dtype=dtype, count=int(count)))
         if first:  # scratch the builder needs: declared before everything else in the block body
             self.block.ops.remove(op)
             self.block.ops.insert(0, op)

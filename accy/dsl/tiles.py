@@ -332,11 +332,14 @@ class TileOps:
             if shape else mask
         return offsets, mask
 
-    def load_at(self, handle, idx, mask=None, other=0, *, inside_known: bool = False) -> Traced:
-        """``p.x.load(idx, mask=None, other=0)``: the elements at ``idx`` (one index or tile of
-        indices per dimension, broadcast together) where ``mask`` holds, ``other`` elsewhere."""
+    def load_at(self, handle, idx, mask=None, other=None, *, inside_known: bool = False) -> Traced:
+        """``p.x.load(idx, mask=None, other=None)``: the elements at ``idx`` (one index or tile of
+        indices per dimension, broadcast together) where ``mask`` holds, ``other`` elsewhere (by
+        default a zero of the parameter's dtype: False for bool)."""
         what = f"{handle.name}.load"
         offsets, mask = self._access(handle, idx, mask, what, inside_known)
+        if other is None:  # a Python 0 would be an index constant where the parameter holds bools
+            other = False if handle.dtype.is_bool else 0
         other = self._lift(other, handle.dtype, what)
         if other.type != handle.dtype:
             raise _error(f"{what}: other is {other.type}, but '{handle.name}' holds {handle.dtype}")
@@ -392,9 +395,9 @@ class TileOps:
             idx.append(i)
         return idx, inside
 
-    def load_tile(self, handle, origin, shape, other=0) -> Tile:
-        """``p.x.load_tile(origin, shape, other=0)``: the box of ``shape`` at element offsets
-        ``origin``; positions past the tensor's edges read ``other``."""
+    def load_tile(self, handle, origin, shape, other=None) -> Tile:
+        """``p.x.load_tile(origin, shape, other=None)``: the box of ``shape`` at element offsets
+        ``origin``; positions past the tensor's edges read ``other`` (as :meth:`load_at`'s)."""
         shape = _static_shape(shape, f"{handle.name}.load_tile")
         idx, inside = self._tile_box(handle, origin, shape, f"{handle.name}.load_tile")
         return self.load_at(handle, tuple(idx), inside, other, inside_known=True)

@@ -37,6 +37,12 @@ def _error(message: str) -> TraceError:
 # ----------------------------------------------------------------------------- traced values
 
 
+def _in_tile_program() -> bool:
+    """Is a tile program's builder recording now (it has the tile accesses)?"""
+    builders = context.stack()
+    return bool(builders) and hasattr(builders[-1], "load_at")
+
+
 class BuilderBase:
     """What traced values record into: :class:`accy.dsl.builder.Builder`, named here so that a
     value can tell a builder argument (the seed's ``value.op(builder, other)``) without importing it."""
@@ -87,16 +93,19 @@ class Traced:
 
     # Python control flow cannot see traced values
     def _no_python_value(self, what, hint=""):
+        # a tile program chooses element by element (its if_ branches the whole program on one scalar)
+        choice = "t.where(cond, a, b) (mask=cond on a load or store)" if _in_tile_program() else \
+            "select(cond, a, b) or if_(cond, then, otherwise)"
         raise _error(
             f"a traced {self.type} value cannot be used as a Python {what}: its value is only "
-            "known when the kernel runs. Use select(cond, a, b) or if_(cond, then, otherwise) for a "
-            f"choice and fold_range(...) for a loop{hint}"
+            f"known when the kernel runs. Use {choice} for a choice and fold_range(...) for a loop{hint}"
         )
 
     def __bool__(self):
+        maximum = "t.maximum(a, b)" if _in_tile_program() else "inner.max(a, b)"
         self._no_python_value("bool (if/while/and/or/not, a chained comparison like 0 < i < n)",
                               "; combine conditions with (a) & (b), (a) | (b) and ~a, in parentheses, and split "
-                              "chained comparisons; Python's max()/min() compare with if: use inner.max(a, b)")
+                              f"chained comparisons; Python's max()/min() compare with if: use {maximum}")
 
     def __index__(self): self._no_python_value("int index")
     def __int__(self): self._no_python_value("int", "; cast(value, i32) converts inside the kernel")
@@ -480,10 +489,11 @@ class SharedArray(MemoryHandle):
 
 class TileAccess:
     """Loads and stores by index tuples with masks, and whole tiles, on a kernel parameter:
-    ``p.x.load(idx, mask=None, other=0)``, ``p.x.store(idx, value, mask=None)``,
-    ``p.x.load_tile(origin, shape, other=0)``, ``p.x.store_tile(origin, value)``,
+    ``p.x.load(idx, mask=None, other=None)``, ``p.x.store(idx, value, mask=None)``,
+    ``p.x.load_tile(origin, shape, other=None)``, ``p.x.store_tile(origin, value)``,
     ``p.x.atomic_add(idx, value, mask=None)`` (``atomic_max``, ``atomic_min``).  In a tile
     program the indices may be tiles; in a SIMT kernel they are scalars and there is no mask.
+    ``other`` (what a masked-off element reads) defaults to a zero of the parameter's dtype.
     The seed's ``x.load(builder, idx)`` and ``x.store(builder, value, idx)`` still work."""
 
     __slots__ = ()
@@ -497,7 +507,7 @@ class TileAccess:
             return None, builder
         return builder, builder
 
-    def load(self, *args, mask=None, other=0) -> Traced:
+    def load(self, *args, mask=None, other=None) -> Traced:
         if args and isinstance(args[0], BuilderBase):  # the seed's x.load(builder, idx)
             return args[0].load(self, *args[1:])
         (idx,) = args
@@ -514,7 +524,7 @@ class TileAccess:
         else:
             builder.store(self, value, idx)
 
-    def load_tile(self, origin, shape, other=0):
+    def load_tile(self, origin, shape, other=None):
         return self._tile_builder("load_tile")[0].load_tile(self, origin, shape, other)
 
     def store_tile(self, origin, value) -> None:

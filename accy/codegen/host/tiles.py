@@ -1220,7 +1220,9 @@ class TileHostLowering(Lowering):
         if isinstance(static, int):
             unit_rows() if static == 1 else rows(False)
             return
-        if self.check_only:  # whatever the stride: a whole tile needs no check, else each element's
+        # a check-only run needing the bounds alone: a whole tile needs no check, else each element's (a
+        # load whose values a division's check reads is loaded as in a full run)
+        if self.check_only and out is None:
             if box is None:
                 rows(False)
             else:

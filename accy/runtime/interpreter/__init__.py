@@ -15,6 +15,7 @@ def run(graph: Graph, binding: Binding, launch: Launch, **options):
     """Execute ``graph`` on checked arguments; outputs are written only on success."""
     if graph.is_tile_launch:
         return run_tiles(graph, binding, launch, debug_thread=options.get("debug_thread"),
+                         check_memory=options.get("check_memory"),
                          memory_cap=options.get("memory_cap", DEFAULT_MEMORY_CAP))
     return run_graph(graph, binding, launch, **options)
 

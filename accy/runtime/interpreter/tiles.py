@@ -21,7 +21,8 @@ Offsets and masks are held unevaluated where they are affine in the tile positio
 of one range per axis (:class:`~.tile_memory.Affine`, :class:`~.tile_memory.Conjunction`): an
 access then copies each program's box of elements through a strided view of the buffer, never
 forming a masked-off element's address.  ``check_memory`` (races, unwritten outputs) applies to
-SIMT launches only.
+SIMT launches only: ``check_memory=True`` on a tile launch is refused (the ptx backend's
+emulator checks a tile launch's programs for races).
 
 This module holds the class that composes the parts, the op schedule, the scalar, shape,
 reduction, dot and control ops and :func:`run_tiles`; memory is :mod:`.tile_memory`'s, folds
@@ -336,8 +337,16 @@ class TileInterpreter(TileMemory, TileFolds):
 # ----------------------------------------------------------------------------- the backend's entry
 
 
-def run_tiles(graph: Graph, binding: Binding, launch, *, debug_thread=None, memory_cap: int = DEFAULT_MEMORY_CAP) -> None:
-    """Execute tile graph ``graph`` on checked arguments; outputs are written only on success."""
+def run_tiles(graph: Graph, binding: Binding, launch, *, debug_thread=None, check_memory: bool | None = None,
+              memory_cap: int = DEFAULT_MEMORY_CAP) -> None:
+    """Execute tile graph ``graph`` on checked arguments; outputs are written only on success.
+    ``check_memory=True`` is refused: the memory checks are the SIMT interpreter's (None, where
+    ACCY_CHECK_MEMORY decides, leaves a tile launch unchecked)."""
+    if check_memory:
+        raise ArgumentError("check_memory=True checks SIMT launches (for_each, for_each_block) only; a for_each_tile "
+                            "kernel's programs are not checked here. Run it with backend='ptx': the PTX emulator "
+                            "checks every launch for races (between the programs, each a block of threads) and "
+                            "out-of-bounds accesses")
     if debug_thread is not None:
         raise ArgumentError("debug_thread replays one thread of a for_each launch; a for_each_tile kernel has "
                             "programs, not threads (run it with backend='numpy' and compare values instead)")
