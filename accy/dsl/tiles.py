@@ -239,6 +239,8 @@ class TileOps:
         return self._reduce("reduce", Combine.MAX, x, axis, keepdims, ReduceAttrs)
 
     def min(self, x, *others, axis=None, keepdims: bool = False) -> Traced:
+        """``t.min(x, axis)``: the smallest element along ``axis`` (NaN propagates);
+        ``t.min(a, b)``: the elementwise minimum, as the scalar builder's."""
         if others:
             return self._op("min", x, *others)
         if not isinstance(x, Tile):
