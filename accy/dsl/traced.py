@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import TraceError, UnknownOpError
 from . import context
+from .combines import COMBINES
 from .analysis import uniformity
 from .ir import Axis, Param, Value
 from .ops import OPS
@@ -145,7 +146,8 @@ class Tile(Traced):
     Operators, math methods and NumPy ufuncs work elementwise with NumPy's broadcasting
     (a scalar broadcasts to every element); ``x[:, None]`` and ``x[None, :]`` add an axis,
     ``x.T`` transposes, ``a @ b`` is ``t.dot(a, b)``, and ``x.sum(axis)``, ``x.max(axis)``,
-    ``x.argmax(axis)`` and ``x.cumsum(axis)`` reduce and scan as the builder's methods do.
+    ``x.argmax(axis)`` and ``x.cumsum(axis)`` reduce and scan as the builder's methods do (every name the
+    combine table spells, :data:`accy.dsl.combines.COMBINES`).
     """
 
     __slots__ = ()
@@ -212,32 +214,39 @@ class Tile(Traced):
     def __rmatmul__(self, other):
         return context.current().dot(other, self)
 
-    def _reduction(name: str):
-        def call(self, *args, axis=None, keepdims: bool = False):
-            builder, args = _builder_and_args(args)
-            if name in ("max", "min") and args and not isinstance(args[0], (int, type(None))):
-                return getattr(builder, name)(self, *args)  # x.max(y): elementwise, as on scalars
-            if args:
-                (axis,) = args
-            return getattr(builder, name)(self, axis=axis, keepdims=keepdims)
 
-        call.__name__ = name
-        call.__doc__ = f"``t.{name}(x, axis, keepdims)`` on this tile."
-        return call
 
-    sum = _reduction("sum")
-    prod = _reduction("prod")
-    max = _reduction("max")
-    min = _reduction("min")
-    argmax = _reduction("argmax")
-    argmin = _reduction("argmin")
-    del _reduction
+def _reduction(name: str):
+    def call(self, *args, axis=None, keepdims: bool = False):
+        builder, args = _builder_and_args(args)
+        if name in ("max", "min") and args and not isinstance(args[0], (int, type(None))):
+            return getattr(builder, name)(self, *args)  # x.max(y): elementwise, as on scalars
+        if args:
+            (axis,) = args
+        return getattr(builder, name)(self, axis=axis, keepdims=keepdims)
 
-    def cumsum(self, axis=None) -> "Tile":
-        return context.current().cumsum(self, axis)
+    call.__name__ = name
+    call.__doc__ = f"``t.{name}(x, axis, keepdims)`` on this tile."
+    return call
 
-    def cummax(self, axis=None) -> "Tile":
-        return context.current().cummax(self, axis)
+
+def _scan(name: str):
+    def call(self, axis=None) -> "Tile":
+        return getattr(context.current(), name)(self, axis)
+
+    call.__name__ = name
+    call.__doc__ = f"``t.{name}(x, axis)`` on this tile."
+    return call
+
+
+# a tile's reductions and scans, as the combine table spells them (x.sum(axis), x.cumsum(axis))
+for _rule in COMBINES.values():
+    for _name in (_rule.reduction, _rule.arg_reduction):
+        if _name:
+            setattr(Tile, _name, _reduction(_name))
+    if _rule.scan:
+        setattr(Tile, _rule.scan, _scan(_rule.scan))
+del _rule, _name
 
 
 def _key_text(k) -> str:
