@@ -92,7 +92,7 @@ COMBINES: dict[Combine, CombineRule] = {rule.combine: rule for rule in (
                 scan="cummin", arg_reduction="argmin", arg_reference=np.argmin),
     CombineRule(Combine.AND, "and", _all_ones, np.bitwise_and, bits_only=True, idempotent=True),
     CombineRule(Combine.OR, "or", _zero, np.bitwise_or, bits_only=True, idempotent=True),
-    CombineRule(Combine.XOR, "xor", _zero, np.bitwise_xor, bits_only=True),
+    CombineRule(Combine.XOR, "xor", _zero, np.bitwise_xor, bits_only=True, reduction="xor_sum"),
 )}
 
 
