@@ -28,7 +28,7 @@ from .errors import AccyError
 from .version import __version__
 
 counts = {"stored": 0, "loaded": 0}  # this process's graphs written to and read from the disk
-NOT_GRAPH_MAKERS = ("lowering", "codegen", "runtime", "emulator")  # accy's packages that only read graphs
+NOT_GRAPH_MAKERS = ("lowering", "codegen", "runtime", "emulator", "backends")  # accy's packages that only read graphs
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 _NAMES: "weakref.WeakKeyDictionary[Callable, str]" = weakref.WeakKeyDictionary()
