@@ -453,7 +453,7 @@ def test_ctrl_c_during_tuning_lands_promptly(backend):
             kernel.run([dst, x], backend=backend)
         finally:
             timer.cancel()
-    assert time.perf_counter() - start < 1.5
+    assert time.perf_counter() - start < 5.0  # ~10 ms slices; before, it ran on past 60 s (room for a loaded machine)
     assert np.isnan(dst).all()  # tuning writes scratch copies; nothing ran on dst
 
 

@@ -249,7 +249,7 @@ def test_the_check_pass_of_a_long_launch_is_interrupted_between_slices_and_write
             gathered_sums.run([dst, x, n, 12_000], backend="llvm")
         finally:
             timer.cancel()
-    assert time.perf_counter() - start < 1.2
+    assert time.perf_counter() - start < 2.0  # below the ~2.5 s pass it interrupts, with room for a loaded machine
     assert (dst == -1.0).all()  # it landed in the check pass: nothing written
 
 

@@ -128,7 +128,7 @@ class _Distributor(TensorCoreDot):
         self.T = self.launch.attrs.warps * WARP_SIZE
         self.env: dict[Value, object] = {}
         self.scopes: list[dict] = [{}]
-        self.tagged: set[int] = set()
+        self.tagged: set[Op] = set()  # the ops themselves: an id() is reused once its op is freed
         self.used = {v for op in graph.body.walk() for v in op.operands}
         self.pool: dict[DType, list] = {}  # element type -> [SharedArray, its shared op]
         self.dirty = False  # scratch read since the last barrier
@@ -220,8 +220,8 @@ class _Distributor(TensorCoreDot):
             self._scalar(op)
         for new in ops[start:]:  # what it recorded reports the tile op's line
             for o in new.walk():
-                if id(o) not in self.tagged:
-                    self.tagged.add(id(o))
+                if o not in self.tagged:
+                    self.tagged.add(o)
                     o.location = op.location
 
     def _record(self, opcode: str, operands, attrs_=None) -> Op:

@@ -447,7 +447,10 @@ def tile_bytes(t: TileType, lanes: int) -> int:
 
 def plan_storage(region: Block, live: Liveness, lanes: int) -> StoragePlan:
     ops = list(region.walk())
-    needed = {v for v in live.values if isinstance(v.type, TileType)}
+    # in program order (a dict as an ordered set): slots go to tiles by (start, stop), and ties
+    # must not fall back to a set's order, which varies from run to run
+    needed = dict.fromkeys(v for op in ops for v in (*op.results, *(a for r in op.regions for a in r.args))
+                           if v in live.values and isinstance(v.type, TileType))
 
     def uses(op: Op) -> list[Value]:
         if op.opcode == "yield":

@@ -23,7 +23,9 @@ class PhasePlan:
         self._shuffled: set[Value] = set()  # read at other threads' indices: always in a slot
         self.synchronising: set[Op] = set()
         self._mark(region)
-        self.slot_values: set[Value] = set()
+        # in the order the walk finds them (a dict as an ordered set): the host allocates their
+        # slots in this order, and a set's order (by identity hash) would vary from run to run
+        self.slot_values: dict[Value, None] = {}
         self._defined: dict[Value, int] = {}
         self._block_level: set[Value] = set()  # read outside any thread loop
         self._next = 0
@@ -32,8 +34,9 @@ class PhasePlan:
         # loop that reads it, not kept in a slot: it keeps its form (a scalar per chunk, or
         # consecutive lanes), so the accesses it indexes stay vector loads and stores
         self._results = {v for op in region.walk() for v in op.results}
-        roots = {v for v in self.slot_values - self._block_level - self._shuffled if self._recomputable(v)}
-        self.slot_values -= roots
+        roots = {v for v in self.slot_values if v not in self._block_level and v not in self._shuffled and self._recomputable(v)}
+        for v in roots:
+            del self.slot_values[v]
         closure: set[Value] = set()  # with the values they are computed from
         stack = list(roots)
         while stack:
@@ -77,13 +80,16 @@ class PhasePlan:
             return False
         return all(self._recomputable(x, depth - 1) for x in op.operands)
 
+    def _slot(self, v: Value) -> None:
+        self.slot_values[v] = None
+
     def _new_stretch(self) -> int:
         self._next += 1
         return self._next
 
     def _use(self, v: Value, stretch: int) -> None:
         if self._defined.get(v, stretch) != stretch:
-            self.slot_values.add(v)
+            self._slot(v)
 
     def _define(self, op: Op, stretch: int) -> None:
         for nested in op.walk():
@@ -105,21 +111,21 @@ class PhasePlan:
                     self._block_level.add(v)
                 for region in op.regions:
                     for arg in region.args[1:] if op.opdef.regions is RegionKind.LOOP else ():  # accumulators
-                        self.slot_values.add(arg)
+                        self._slot(arg)
                     self._walk(region.ops)
                     if region.terminator is not None:
                         for v in region.terminator.operands:
                             self._use(v, self._new_stretch())
                             self._block_level.add(v)
                 for v in op.results:
-                    self.slot_values.add(v)
+                    self._slot(v)
                 stretch = self._new_stretch()
                 continue
             if op.opdef.synchronises is Sync.WARP and not self.chunk_local(op):
                 stretch = self._new_stretch()
                 value = op.operands[0]
                 if value in self._defined or value in self.slot_values or value in self.thread_args:
-                    self.slot_values.add(value)  # a thread's own: read at another's index
+                    self._slot(value)  # a thread's own: read at another's index
                     self._shuffled.add(value)
             for nested in op.walk():
                 for v in nested.operands:
