@@ -27,7 +27,7 @@ class DotEmitter:
     """A tile ``dot``: its inputs converted to the accumulator's type, then the micro-kernel."""
 
     def __init__(self, lw: Lowering):
-        self.lw = lw
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
         self.v = lw.vectors
         self.L = lw.L
 
@@ -81,8 +81,8 @@ class DotEmitter:
                       for v in range(vectors)]
                 new = []
                 for i in range(rows):
-                    a_ik = self.v.splat(self.v.load1(a_tile, b.add(b.mul(b.add(i0, ir.Constant(I64, i)), ir.Constant(I64, K)), k)),
-                                       lanes)
+                    a_row = b.mul(b.add(i0, ir.Constant(I64, i)), ir.Constant(I64, K))
+                    a_ik = self.v.splat(self.v.load1(a_tile, b.add(a_row, k)), lanes)
                     for v in range(vectors):
                         acc_v = cs[i * vectors + v]
                         if acc_t.is_float:

@@ -43,7 +43,7 @@ class ElementwiseEmitter:
     """Pointwise ops, casts, splat and arange: one loop over a tile's elements in vectors."""
 
     def __init__(self, lw: Lowering):
-        self.lw = lw
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
         self.v = lw.vectors
 
     def pointwise(self, op: Op) -> None:
@@ -68,14 +68,15 @@ class ElementwiseEmitter:
 
     def arange(self, op: Op) -> None:
         out = self.lw.new_tile(op.result)
-        self.v.chunks(out.size, lambda j, valid, cs: (self.v.store(out, j, self.lw.b.add(self.v.splat(j), self.v.iota())), [])[1])
+        self.v.chunks(out.size,
+                      lambda j, valid, cs: (self.v.store(out, j, self.lw.b.add(self.v.splat(j), self.v.iota())), [])[1])
 
 
 class ShapeEmitter:
     """Broadcast, reshape and transpose: elements moved, none computed."""
 
     def __init__(self, lw: Lowering):
-        self.lw = lw
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
         self.v = lw.vectors
         self.L = lw.L
 
@@ -96,7 +97,8 @@ class ShapeEmitter:
                     offset = b.add(offset, b.mul(i, ir.Constant(I64, strides[d])))
             first = b.mul(r, ir.Constant(I64, n))
             if src.shape[-1] == n:
-                self.v.chunks(n, lambda j, valid, cs: (self.v.store(out, b.add(first, j), self.v.load(src, b.add(offset, j))), [])[1])
+                self.v.chunks(n, lambda j, valid, cs: (self.v.store(out, b.add(first, j),
+                                                                    self.v.load(src, b.add(offset, j))), [])[1])
             else:
                 v = self.v.splat(self.v.load1(src, offset))
                 self.v.chunks(n, lambda j, valid, cs: (self.v.store(out, b.add(first, j), v), [])[1])

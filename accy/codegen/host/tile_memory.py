@@ -21,7 +21,7 @@ class TileMemoryEmitter:
     """``tile_load``, ``tile_store`` and ``tile_atomic`` by their access plans (:mod:`accy.lowering.tile_access`)."""
 
     def __init__(self, lw: Lowering):
-        self.lw = lw
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
         self.v = lw.vectors
 
     def expr(self, e) -> ir.Value:
@@ -153,7 +153,8 @@ class TileMemoryEmitter:
                         if out is None and value is None:
                             return []
                         if value is None:
-                            self.v.store(out, b.add(first, j), self.v.from_memory(self.v.masked_load(where, m, passthru, align), dtype))
+                            self.v.store(out, b.add(first, j),
+                                         self.v.from_memory(self.v.masked_load(where, m, passthru, align), dtype))
                         else:
                             self.v.masked_store(self.v.to_memory(self.v.load(value, b.add(first, j)), dtype), where, m, align)
                         return []

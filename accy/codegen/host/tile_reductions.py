@@ -23,7 +23,7 @@ class ReductionEmitter:
     """``reduce``, ``argreduce`` and ``scan`` along any axis of a tile."""
 
     def __init__(self, lw: Lowering):
-        self.lw = lw
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
         self.v = lw.vectors
         self.L = lw.L
 

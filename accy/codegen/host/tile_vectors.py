@@ -6,6 +6,7 @@ rows).  Kept apart from the lowering so that each op's emitter builds on one voc
 from __future__ import annotations
 
 import math
+
 import attrs
 from llvmlite import ir
 
@@ -47,7 +48,7 @@ class TileVectors:
     ``b`` changes with each function it emits, so it is read at each use)."""
 
     def __init__(self, lw: Lowering):
-        self.lw = lw
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
         self.L = lw.L
 
     def vec(self, ty: ir.Type, n: int | None = None) -> ir.VectorType:
