@@ -1,0 +1,176 @@
+"""Elementwise tile ops and the ops that only move elements, for :mod:`.tiles`: a pointwise op or
+cast lowered by the scalar op table on vectors of elements (so every element rounds as the
+scalar op does), splat and arange; broadcast, reshape and transpose (2-D by L x L blocks in
+registers, else by gathers)."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...dsl.ir import Op
+from ...dsl.types import DType
+from ..llvm import LOWER, Lowering
+from ..llvm_types import I32, I64
+from .tile_vectors import Tile
+
+
+class _Element:
+    __slots__ = ("type",)
+
+    def __init__(self, t: DType):
+        self.type = t
+
+
+class ElementOp:
+    """An op seen element by element: operands and result typed by their element types, so
+    the scalar op table lowers it on vectors of elements; ``real`` is the graph's op (for
+    the status word)."""
+
+    def __init__(self, opcode: str, operand_types, result_type: DType, real: Op, attrs_=None):
+        self.opcode = opcode
+        self.operands = tuple(_Element(t) for t in operand_types)
+        self.results = (_Element(result_type),)
+        self.attrs = attrs_
+        self.real = real
+        self.location = real.location
+
+    @property
+    def result(self):
+        return self.results[0]
+
+
+class ElementwiseEmitter:
+    """Pointwise ops, casts, splat and arange: one loop over a tile's elements in vectors."""
+
+    def __init__(self, lw: Lowering):
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
+        self.v = lw.vectors
+
+    def pointwise(self, op: Op) -> None:
+        out = self.lw.new_tile(op.result)
+        ins = [self.lw.tile(v) for v in op.operands]
+        element = ElementOp(op.opcode, [t.dtype for t in ins], out.dtype, op, op.attrs)
+        lower = LOWER[op.opcode]
+
+        def chunk(j, valid, carries):
+            args = [self.v.load(t, j, valid) for t in ins]
+            self.lw.valid = valid
+            self.v.store(out, j, lower(self.lw, element, args))
+            self.lw.valid = None
+            return []
+
+        self.v.chunks(out.size, chunk)
+
+    def splat(self, op: Op) -> None:
+        out = self.lw.new_tile(op.result)
+        v = self.v.splat(self.lw.value(op.operands[0]))
+        self.v.chunks(out.size, lambda j, valid, cs: (self.v.store(out, j, v), [])[1])
+
+    def arange(self, op: Op) -> None:
+        out = self.lw.new_tile(op.result)
+        self.v.chunks(out.size,
+                      lambda j, valid, cs: (self.v.store(out, j, self.lw.b.add(self.v.splat(j), self.v.iota())), [])[1])
+
+
+class ShapeEmitter:
+    """Broadcast, reshape and transpose: elements moved, none computed."""
+
+    def __init__(self, lw: Lowering):
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
+        self.v = lw.vectors
+        self.L = lw.L
+
+    def reshape(self, op: Op) -> None:
+        self.lw.tiles[op.result] = Tile(self.lw.tile(op.operands[0]).ptr, op.result.type)
+
+    def broadcast(self, op: Op) -> None:
+        src = self.lw.tile(op.operands[0])
+        out = self.lw.new_tile(op.result)
+        shape, n = out.shape, out.shape[-1]
+        strides = _strides(src.shape)
+        b = self.lw.b
+
+        def row(r, idx):
+            offset = ir.Constant(I64, 0)
+            for d, i in enumerate(idx):
+                if src.shape[d] == shape[d] and src.shape[d] > 1:
+                    offset = b.add(offset, b.mul(i, ir.Constant(I64, strides[d])))
+            first = b.mul(r, ir.Constant(I64, n))
+            if src.shape[-1] == n:
+                self.v.chunks(n, lambda j, valid, cs: (self.v.store(out, b.add(first, j),
+                                                                    self.v.load(src, b.add(offset, j))), [])[1])
+            else:
+                v = self.v.splat(self.v.load1(src, offset))
+                self.v.chunks(n, lambda j, valid, cs: (self.v.store(out, b.add(first, j), v), [])[1])
+
+        self.v.rows(shape[:-1], row)
+
+    def transpose_block(self, rows: list[ir.Value]) -> list[ir.Value]:
+        """The transpose of an L x L block held as L row vectors: the off-diagonal halves of
+        ever smaller square blocks swapped, each step one two-vector shuffle per row."""
+        b = self.lw.b
+        L = len(rows)
+        v = list(rows)
+        h = L // 2
+        while h:
+            for i in range(L):
+                if i & h:
+                    continue
+                top, bottom = v[i], v[i + h]
+                mask_top = [k if not k & h else L + k - h for k in range(L)]
+                mask_bottom = [k + h if not k & h else L + k for k in range(L)]
+                v[i] = b.shuffle_vector(top, bottom, ir.Constant(self.v.vec(I32), mask_top))
+                v[i + h] = b.shuffle_vector(top, bottom, ir.Constant(self.v.vec(I32), mask_bottom))
+            h //= 2
+        return v
+
+    def trans(self, op: Op) -> None:
+        src = self.lw.tile(op.operands[0])
+        out = self.lw.new_tile(op.result)
+        perm = op.attrs.perm
+        L = self.L
+        if perm == (1, 0) and src.shape[0] % L == 0 and src.shape[1] % L == 0:  # by L x L blocks in registers
+            R, C = src.shape
+            b = self.lw.b
+
+            def block(rb, cb):
+                r0, c0 = b.mul(rb, ir.Constant(I64, L)), b.mul(cb, ir.Constant(I64, L))
+                rows = [self.v.load(src, b.add(b.mul(b.add(r0, ir.Constant(I64, i)), ir.Constant(I64, C)), c0))
+                        for i in range(L)]
+                for j, column in enumerate(self.transpose_block(rows)):
+                    self.v.store(out, b.add(b.mul(b.add(c0, ir.Constant(I64, j)), ir.Constant(I64, R)), r0), column)
+
+            self.v.loop(0, R // L, lambda rb, cs: (self.v.loop(0, C // L, lambda cb, cs: (block(rb, cb), [])[1],
+                                                           name="trans_c"), [])[1], name="trans_r")
+            return
+        strides = _strides(src.shape)
+        along = [strides[p] for p in perm]  # the source stride of each result axis
+        n = out.shape[-1]
+        b = self.lw.b
+        all_lanes = self.v.below(self.L)
+
+        def row(r, idx):
+            offset = ir.Constant(I64, 0)
+            for d, i in enumerate(idx):
+                offset = b.add(offset, b.mul(i, ir.Constant(I64, along[d])))
+            first = b.mul(r, ir.Constant(I64, n))
+
+            def chunk(j, valid, cs):
+                at = b.add(self.v.splat(b.add(offset, b.mul(j, ir.Constant(I64, along[-1])))),
+                           b.mul(self.v.iota(), self.v.splat(ir.Constant(I64, along[-1]))))
+                passthru = ir.Constant(self.v.vec(src.mem), [ir.Constant(src.mem, 0)] * self.L)
+                v = self.v.gather(self.v.addresses(src.ptr, src.mem, at), valid or all_lanes, passthru, src.dtype.itemsize)
+                self.v.store(out, b.add(first, j), self.v.from_memory(v, src.dtype))
+                return []
+
+            self.v.chunks(n, chunk)
+
+        self.v.rows(out.shape[:-1], row)
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return out[::-1]

@@ -1,0 +1,283 @@
+"""Tile loads, stores and atomics against the kernel's buffers, for :mod:`.tiles`.  Offsets affine
+with unit stride along the last axis (a tensor's run-time stride is tested for 1): plain vector
+accesses where the mask's box covers the tile and its ends are in bounds, else one masked vector
+access per chunk of a row with the row's bounds checked once; other affine offsets: gathers;
+anything else: the offsets and mask tiles, element by element.  An active offset outside its
+buffer records the first failure in the status word and the access is skipped."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...dsl.ir import Op
+from ...lowering.tile_access import AccessPlan, Box
+from ..abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
+from ..llvm import Lowering
+from ..llvm_types import I1, I64, memory_type
+from .tile_vectors import Tile
+
+
+class TileMemoryEmitter:
+    """``tile_load``, ``tile_store`` and ``tile_atomic`` by their access plans (:mod:`accy.lowering.tile_access`)."""
+
+    def __init__(self, lw: Lowering):
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
+        self.v = lw.vectors
+
+    def expr(self, e) -> ir.Value:
+        """An access form's scalar expression."""
+        if isinstance(e, int):
+            return ir.Constant(I64, e)
+        if isinstance(e, tuple):
+            kind, x, y = e
+            return (self.lw.b.add if kind == "add" else self.lw.b.mul)(self.expr(x), self.expr(y))
+        return self.lw.value(e)
+
+    def box_ranges(self, box: Box, shape: tuple[int, ...]):
+        """Each axis's [lo, hi) (clamped to the tile) and the i1 of the conditions that do not
+        depend on the position."""
+        b = self.lw.b
+        zero = ir.Constant(I64, 0)
+        ranges = []
+        for d, n in enumerate(shape):
+            lo, hi = zero, ir.Constant(I64, n)
+            for e in box.lows[d]:
+                lo = self.lw.call("llvm.smax", [lo, self.expr(e)])
+            for e in box.highs[d]:
+                hi = self.lw.call("llvm.smin", [hi, self.expr(e)])
+            ranges.append((lo, hi))
+        uniform = ir.Constant(I1, 1)
+        for e in box.zero_lows:
+            uniform = b.and_(uniform, b.icmp_signed("<=", self.expr(e), zero))
+        for e in box.zero_highs:
+            uniform = b.and_(uniform, b.icmp_signed(">", self.expr(e), zero))
+        for v in box.flags:
+            uniform = b.and_(uniform, self.lw.value(v))
+        return ranges, uniform
+
+    def access(self, op: Op, value: Tile | None, out: Tile | None, other: ir.Value | None) -> None:
+        """A tile_load (into ``out``, ``other`` where masked off) or tile_store (of ``value``) by
+        its plan: row by row from the affine offsets, else element by element."""
+        plan = self.lw.plans[op]
+        kind = STATUS_LOAD_OOB if op.opcode == "tile_load" else STATUS_STORE_OOB
+        if plan.offsets is None:
+            self.by_elements(op, value, out, other, kind)
+        else:
+            self.by_rows(op, plan, value, out, other, kind)
+
+    def buffer(self, op: Op):
+        name, dtype = op.attrs.buffer, op.attrs.dtype
+        return self.lw.pointers[name], self.lw.counts[name], memory_type(dtype), dtype
+
+    def by_elements(self, op: Op, value, out, other, kind) -> None:
+        offsets, mask = self.lw.tile(op.operands[0]), self.lw.tile(op.operands[-1])
+        ptr, count, mem, dtype = self.buffer(op)
+        b = self.lw.b
+        checks = self.lw._checked(op)
+        passthru = self.v.splat(self.v.to_memory(other, dtype)) if other is not None else None
+
+        def chunk(j, valid, cs):
+            at = self.v.load(offsets, j)
+            m = self.v.load(mask, j)
+            if valid is not None:
+                m = b.and_(m, valid)
+            if checks:
+                ok = b.icmp_unsigned("<", at, self.v.splat(count))
+                self.lw.fail_lanes(op, b.and_(m, b.not_(ok)), at, kind)
+                m = b.and_(m, ok)
+            pointers = self.v.addresses(ptr, mem, at)
+            if out is not None:
+                self.v.store(out, j, self.v.from_memory(self.v.gather(pointers, m, passthru, dtype.itemsize), dtype))
+            elif value is not None:
+                self.v.scatter(self.v.to_memory(self.v.load(value, j), dtype), pointers, m, dtype.itemsize)
+            return []
+
+        self.v.chunks(offsets.size, chunk)
+
+    def by_rows(self, op: Op, plan: AccessPlan, value, out, other, kind) -> None:
+        shape = op.operands[0].type.shape
+        n = shape[-1]
+        ptr, count, mem, dtype = self.buffer(op)
+        b = self.lw.b
+        checks = self.lw._checked(op)
+        base = self.expr(plan.offsets.base)
+        coefs = [self.expr(c) for c in plan.offsets.coefs]
+        step = coefs[-1]
+        box = plan.box
+        mask_tile = None if box is not None else self.lw.tile(op.operands[-1])
+        if box is not None:
+            ranges, uniform = self.box_ranges(box, shape)
+            lo, hi = ranges[-1]
+        passthru = self.v.splat(self.v.to_memory(other, dtype)) if other is not None else None
+        iota = self.v.iota()
+        align = dtype.itemsize
+
+        def rows(contiguous: bool) -> None:
+            def row(r, idx):
+                row_base = base
+                for i, c in zip(idx, coefs):
+                    row_base = b.add(row_base, b.mul(i, c))
+                first = b.mul(r, ir.Constant(I64, n))
+                active = None
+                if box is not None:
+                    active = uniform
+                    for i, (l, h) in zip(idx, ranges):
+                        active = b.and_(active, b.and_(b.icmp_signed("<=", l, i), b.icmp_signed("<", i, h)))
+                    if contiguous and checks:  # the row's run of elements is in bounds iff both ends are
+                        start = b.add(row_base, lo)
+                        final = b.sub(b.add(row_base, hi), ir.Constant(I64, 1))
+                        ok = b.and_(b.icmp_unsigned("<", start, count), b.icmp_unsigned("<", final, count))
+                        bad = b.and_(b.and_(active, b.icmp_signed("<", lo, hi)), b.not_(ok))
+                        detail = lambda start=start: (b.select(b.icmp_unsigned("<", start, count), count, start),  # noqa: E731
+                                                      self.lw.lane())
+                        self.lw.fail_if(op, bad, kind, detail)
+                        active = b.and_(active, ok)
+
+                def chunk(j, valid, cs):
+                    jv = b.add(self.v.splat(j), iota)
+                    if box is not None:
+                        m = b.and_(b.and_(b.icmp_signed(">=", jv, self.v.splat(lo)), b.icmp_signed("<", jv, self.v.splat(hi))),
+                                   self.v.splat(active))
+                    else:
+                        m = self.v.load(mask_tile, b.add(first, j))
+                        if valid is not None:
+                            m = b.and_(m, valid)
+                    if contiguous:
+                        at = b.add(row_base, j)
+                        if checks and box is None:
+                            offsets = b.add(self.v.splat(at), iota)
+                            ok = b.icmp_unsigned("<", offsets, self.v.splat(count))
+                            self.lw.fail_lanes(op, b.and_(m, b.not_(ok)), offsets, kind)
+                            m = b.and_(m, ok)
+                        where = b.gep(ptr, [at], source_etype=mem)
+                        if out is None and value is None:
+                            return []
+                        if value is None:
+                            self.v.store(out, b.add(first, j),
+                                         self.v.from_memory(self.v.masked_load(where, m, passthru, align), dtype))
+                        else:
+                            self.v.masked_store(self.v.to_memory(self.v.load(value, b.add(first, j)), dtype), where, m, align)
+                        return []
+                    offsets = b.add(self.v.splat(row_base), b.mul(jv, self.v.splat(step)))
+                    if checks:
+                        ok = b.icmp_unsigned("<", offsets, self.v.splat(count))
+                        self.lw.fail_lanes(op, b.and_(m, b.not_(ok)), offsets, kind)
+                        m = b.and_(m, ok)
+                    pointers = self.v.addresses(ptr, mem, offsets)
+                    if out is not None:
+                        self.v.store(out, b.add(first, j), self.v.from_memory(self.v.gather(pointers, m, passthru, align), dtype))
+                    elif value is not None:
+                        self.v.scatter(self.v.to_memory(self.v.load(value, b.add(first, j)), dtype), pointers, m, align)
+                    return []
+
+                self.v.chunks(n, chunk)
+
+            self.v.rows(shape[:-1], row)
+
+        def whole_rows() -> None:
+            """Every element active and inside the buffer: plain vector accesses, no checks."""
+
+            def row(r, idx):
+                row_base = base
+                for i, c in zip(idx, coefs):
+                    row_base = b.add(row_base, b.mul(i, c))
+                first = b.mul(r, ir.Constant(I64, n))
+
+                def chunk(j, valid, cs):
+                    where = b.gep(ptr, [b.add(row_base, j)], source_etype=mem)
+                    if out is not None:
+                        v = b.load(where, typ=self.v.vec(mem), align=align) if valid is None else \
+                            self.v.masked_load(where, valid, passthru, align)
+                        self.v.store(out, b.add(first, j), self.v.from_memory(v, dtype))
+                    elif valid is None:
+                        b.store(self.v.to_memory(self.v.load(value, b.add(first, j)), dtype), where, align=align)
+                    else:
+                        self.v.masked_store(self.v.to_memory(self.v.load(value, b.add(first, j)), dtype), where, valid, align)
+                    return []
+
+                self.v.chunks(n, chunk)
+
+            if out is not None or value is not None:
+                self.v.rows(shape[:-1], row)
+
+        def whole_tile() -> ir.Value:
+            """Every element active and (with checks) the tile's lowest and highest offsets inside."""
+            whole = uniform
+            for (lo_d, hi_d), extent in zip(ranges, shape):
+                whole = b.and_(whole, b.and_(b.icmp_signed("==", lo_d, ir.Constant(I64, 0)),
+                                             b.icmp_signed("==", hi_d, ir.Constant(I64, extent))))
+            if checks:
+                low = high = base
+                for c, extent in zip(coefs, shape):
+                    span = b.mul(c, ir.Constant(I64, extent - 1))
+                    low = b.add(low, self.lw.call("llvm.smin", [span, ir.Constant(I64, 0)]))
+                    high = b.add(high, self.lw.call("llvm.smax", [span, ir.Constant(I64, 0)]))
+                whole = b.and_(whole, b.and_(b.icmp_signed(">=", low, ir.Constant(I64, 0)),
+                                             b.icmp_signed("<", high, count)))
+            return whole
+
+        def split(fast_path, edge_path) -> None:
+            fast, edge, joined = (b.append_basic_block(name) for name in ("whole_tile", "edge_tile", "tile_done"))
+            b.cbranch(whole_tile(), fast, edge)
+            b.position_at_end(fast)
+            fast_path()
+            b.branch(joined)
+            b.position_at_end(edge)
+            edge_path()
+            b.branch(joined)
+            b.position_at_end(joined)
+
+        def unit_rows() -> None:
+            if box is None:
+                rows(True)
+            else:
+                split(whole_rows, lambda: rows(True))
+
+        static = plan.offsets.coefs[-1]
+        if isinstance(static, int):
+            unit_rows() if static == 1 else rows(False)
+            return
+        # a check-only run needing the bounds alone: a whole tile needs no check, else each element's (a
+        # load whose values a division's check reads is loaded as in a full run)
+        if self.lw.check_only and out is None:
+            if box is None:
+                rows(False)
+            else:
+                split(lambda: None, lambda: rows(False))
+            return
+        # a run-time stride along the last axis (a tensor's): vector accesses where it is 1
+        unit, strided, done = (b.append_basic_block(n) for n in ("unit_stride", "strided", "strided_done"))
+        b.cbranch(b.icmp_signed("==", step, ir.Constant(I64, 1)), unit, strided)
+        b.position_at_end(unit)
+        unit_rows()
+        b.branch(done)
+        b.position_at_end(strided)
+        rows(False)
+        b.branch(done)
+        b.position_at_end(done)
+
+    def load(self, op: Op) -> None:
+        if op.result not in self.lw.live.values:  # a check-only run: the bounds alone
+            self.access(op, None, None, None)
+            return
+        out = self.lw.new_tile(op.result)
+        self.access(op, None, out, self.lw.value(op.operands[1]))
+
+    def store(self, op: Op) -> None:
+        self.access(op, None if self.lw.check_only else self.lw.tile(op.operands[1]), None, None)
+
+    def atomic(self, op: Op) -> None:
+        offsets, mask = self.lw.tile(op.operands[0]), self.lw.tile(op.operands[2])
+        value = None if self.lw.check_only else self.lw.tile(op.operands[1])
+        b = self.lw.b
+
+        def element(e, cs):
+            with b.if_then(self.v.load1(mask, e)):
+                idx = self.v.load1(offsets, e)
+                if value is not None:
+                    self.lw.atomic_at(op, idx, [self.v.load1(value, e)])
+                elif self.lw._checked(op):
+                    self.lw.check(op, self.lw.within(op, idx), STATUS_STORE_OOB, idx)
+            return []
+
+        self.v.loop(0, offsets.size, element, name="atomic")

@@ -1,0 +1,356 @@
+"""Reductions, arg reductions and scans of tiles, for :mod:`.tiles`.  Along the last axis: independent
+vector partials per row, combined at the end (a float max or min on order-preserving integer
+keys), and for a scan an in-vector prefix and a carry; along another axis, vectors across the
+axes after it (running vectors, for a scan)."""
+
+from __future__ import annotations
+
+import math
+from llvmlite import ir
+
+from ...dsl.combines import COMBINES
+from ...dsl.ir import Op
+from ...dsl.ops import Combine
+from ...dsl.types import DType, TileType
+from ..llvm import LOWER, Lowering
+from ..llvm_types import I1, I32, I64, constant, llvm_type
+from .tile_elementwise import ElementOp
+
+REDUCE_UNROLL = 4  # independent partial vectors of a row reduction (hides the add's latency)
+
+
+class ReductionEmitter:
+    """``reduce``, ``argreduce`` and ``scan`` along any axis of a tile."""
+
+    def __init__(self, lw: Lowering):
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
+        self.v = lw.vectors
+        self.L = lw.L
+
+    def combiner(self, combine: Combine, t: DType, real: Op):
+        name = COMBINES[combine].scalar_op
+        element = ElementOp(name, (t, t), t, real)
+        return lambda a, b: LOWER[name](self.lw, element, [a, b])
+
+    def axis_view(self, shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+        return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+    def widen(self, v: ir.Value, t: DType) -> ir.Value:
+        return self.lw.widen(v, t) if t.is_narrow else v
+
+    def result(self, op: Op, value: ir.Value, at) -> None:
+        """Store one element of a reduction's result (or set it, when it is a scalar)."""
+        if isinstance(op.result.type, TileType):
+            self.v.store1(self.lw.tiles[op.result], at, value)
+        else:
+            self.lw.values[op.result] = value
+
+    def reduce(self, op: Op) -> None:
+        x = self.lw.tile(op.operands[0])
+        combine, axis = op.attrs.op, op.attrs.axis
+        t = x.dtype
+        acc_t = t.compute if t.is_narrow else t
+        comb = self.combiner(combine, acc_t, op)
+        if isinstance(op.result.type, TileType):
+            self.lw.new_tile(op.result)
+        A, R, B = self.axis_view(x.shape, axis)
+        b = self.lw.b
+        identity = constant(self.v.vec(llvm_type(acc_t)), COMBINES[combine].identity(acc_t))
+        finish = (lambda v: self.lw.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
+        if B == 1:
+            keyed = acc_t.is_float and COMBINES[combine].orders
+            if keyed:  # float max/min as integer max/min of order-preserving keys (see float_key)
+                bits = ir.IntType(acc_t.bits)
+                start_state = [constant(self.v.vec(bits), -(1 << (acc_t.bits - 1))),
+                               constant(self.v.vec(bits), (1 << (acc_t.bits - 1)) - 1)]
+
+                def take(v):
+                    key = self.float_key(v)
+                    return [key, key]
+
+                def merge(s1, s2):
+                    return [self.lw.call("llvm.smax", [s1[0], s2[0]]), self.lw.call("llvm.smin", [s1[1], s2[1]])]
+
+                def result(state):
+                    high = self.lw.call("llvm.vector.reduce.smax", [state[0]], ty=bits)
+                    low = self.lw.call("llvm.vector.reduce.smin", [state[1]], ty=bits)
+                    return self.keyed_extremum(high, low, acc_t, combine)
+            else:
+                start_state = [identity]
+
+                def take(v):
+                    return [v]
+
+                def merge(s1, s2):
+                    return [comb(s1[0], s2[0])]
+
+                def result(state):
+                    return self.horizontal(state[0], comb)
+            width = len(start_state)
+
+            def row(a, cs):
+                first = b.mul(a, ir.Constant(I64, R))
+                unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1
+                step = unroll * self.L
+                groups = R // step
+
+                def group(g, accs):
+                    begin = b.add(first, b.mul(g, ir.Constant(I64, step)))
+                    out = []
+                    for k in range(unroll):
+                        v = self.widen(self.v.load(x, b.add(begin, ir.Constant(I64, k * self.L))), t)
+                        out += merge(accs[k * width:(k + 1) * width], take(v))
+                    return out
+
+                accs = self.v.loop(0, groups, group, start_state * unroll, name="reduce")
+                state = accs[:width]
+                for k in range(1, unroll):
+                    state = merge(state, accs[k * width:(k + 1) * width])
+                done = groups * step
+
+                def chunk(j, valid, cs):
+                    v = self.widen(self.v.load(x, b.add(first, b.add(j, ir.Constant(I64, done)))), t)
+                    if valid is not None:
+                        v = b.select(valid, v, identity)
+                    return merge(cs, take(v))
+
+                state = self.v.chunks(R - done, chunk, state)
+                self.result(op, finish(result(state)), a)
+                return []
+
+            self.v.loop(0, A, row, name="reduce_row")
+            return
+
+        def block(a, cs):
+            base = b.mul(a, ir.Constant(I64, R * B))
+
+            def chunk(j, valid, cs):
+                start = b.add(base, j)
+                acc = self.widen(self.v.load(x, start), t)
+                acc, = self.v.loop(1, R, lambda r, cs: [comb(cs[0], self.widen(
+                    self.v.load(x, b.add(start, b.mul(r, ir.Constant(I64, B)))), t))], [acc], name="reduce_axis")
+                self.v.store(self.lw.tiles[op.result], b.add(b.mul(a, ir.Constant(I64, B)), j), finish(acc))
+                return []
+
+            self.v.chunks(B, chunk)
+            return []
+
+        self.v.loop(0, A, block, name="reduce_block")
+
+    def float_key(self, v: ir.Value) -> ir.Value:
+        """An integer per float whose signed order is the float order with -0 < +0; NaNs sort
+        above +inf (sign clear) or below -inf (sign set)."""
+        b = self.lw.b
+        n = v.type.element.width if isinstance(v.type.element, ir.IntType) else {"float": 32, "double": 64}[str(v.type.element)]
+        bits = b.bitcast(v, self.v.vec(ir.IntType(n), v.type.count))
+        flip = b.lshr(b.ashr(bits, constant(bits, n - 1)), constant(bits, 1))  # all but the sign, where negative
+        return b.xor(bits, flip)
+
+    def keyed_extremum(self, high: ir.Value, low: ir.Value, t: DType, combine: Combine) -> ir.Value:
+        """The max (min) of float keys ``high`` (``low``): the largest (smallest) key, or a quiet NaN
+        where either end holds one, as the scalar max (min) propagates NaNs."""
+        b = self.lw.b
+        n = t.bits
+        ty = llvm_type(t)
+        quiet = 1 << (t.format.mantissa - 1)
+        inf_key = t.format.inf_code  # +inf's bits are its own key; -inf's key is their complement
+        unkey = lambda k: b.xor(k, b.lshr(b.ashr(k, ir.Constant(k.type, n - 1)), ir.Constant(k.type, 1)))  # noqa: E731
+        nan_high = b.icmp_signed(">", high, ir.Constant(high.type, inf_key))
+        nan_low = b.icmp_signed("<", low, ir.Constant(low.type, ~inf_key))
+        value = unkey(high if combine is Combine.MAX else low)
+        nan = b.or_(b.select(nan_high, unkey(high), unkey(low)), ir.Constant(high.type, quiet))
+        return b.bitcast(b.select(b.or_(nan_high, nan_low), nan, value), ty)
+
+    def horizontal(self, v: ir.Value, comb) -> ir.Value:
+        """The combine of a vector's lanes (halves combined until one lane is left)."""
+        b = self.lw.b
+        n = v.type.count
+        while n > 1:
+            h = n // 2
+            lo = b.shuffle_vector(v, v, ir.Constant(self.v.vec(I32, h), list(range(h))))
+            hi = b.shuffle_vector(v, v, ir.Constant(self.v.vec(I32, h), list(range(h, n))))
+            v, n = comb(lo, hi), h
+        return self.v.extract(v, 0)
+
+    def better(self, t: DType, combine: Combine, x: ir.Value, best: ir.Value) -> ir.Value:
+        """Where ``x`` beats ``best`` for an arg reduction (strictly; a NaN beats a number)."""
+        b = self.lw.b
+        name = ">" if combine is Combine.MAX else "<"
+        if t.is_float:  # greater (less), or unordered -- x a NaN -- unless best already is one
+            return b.and_(b.fcmp_unordered(name, x, best), b.fcmp_ordered("ord", best, best))
+        return (b.icmp_unsigned if t.is_unsigned else b.icmp_signed)(name, x, best)
+
+    def arg_finish(self, t: DType, combine: Combine, bests: list, ats: list) -> ir.Value:
+        """The position an arg reduction picks from per-lane candidates (``bests`` and their
+        positions ``ats``, i32): the best value over every lane (keyed for floats), then the
+        lowest position holding it -- or holding a NaN, if any lane holds one."""
+        b = self.lw.b
+        high = combine is Combine.MAX
+        if t.is_float:
+            keys = [self.float_key(v) for v in bests]
+            name = "smax" if high else "smin"
+        else:
+            keys = bests
+            name = ("umax" if high else "umin") if t.is_unsigned else ("smax" if high else "smin")
+        key = keys[0]
+        for other in keys[1:]:
+            key = self.lw.call(f"llvm.{name}", [key, other])
+        best = self.lw.call(f"llvm.vector.reduce.{name}", [key], ty=key.type.element)
+        if t.is_float:
+            nans = [b.fcmp_unordered("uno", v, v) for v in bests]
+            anywhere = nans[0]
+            for other in nans[1:]:
+                anywhere = b.or_(anywhere, other)
+            anywhere = self.lw.call("llvm.vector.reduce.or", [anywhere], ty=I1)
+            value = b.bitcast(b.xor(best, b.lshr(b.ashr(best, ir.Constant(best.type, t.bits - 1)),
+                                                 ir.Constant(best.type, 1))), llvm_type(t))
+            chosen = [b.select(anywhere, nan, b.fcmp_ordered("==", v, self.v.splat(value)))
+                      for v, nan in zip(bests, nans)]  # -0 and +0 tie, as NumPy's compare has them
+        else:
+            chosen = [b.icmp_unsigned("==", v, self.v.splat(best)) for v in bests]
+        none = self.v.splat(ir.Constant(I32, 2**31 - 1))
+        at = None
+        for where, c in zip(ats, chosen):
+            here = b.select(c, where, none)
+            at = here if at is None else self.lw.call("llvm.smin", [at, here])
+        return self.lw.call("llvm.vector.reduce.smin", [at], ty=I32)
+
+    def argreduce(self, op: Op) -> None:
+        x = self.lw.tile(op.operands[0])
+        combine, axis = op.attrs.op, op.attrs.axis
+        t = x.dtype
+        ct = t.compute if t.is_narrow else t
+        if isinstance(op.result.type, TileType):
+            self.lw.new_tile(op.result)
+        A, R, B = self.axis_view(x.shape, axis)
+        b = self.lw.b
+        if B == 1:
+            # positions as i32 (a tile row has at most 16384): half the vector work of i64
+            iota = ir.Constant(self.v.vec(I32), [ir.Constant(I32, k) for k in range(self.L)])
+            unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1  # independent chains of compares
+            step = unroll * self.L
+
+            def row(a, cs):
+                first = b.mul(a, ir.Constant(I64, R))
+                v0 = self.widen(self.v.load(x, first), t)
+                if R < self.L:  # lanes past the row repeat element 0 at position 0: they never win
+                    valid = self.v.below(R)
+                    v0 = b.select(valid, v0, self.v.splat(self.v.extract(v0, 0)))
+                    i0 = b.select(valid, iota, self.v.splat(ir.Constant(I32, 0)))
+                else:
+                    i0 = iota
+                start = [v0] + [self.widen(self.v.load(x, b.add(first, ir.Constant(I64, u * self.L))), t)
+                                for u in range(1, unroll)]
+                at0 = [i0] + [b.add(iota, self.v.splat(ir.Constant(I32, u * self.L))) for u in range(1, unroll)]
+
+                def group(g, cs):
+                    out = []
+                    for u in range(unroll):
+                        j = b.add(b.mul(g, ir.Constant(I64, step)), ir.Constant(I64, u * self.L))
+                        v = self.widen(self.v.load(x, b.add(first, j)), t)
+                        wins = self.better(ct, combine, v, cs[u])
+                        out.append(b.select(wins, v, cs[u]))
+                        out.append(b.select(wins, b.add(self.v.splat(b.trunc(j, I32)), iota), cs[unroll + u]))
+                    return out[0::2] + out[1::2]
+
+                groups = R // step if unroll > 1 else 1
+                carried = self.v.loop(1, groups, group, start + at0, name="argreduce")
+                done = groups * step
+
+                def chunk(j, valid, cs):
+                    best, at = cs
+                    j = b.add(j, ir.Constant(I64, done))
+                    v = self.widen(self.v.load(x, b.add(first, j)), t)
+                    wins = self.better(ct, combine, v, best)
+                    if valid is not None:
+                        wins = b.and_(wins, valid)
+                    return [b.select(wins, v, best), b.select(wins, b.add(self.v.splat(b.trunc(j, I32)), iota), at)]
+
+                best, at = self.v.chunks(max(R - done, 0), chunk, [carried[0], carried[unroll]])
+                bests, ats = [best] + carried[1:unroll], [at] + carried[unroll + 1:]
+                self.result(op, b.sext(self.arg_finish(ct, combine, bests, ats), I64), a)
+                return []
+
+            self.v.loop(0, A, row, name="argreduce_row")
+            return
+
+        def block(a, cs):
+            base = b.mul(a, ir.Constant(I64, R * B))
+
+            def chunk(j, valid, cs):
+                start = b.add(base, j)
+                best = self.widen(self.v.load(x, start), t)
+
+                def step(r, cs):
+                    best, at = cs
+                    v = self.widen(self.v.load(x, b.add(start, b.mul(r, ir.Constant(I64, B)))), t)
+                    wins = self.better(ct, combine, v, best)
+                    return [b.select(wins, v, best), b.select(wins, self.v.splat(r), at)]
+
+                _, at = self.v.loop(1, R, step, [best, self.v.splat(ir.Constant(I64, 0))], name="argreduce_axis")
+                self.v.store(self.lw.tiles[op.result], b.add(b.mul(a, ir.Constant(I64, B)), j), at)
+                return []
+
+            self.v.chunks(B, chunk)
+            return []
+
+        self.v.loop(0, A, block, name="argreduce_block")
+
+    def scan(self, op: Op) -> None:
+        x = self.lw.tile(op.operands[0])
+        out = self.lw.new_tile(op.result)
+        combine, axis = op.attrs.op, op.attrs.axis
+        t = x.dtype
+        acc_t = t.compute if t.is_narrow else t
+        comb = self.combiner(combine, acc_t, op)
+        finish = (lambda v: self.lw.narrow(v, t)) if t.is_narrow else (lambda v: v)
+        A, R, B = self.axis_view(x.shape, axis)
+        b = self.lw.b
+        L = self.L
+        identity = constant(self.v.vec(llvm_type(acc_t)), COMBINES[combine].identity(acc_t))
+        if B == 1:
+            def row(a, cs):
+                first = b.mul(a, ir.Constant(I64, R))
+
+                def chunk(j, valid, cs):
+                    (carry,) = cs
+                    v = self.widen(self.v.load(x, b.add(first, j)), t)
+                    s = 1
+                    while s < L:  # in-vector inclusive prefix: lane k combines lanes k-s..k
+                        shifted = b.shuffle_vector(v, identity, ir.Constant(self.v.vec(I32), [
+                            k - s if k >= s else L + k for k in range(L)]))
+                        v, s = comb(shifted, v), 2 * s
+                    v = comb(carry, v)
+                    self.v.store(out, b.add(first, j), finish(v))
+                    return [b.shuffle_vector(v, v, ir.Constant(self.v.vec(I32), [L - 1] * L))]
+
+                self.v.chunks(R, chunk, [identity])
+                return []
+
+            self.v.loop(0, A, row, name="scan_row")
+            return
+
+        def block(a, cs):
+            base = b.mul(a, ir.Constant(I64, R * B))
+
+            # A line's last chunk (``valid`` set) spans the start of the next line, which an
+            # earlier chunk has already written: its stores keep to its own lanes.
+            def chunk(j, valid, cs):
+                start = b.add(base, j)
+                acc = self.widen(self.v.load(x, start), t)
+                self.v.store(out, start, finish(acc), valid)
+
+                def step(r, cs):
+                    at = b.add(start, b.mul(r, ir.Constant(I64, B)))
+                    acc = comb(cs[0], self.widen(self.v.load(x, at), t))
+                    self.v.store(out, at, finish(acc), valid)
+                    return [acc]
+
+                self.v.loop(1, R, step, [acc], name="scan_axis")
+                return []
+
+            self.v.chunks(B, chunk)
+            return []
+
+        self.v.loop(0, A, block, name="scan_block")
+

@@ -1,0 +1,198 @@
+"""Tiles in memory and the vector code over them, for :mod:`.tiles`: a tile's stack array, vectors
+of ``L`` lanes (constants, loads and stores of a tile's elements, masked, gathered and scattered
+accesses) and the loops every tile op is written with (counted loops, chunks of ``L`` elements,
+rows).  Kept apart from the lowering so that each op's emitter builds on one vocabulary."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+from llvmlite import ir
+
+from ...dsl.types import DType, TileType
+from ..llvm import Lowering
+from ..llvm_types import I1, I8, I32, I64, VOID, intrinsic_suffix, memory_type
+
+
+def i64(x) -> ir.Value:
+    return x if isinstance(x, ir.Value) else ir.Constant(I64, int(x))
+
+
+@attrs.frozen(eq=False)
+class Tile:
+    """A tile's stack array: ``ptr`` to its elements, row-major, bools as bytes."""
+
+    ptr: ir.Value
+    type: TileType
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def size(self) -> int:
+        return self.type.size
+
+    @property
+    def mem(self) -> ir.Type:
+        return memory_type(self.type.dtype)
+
+
+class TileVectors:
+    """Vector code over tiles at the lowering's builder, ``L`` lanes per vector (the lowering's
+    ``b`` changes with each function it emits, so it is read at each use)."""
+
+    def __init__(self, lw: Lowering):
+        self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
+        self.L = lw.L
+
+    def vec(self, ty: ir.Type, n: int | None = None) -> ir.VectorType:
+        return ir.VectorType(ty, n or self.L)
+
+    def iota(self, n: int | None = None) -> ir.Constant:
+        n = n or self.L
+        return ir.Constant(self.vec(I64, n), [ir.Constant(I64, k) for k in range(n)])
+
+    def below(self, count: int) -> ir.Constant:
+        """The lanes ``< count`` of a vector, as a constant mask."""
+        return ir.Constant(self.vec(I1), [ir.Constant(I1, int(k < count)) for k in range(self.L)])
+
+    def splat(self, x: ir.Value, n: int | None = None) -> ir.Value:
+        n = n or self.L
+        if isinstance(x, ir.Constant) and not isinstance(x.type, ir.VectorType):
+            return ir.Constant(self.vec(x.type, n), [x] * n)
+        one = self.lw.b.insert_element(ir.Constant(self.vec(x.type, n), None), x, ir.Constant(I32, 0))
+        return self.lw.b.shuffle_vector(one, ir.Constant(one.type, None), ir.Constant(self.vec(I32, n), None))
+
+    def extract(self, v: ir.Value, k) -> ir.Value:
+        return self.lw.b.extract_element(v, ir.Constant(I32, k) if isinstance(k, int) else k)
+
+    def at(self, tile: Tile, idx) -> ir.Value:
+        return self.lw.b.gep(tile.ptr, [i64(idx)], source_etype=tile.mem)
+
+    def from_memory(self, v: ir.Value, dtype: DType) -> ir.Value:
+        return self.lw.b.trunc(v, self.vec(I1, v.type.count) if isinstance(v.type, ir.VectorType) else I1) \
+            if dtype.is_bool else v
+
+    def to_memory(self, v: ir.Value, dtype: DType) -> ir.Value:
+        return self.lw.b.zext(v, self.vec(I8, v.type.count) if isinstance(v.type, ir.VectorType) else I8) \
+            if dtype.is_bool else v
+
+    def intrinsic(self, name: str, ret: ir.Type, args) -> ir.Value:
+        return self.lw.b.call(self.lw.declare(name, ret, [a.type for a in args]), list(args))
+
+    def masked_load(self, ptr: ir.Value, mask: ir.Value, passthru: ir.Value, align: int) -> ir.Value:
+        ty = passthru.type
+        return self.intrinsic(f"llvm.masked.load.{intrinsic_suffix(ty)}.p0", ty,
+                               [ptr, ir.Constant(I32, align), mask, passthru])
+
+    def masked_store(self, value: ir.Value, ptr: ir.Value, mask: ir.Value, align: int) -> None:
+        self.intrinsic(f"llvm.masked.store.{intrinsic_suffix(value.type)}.p0", VOID,
+                        [value, ptr, ir.Constant(I32, align), mask])
+
+    def addresses(self, base: ir.Value, etype: ir.Type, offsets: ir.Value) -> ir.Value:
+        pointers = self.lw.b.gep(base, [offsets], source_etype=etype)
+        pointers.type = self.vec(pointers.type, offsets.type.count)  # llvmlite types a vector GEP as one pointer
+        return pointers
+
+    def gather(self, pointers: ir.Value, mask: ir.Value, passthru: ir.Value, align: int) -> ir.Value:
+        ty = passthru.type
+        return self.intrinsic(f"llvm.masked.gather.{intrinsic_suffix(ty)}.v{ty.count}p0", ty,
+                               [pointers, ir.Constant(I32, align), mask, passthru])
+
+    def scatter(self, value: ir.Value, pointers: ir.Value, mask: ir.Value, align: int) -> None:
+        self.intrinsic(f"llvm.masked.scatter.{intrinsic_suffix(value.type)}.v{value.type.count}p0", VOID,
+                        [value, pointers, ir.Constant(I32, align), mask])
+
+    def load(self, tile: Tile, idx, mask: ir.Value | None = None, n: int | None = None) -> ir.Value:
+        """``n`` (default ``L``) elements of ``tile`` from ``idx``; ``mask``: zeros elsewhere."""
+        ty = self.vec(tile.mem, n)
+        ptr = self.at(tile, idx)
+        if mask is None:
+            v = self.lw.b.load(ptr, typ=ty, align=tile.dtype.itemsize)
+        else:
+            v = self.masked_load(ptr, mask, ir.Constant(ty, [ir.Constant(tile.mem, 0)] * ty.count),
+                                  tile.dtype.itemsize)
+        return self.from_memory(v, tile.dtype)
+
+    def store(self, tile: Tile, idx, v: ir.Value, mask: ir.Value | None = None) -> None:
+        v = self.to_memory(v, tile.dtype)
+        if mask is None:
+            self.lw.b.store(v, self.at(tile, idx), align=tile.dtype.itemsize)
+        else:
+            self.masked_store(v, self.at(tile, idx), mask, tile.dtype.itemsize)
+
+    def load1(self, tile: Tile, idx) -> ir.Value:
+        return self.from_memory(self.lw.b.load(self.at(tile, idx), typ=tile.mem, align=tile.dtype.itemsize), tile.dtype)
+
+    def store1(self, tile: Tile, idx, v: ir.Value) -> None:
+        self.lw.b.store(self.to_memory(v, tile.dtype), self.at(tile, idx), align=tile.dtype.itemsize)
+
+    def loop(self, lo, hi, body, carries=(), *, step: int = 1, name: str = "t") -> list[ir.Value]:
+        """``for i in range(lo, hi, step)``: ``carries = body(i, carries)``; returns the last."""
+        b = self.lw.b
+        carries = list(carries)
+        if not isinstance(lo, ir.Value) and not isinstance(hi, ir.Value):
+            if hi <= lo:
+                return carries
+            if hi - lo <= step:  # one trip: no loop
+                return list(body(i64(lo), carries))
+        lo, hi = i64(lo), i64(hi)
+        pre = b.block
+        head, loop, done = (b.append_basic_block(f"{name}_{n}") for n in ("head", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        iv = b.phi(I64, name=name)
+        iv.add_incoming(lo, pre)
+        phis = []
+        for c in carries:
+            phi = b.phi(c.type)
+            phi.add_incoming(c, pre)
+            phis.append(phi)
+        b.cbranch(b.icmp_signed("<", iv, hi), loop, done)
+        b.position_at_end(loop)
+        new = list(body(iv, phis))
+        latch = b.block
+        iv.add_incoming(b.add(iv, ir.Constant(I64, step)), latch)
+        for phi, value in zip(phis, new):
+            phi.add_incoming(value, latch)
+        b.branch(head)
+        b.position_at_end(done)
+        return phis
+
+    def chunks(self, n: int, body, carries=()) -> list[ir.Value]:
+        """``body(j, valid, carries)`` for each chunk of ``L`` of ``n`` elements (``j`` its first;
+        ``valid`` None for a whole chunk, else the constant mask of the last one's lanes)."""
+        full, rest = divmod(n, self.L)
+        carries = list(carries)
+        if full:
+            width = ir.Constant(I64, self.L)
+            carries = self.loop(0, full, lambda k, cs: body(self.lw.b.mul(k, width), None, cs), carries, name="chunk")
+        if rest:
+            carries = list(body(ir.Constant(I64, full * self.L), self.below(rest), carries))
+        return carries
+
+    def rows(self, outer: tuple[int, ...], body, name: str = "row") -> None:
+        """``body(r, idx)`` for each row ``r`` of a tile whose axes before the last are ``outer``
+        (``idx``: the row's position along each of them)."""
+        b = self.lw.b
+
+        def row(r, carries):
+            idx, rest = [], r
+            for extent in reversed(outer):
+                idx.append(b.urem(rest, ir.Constant(I64, extent)) if extent > 1 else ir.Constant(I64, 0))
+                rest = b.udiv(rest, ir.Constant(I64, extent)) if extent > 1 else rest
+            body(r, idx[::-1])
+            return []
+
+        self.loop(0, math.prod(outer), row, name=name)
+
+    def copy(self, dst: Tile, src: Tile) -> None:
+        if dst.ptr is src.ptr:
+            return
+        self.chunks(src.size, lambda j, valid, cs: (self.store(dst, j, self.load(src, j)), [])[1])
