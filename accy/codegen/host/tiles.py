@@ -281,9 +281,9 @@ class TileHostLowering(Lowering):
         if code in ("fold", "if"):
             getattr(self, f"op_{code}")(op)
         elif self.check_only and code in ("store", "atomic"):
-            if self._checked(op):
+            if self.memory.checked(op):
                 idx = self.value(op.operands[0])
-                self.check(op, self.within(op, idx), STATUS_STORE_OOB, idx)
+                self.check(op, self.memory.within(op, idx), STATUS_STORE_OOB, idx)
         elif code in TILE_OPS_LOWERED:
             getattr(self, f"tile_{code}")(op)
         elif any(isinstance(r.type, TileType) for r in op.results):
@@ -595,7 +595,7 @@ class TileHostLowering(Lowering):
         return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
     def _widen(self, v: ir.Value, t: DType) -> ir.Value:
-        return self.widen(v, t) if t.is_narrow else v
+        return self.numerics.widen(v, t) if t.is_narrow else v
 
     def _result(self, op: Op, value: ir.Value, at) -> None:
         """Store one element of a reduction's result (or set it, when it is a scalar)."""
@@ -615,7 +615,7 @@ class TileHostLowering(Lowering):
         A, R, B = self._axis_view(x.shape, axis)
         b = self.b
         identity = constant(self._vec(llvm_type(acc_t)), _identity(combine, acc_t))
-        finish = (lambda v: self.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
+        finish = (lambda v: self.numerics.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
         if B == 1:
             keyed = acc_t.is_float and combine in (Combine.MAX, Combine.MIN)
             if keyed:  # float max/min as integer max/min of order-preserving keys (see _float_key)
@@ -868,7 +868,7 @@ class TileHostLowering(Lowering):
         t = x.dtype
         acc_t = t.compute if t.is_narrow else t
         comb = self._combiner(combine, acc_t, op)
-        finish = (lambda v: self.narrow(v, t)) if t.is_narrow else (lambda v: v)
+        finish = (lambda v: self.numerics.narrow(v, t)) if t.is_narrow else (lambda v: v)
         A, R, B = self._axis_view(x.shape, axis)
         b = self.b
         L = self.L
@@ -928,7 +928,7 @@ class TileHostLowering(Lowering):
         b = self.b
 
         def chunk(j, valid, cs):
-            v = self.convert(self._load(tile, j), tile.dtype, acc_t)
+            v = self.numerics.convert(self._load(tile, j), tile.dtype, acc_t)
             if tf32:
                 bits = b.bitcast(v, self._vec(I32))
                 finite = b.icmp_unsigned("!=", b.and_(bits, constant(bits, 0x7F800000)), constant(bits, 0x7F800000))
@@ -1063,7 +1063,7 @@ class TileHostLowering(Lowering):
         offsets, mask = self.tile(op.operands[0]), self.tile(op.operands[-1])
         ptr, count, mem, dtype = self._buffer(op)
         b = self.b
-        checks = self._checked(op)
+        checks = self.memory.checked(op)
         passthru = self._splat(self._to_memory(other, dtype)) if other is not None else None
 
         def chunk(j, valid, cs):
@@ -1089,7 +1089,7 @@ class TileHostLowering(Lowering):
         n = shape[-1]
         ptr, count, mem, dtype = self._buffer(op)
         b = self.b
-        checks = self._checked(op)
+        checks = self.memory.checked(op)
         base = self._expr(plan.offsets.base)
         coefs = [self._expr(c) for c in plan.offsets.coefs]
         step = coefs[-1]
@@ -1262,9 +1262,9 @@ class TileHostLowering(Lowering):
             with b.if_then(self._load1(mask, e)):
                 idx = self._load1(offsets, e)
                 if value is not None:
-                    self.atomic_at(op, idx, [self._load1(value, e)])
-                elif self._checked(op):
-                    self.check(op, self.within(op, idx), STATUS_STORE_OOB, idx)
+                    self.memory.atomic_at(op, idx, [self._load1(value, e)])
+                elif self.memory.checked(op):
+                    self.check(op, self.memory.within(op, idx), STATUS_STORE_OOB, idx)
             return []
 
         self._for(0, offsets.size, element, name="atomic")
@@ -1297,7 +1297,7 @@ class TileHostLowering(Lowering):
             if arg in tiles:
                 self._copy(tiles[arg], self.tile(init))
         scalars = [(arg, init, result) for arg, init, result in carried if arg not in tiles]
-        trips = self._trip_count(start, stop, step)
+        trips = self.control.trip_count(start, stop, step)
         yields = dict(zip(region.args[1:], region.terminator.operands))
 
         def trip(k, phis):
