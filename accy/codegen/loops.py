@@ -81,7 +81,9 @@ class ControlFlow:
         below = lambda x, y: b.icmp_unsigned("<", *self.lw.broadcast(x, y))  # noqa: E731
         last = add(start, mul(b.sub(trips, constant(trips, 1)), constant(trips, step)))
         for op in region.ops:
-            if op.opcode != "load" or op.attrs.get("vec", 1) != 1 or not self.lw.memory.checked(op):  # vec: its own check
+            if op.opcode != "load" or op.attrs.get("vec", 1) != 1:  # vec: its own check
+                continue
+            if not self.lw.memory.checked(op):
                 continue
             form = self._affine(op.operands[0], iv, inside)
             if form is None or abs(form[0]) * abs(step) >= 2**31:

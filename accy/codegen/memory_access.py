@@ -188,9 +188,10 @@ class MemoryAccess:
         if kind == "add" and self.lw.native_atomic_add(dtype):
             return b.atomic_rmw("fadd", ptr, value, "monotonic")
         # f16/bf16 add, float max and min: a compare-and-swap loop with accy's own arithmetic
-        combine = {"add": lambda a, v: self.lw.numerics.in_f32(dtype, b.fadd, [a, v]),
-                   "max": lambda a, v: self.lw.numerics.in_f32(dtype, lambda x, y: self.lw.call("llvm.maximum", [x, y]), [a, v]),
-                   "min": lambda a, v: self.lw.numerics.in_f32(dtype, lambda x, y: self.lw.call("llvm.minimum", [x, y]), [a, v])}[kind]
+        in_f32, call = self.lw.numerics.in_f32, self.lw.call
+        combine = {"add": lambda a, v: in_f32(dtype, b.fadd, [a, v]),
+                   "max": lambda a, v: in_f32(dtype, lambda x, y: call("llvm.maximum", [x, y]), [a, v]),
+                   "min": lambda a, v: in_f32(dtype, lambda x, y: call("llvm.minimum", [x, y]), [a, v])}[kind]
         bits = ir.IntType(dtype.bits)
         start = b.block
         initial = b.load(ptr, typ=bits, align=dtype.itemsize)

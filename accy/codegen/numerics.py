@@ -124,7 +124,7 @@ class Numerics:
             if src.is_narrow:
                 a, src = self.widen(a, src), f32
             name = "llvm.fptoui.sat" if dst.is_unsigned else "llvm.fptosi.sat"
-            return self.b.call(self.lw.declare(f"{name}.{intrinsic_suffix(to)}.{intrinsic_suffix(a.type)}", to, [a.type]), [a])
+            return b.call(self.lw.declare(f"{name}.{intrinsic_suffix(to)}.{intrinsic_suffix(a.type)}", to, [a.type]), [a])
         # float to float
         if src.is_narrow:  # exact into f32, then on (or rounded once to a narrow type)
             wide = self.widen(a, src)

@@ -217,4 +217,5 @@ class HostMemory(MemoryAccess):
     def atomic(self, op: Op) -> None:
         operands = [self.lw.value(v) for v in op.operands]
         ty = llvm_type(op.attrs["dtype"])
-        self.lw.values[op.result] = self.lw.lanes.lane_by_lane(operands, ty, lambda idx, *rest: self.atomic_at(op, idx, rest))
+        each = lambda idx, *rest: self.atomic_at(op, idx, rest)  # noqa: E731
+        self.lw.values[op.result] = self.lw.lanes.lane_by_lane(operands, ty, each)

@@ -314,7 +314,10 @@ class SpmdLowering(Lowering):
         b.cbranch(b.icmp_unsigned("<=", b.add(first, ir.Constant(I64, self.width)), extent), full, tail)
         for block, mask in ((full, None), (tail, True)):
             b.position_at_end(block)
-            self.mask = b.icmp_unsigned("<", b.add(self.lanes.splat(first), self.lanes.iota()), self.lanes.splat(extent)) if mask else None
+            self.mask = None
+            if mask:
+                lanes = b.add(self.lanes.splat(first), self.lanes.iota())
+                self.mask = b.icmp_unsigned("<", lanes, self.lanes.splat(extent))
             lower()
             b.branch(done)
         b.position_at_end(done)
