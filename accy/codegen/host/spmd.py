@@ -40,7 +40,7 @@ from ...dsl.ir import Block, Graph, Op, Value
 from ...dsl.types import DType, f32, f64
 from . import vecmath
 from .chunking import (
-    SEGMENT, Chunking, Chunks, Linear, chunking, host_vector_width, is_vector, uniform_index, varying_values,
+    SEGMENT, Chunking, Chunks, Linear, chunking, host_vector_width, is_vector, varying_values,
 )
 from .blocks import BlockThreads
 from .control_flow import HostControlFlow
