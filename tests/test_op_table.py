@@ -356,7 +356,7 @@ def test_traits_are_consistent():
 
 
 def test_the_inexact_math_functions_are_one_trait():
-    from accy.codegen import llvm
+    from accy.codegen import arithmetic
     from accy.runtime.interpreter import numerics
     from accy.codegen.host import vecmath
     from accy.compare import MATH_FUNCTIONS
@@ -366,7 +366,7 @@ def test_the_inexact_math_functions_are_one_trait():
     assert MATH_FUNCTIONS == inexact  # derived
     # the backends' math tables, checked against the trait: each inexact op has a routine
     assert set(vecmath.FUNCTIONS) == inexact
-    assert set(llvm.MATH) == inexact | {"sqrt"}  # sqrt is exact, but a libdevice call too
+    assert set(arithmetic.MATH) == inexact | {"sqrt"}  # sqrt is exact, but a libdevice call too
     assert set(numerics.MATH64) | {"pow"} == inexact | {"sqrt"}
 
 

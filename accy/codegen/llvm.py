@@ -1,7 +1,9 @@
 """Lowering the typed SSA graph to LLVM IR with ``llvmlite.ir``: the target-neutral part.
 
-The op table (:data:`LOWER`) and the numerics serve every target; a target's
-subclass of :class:`Lowering` adds its entry points and answers the hooks (math
+The element-wise op table (:data:`LOWER`, :mod:`.arithmetic`), the numerics of narrow floats
+(:mod:`.numerics`), memory (:mod:`.memory_access`) and control flow (:mod:`.loops`) serve every
+target; a target's subclass of :class:`Lowering` adds its entry points, its own parts and
+table entries, and answers the hooks (math
 functions, float remainder and division, 16-bit atomics, shared memory, barriers,
 shuffles): :mod:`accy.codegen.nvptx.lowering` for NVPTX, :mod:`accy.codegen.host.spmd` for the
 host, where the threads run as the lanes of vectors.  The kernel's top-level ops
@@ -17,209 +19,48 @@ zero; the first failure is recorded in the status word and the access skipped.
 
 from __future__ import annotations
 
-import math
+import functools
+from typing import Callable
 
 import attrs
 from llvmlite import ir
 
 from ..dsl.ir import Block, Graph, Op, Value
-from ..dsl.ops import OPS, SIMT_OPS
+from ..dsl.ops import NVPTX_OPS, SIMT_OPS
 from ..dsl.analysis.intervals import index_ranges
-from ..dsl.types import Conversion, DType, f32, f64
-from . import minifloat
-from .abi import STATUS_DIV_ZERO, scalar_bits
-from .llvm_types import I1, I32, I64, constant, element_type, float_bits, intrinsic_suffix, llvm_type, shaped
-from .loops import Loops
+from ..dsl.types import Conversion, DType
+from .abi import scalar_bits
+from .arithmetic import LOWER
+from .llvm_types import I1, I64, intrinsic_suffix, llvm_type
+from .loops import ControlFlow
 from .memory_access import MemoryAccess
+from .numerics import Numerics
 from ..targets import Target
-
-F32_PRECISION = f32.format.mantissa + 1  # integers up to 2**24 are exact in f32
 
 
 def host_entry_name(graph: Graph) -> str:
     return f"{graph.name}_host"
 
 
-# ----------------------------------------------------------------------------- the op table
-# Each entry takes (lowering, op, operands) and returns the op's LLVM value.
-
-
-def _by_kind(int_method: str, float_method: str):
-    def lower(lw, op, args):
-        t = op.operands[0].type
-        if t.is_float:
-            return lw.in_f32(t, getattr(lw.b, float_method), args)
-        return getattr(lw.b, int_method)(*args)
-
-    return lower
-
-
-def _extremum(name: str):
-    def lower(lw, op, args):
-        t = op.operands[0].type
-        if t.is_float:
-            return lw.in_f32(t, lambda *xs: lw.call(f"llvm.{name}imum", xs), args)
-        prefix = "u" if t.is_unsigned else "s"
-        return lw.call(f"llvm.{prefix}{name}", args)
-
-    return lower
-
-
-_ICMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-
-
-def _compare(name: str):
-    def lower(lw, op, args):
-        t = op.operands[0].type
-        if t.is_float:
-            if name == "ne":  # the unordered one: true with a NaN
-                return lw.in_f32(t, lambda a, b: lw.b.fcmp_unordered("!=", a, b), args)
-            return lw.in_f32(t, lambda a, b: lw.b.fcmp_ordered(_ICMP[name], a, b), args)
-        if t.is_unsigned or t.is_bool:
-            return lw.b.icmp_unsigned(_ICMP[name], *args)
-        return lw.b.icmp_signed(_ICMP[name], *args)
-
-    return lower
-
-
-def _neg(lw, op, args):
-    t = op.result.type
-    return lw.in_f32(t, lw.b.fneg, args) if t.is_float else lw.b.neg(args[0])
-
-
-def _abs(lw, op, args):
-    t = op.result.type
-    if t.is_float:
-        return lw.in_f32(t, lambda x: lw.call("llvm.fabs", [x]), args)
-    if t.is_unsigned:
-        return args[0]
-    return lw.call("llvm.abs", [args[0], ir.Constant(I1, 0)])  # wraps: abs(min) == min
-
-
-def _intrinsic(name: str):
-    """An exact float intrinsic (floor, copysign, ...): f16 and bf16 go through f32."""
-    return lambda lw, op, args: lw.in_f32(op.result.type, lambda *xs: lw.call(f"llvm.{name}", xs), args)
-
-
-def _isnan(lw, op, args):
-    return lw.in_f32(op.operands[0].type, lambda a: lw.b.fcmp_unordered("uno", a, a), args)
-
-
-def _isinf(lw, op, args):
-    def isinf(a):
-        return lw.b.fcmp_ordered("==", lw.call("llvm.fabs", [a]), constant(a, math.inf))
-
-    return lw.in_f32(op.operands[0].type, isinf, args)
-
-
-def _shift(left: bool):
-    def lower(lw, op, args):
-        a, n = args
-        t = op.result.type
-        n = lw.shift_count(op, n)
-        inside = lw.b.icmp_unsigned("<", n, constant(a, t.bits))  # a negative count is huge unsigned
-        safe = lw.b.select(inside, n, constant(a, 0))
-        if left:
-            return lw.b.select(inside, lw.b.shl(a, safe), constant(a, 0))
-        if t.is_unsigned:
-            return lw.b.select(inside, lw.b.lshr(a, safe), constant(a, 0))
-        return lw.b.select(inside, lw.b.ashr(a, safe), lw.b.ashr(a, constant(a, t.bits - 1)))
-
-    return lower
-
-
-def _fma(lw, op, args):
-    t = op.result.type
-    if t.is_narrow:
-        return lw.narrow_fma(t, args)
-    return lw.call("llvm.fma", args)
-
-
-def _mod(lw, op, args):
-    t = op.result.type
-    if t.is_int:
-        return lw.integer_division(op, args, remainder=True)
-
-    def mod(a, b):
-        bld = lw.b
-        ty = a.type
-        r = lw.float_remainder(a, b)
-        zero = constant(ty, 0.0)
-        # Python's %: a non-zero remainder takes the divisor's sign; a zero one too
-        differs = bld.and_(bld.fcmp_ordered("!=", r, zero),
-                           bld.icmp_unsigned("!=", lw.sign(r), lw.sign(b)))
-        adjusted = bld.select(differs, bld.fadd(r, b), r)
-        return bld.select(bld.fcmp_ordered("==", r, zero), lw.call("llvm.copysign", [zero, b]), adjusted)
-
-    return lw.in_f32(t, mod, args)
-
-
-def _div(lw, op, args):
-    t = op.result.type
-    if t.is_float:
-        return lw.float_divide(t, args)
-    return lw.integer_division(op, args, remainder=False)
-
-
-def _math(name: str):
-    def lower(lw, op, args):
-        return lw.math(name, op.result.type, args)
-
-    return lower
-
-
-def _select(lw, op, args):
-    return lw.b.select(*args)
-
-
-def _cast(lw, op, args):
-    return lw.convert(args[0], op.operands[0].type, op.result.type)
-
-
-LOWER = {
-    "add": _by_kind("add", "fadd"),
-    "sub": _by_kind("sub", "fsub"),
-    "mul": _by_kind("mul", "fmul"),
-    "div": _div,
-    "mod": _mod,
-    "max": _extremum("max"),  # llvm.maximum: NaN propagates, -0 < +0
-    "min": _extremum("min"),
-    "neg": _neg,
-    "abs": _abs,
-    "fma": _fma,
-    "copysign": _intrinsic("copysign"),
-    "floor": _intrinsic("floor"),
-    "ceil": _intrinsic("ceil"),
-    "round": _intrinsic("roundeven"),
-    "trunc": _intrinsic("trunc"),
-    "isnan": _isnan,
-    "isinf": _isinf,
-    **{name: _compare(name) for name in _ICMP},
-    "and": lambda lw, op, args: lw.b.and_(*args),
-    "or": lambda lw, op, args: lw.b.or_(*args),
-    "xor": lambda lw, op, args: lw.b.xor(*args),
-    "not": lambda lw, op, args: lw.b.not_(*args),
-    "shl": _shift(left=True),
-    "shr": _shift(left=False),
-    "select": _select,
-    "cast": _cast,
-}
-# math functions: libdevice's name for each (__nv_<name>[f]; the host inlines vecmath's
-# routine of the op's name); None where the target's lowering composes it (math_function)
-_COMPOSED = frozenset({"sqrt", "rsqrt", "sigmoid"})
-MATH = {name: None if name in _COMPOSED else name for name, opdef in OPS.items() if opdef.inexact or name == "sqrt"}
-LOWER.update({name: _math(name) for name in MATH})
-# const, size, load, store, fold, if, for_each and yield need the lowering's state: Lowering.op_*
+# the ops that need the lowering's state: each target's table of emitters (Lowering.op_emitters)
+# answers them (for_each, for_each_block and yield are its walk's own)
 STRUCTURAL = frozenset({"const", "size", "aligned", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle"})
 IMPLEMENTED = frozenset(LOWER) | STRUCTURAL
 assert IMPLEMENTED >= SIMT_OPS, sorted(SIMT_OPS - IMPLEMENTED)
 
-class Lowering(MemoryAccess, Loops):
-    """Lowers one graph into one LLVM module: the target-neutral part.  A target's
+
+class Lowering:
+    """Lowers one graph into one LLVM module: the target-neutral part, the walk over the ops
+    and its state.  Each op goes to its emitter: the element-wise table :data:`LOWER`, or the
+    target's table (:meth:`op_emitters`) of the methods of its parts: :class:`Numerics`,
+    :class:`MemoryAccess` (``memory``), :class:`ControlFlow` (``control``).  A target's
     subclass (:class:`accy.codegen.host.spmd.SpmdLowering` for the host,
-    :class:`accy.codegen.nvptx.lowering.NvptxLowering`) adds its entry points and the hooks
-    below that say ``NotImplementedError``."""
+    :class:`accy.codegen.nvptx.lowering.NvptxLowering`) adds its entry points, its parts and
+    table entries, and the hooks below that say ``NotImplementedError``."""
+
+    memory_class = MemoryAccess  # the parts a target replaces with its own
+    control_class = ControlFlow
 
     def __init__(self, graph: Graph, target: Target):
         self.graph = graph
@@ -240,6 +81,9 @@ class Lowering(MemoryAccess, Loops):
         self.shared_ptrs: dict[str, ir.Value] = {}
         self.ranges = index_ranges(graph)
         self.debug_lines = None  # a target that wants source lines in its output sets a DebugLines
+        self.numerics = Numerics(self)
+        self.memory = self.memory_class(self)
+        self.control = self.control_class(self)
 
     # -- declarations ------------------------------------------------------------
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -325,10 +169,23 @@ class Lowering(MemoryAccess, Loops):
         self._lower_op(op)
 
     def _lower_op(self, op: Op) -> None:
-        if op.opcode in STRUCTURAL or op.opdef.nvptx_only:
-            getattr(self, f"op_{op.opcode}")(op)
+        emitter = self.emitters.get(op.opcode)
+        if emitter is not None:
+            emitter(op)
             return
         self.values[op.result] = LOWER[op.opcode](self, op, [self.value(v) for v in op.operands])
+
+    @functools.cached_property
+    def emitters(self) -> dict[str, Callable[[Op], None]]:
+        return self.op_emitters()
+
+    def op_emitters(self) -> dict[str, Callable[[Op], None]]:
+        """The emitter of each op that needs the lowering's state, one entry per op (built at
+        the first op, once a target's parts exist); a target adds and replaces its own."""
+        memory, control = self.memory, self.control
+        return {"const": self.op_const, "size": self.op_size, "aligned": memory.aligned, "load": memory.load,
+                "store": memory.store, "atomic": memory.atomic, "shared": memory.shared, "fold": control.fold,
+                "if": control.branch, **{name: self._nvptx_only for name in NVPTX_OPS}}
 
     def op_const(self, op: Op) -> None:
         t = op.result.type
@@ -342,164 +199,46 @@ class Lowering(MemoryAccess, Loops):
     def op_size(self, op: Op) -> None:
         self.values[op.result] = self.counts[op.attrs["buffer"]]
 
-    # -- numerics helpers --------------------------------------------------------------
-    def sign(self, x: ir.Value) -> ir.Value:
-        """The sign bit of a float, as an i1."""
-        bits = self.b.bitcast(x, shaped(x, ir.IntType(float_bits(x.type))))
-        return self.b.icmp_signed("<", bits, constant(bits, 0))
+    def _nvptx_only(self, op: Op) -> None:
+        raise NotImplementedError(f"{op.opcode}: tensor cores and asynchronous copies exist on NVPTX only (the tile "
+                                  "distribution emits them there)")
 
-    def in_f32(self, t: DType, fn, args):
-        """``fn`` on ``args``, in f32 for a narrow type (f16, bf16, fp8), rounded once back to
-        the type: every such op computes this way, on every target, so they all round alike."""
-        if not t.is_narrow:
-            return fn(*args)
-        result = fn(*(self.widen(a, t) for a in args))
-        return self.narrow(result, t) if element_type(result.type) == llvm_type(f32) else result
+    # -- run-time checks -------------------------------------------------------------
+    def lane(self) -> ir.Value:
+        """This thread's linear lane number (x fastest), for error reports; 0 at top level."""
+        if self.lane_of is not None:
+            return self.lane_of()
+        lane = ir.Constant(I64, 0)
+        if self.thread is None:
+            return lane
+        stride = ir.Constant(I64, 1)
+        for value, extent in zip(self.thread, self.extents):
+            lane = self.b.add(lane, self.b.mul(value, stride))
+            stride = self.b.mul(stride, extent)
+        return lane
 
-    def widen(self, a: ir.Value, t: DType) -> ir.Value:
-        """A value of narrow type ``t`` as f32 (exact), by the type's conversion."""
-        if t.conversion is Conversion.software:
-            return minifloat.widen(self.b, a, t.format)
-        if t.conversion is Conversion.bfloat_bits:  # the bits shifted into place: no flushing of subnormals
-            bits = self.b.zext(self.b.bitcast(a, shaped(a, ir.IntType(16))), shaped(a, I32))
-            return self.b.bitcast(self.b.shl(bits, constant(bits, 16)), shaped(a, llvm_type(f32)))
-        return self.b.fpext(a, shaped(a, llvm_type(f32)))
+    def check(self, op: Op, ok: ir.Value, kind: int, detail: ir.Value) -> None:
+        """Where ``ok`` is false, record the first failure of the launch in the status."""
+        self.fail_if(op, self.b.not_(ok), kind, lambda: (detail, self.lane()))
 
-    def narrow(self, x: ir.Value, t: DType) -> ir.Value:
-        """An f32 rounded to nearest-even narrow type ``t``, by the type's conversion.  bf16 and
-        fp8 round with integer arithmetic (x86's bf16 instruction flushes subnormals to zero)."""
-        if t.conversion is Conversion.software:
-            return minifloat.narrow(self.b, x, t.format)
-        if t.conversion is not Conversion.bfloat_bits:
-            return self.b.fptrunc(x, shaped(x, llvm_type(t)))
-        b = self.b
-        bits = b.bitcast(x, shaped(x, I32))
-        lsb = b.and_(b.lshr(bits, constant(bits, 16)), constant(bits, 1))
-        rounded = b.lshr(b.add(b.add(bits, constant(bits, 0x7FFF)), lsb), constant(bits, 16))
-        quiet = b.or_(b.lshr(bits, constant(bits, 16)), constant(bits, 0x40))  # NaN stays NaN
-        is_nan = b.fcmp_unordered("uno", x, x)
-        return b.bitcast(b.trunc(b.select(is_nan, quiet, rounded), shaped(x, ir.IntType(16))), shaped(x, llvm_type(t)))
-
-    def round_to_odd_f32(self, x: ir.Value) -> ir.Value:
-        """A double rounded to odd at f32 precision, so that rounding it on to a narrow type
-        rounds once (f32 has more than two bits beyond each)."""
-        b = self.b
-        r = b.fptrunc(x, shaped(x, llvm_type(f32)))
-        exact = b.fcmp_unordered("ueq", b.fpext(r, x.type), x)  # NaN: leave it
-        bits = b.bitcast(r, shaped(x, I32))
-        even = b.icmp_unsigned("==", b.and_(bits, constant(bits, 1)), constant(bits, 0))
-        # step toward x: down in magnitude if |r| > |x|
-        beyond = b.fcmp_ordered(">", self.call("llvm.fabs", [b.fpext(r, x.type)]), self.call("llvm.fabs", [x]))
-        step = b.select(beyond, constant(bits, -1), constant(bits, 1))
-        fixed = b.add(bits, b.select(b.and_(b.not_(exact), even), step, constant(bits, 0)))
-        return b.bitcast(fixed, r.type)
-
-    def narrow_fma(self, t: DType, args) -> ir.Value:
-        """fma rounded once to a narrow type: the product is exact in double, the sum is rounded
-        to odd (its error from a two-sum), then to f32 and on to the type."""
-        b = self.b
-        d = shaped(args[0], llvm_type(f64))
-        x, y, z = (b.fpext(self.widen(a, t), d) for a in args)
-        p = b.fmul(x, y)
-        s = b.fadd(p, z)
-        bb = b.fsub(s, p)
-        error = b.fadd(b.fsub(p, b.fsub(s, bb)), b.fsub(z, bb))
-        bits = b.bitcast(s, shaped(d, I64))
-        inexact = b.fcmp_ordered("!=", error, constant(d, 0.0))
-        even = b.icmp_unsigned("==", b.and_(bits, constant(bits, 1)), constant(bits, 0))
-        outward = b.icmp_unsigned("==", b.fcmp_ordered(">", error, constant(d, 0.0)),
-                                  b.fcmp_ordered(">", s, constant(d, 0.0)))
-        step = b.select(outward, constant(bits, 1), constant(bits, -1))
-        odd = b.bitcast(b.add(bits, b.select(b.and_(inexact, even), step, constant(bits, 0))), d)
-        return self.narrow(self.round_to_odd_f32(odd), t)
-
-    def convert(self, a: ir.Value, src: DType, dst: DType) -> ir.Value:
-        """``cast`` (docs/ir.md): every case rounds once, as the interpreter does."""
-        b = self.b
-        to = shaped(a, llvm_type(dst))
-        wide_f32 = shaped(a, llvm_type(f32))
-        if src == dst or (src.llvm == dst.llvm and src.is_int and dst.is_int):
-            return a
-        if dst.is_bool:
-            if src.is_float:  # NaN is true
-                return self.in_f32(src, lambda x: b.fcmp_unordered("!=", x, constant(x, 0.0)), [a])
-            return b.icmp_unsigned("!=", a, constant(a, 0))
-        if src.is_bool:
-            if dst.is_float:
-                return self.narrow(b.uitofp(a, wide_f32), dst) if dst.is_narrow else b.uitofp(a, to)
-            return b.zext(a, to)
-        if src.is_int and dst.is_int:
-            if dst.bits < src.bits:
-                return b.trunc(a, to)
-            return b.zext(a, to) if src.is_unsigned else b.sext(a, to)
-        if src.is_int:  # to a float
-            to_float = b.uitofp if src.is_unsigned else b.sitofp
-            if not dst.is_narrow:
-                return to_float(a, to)
-            wide = to_float(a, wide_f32)  # exact below 2**24; f16 and fp8 overflow long before that
-            if src.bits > F32_PRECISION and dst.max >= 2.0**F32_PRECISION:
-                wide = self._int_round_to_odd_f32(a, wide, src)
-            return self.narrow(wide, dst)
-        if dst.is_int:  # from a float: truncate, saturate, NaN -> 0
-            if src.is_narrow:
-                a, src = self.widen(a, src), f32
-            name = "llvm.fptoui.sat" if dst.is_unsigned else "llvm.fptosi.sat"
-            return self.b.call(self.declare(f"{name}.{intrinsic_suffix(to)}.{intrinsic_suffix(a.type)}", to, [a.type]), [a])
-        # float to float
-        if src.is_narrow:  # exact into f32, then on (or rounded once to a narrow type)
-            wide = self.widen(a, src)
-            if dst == f32:
-                return wide
-            out = b.fpext(wide, to) if dst == f64 else self.narrow(wide, dst)
-            if src.conversion is Conversion.software and dst.conversion is Conversion.native:
-                out = self._quiet_nan(out, wide, dst)
-            elif dst.conversion is Conversion.software and src.conversion is not Conversion.software:
-                out = self._signed_code(out, a, dst)
-            return out
-        if dst.is_narrow:  # from f32, or f64 directly (rounded to odd in f32 first: one rounding)
-            out = self.narrow(self.round_to_odd_f32(a) if src == f64 else a, dst)
-            return self._signed_code(out, a, dst) if dst.conversion is Conversion.software else out
-        return b.fpext(a, to) if dst == f64 else b.fptrunc(a, to)
-
-    # fp8 casts are bit-exact with ml_dtypes, whose NaNs keep their sign: an NVPTX conversion
-    # instruction gives its own NaN (0x7fff for f16, with no sign), so the sign and the NaN are
-    # set here, on every target alike
-    def _quiet_nan(self, out: ir.Value, wide: ir.Value, dst: DType) -> ir.Value:
-        """``out`` (``wide`` converted to native ``dst``), with the quiet NaN of ``wide``'s sign."""
-        b = self.b
-        bits = shaped(out, ir.IntType(dst.bits))
-        quiet = dst.format.nan_code
-        nan = b.select(self.sign(wide), constant(bits, quiet | 1 << (dst.bits - 1)), constant(bits, quiet))
-        return b.select(b.fcmp_unordered("uno", wide, wide), b.bitcast(nan, out.type), out)
-
-    def _signed_code(self, code: ir.Value, a: ir.Value, dst: DType) -> ir.Value:
-        """``code`` (float ``a`` rounded to software ``dst``) with ``a``'s sign bit."""
-        top = constant(code, 1 << (dst.bits - 1))
-        return self.b.or_(code, self.b.select(self.sign(a), top, constant(code, 0)))
-
-    def _int_round_to_odd_f32(self, a: ir.Value, r: ir.Value, src: DType) -> ir.Value:
-        """``r`` (``a`` rounded to nearest f32) rounded to odd instead."""
-        b = self.b
-        ty = a.type
-        name = "llvm.fptoui.sat" if src.is_unsigned else "llvm.fptosi.sat"
-        back = b.call(self.declare(f"{name}.{intrinsic_suffix(ty)}.{intrinsic_suffix(r.type)}", ty, [r.type]), [r])
-        limit = float(2 ** (src.bits if src.is_unsigned else src.bits - 1))
-        compare = b.icmp_unsigned if src.is_unsigned else b.icmp_signed
-        above = b.or_(b.fcmp_ordered(">=", r, constant(r, limit)), compare(">", back, a))
-        below = compare("<", back, a)
-        bits = b.bitcast(r, shaped(r, I32))
-        positive = b.fcmp_ordered(">", r, constant(r, 0.0))
-        toward_zero = b.select(positive, above, below)
-        step = b.select(toward_zero, constant(bits, -1), constant(bits, 1))
-        even = b.icmp_unsigned("==", b.and_(bits, constant(bits, 1)), constant(bits, 0))
-        fix = b.and_(b.or_(above, below), even)
-        return b.bitcast(b.add(bits, b.select(fix, step, constant(bits, 0))), r.type)
-
-    def math(self, name: str, t: DType, args) -> ir.Value:
-        """A math function of a float type; a narrow type computes in f32 and rounds once."""
-        if t.is_narrow:
-            return self.in_f32(t, lambda *xs: self.math(name, f32, xs), args)
-        return self.math_function(name, t, args)
+    def fail_if(self, op: Op, bad: ir.Value, kind: int, report) -> None:
+        """Where ``bad`` (an i1) is true, record ``kind`` and ``report()`` (detail, lane; both
+        computed on the cold path only) in the status word, unless a failure came first."""
+        tag = self.ordinals[op]
+        fail = self.b.append_basic_block(f"check_fail_{tag}")
+        cont = self.b.append_basic_block(f"check_ok_{tag}")
+        self.b.cbranch(bad, fail, cont).set_weights([1, 1 << 20])  # failures are cold
+        self.b.position_at_end(fail)
+        word = lambda i: self.b.gep(self.status, [ir.Constant(I64, i)], source_etype=I64, inbounds=True)  # noqa: E731
+        result = self.b.cmpxchg(word(0), ir.Constant(I64, 0), ir.Constant(I64, kind), "monotonic", "monotonic")
+        won = self.b.extract_value(result, 1)
+        with self.b.if_then(won):
+            detail, lane = report()
+            self.b.store(ir.Constant(I64, tag), word(1))
+            self.b.store(detail, word(2))
+            self.b.store(lane, word(3))
+        self.b.branch(cont)
+        self.b.position_at_end(cont)
 
     # -- the target's hooks -------------------------------------------------------------
     def math_function(self, name: str, t: DType, args) -> ir.Value:
@@ -511,7 +250,7 @@ class Lowering(MemoryAccess, Loops):
         return self.b.frem(a, b)
 
     def float_divide(self, t: DType, args) -> ir.Value:
-        return self.in_f32(t, self.b.fdiv, args)
+        return self.numerics.in_f32(t, self.b.fdiv, args)
 
     def native_atomic_add(self, dtype: DType) -> bool:
         """Whether ``atomicrmw fadd`` adds ``dtype`` as accy rounds (else a CAS loop does)."""
@@ -526,60 +265,7 @@ class Lowering(MemoryAccess, Loops):
         pair = self.b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
         return self.b.extract_value(pair, 0), self.b.extract_value(pair, 1)
 
-    def integer_division(self, op: Op, args, *, remainder: bool) -> ir.Value:
-        """Floor division and Python's remainder for integers, checked for a zero divisor;
-        ``min // -1`` wraps to ``min`` and ``min % -1`` is 0."""
-        a, b_ = args
-        bld = self.b
-        t = op.result.type
-        ty = a.type
-        zero, one = constant(ty, 0), constant(ty, 1)
-        is_zero = bld.icmp_unsigned("==", b_, zero)
-        if self.target.checks and op not in self.unchecked:
-            wide = shaped(a, I64)
-            self.check(op, bld.not_(is_zero), STATUS_DIV_ZERO, bld.sext(a, wide) if ty != wide else a)
-        if t.is_unsigned:
-            safe = bld.select(is_zero, one, b_)
-            result = bld.urem(a, safe) if remainder else bld.udiv(a, safe)
-            return bld.select(is_zero, zero, result)
-        minus_one = constant(ty, -1)
-        # sdiv traps on x / 0 and min / -1: divide by 1 there and fix up after
-        is_minus_one = bld.icmp_signed("==", b_, minus_one)
-        safe = bld.select(bld.or_(is_zero, is_minus_one), one, b_)
-        quotient, rest = bld.sdiv(a, safe), bld.srem(a, safe)
-        # floor: round toward -inf when the remainder's sign differs from the divisor's
-        adjust = bld.and_(bld.icmp_signed("!=", rest, zero), bld.icmp_signed("<", bld.xor(rest, safe), zero))
-        if remainder:
-            result = bld.select(adjust, bld.add(rest, safe), rest)
-            return bld.select(bld.or_(is_zero, is_minus_one), zero, result)
-        floor = bld.sub(quotient, bld.zext(adjust, ty))
-        return bld.select(is_zero, zero, bld.select(is_minus_one, bld.neg(a), floor))
-
-    # -- branches ---------------------------------------------------------------------
-    def op_if(self, op: Op) -> None:
-        b = self.b
-        tag = self.ordinals[op]
-        cond = self.value(op.operands[0])
-        then = b.append_basic_block(f"if_{tag}_then")
-        otherwise = b.append_basic_block(f"if_{tag}_else")
-        join = b.append_basic_block(f"if_{tag}_end")
-        b.cbranch(cond, then, otherwise)
-        incoming = []
-        for block, region in ((then, op.regions[0]), (otherwise, op.regions[1] if len(op.regions) > 1 else None)):
-            b.position_at_end(block)
-            values = []
-            if region is not None:
-                self.lower_block(region)
-                values = [self.value(v) for v in region.terminator.operands]
-            incoming.append((values, b.block))
-            b.branch(join)
-        b.position_at_end(join)
-        for k, result in enumerate(op.results):
-            phi = b.phi(llvm_type(result.type))
-            for values, block in incoming:
-                phi.add_incoming(values[k], block)
-            self.values[result] = phi
-
+    # -- the shapes of values (the host's lanes) -----------------------------------
     def broadcast(self, *values: ir.Value) -> tuple[ir.Value, ...]:
         """Operands of one shape (the host splats scalars where another operand is a vector)."""
         return values
@@ -587,6 +273,7 @@ class Lowering(MemoryAccess, Loops):
     def every_lane(self, condition: ir.Value) -> ir.Value:
         """``condition`` as one i1: true where it holds for every lane that runs."""
         return condition
+
 
 @attrs.frozen
 class LoweredModule:

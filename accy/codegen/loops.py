@@ -1,6 +1,6 @@
-"""Loops in the LLVM lowering: ``fold`` as a counted loop with its accumulators as phis,
-and each loop's loads proven in bounds once before it where their index is affine in
-the loop variable (a mixin of :class:`accy.codegen.llvm.Lowering`)."""
+"""Control flow in the LLVM lowering: ``if`` as a branch with phis at its join, ``fold`` as a
+counted loop with its accumulators as phis, and each loop's loads proven in bounds once
+before it where their index is affine in the loop variable."""
 
 from __future__ import annotations
 
@@ -10,8 +10,41 @@ from ..dsl.ir import Block, Op, Value
 from .llvm_types import I64, constant, llvm_type
 
 
-class Loops:
-    """``fold``: the trip count, the loop, and the loads proven before it."""
+class ControlFlow:
+    """The branches and loops of a lowering ``lw`` (its builder, values and state): ``if``,
+    ``fold``'s trip count and loop, and the loads proven before it."""
+
+    def __init__(self, lw):
+        self.lw = lw
+
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.lw.b
+
+    def branch(self, op: Op) -> None:
+        """``if``: a branch each way, its results as phis at the join."""
+        b = self.b
+        tag = self.lw.ordinals[op]
+        cond = self.lw.value(op.operands[0])
+        then = b.append_basic_block(f"if_{tag}_then")
+        otherwise = b.append_basic_block(f"if_{tag}_else")
+        join = b.append_basic_block(f"if_{tag}_end")
+        b.cbranch(cond, then, otherwise)
+        incoming = []
+        for block, region in ((then, op.regions[0]), (otherwise, op.regions[1] if len(op.regions) > 1 else None)):
+            b.position_at_end(block)
+            values = []
+            if region is not None:
+                self.lw.lower_block(region)
+                values = [self.lw.value(v) for v in region.terminator.operands]
+            incoming.append((values, b.block))
+            b.branch(join)
+        b.position_at_end(join)
+        for k, result in enumerate(op.results):
+            phi = b.phi(llvm_type(result.type))
+            for values, block in incoming:
+                phi.add_incoming(values[k], block)
+            self.lw.values[result] = phi
 
     # -- loops ------------------------------------------------------------------------
     def _affine(self, v: Value, iv: Value, inside: set[Value]):
@@ -37,18 +70,20 @@ class Loops:
                 return c * constant, [(m * constant, t) for m, t in terms]
         return None
 
-    def _prove_loads(self, region: Block, start: ir.Value, trips: ir.Value, step: int) -> None:
+    def prove_loads(self, region: Block, start: ir.Value, trips: ir.Value, step: int) -> None:
         """For each load of the loop body whose index is ``base + c * i``, check the first
         and last index of the whole loop once, before it: where both are in bounds
         (and the index cannot wrap between them) every iteration's check is true."""
         b = self.b
         iv = region.args[0]
         inside = set(region.args) | {r for o in region.walk() for r in o.results}
-        add, sub, mul = (lambda x, y, f=f: f(*self.broadcast(x, y)) for f in (b.add, b.sub, b.mul))
-        below = lambda x, y: b.icmp_unsigned("<", *self.broadcast(x, y))  # noqa: E731
+        add, sub, mul = (lambda x, y, f=f: f(*self.lw.broadcast(x, y)) for f in (b.add, b.sub, b.mul))
+        below = lambda x, y: b.icmp_unsigned("<", *self.lw.broadcast(x, y))  # noqa: E731
         last = add(start, mul(b.sub(trips, constant(trips, 1)), constant(trips, step)))
         for op in region.ops:
-            if op.opcode != "load" or op.attrs.get("vec", 1) != 1 or not self._checked(op):  # vec: its own check
+            if op.opcode != "load" or op.attrs.get("vec", 1) != 1:  # vec: its own check
+                continue
+            if not self.lw.memory.checked(op):
                 continue
             form = self._affine(op.operands[0], iv, inside)
             if form is None or abs(form[0]) * abs(step) >= 2**31:
@@ -56,19 +91,19 @@ class Loops:
             coef, terms = form
             base = ir.Constant(I64, 0)
             for m, t in terms:
-                base = add(base, mul(self.value(t), ir.Constant(I64, m)))
+                base = add(base, mul(self.lw.value(t), ir.Constant(I64, m)))
             at = lambda i: add(base, mul(i, ir.Constant(I64, coef)))  # noqa: E731
             first, final = at(start), at(last)
-            count = self._count(op)
+            count = self.lw.memory.count(op)
             span = sub(final, first) if coef >= 0 else sub(first, final)
             # few enough trips that coef * (last - start) cannot wrap (|coef * step| < 2**31)
             short = b.icmp_unsigned("<", trips, constant(trips, 2**31))
-            fits = b.and_(*self.broadcast(b.and_(below(first, count), below(final, count)),
-                                          b.and_(*self.broadcast(below(span, count), short))))
+            fits = b.and_(*self.lw.broadcast(b.and_(below(first, count), below(final, count)),
+                                          b.and_(*self.lw.broadcast(below(span, count), short))))
             empty = b.icmp_signed("==", trips, constant(trips, 0))
-            self.proven[op] = self.every_lane(b.or_(*self.broadcast(empty, fits)))
+            self.lw.proven[op] = self.lw.every_lane(b.or_(*self.lw.broadcast(empty, fits)))
 
-    def _trip_count(self, start: ir.Value, stop: ir.Value, step: int) -> ir.Value:
+    def trip_count(self, start: ir.Value, stop: ir.Value, step: int) -> ir.Value:
         """Iterations of ``for (i = start; step > 0 ? i < stop : i > stop; i += step)``,
         computed without overflow (the difference is taken as unsigned)."""
         b = self.b
@@ -78,15 +113,15 @@ class Loops:
         count = b.add(b.udiv(b.sub(span, constant(span, 1)), constant(span, abs(step))), constant(span, 1))
         return b.select(nonempty, count, constant(span, 0))
 
-    def op_fold(self, op: Op) -> None:
+    def fold(self, op: Op) -> None:
         b = self.b
-        start, stop, *inits = (self.value(v) for v in op.operands)
+        start, stop, *inits = (self.lw.value(v) for v in op.operands)
         step = op.attrs["step"]
         (region,) = op.regions
-        trips = self._trip_count(start, stop, step)
-        tag = self.ordinals[op]
-        if self.target.checks:
-            self._prove_loads(region, start, trips, step)
+        trips = self.trip_count(start, stop, step)
+        tag = self.lw.ordinals[op]
+        if self.lw.target.checks:
+            self.prove_loads(region, start, trips, step)
         preheader = b.block
         header = b.append_basic_block(f"fold_{tag}_header")
         body = b.append_basic_block(f"fold_{tag}_body")
@@ -102,19 +137,19 @@ class Loops:
             phi.add_incoming(init, preheader)
         b.cbranch(b.icmp_unsigned("<", counter, trips), body, exit_)
         b.position_at_end(body)
-        self.values[region.args[0]] = iv
+        self.lw.values[region.args[0]] = iv
         for arg, phi in zip(region.args[1:], accs):
-            self.values[arg] = phi
-        self.lower_block(region)
+            self.lw.values[arg] = phi
+        self.lw.lower_block(region)
         latch = b.block
         counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), latch)
         iv.add_incoming(b.add(iv, ir.Constant(I64, step)), latch)  # wraps harmlessly after the last trip
         for phi, v in zip(accs, region.terminator.operands):
-            phi.add_incoming(self.value(v), latch)
+            phi.add_incoming(self.lw.value(v), latch)
         b.branch(header)
         b.position_at_end(exit_)
         for result, phi in zip(op.results, accs):
-            self.values[result] = phi
+            self.lw.values[result] = phi
 
 
 def _constant_term(form) -> int | None:

@@ -1,5 +1,5 @@
-"""Memory in the LLVM lowering: element addresses, bounds checks recorded in the status
-word, loads, stores and atomics (a mixin of :class:`accy.codegen.llvm.Lowering`)."""
+"""Memory in the LLVM lowering: element addresses, bounds checks (recorded in the status word
+by the lowering's ``check``), loads, stores and atomics."""
 
 from __future__ import annotations
 
@@ -13,95 +13,66 @@ from .llvm_types import I1, I8, I32, I64, llvm_type, memory_type
 
 
 class MemoryAccess:
-    """Checked loads, stores and atomics of buffers and shared arrays."""
+    """Checked loads, stores and atomics of buffers and shared arrays, for a lowering ``lw``
+    (its builder, buffers and checks)."""
 
-    # -- run-time checks -------------------------------------------------------------
-    def lane(self) -> ir.Value:
-        """This thread's linear lane number (x fastest), for error reports; 0 at top level."""
-        if self.lane_of is not None:
-            return self.lane_of()
-        lane = ir.Constant(I64, 0)
-        if self.thread is None:
-            return lane
-        stride = ir.Constant(I64, 1)
-        for value, extent in zip(self.thread, self.extents):
-            lane = self.b.add(lane, self.b.mul(value, stride))
-            stride = self.b.mul(stride, extent)
-        return lane
+    def __init__(self, lw):
+        self.lw = lw
 
-    def check(self, op: Op, ok: ir.Value, kind: int, detail: ir.Value) -> None:
-        """Where ``ok`` is false, record the first failure of the launch in the status."""
-        self.fail_if(op, self.b.not_(ok), kind, lambda: (detail, self.lane()))
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.lw.b
 
-    def fail_if(self, op: Op, bad: ir.Value, kind: int, report) -> None:
-        """Where ``bad`` (an i1) is true, record ``kind`` and ``report()`` (detail, lane; both
-        computed on the cold path only) in the status word, unless a failure came first."""
-        tag = self.ordinals[op]
-        fail = self.b.append_basic_block(f"check_fail_{tag}")
-        cont = self.b.append_basic_block(f"check_ok_{tag}")
-        self.b.cbranch(bad, fail, cont).set_weights([1, 1 << 20])  # failures are cold
-        self.b.position_at_end(fail)
-        word = lambda i: self.b.gep(self.status, [ir.Constant(I64, i)], source_etype=I64, inbounds=True)  # noqa: E731
-        result = self.b.cmpxchg(word(0), ir.Constant(I64, 0), ir.Constant(I64, kind), "monotonic", "monotonic")
-        won = self.b.extract_value(result, 1)
-        with self.b.if_then(won):
-            detail, lane = report()
-            self.b.store(ir.Constant(I64, tag), word(1))
-            self.b.store(detail, word(2))
-            self.b.store(lane, word(3))
-        self.b.branch(cont)
-        self.b.position_at_end(cont)
-
-    def _element(self, op: Op, idx: ir.Value) -> ir.Value:
+    def element(self, op: Op, idx: ir.Value) -> ir.Value:
         """The address of element ``idx`` of the buffer or shared array ``op`` touches."""
         name, dtype = op.attrs["buffer"], op.attrs["dtype"]
         if op.attrs.get("space", "global") == "shared":
             # an alloca or global of the array type: its element pointer carries the element type
-            return self.b.gep(self.shared_ptrs[name], [ir.Constant(I64, 0), idx], inbounds=True)
-        return self.b.gep(self.pointers[name], [idx], source_etype=memory_type(dtype), inbounds=True)
+            return self.b.gep(self.lw.shared_ptrs[name], [ir.Constant(I64, 0), idx], inbounds=True)
+        return self.b.gep(self.lw.pointers[name], [idx], source_etype=memory_type(dtype), inbounds=True)
 
     def _statically_inside(self, op: Op) -> bool:
         """A shared-array access whose index range fits the array: no run-time check needed."""
         if op.attrs.get("space", "global") != "shared" or op.attrs.get("vec", 1) != 1:
             return False
-        return within(self.ranges.get(op.operands[0], (None, None)),
-                      self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
+        return within(self.lw.ranges.get(op.operands[0], (None, None)),
+                      self.lw.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
 
     def within(self, op: Op, idx: ir.Value) -> ir.Value:
         """``idx`` is inside ``op``'s buffer or shared array (unsigned: negatives fail too), or
         that was proven before."""
-        ok = self.b.icmp_unsigned("<", *self.broadcast(idx, self._count(op)))
-        proven = self.proven.get(op)
-        return ok if proven is None else self.b.or_(*self.broadcast(proven, ok))
+        ok = self.b.icmp_unsigned("<", *self.lw.broadcast(idx, self.count(op)))
+        proven = self.lw.proven.get(op)
+        return ok if proven is None else self.b.or_(*self.lw.broadcast(proven, ok))
 
-    def _count(self, op: Op) -> ir.Value:
+    def count(self, op: Op) -> ir.Value:
         if op.attrs.get("space", "global") == "shared":
-            return ir.Constant(I64, self.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
-        return self.counts[op.attrs["buffer"]]
+            return ir.Constant(I64, self.lw.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
+        return self.lw.counts[op.attrs["buffer"]]
 
-    def _checked(self, op: Op) -> bool:
-        return self.target.checks and op not in self.unchecked and not self._statically_inside(op)
+    def checked(self, op: Op) -> bool:
+        return self.lw.target.checks and op not in self.lw.unchecked and not self._statically_inside(op)
 
-    def op_aligned(self, op: Op) -> None:
-        address = self.b.ptrtoint(self.pointers[op.attrs["buffer"]], I64)
+    def aligned(self, op: Op) -> None:
+        address = self.b.ptrtoint(self.lw.pointers[op.attrs["buffer"]], I64)
         low = self.b.and_(address, ir.Constant(I64, op.attrs["bytes"] - 1))
-        self.values[op.result] = self.b.icmp_unsigned("==", low, ir.Constant(I64, 0))
+        self.lw.values[op.result] = self.b.icmp_unsigned("==", low, ir.Constant(I64, 0))
 
-    def op_load(self, op: Op) -> None:
-        idx = self.value(op.operands[0])
+    def load(self, op: Op) -> None:
+        idx = self.lw.value(op.operands[0])
         if op.attrs.get("vec", 1) == 1:
-            self.values[op.result] = self.load_at(op, idx)
+            self.lw.values[op.result] = self.load_at(op, idx)
             return
         for result, value in zip(op.results, self.load_vector_at(op, idx)):
-            self.values[result] = value
+            self.lw.values[result] = value
 
     def _vector_inside(self, op: Op, idx: ir.Value, vec: int, kind: int) -> ir.Value:
         """Are elements ``idx`` .. ``idx + vec - 1`` all inside?  Checked: a failure names the
         first element outside."""
         last = self.b.add(idx, ir.Constant(I64, vec - 1))
-        first_in = self.b.icmp_unsigned("<", idx, self._count(op))
-        ok = self.b.and_(first_in, self.b.icmp_unsigned("<", last, self._count(op)))
-        self.check(op, ok, kind, self.b.select(first_in, last, idx))
+        first_in = self.b.icmp_unsigned("<", idx, self.count(op))
+        ok = self.b.and_(first_in, self.b.icmp_unsigned("<", last, self.count(op)))
+        self.lw.check(op, ok, kind, self.b.select(first_in, last, idx))
         return ok
 
     def load_vector_at(self, op: Op, idx: ir.Value) -> list:
@@ -109,8 +80,8 @@ class MemoryAccess:
         (its address a multiple of the vector's size: the op's contract), checked."""
         dtype, vec = op.attrs["dtype"], op.attrs["vec"]
         ty = ir.VectorType(memory_type(dtype), vec)
-        read = lambda: self.b.load(self._element(op, idx), typ=ty, align=vec * dtype.itemsize)  # noqa: E731
-        if not self._checked(op):
+        read = lambda: self.b.load(self.element(op, idx), typ=ty, align=vec * dtype.itemsize)  # noqa: E731
+        if not self.checked(op):
             loaded = read()
         else:  # a branch, not a select of element 0: a vector there may pass the buffer's end
             ok = self._vector_inside(op, idx, vec, STATUS_LOAD_OOB)
@@ -127,23 +98,23 @@ class MemoryAccess:
         """One thread's load of element ``idx`` (a scalar), checked."""
         dtype = op.attrs["dtype"]
         ty = memory_type(dtype)
-        if not self._checked(op):
-            loaded = self.b.load(self._element(op, idx), typ=ty, align=dtype.itemsize)
+        if not self.checked(op):
+            loaded = self.b.load(self.element(op, idx), typ=ty, align=dtype.itemsize)
         else:
             ok = self.within(op, idx)
-            self.check(op, ok, STATUS_LOAD_OOB, idx)
+            self.lw.check(op, ok, STATUS_LOAD_OOB, idx)
             # a failed thread reads element 0 instead (every buffer has one: see the ABI)
             # and goes on with a zero; no branch, so the loop around stays simple
             safe = self.b.select(ok, idx, ir.Constant(I64, 0))
-            loaded = self.b.load(self._element(op, safe), typ=ty, align=dtype.itemsize)
+            loaded = self.b.load(self.element(op, safe), typ=ty, align=dtype.itemsize)
             loaded = self.b.select(ok, loaded, ir.Constant(ty, 0))
         return self.b.trunc(loaded, I1) if dtype.is_bool else loaded
 
-    def op_store(self, op: Op) -> None:
+    def store(self, op: Op) -> None:
         if op.attrs.get("vec", 1) == 1:
-            self.store_at(op, *(self.value(v) for v in op.operands))
+            self.store_at(op, *(self.lw.value(v) for v in op.operands))
             return
-        self.store_vector_at(op, self.value(op.operands[0]), [self.value(v) for v in op.operands[1:]])
+        self.store_vector_at(op, self.lw.value(op.operands[0]), [self.lw.value(v) for v in op.operands[1:]])
 
     def store_vector_at(self, op: Op, idx: ir.Value, values) -> None:
         """One thread's store of ``values`` to consecutive elements from ``idx`` as one vector
@@ -153,8 +124,8 @@ class MemoryAccess:
         vector = ir.Constant(ty, None)
         for k, v in enumerate(values):
             vector = self.b.insert_element(vector, self.b.zext(v, I8) if dtype.is_bool else v, ir.Constant(I32, k))
-        write = lambda: self.b.store(vector, self._element(op, idx), align=vec * dtype.itemsize)  # noqa: E731
-        if not self._checked(op):
+        write = lambda: self.b.store(vector, self.element(op, idx), align=vec * dtype.itemsize)  # noqa: E731
+        if not self.checked(op):
             write()
             return
         with self.b.if_then(self._vector_inside(op, idx, vec, STATUS_STORE_OOB)):
@@ -165,42 +136,32 @@ class MemoryAccess:
         dtype = op.attrs["dtype"]
         if dtype.is_bool:
             value = self.b.zext(value, I8)
-        if not self._checked(op):
-            self.b.store(value, self._element(op, idx), align=dtype.itemsize)
+        if not self.checked(op):
+            self.b.store(value, self.element(op, idx), align=dtype.itemsize)
             return
         ok = self.within(op, idx)
-        self.check(op, ok, STATUS_STORE_OOB, idx)
+        self.lw.check(op, ok, STATUS_STORE_OOB, idx)
         with self.b.if_then(ok):
-            self.b.store(value, self._element(op, idx), align=dtype.itemsize)
+            self.b.store(value, self.element(op, idx), align=dtype.itemsize)
 
-    # -- the block level ------------------------------------------------------------------
-    def op_shared(self, op: Op) -> None:
+    def shared(self, op: Op) -> None:
         pass  # allocated by the wrapper: a module-level array in shared memory, or a stack array per block
 
-    def op_mma(self, op: Op) -> None:
-        self._nvptx_only(op)
-
-    op_ldmatrix = op_async_copy = op_async_commit = op_async_wait = op_mma
-
-    def _nvptx_only(self, op: Op) -> None:
-        raise NotImplementedError(f"{op.opcode}: tensor cores and asynchronous copies exist on NVPTX only (the tile "
-                                  "distribution emits them there)")
-
-    def op_atomic(self, op: Op) -> None:
-        idx, *values = (self.value(v) for v in op.operands)
-        self.values[op.result] = self.atomic_at(op, idx, values)
+    def atomic(self, op: Op) -> None:
+        idx, *values = (self.lw.value(v) for v in op.operands)
+        self.lw.values[op.result] = self.atomic_at(op, idx, values)
 
     def atomic_at(self, op: Op, idx: ir.Value, values) -> ir.Value:
         """One thread's atomic on element ``idx`` (scalars), checked; returns the old value."""
         kind, dtype = op.attrs["op"], op.attrs["dtype"]
         ty = llvm_type(dtype)
-        if not self._checked(op):
-            return self._atomic(kind, dtype, self._element(op, idx), values)
+        if not self.checked(op):
+            return self._atomic(kind, dtype, self.element(op, idx), values)
         ok = self.within(op, idx)
-        self.check(op, ok, STATUS_STORE_OOB, idx)
+        self.lw.check(op, ok, STATUS_STORE_OOB, idx)
         entry = self.b.block
         with self.b.if_then(ok):
-            old = self._atomic(kind, dtype, self._element(op, idx), values)
+            old = self._atomic(kind, dtype, self.element(op, idx), values)
             done = self.b.block
         phi = self.b.phi(ty)
         phi.add_incoming(ir.Constant(ty, 0), entry)
@@ -224,12 +185,13 @@ class MemoryAccess:
             return b.atomic_rmw(op_name, ptr, value, "monotonic")
         if kind == "exchange":
             return b.atomic_rmw("xchg", ptr, value, "monotonic")
-        if kind == "add" and self.native_atomic_add(dtype):
+        if kind == "add" and self.lw.native_atomic_add(dtype):
             return b.atomic_rmw("fadd", ptr, value, "monotonic")
         # f16/bf16 add, float max and min: a compare-and-swap loop with accy's own arithmetic
-        combine = {"add": lambda a, v: self.in_f32(dtype, b.fadd, [a, v]),
-                   "max": lambda a, v: self.in_f32(dtype, lambda x, y: self.call("llvm.maximum", [x, y]), [a, v]),
-                   "min": lambda a, v: self.in_f32(dtype, lambda x, y: self.call("llvm.minimum", [x, y]), [a, v])}[kind]
+        in_f32, call = self.lw.numerics.in_f32, self.lw.call
+        combine = {"add": lambda a, v: in_f32(dtype, b.fadd, [a, v]),
+                   "max": lambda a, v: in_f32(dtype, lambda x, y: call("llvm.maximum", [x, y]), [a, v]),
+                   "min": lambda a, v: in_f32(dtype, lambda x, y: call("llvm.minimum", [x, y]), [a, v])}[kind]
         bits = ir.IntType(dtype.bits)
         start = b.block
         initial = b.load(ptr, typ=bits, align=dtype.itemsize)
@@ -240,7 +202,7 @@ class MemoryAccess:
         seen = b.phi(bits)
         seen.add_incoming(initial, start)
         new = b.bitcast(combine(b.bitcast(seen, llvm_type(dtype)), value), bits)
-        current, swapped = self.compare_exchange(ptr, seen, new)
+        current, swapped = self.lw.compare_exchange(ptr, seen, new)
         seen.add_incoming(current, loop)
         b.cbranch(swapped, after, loop)
         b.position_at_end(after)

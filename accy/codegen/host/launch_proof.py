@@ -111,12 +111,12 @@ class LaunchProof:
         """An i1 proving ``op``'s check passes everywhere, None if unknown, False if it has none."""
         b = self.b
         if op.opcode in ("load", "store", "atomic"):
-            if not self.lw._checked(op):
+            if not self.lw.memory.checked(op):
                 return False
             bounds = self.of(op.operands[0])
             if bounds is None:
                 return None
-            count = self.lw._count(op)  # a load or store of vec elements: its last element inside too
+            count = self.lw.memory.count(op)  # a load or store of vec elements: its last element inside too
             if op.attrs.get("vec", 1) != 1:
                 count = b.sub(count, ir.Constant(I64, op.attrs["vec"] - 1))
             inside = b.and_(b.icmp_signed(">=", bounds.lo, ir.Constant(I64, 0)),

@@ -23,9 +23,10 @@ lane by lane in lane order (the interpreter's thread order), and where several
 lanes store to one element the highest lane's value stays (the interpreter's rule).
 
 By concept: :mod:`.chunking` (chunks and which values vary across lanes),
-:mod:`.masking` (shapes, masks and masked memory), :mod:`.host_blocks` (block
-launches, split at barriers), :mod:`.launch_proof` (checks proven once per launch);
-this module holds the launcher's entry points and the loops.
+:mod:`.masking` (shapes, masks and masked memory), :mod:`.control_flow` (divergent
+branches and folds), :mod:`.blocks` (block launches, split at barriers),
+:mod:`.launch_proof` (checks proven once per launch); this module holds the launcher's
+entry points and its loops over units of work.
 """
 
 from __future__ import annotations
@@ -39,24 +40,34 @@ from ...dsl.ir import Block, Graph, Op, Value
 from ...dsl.types import DType, f32, f64
 from . import vecmath
 from .chunking import (
-    SEGMENT, Chunking, Chunks, Linear, chunking, host_vector_width, is_vector, uniform_index, varying_values,
+    SEGMENT, Chunking, Chunks, Linear, chunking, host_vector_width, is_vector, varying_values,
 )
 from .blocks import BlockThreads
+from .control_flow import HostControlFlow
 from .launch_proof import LaunchProof
-from ..llvm import LOWER, MATH, STRUCTURAL, LoweredModule, Lowering, host_entry_name
+from ..arithmetic import MATH
+from ..llvm import LOWER, LoweredModule, Lowering, host_entry_name
 from ..llvm_types import I1, I64, VOID, constant, llvm_type, shaped
-from .masking import Lanes
+from .masking import HostMemory, Lanes
 from ...targets import HostTarget
 
 assert set(MATH) - {"sqrt"} <= set(vecmath.FUNCTIONS)
 
 
-class SpmdLowering(Lanes, BlockThreads, Lowering):
-    """Lowers a graph's launch for the host, ``width`` threads per vector."""
+class SpmdLowering(Lowering):
+    """Lowers a graph's launch for the host, ``width`` threads per vector: the launcher's entry
+    points and loops over units of work, and the values' shapes (scalars, vectors,
+    :class:`Linear` indices).  Its parts: :class:`Lanes` (``lanes``: vector shapes and masks),
+    :class:`HostMemory`, :class:`HostControlFlow` and :class:`BlockThreads` (``blocks``)."""
+
+    memory_class = HostMemory
+    control_class = HostControlFlow
 
     def __init__(self, graph: Graph, target: HostTarget, width: int):
         super().__init__(graph, target)
         self.width = width
+        self.lanes = Lanes(self)
+        self.blocks = BlockThreads(self)
         self.chunks = chunking(graph, width)
         self.varying = varying_values(graph, self.chunks.kind)
         # <W x i1>: the lanes that run; None: all of them (a full chunk, where loads and stores
@@ -66,7 +77,10 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
         self.chunk_threads: ir.Value | None = None  # a block's thread loop: the lanes' thread numbers
         self.lane_index: ir.Value | None = None  # inside a lane-by-lane loop: the lane
         self.chunk_start: ir.Value | None = None  # blocks: the thread number of lane 0
-        self.slots: dict[Value, ir.Value] = {}  # blocks: per-thread values kept across barriers
+
+    def op_emitters(self):
+        """The target-neutral table with the host's parts, and the block level's ops."""
+        return {**super().op_emitters(), "barrier": self.blocks.barrier, "shuffle": self.blocks.shuffle}
 
     def math_function(self, name: str, t: DType, args) -> ir.Value:
         """:mod:`.vecmath`'s routines, inlined: vector code, no libm call in a loop."""
@@ -82,26 +96,27 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
     def operand(self, v: Value):
         """``v``'s lowered form: a scalar, a vector or a :class:`Linear`."""
         entry = self.values.get(v)
-        return entry if entry is not None else self._from_slot(v)
+        return entry if entry is not None else self.blocks.from_slot(v)
 
     def value(self, v: Value) -> ir.Value:
         entry = self.operand(v)
         return self.materialise(entry) if isinstance(entry, Linear) else entry
 
     def vector(self, v: Value) -> ir.Value:
-        return self.splat(self.value(v))
+        return self.lanes.splat(self.value(v))
 
     def phi_type(self, v: Value) -> ir.Type:
         ty = llvm_type(v.type)
-        return self.vector_type(ty) if v in self.varying else ty
+        return self.lanes.vector_type(ty) if v in self.varying else ty
 
     def materialise(self, entry: Linear) -> ir.Value:
-        base = self.splat(entry.base)
-        return base if entry.stride == 0 else self.b.add(base, self.lanes(entry.stride))
+        base = self.lanes.splat(entry.base)
+        return base if entry.stride == 0 else self.b.add(base, self.lanes.iota(entry.stride))
 
     def lower_op(self, op: Op) -> None:
-        if op.opcode in STRUCTURAL:
-            getattr(self, f"op_{op.opcode}")(op)
+        emitter = self.emitters.get(op.opcode)
+        if emitter is not None:
+            emitter(op)
             return
         entries = [self.operand(v) for v in op.operands]
         if any(isinstance(e, Linear) for e in entries):
@@ -132,122 +147,31 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
                 return Linear(bld.mul(x.base, y.base), x.stride * factor)
         return None
 
+    def broadcast(self, *values):
+        return self.lanes.broadcast(*values)
+
+    def every_lane(self, condition: ir.Value) -> ir.Value:
+        return self.lanes.every_lane(condition)
+
     # -- checks ------------------------------------------------------------------------
     def lane(self) -> ir.Value:
         if self.chunk_lane is None:
             return super().lane()
         if self.lane_index is not None:
             return self.b.add(self.chunk_lane, self.lane_index)
-        return self.b.add(self.chunk_lane, self.first_lane(self.mask))
+        return self.b.add(self.chunk_lane, self.lanes.first_lane(self.mask))
 
     def check(self, op: Op, ok: ir.Value, kind: int, detail: ir.Value) -> None:
         if not is_vector(ok):  # a uniform condition: report the first lane that runs
             super().check(op, ok, kind, detail)
             return
-        bad = self.active(self.b.not_(ok))
+        bad = self.lanes.active(self.b.not_(ok))
 
         def report():
-            first = self.first_lane(bad)
+            first = self.lanes.first_lane(bad)
             return self.b.extract_element(detail, first), self.b.add(self.chunk_lane, first)
 
-        self.fail_if(op, self.any_lane(bad), kind, report)
-
-    # -- branches and loops ----------------------------------------------------------
-    def op_if(self, op: Op) -> None:
-        cond = self.value(op.operands[0])
-        if is_vector(cond):
-            self._masked_if(op, cond)
-            return
-        b = self.b
-        tag = self.ordinals[op]
-        blocks = [b.append_basic_block(f"if_{tag}_{n}") for n in ("then", "else", "end")]
-        b.cbranch(cond, blocks[0], blocks[1])
-        incoming = []
-        for block, region in zip(blocks, (*op.regions, None)[:2]):
-            b.position_at_end(block)
-            values = []
-            if region is not None:
-                self.lower_block(region)
-                values = [self.shaped_like_result(v, r) for v, r in zip(region.terminator.operands, op.results)]
-            incoming.append((values, b.block))
-            b.branch(blocks[2])
-        b.position_at_end(blocks[2])
-        for k, result in enumerate(op.results):
-            phi = b.phi(self.phi_type(result))
-            for values, block in incoming:
-                phi.add_incoming(values[k], block)
-            self.values[result] = phi
-
-    def shaped_like_result(self, v: Value, result: Value) -> ir.Value:
-        return self.vector(v) if result in self.varying else self.value(v)
-
-    def op_fold(self, op: Op) -> None:
-        b = self.b
-        start, stop = (self.operand(v) for v in op.operands[:2])
-        (region,) = op.regions
-        accs = [self.shaped_like_result(v, a) for v, a in zip(op.operands[2:], region.args[1:])]
-        step = op.attrs["step"]
-        lo, hi = uniform_index(start), uniform_index(stop)
-        if lo is not None and hi is not None:  # every lane runs the same trips
-            trips = self._trip_count(lo, hi, step)
-            if self.target.checks:
-                self._prove_loads(region, lo, trips, step)
-            accs = self._fold_loop(op, start, ir.Constant(I64, 0), trips, accs, None)
-        else:
-            first = self.materialise(start) if isinstance(start, Linear) else self.splat(start if lo is None else lo)
-            last = self.materialise(stop) if isinstance(stop, Linear) else self.splat(stop)
-            per_lane = self._trip_count(first, last, step)
-            if self.mask is not None:  # a lane that does not run takes no trips
-                per_lane = b.select(self.mask, per_lane, constant(per_lane, 0))
-            if self.target.checks:
-                self._prove_loads(region, first, per_lane, step)
-            most = self.call("llvm.vector.reduce.umax", [per_lane], ty=I64)
-            counted = b.select(self.mask, per_lane, constant(per_lane, -1)) if self.mask is not None else per_lane
-            least = self.call("llvm.vector.reduce.umin", [counted], ty=I64)
-            # the trips every running lane takes, with the lanes as they are, then the rest masked
-            accs = self._fold_loop(op, start, ir.Constant(I64, 0), least, accs, None)
-            accs = self._fold_loop(op, start, least, most, accs, per_lane)
-        for result, value in zip(op.results, accs):
-            self.values[result] = value
-
-    def _fold_loop(self, op: Op, start, begin: ir.Value, end: ir.Value, inits, per_lane) -> list[ir.Value]:
-        """Trips ``[begin, end)`` of fold ``op`` from accumulators ``inits``; with ``per_lane``
-        trip counts, a lane past its own last trip is switched off and keeps its values."""
-        b = self.b
-        (region,) = op.regions
-        tag = self.ordinals[op]
-        preheader = b.block
-        header, body, exit_ = (b.append_basic_block(f"fold_{tag}_{n}") for n in ("header", "body", "exit"))
-        b.branch(header)
-        b.position_at_end(header)
-        counter = b.phi(I64, name=f"trip_{tag}")
-        counter.add_incoming(begin, preheader)
-        accs = [b.phi(self.phi_type(a)) for a in region.args[1:]]
-        for phi, init in zip(accs, inits):
-            phi.add_incoming(init, preheader)
-        b.cbranch(b.icmp_unsigned("<", counter, end), body, exit_)
-        b.position_at_end(body)
-        offset = b.mul(counter, ir.Constant(I64, op.attrs["step"]))
-        if isinstance(start, Linear):
-            self.values[region.args[0]] = Linear(b.add(start.base, offset), start.stride)
-        else:
-            self.values[region.args[0]] = b.add(*self.broadcast(start, offset))
-        outer = self.mask
-        if per_lane is not None:
-            self.mask = b.icmp_unsigned("<", self.splat(counter), per_lane)  # zero trips where masked
-        for arg, phi in zip(region.args[1:], accs):
-            self.values[arg] = phi
-        self.lower_block(region)
-        new = [self.shaped_like_result(v, a) for v, a in zip(region.terminator.operands, region.args[1:])]
-        if per_lane is not None:  # a lane past its last trip keeps its accumulators
-            new = [b.select(self.mask, n, phi) for n, phi in zip(new, accs)]
-        self.mask = outer
-        counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), b.block)
-        for phi, value in zip(accs, new):
-            phi.add_incoming(value, b.block)
-        b.branch(header)
-        b.position_at_end(exit_)
-        return accs
+        self.fail_if(op, self.lanes.any_lane(bad), kind, report)
 
     # -- for_each: rows or flat chunks of lanes ---------------------------------------
     def lower_launcher(self, every_check: bool = False) -> tuple[ir.Function, bool]:
@@ -261,7 +185,7 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
         begin, end = fn.args[-2:]
         begin.name, end.name = "unit_begin", "unit_end"
         self.lower_top_level()
-        lower_units = self._lower_blocks if self.graph.is_block_launch else self._lower_chunks
+        lower_units = self.blocks.lower if self.graph.is_block_launch else self._lower_chunks
         covered = LaunchProof(self).prove()[1] if self.target.checks and not every_check else frozenset()
         self.unchecked, self.proven = covered, {}
         lower_units(begin, end)
@@ -291,7 +215,7 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
         b.ret(fits)
         return fn, complete
 
-    def _units_loop(self, begin, end, counters, body) -> None:
+    def units_loop(self, begin, end, counters, body) -> None:
         """``for unit in [begin, end)``, stepping an odometer over ``counters`` (pairs of
         start value and wrap-around extent, fastest first); ``body(unit, digits)``."""
         b = self.b
@@ -317,7 +241,7 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
         b.branch(loop)
         b.position_at_end(done)
 
-    def _decode(self, number, extents):
+    def decode(self, number, extents):
         """``number``'s digits over ``extents`` (fastest first)."""
         digits = []
         for extent in extents:
@@ -336,19 +260,19 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
 
             def body(unit, _):
                 first = b.mul(unit, width)
-                threads = b.add(self.splat(first), self.lanes())
+                threads = b.add(self.lanes.splat(first), self.lanes.iota())
                 self.chunk_lane = first
-                self._full_or_tail(first, total, lambda: self._lower_launch_body(
-                    region, self._decode(threads, [self.splat(e) for e in extents])))
+                self.full_or_tail(first, total, lambda: self._lower_launch_body(
+                    region, self.decode(threads, [self.lanes.splat(e) for e in extents])))
 
-            self._units_loop(begin, end, [], body)
+            self.units_loop(begin, end, [], body)
             return
         # a unit: up to SEGMENT chunks of one row, so what depends only on the row is computed
         # once for them (LLVM hoists it out of the inner loop)
         per_row = b.udiv(b.add(extents[0], ir.Constant(I64, self.width - 1)), width)
         segment = ir.Constant(I64, SEGMENT)
         segments = b.udiv(b.add(per_row, ir.Constant(I64, SEGMENT - 1)), segment)
-        start = self._decode(begin, [segments, *extents[1:]])
+        start = self.decode(begin, [segments, *extents[1:]])
 
         def body(unit, digits):
             seg, *row = digits
@@ -360,14 +284,14 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
             def chunk_body(chunk):
                 first = b.mul(chunk, width)
                 self.chunk_lane = b.add(row_start, first)
-                self._full_or_tail(first, self.extents[0],
+                self.full_or_tail(first, self.extents[0],
                                    lambda: self._lower_launch_body(region, [Linear(first, 1), *row]))
 
-            self._count_loop(lo, hi, chunk_body)
+            self.count_loop(lo, hi, chunk_body)
 
-        self._units_loop(begin, end, list(zip(start, [segments, *extents[1:]])), body)
+        self.units_loop(begin, end, list(zip(start, [segments, *extents[1:]])), body)
 
-    def _count_loop(self, lo, hi, body) -> None:
+    def count_loop(self, lo, hi, body) -> None:
         """``for i in [lo, hi): body(i)`` (``lo < hi``: the body runs at least once)."""
         b = self.b
         entry = b.block
@@ -382,7 +306,7 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
         b.cbranch(b.icmp_unsigned("<", bumped, hi), loop, after)
         b.position_at_end(after)
 
-    def _full_or_tail(self, first: ir.Value, extent: ir.Value, lower) -> None:
+    def full_or_tail(self, first: ir.Value, extent: ir.Value, lower) -> None:
         """``lower()`` twice: for a chunk whose lanes ``first + k`` all fall below ``extent``
         (no mask), and for the last, partial one (a mask)."""
         b = self.b
@@ -390,7 +314,10 @@ class SpmdLowering(Lanes, BlockThreads, Lowering):
         b.cbranch(b.icmp_unsigned("<=", b.add(first, ir.Constant(I64, self.width)), extent), full, tail)
         for block, mask in ((full, None), (tail, True)):
             b.position_at_end(block)
-            self.mask = b.icmp_unsigned("<", b.add(self.splat(first), self.lanes()), self.splat(extent)) if mask else None
+            self.mask = None
+            if mask:
+                lanes = b.add(self.lanes.splat(first), self.lanes.iota())
+                self.mask = b.icmp_unsigned("<", lanes, self.lanes.splat(extent))
             lower()
             b.branch(done)
         b.position_at_end(done)

@@ -39,7 +39,7 @@ class DotEmitter:
         b = self.lw.b
 
         def chunk(j, valid, cs):
-            v = self.lw.convert(self.v.load(tile, j), tile.dtype, acc_t)
+            v = self.lw.numerics.convert(self.v.load(tile, j), tile.dtype, acc_t)
             if tf32:
                 bits = b.bitcast(v, self.v.vec(I32))
                 finite = b.icmp_unsigned("!=", b.and_(bits, constant(bits, 0x7F800000)), constant(bits, 0x7F800000))

@@ -73,7 +73,7 @@ class TileMemoryEmitter:
         offsets, mask = self.lw.tile(op.operands[0]), self.lw.tile(op.operands[-1])
         ptr, count, mem, dtype = self.buffer(op)
         b = self.lw.b
-        checks = self.lw._checked(op)
+        checks = self.lw.memory.checked(op)
         passthru = self.v.splat(self.v.to_memory(other, dtype)) if other is not None else None
 
         def chunk(j, valid, cs):
@@ -99,7 +99,7 @@ class TileMemoryEmitter:
         n = shape[-1]
         ptr, count, mem, dtype = self.buffer(op)
         b = self.lw.b
-        checks = self.lw._checked(op)
+        checks = self.lw.memory.checked(op)
         base = self.expr(plan.offsets.base)
         coefs = [self.expr(c) for c in plan.offsets.coefs]
         step = coefs[-1]
@@ -275,9 +275,9 @@ class TileMemoryEmitter:
             with b.if_then(self.v.load1(mask, e)):
                 idx = self.v.load1(offsets, e)
                 if value is not None:
-                    self.lw.atomic_at(op, idx, [self.v.load1(value, e)])
-                elif self.lw._checked(op):
-                    self.lw.check(op, self.lw.within(op, idx), STATUS_STORE_OOB, idx)
+                    self.lw.memory.atomic_at(op, idx, [self.v.load1(value, e)])
+                elif self.lw.memory.checked(op):
+                    self.lw.check(op, self.lw.memory.within(op, idx), STATUS_STORE_OOB, idx)
             return []
 
         self.v.loop(0, offsets.size, element, name="atomic")

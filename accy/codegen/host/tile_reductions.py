@@ -36,7 +36,7 @@ class ReductionEmitter:
         return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
     def widen(self, v: ir.Value, t: DType) -> ir.Value:
-        return self.lw.widen(v, t) if t.is_narrow else v
+        return self.lw.numerics.widen(v, t) if t.is_narrow else v
 
     def result(self, op: Op, value: ir.Value, at) -> None:
         """Store one element of a reduction's result (or set it, when it is a scalar)."""
@@ -56,7 +56,7 @@ class ReductionEmitter:
         A, R, B = self.axis_view(x.shape, axis)
         b = self.lw.b
         identity = constant(self.v.vec(llvm_type(acc_t)), COMBINES[combine].identity(acc_t))
-        finish = (lambda v: self.lw.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
+        finish = (lambda v: self.lw.numerics.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
         if B == 1:
             keyed = acc_t.is_float and COMBINES[combine].orders
             if keyed:  # float max/min as integer max/min of order-preserving keys (see float_key)
@@ -303,7 +303,7 @@ class ReductionEmitter:
         t = x.dtype
         acc_t = t.compute if t.is_narrow else t
         comb = self.combiner(combine, acc_t, op)
-        finish = (lambda v: self.lw.narrow(v, t)) if t.is_narrow else (lambda v: v)
+        finish = (lambda v: self.lw.numerics.narrow(v, t)) if t.is_narrow else (lambda v: v)
         A, R, B = self.axis_view(x.shape, axis)
         b = self.lw.b
         L = self.L

@@ -87,7 +87,7 @@ class TileHostLowering(Lowering):
         elementwise, shapes = ElementwiseEmitter(self), ShapeEmitter(self)
         reductions, memory = ReductionEmitter(self), TileMemoryEmitter(self)
         self.pointwise = elementwise.pointwise  # any other op with a tile result
-        self.emitters = {  # op -> what lowers it (the rest: the scalar ops, as every lowering has them)
+        self.tile_emitters = {  # op -> what lowers it (the rest: the scalar ops, as every lowering has them)
             "fold": self.op_fold, "if": self.op_if,
             "splat": elementwise.splat, "arange": elementwise.arange,
             "broadcast": shapes.broadcast, "reshape": shapes.reshape, "trans": shapes.trans,
@@ -226,11 +226,11 @@ class TileHostLowering(Lowering):
         if code == "yield" or (op in self.region_ops and op not in self.live.ops):
             return  # nothing this run needs (a tile only an access's form reads, a check-only run's values)
         if self.check_only and code in ("store", "atomic"):
-            if self._checked(op):
+            if self.memory.checked(op):
                 idx = self.value(op.operands[0])
-                self.check(op, self.within(op, idx), STATUS_STORE_OOB, idx)
-        elif code in self.emitters:
-            self.emitters[code](op)
+                self.check(op, self.memory.within(op, idx), STATUS_STORE_OOB, idx)
+        elif code in self.tile_emitters:
+            self.tile_emitters[code](op)
         elif any(isinstance(r.type, TileType) for r in op.results):
             self.pointwise(op)
         else:
@@ -301,7 +301,7 @@ class TileHostLowering(Lowering):
             if arg in tiles:
                 self.vectors.copy(tiles[arg], self.tile(init))
         scalars = [(arg, init, result) for arg, init, result in carried if arg not in tiles]
-        trips = self._trip_count(start, stop, step)
+        trips = self.control.trip_count(start, stop, step)
         yields = dict(zip(region.args[1:], region.terminator.operands))
 
         def trip(k, phis):

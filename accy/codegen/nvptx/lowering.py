@@ -19,7 +19,8 @@ from ...dsl.ir import Graph, Op
 from ...dsl.ops import MatrixOrder, MmaKind
 from ...dsl.types import DType, bf16, f32
 from .debug_lines import DebugLines
-from ..llvm import MATH, LoweredModule, Lowering
+from ..arithmetic import MATH
+from ..llvm import LoweredModule, Lowering
 from ...errors import CompileError
 from ..abi import STATUS_LOAD_OOB
 from ..llvm_types import I1, I32, I64, VOID, constant, element_type, float_bits, llvm_type, memory_type
@@ -74,7 +75,7 @@ class NvptxLowering(Lowering):
         """NVPTX: 1 / (1 + e**-x), as e**x / (1 + e**x) for negative x so tiny results stay
         accurate."""
         b = self.b
-        e = self.math("exp", t, [b.fneg(self.call("llvm.fabs", [x]))])
+        e = self.numerics.math("exp", t, [b.fneg(self.call("llvm.fabs", [x]))])
         one = constant(x, 1.0)
         positive = b.fdiv(one, b.fadd(one, e))
         negative = b.fdiv(e, b.fadd(one, e))
@@ -123,6 +124,12 @@ class NvptxLowering(Lowering):
         if self.target.fast_math and t == f32:
             return self.call("llvm.nvvm.div.approx.f", args, ty=llvm_type(f32))
         return super().float_divide(t, args)
+
+    def op_emitters(self):
+        """The target-neutral table, with the block level's and the tensor cores' ops."""
+        return {**super().op_emitters(), "barrier": self.op_barrier, "shuffle": self.op_shuffle, "mma": self.op_mma,
+                "ldmatrix": self.op_ldmatrix, "async_copy": self.op_async_copy,
+                "async_commit": self.op_async_commit, "async_wait": self.op_async_wait}
 
     # -- the block level ----------------------------------------------------------------
     def _declare_shared(self) -> None:
@@ -205,7 +212,7 @@ class NvptxLowering(Lowering):
         b = self.b
         count, dtype = op.attrs.count, op.attrs.dtype
         idx = self.value(op.operands[0])
-        if self._checked(op):
+        if self.memory.checked(op):
             last = b.add(idx, ir.Constant(I64, 16 // dtype.itemsize - 1))
             size = ir.Constant(I64, self.graph.shared_arrays()[op.attrs.buffer].attrs.count)
             ok = b.and_(b.icmp_unsigned("<", idx, size), b.icmp_unsigned("<", last, size))
@@ -213,7 +220,7 @@ class NvptxLowering(Lowering):
             idx = b.select(ok, idx, ir.Constant(I64, 0))
         trans = ".trans" if op.attrs.order is MatrixOrder.TRANS else ""
         name = f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{trans}.b16"
-        pointer = self._element(op, idx)
+        pointer = self.memory.element(op, idx)
         result = I32 if count == 1 else ir.LiteralStructType([I32] * count)
         out = b.call(self.declare(name, result, [pointer.type]), [pointer])
         words = [out] if count == 1 else [b.extract_value(out, k) for k in range(count)]
@@ -235,12 +242,12 @@ class NvptxLowering(Lowering):
         b = self.b
         dst, src, valid = (self.value(v) for v in op.operands)
         nbytes, dtype = op.attrs.bytes, op.attrs.dtype
-        if self._checked(op):
+        if self.memory.checked(op):
             elements = b.udiv(valid, ir.Constant(I64, dtype.itemsize))
             last = b.sub(b.add(src, elements), ir.Constant(I64, 1))
-            inside = b.and_(b.icmp_unsigned("<", src, self._count(op)), b.icmp_unsigned("<", last, self._count(op)))
+            inside = b.and_(b.icmp_unsigned("<", src, self.memory.count(op)), b.icmp_unsigned("<", last, self.memory.count(op)))
             ok = b.or_(b.icmp_unsigned("==", valid, ir.Constant(I64, 0)), inside)
-            self.check(op, ok, STATUS_LOAD_OOB, b.select(b.icmp_unsigned("<", src, self._count(op)), last, src))
+            self.check(op, ok, STATUS_LOAD_OOB, b.select(b.icmp_unsigned("<", src, self.memory.count(op)), last, src))
             valid = b.select(ok, valid, ir.Constant(I64, 0))
             src = b.select(ok, src, ir.Constant(I64, 0))
         target = b.gep(self.shared_ptrs[op.attrs.shared], [ir.Constant(I64, 0), dst], inbounds=True)
