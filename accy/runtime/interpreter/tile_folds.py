@@ -17,7 +17,8 @@ from ...dsl.ops import REDUCTIONS, Precision
 from ...dsl.types import TileType, element_type
 from ...errors import ExecutionError, OutOfBoundsError
 from . import numerics
-from .simt import _WIDE, EVAL, _step_without_wrap, _uses
+from .pointwise import EVAL, WIDE
+from .simt_control import step_without_wrap, uses
 from .tile_memory import Affine, Conjunction, _compact
 from .tile_numerics import round_to_tf32
 
@@ -100,7 +101,7 @@ def _fold_plan(op: Op) -> _FoldPlan | None:
             first = owner.operands[0] is carry
             fn = EVAL[owner.opcode]
             if not numerics._narrow(element_type(carry.type).numpy):
-                fn = _WIDE.get(fn, fn)  # a ufunc then combines in place
+                fn = WIDE.get(fn, fn)  # a ufunc then combines in place
             combines.append(_Combine(owner, (owner.operands[1 if first else 0],), fn, first))
         else:
             return None
@@ -110,7 +111,7 @@ def _fold_plan(op: Op) -> _FoldPlan | None:
         if inner.opcode == "dot":  # its inputs converted to the accumulator's type
             item = element_type(inner.result.type).numpy.itemsize
             trip_bytes += sum(math.prod(v.type.shape) * item for v in inner.operands[:2])
-    captured = tuple(sorted(_uses(region) - defined, key=id))
+    captured = tuple(sorted(uses(region) - defined, key=id))
     return _FoldPlan(tuple(combines), frozenset(c.op for c in combines), captured, frozenset(defined), trip_bytes)
 
 
@@ -197,7 +198,7 @@ class TileFolds:
                     self.active = active
                     new = self._iterate(region, i, accs)
                     accs = [self._merge(active, v, a) for v, a in zip(new, accs)]
-                    i = np.where(active, _step_without_wrap(i, step), i)
+                    i = np.where(active, step_without_wrap(i, step), i)
             finally:
                 self.active = outer
         for r, value in zip(op.results, accs):

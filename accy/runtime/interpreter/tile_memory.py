@@ -12,7 +12,8 @@ from ...dsl.ir import Op
 from ...dsl.ops import AtomicKind
 from ..arguments import strided_view
 from ...diagnostics import out_of_bounds
-from .simt import _WIDE, EVAL, _apply_atomics
+from .atomics import apply_atomics
+from .pointwise import EVAL, WIDE
 
 _LARGEST = np.maximum.reduce  # one NumPy call for a bounds check
 
@@ -163,7 +164,7 @@ class TileMemory:
                 self.lazy[op.result] = Affine(EVAL["mul"](a.base, c), tuple(np.int64(x) * c for x in a.coefs), a.shape)
                 return
         fn = EVAL[name]
-        self.env[op.result] = _WIDE.get(fn, fn)(*[self.env[v] for v in op.operands])
+        self.env[op.result] = WIDE.get(fn, fn)(*[self.env[v] for v in op.operands])
 
     def conjunction(self, op: Op) -> None:
         """and of bool tiles: held as its factors (each condition at its own axes' shape)."""
@@ -362,7 +363,7 @@ class TileMemory:
         if op.attrs["op"] is AtomicKind.ADD:
             np.add.at(memory, elements, values)  # every duplicate applies, in order (integers wrap)
         else:  # max and min as the scalar ops (NaN, -0.0 < +0.0), duplicates in order
-            _apply_atomics(op.attrs["op"].value, memory, elements, [values])
+            apply_atomics(op.attrs["op"].value, memory, elements, [values])
 
     # scalar loads, stores and atomics in a tile program: once per (active) program
     def _scalar_index(self, op: Op, idx, memory) -> np.ndarray:
@@ -400,7 +401,7 @@ class TileMemory:
         idx = self._scalar_index(op, self.env[op.operands[0]], memory)
         values = [np.asarray(self.env[v], memory.dtype) for v in op.operands[1:]]
         idx, *values = self._active_programs(idx, *values)
-        old = _apply_atomics(op.attrs["op"].value, memory, np.ascontiguousarray(idx), values)
+        old = apply_atomics(op.attrs["op"].value, memory, np.ascontiguousarray(idx), values)
         result = np.zeros(self.programs, memory.dtype)
         result[slice(None) if self.active is None else self.active] = old
         self.env[op.result] = result

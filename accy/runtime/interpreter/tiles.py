@@ -43,7 +43,8 @@ from ...errors import ArgumentError
 from . import numerics
 from ..arguments import Binding
 from ...diagnostics import division_by_zero, thread_text
-from .simt import _WIDE, DEFAULT_MEMORY_CAP, EVAL, _last_uses
+from .pointwise import EVAL, WIDE
+from .simt import DEFAULT_MEMORY_CAP, _last_uses
 from .tile_folds import TileFolds, _fold_plans_of, fold_counts
 from .tile_memory import Affine, Conjunction, TileMemory, _unit_axes, _Values
 from .tile_numerics import arg_along, dot, reduce_along, round_to_tf32
@@ -89,7 +90,7 @@ def _schedule(graph: Graph) -> dict[Block, tuple[tuple, ...]]:
                 if handler is None:
                     fn = EVAL[op.opcode]
                     if op.operands and not numerics._narrow(element_type(op.operands[0].type).numpy):
-                        fn = _WIDE.get(fn, fn)
+                        fn = WIDE.get(fn, fn)
                 entries.append((op, handler, fn, op.results[0] if op.results else None, frees.get(op, ())))
             steps[block] = tuple(entries)
         _schedules[graph] = steps
@@ -192,7 +193,7 @@ class TileInterpreter(TileMemory, TileFolds):
         a, b = (self.env[v] for v in op.operands)
         if not element_type(op.result.type).is_int:
             if not numerics._narrow(np.asarray(b).dtype):
-                float_op = _WIDE.get(float_op, float_op)
+                float_op = WIDE.get(float_op, float_op)
             self.env[op.result] = float_op(a, b)
             return
         zero = np.asarray(b) == 0
