@@ -174,7 +174,7 @@ class Interpreter:
         self.control = SimtControl(self, {} if plain else schedule.plans, memory_cap)
         parts = {"interpreter": self, "memory": self.memory, "cooperation": self.cooperation, "control": self.control}
         # read from the classes now, so that a method patched on a class (as tests do) is the one that runs
-        self.handlers = {name: getattr(parts[part], "op_" + name) for name, part in HANDLERS.items()}
+        self.handlers = {name: getattr(parts[part], method) for name, (part, method) in HANDLERS.items()}
 
     def run(self) -> None:
         with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the semantics, not warnings
@@ -303,9 +303,10 @@ class Interpreter:
         self.run_block(block)
 
 
-# which part of an Interpreter runs each op of its own (its method op_<name>)
-HANDLERS = {name[3:]: part for part, cls in (("interpreter", Interpreter), ("memory", SimtMemory),
-                                             ("cooperation", BlockCooperation), ("control", SimtControl))
+# the handler table's entries: each op of the interpreter's own, by its name, to the method
+# op_<name> of the interpreter or of a part
+HANDLERS = {name[3:]: (part, name) for part, cls in (("interpreter", Interpreter), ("memory", SimtMemory),
+                                                     ("cooperation", BlockCooperation), ("control", SimtControl))
             for name in vars(cls) if name.startswith("op_")}
 assert set(HANDLERS) == STRUCTURAL | CHECKED, sorted(set(HANDLERS) ^ (STRUCTURAL | CHECKED))
 
