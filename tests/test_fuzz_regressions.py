@@ -194,7 +194,7 @@ def test_bug5_fma_of_uniform_f64_values_runs_on_the_interpreter():
 # llvm and cuda run nothing when the launch has no threads (host.run_graph and cuda.execute
 # return at once for `launch.lanes == 0`), so a kernel-scope load out of bounds (or a
 # division by zero) there is never executed.  The interpreter runs the kernel's top-level
-# ops anyway; the failing check then calls Interpreter._first_bad, which broadcasts the
+# ops anyway; the failing check then calls Interpreter.first_bad, which broadcasts the
 # condition to the empty grid and takes np.argmax of it: "ValueError: attempt to get argmax
 # of an empty sequence" escapes (not even an AccyError).
 # Fixed: an empty launch runs nothing on the interpreter either.

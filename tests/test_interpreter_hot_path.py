@@ -31,7 +31,7 @@ def _samples(t, rng, n=257):
     return rng.integers(info.min, info.max, n, dtype=t.numpy, endpoint=True)
 
 
-WIDE_ENTRIES = [(name, fn) for name, fn in interpreter.EVAL.items() if fn in interpreter._WIDE]
+WIDE_ENTRIES = [(name, fn) for name, fn in interpreter.EVAL.items() if fn in interpreter.WIDE]
 
 
 def test_the_fast_path_covers_the_rounding_wrappers():
@@ -41,7 +41,7 @@ def test_the_fast_path_covers_the_rounding_wrappers():
 @pytest.mark.parametrize("name, entry", WIDE_ENTRIES, ids=[name for name, _ in WIDE_ENTRIES])
 def test_the_plain_function_computes_what_the_op_table_does_for_every_wide_dtype(name, entry):
     rng = np.random.default_rng(7)
-    plain = interpreter._WIDE[entry]
+    plain = interpreter.WIDE[entry]
     checked = 0
     for t in DTYPES.values():
         if t.is_bool or numerics._narrow(t.numpy) or (not t.is_float and name not in ("add", "sub", "mul")):

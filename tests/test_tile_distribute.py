@@ -401,17 +401,17 @@ def test_misaligned_starts_and_odd_strides_fall_back_and_agree_with_numpy(backen
 def test_the_vector_path_runs_exactly_where_the_checks_hold(monkeypatch):
     """Counted on the SIMT interpreter (it runs a branch only for the threads taking it): every
     group whole where start and stride keep groups aligned; none where either does not."""
-    from accy.runtime.interpreter.simt import Interpreter
+    from accy.runtime.interpreter.simt_memory import SimtMemory
 
     wide = []
-    original = Interpreter.op_load
+    original = SimtMemory.op_load
 
     def counting(self, op):
         if op.attrs.vec > 1:
             wide.append(op)
         original(self, op)
 
-    monkeypatch.setattr(Interpreter, "op_load", counting)
+    monkeypatch.setattr(SimtMemory, "op_load", counting)
     program = row_copy(f32)
     for start, stride, expected in ((0, 64, 4), (4, 68, 4), (1, 64, 0), (0, 66, 0)):
         wide.clear()

@@ -1,5 +1,5 @@
-"""The tile interpreter's folds (a mixin of :class:`.tile_interpreter.TileInterpreter`): a fold
-runs trip by trip, or, where its plan allows, every trip at once in chunks (vectorised) and
+"""The tile interpreter's folds (a :class:`FoldRunner`, a part of :class:`.tiles.TileInterpreter`):
+a fold runs trip by trip, or, where its plan allows, every trip at once in chunks (vectorised) and
 its terms combined into the carries in trip order; where its trips differ between programs it
 runs under an active mask until the longest is done."""
 
@@ -17,7 +17,8 @@ from ...dsl.ops import REDUCTIONS, Precision
 from ...dsl.types import TileType, element_type
 from ...errors import ExecutionError, OutOfBoundsError
 from . import numerics
-from .simt import _WIDE, EVAL, _step_without_wrap, _uses
+from .pointwise import EVAL, WIDE
+from .simt_control import step_without_wrap, uses
 from .tile_memory import Affine, Conjunction, _compact
 from .tile_numerics import round_to_tf32
 
@@ -100,7 +101,7 @@ def _fold_plan(op: Op) -> _FoldPlan | None:
             first = owner.operands[0] is carry
             fn = EVAL[owner.opcode]
             if not numerics._narrow(element_type(carry.type).numpy):
-                fn = _WIDE.get(fn, fn)  # a ufunc then combines in place
+                fn = WIDE.get(fn, fn)  # a ufunc then combines in place
             combines.append(_Combine(owner, (owner.operands[1 if first else 0],), fn, first))
         else:
             return None
@@ -110,7 +111,7 @@ def _fold_plan(op: Op) -> _FoldPlan | None:
         if inner.opcode == "dot":  # its inputs converted to the accumulator's type
             item = element_type(inner.result.type).numpy.itemsize
             trip_bytes += sum(math.prod(v.type.shape) * item for v in inner.operands[:2])
-    captured = tuple(sorted(_uses(region) - defined, key=id))
+    captured = tuple(sorted(uses(region) - defined, key=id))
     return _FoldPlan(tuple(combines), frozenset(c.op for c in combines), captured, frozenset(defined), trip_bytes)
 
 
@@ -159,25 +160,33 @@ fold_counts = FoldCounts()
 _ABSENT = object()
 
 
-class TileFolds:
-    """fold: looped, vectorised (every trip at once) or divergent (under an active mask)."""
+class FoldRunner:
+    """The folds of ``interpreter``'s launch: looped, vectorised (every trip at once) or divergent
+    (under an active mask); ``plans``: the folds that may run vectorised, how."""
+
+    def __init__(self, interpreter, plans: dict[Op, _FoldPlan], memory_cap: int):
+        self.interpreter = interpreter
+        self.plans = plans
+        self.memory_cap = memory_cap  # bytes of temporaries a vectorised fold's chunk may hold
 
     def _iterate(self, region: Block, i, accs) -> list:
-        env = self.env
+        run = self.interpreter
+        env = run.env
         env[region.args[0]] = i
         for a, v in zip(region.args[1:], accs):
             env[a] = v
-        return self._region_values(region)
+        return run.region_values(region)
 
     def op_fold(self, op: Op) -> None:
-        start, stop, *accs = (self.env[v] for v in op.operands)
+        run = self.interpreter
+        start, stop, *accs = (run.env[v] for v in op.operands)
         step = op.attrs["step"]
         (region,) = op.regions
         if np.ndim(start) == 0 and np.ndim(stop) == 0:  # the same trips in every program
             trips = range(int(start), int(stop), step)
-            plan = self.fold_plans.get(op)
+            plan = self.plans.get(op)
             budget = min(self.memory_cap, _CHUNK_BYTES)
-            chunk = 0 if plan is None else min(len(trips), budget // max(1, self.programs * plan.trip_bytes))
+            chunk = 0 if plan is None else min(len(trips), budget // max(1, run.programs * plan.trip_bytes))
             if chunk >= 2:
                 fold_counts.vectorised += 1
                 accs = self._vectorised_fold(trips, chunk, region, plan, accs)
@@ -186,7 +195,7 @@ class TileFolds:
                 accs = self._looped(trips, region, accs)
         else:  # until the longest is done; a program that is done keeps its values and does nothing
             fold_counts.divergent += 1
-            outer = self.active
+            outer = run.active
             i = np.asarray(start, np.int64) + np.zeros(np.shape(stop), np.int64)
             try:
                 while True:
@@ -194,14 +203,14 @@ class TileFolds:
                     active = inside if outer is None else inside & outer
                     if not np.any(active):
                         break
-                    self.active = active
+                    run.active = active
                     new = self._iterate(region, i, accs)
-                    accs = [self._merge(active, v, a) for v, a in zip(new, accs)]
-                    i = np.where(active, _step_without_wrap(i, step), i)
+                    accs = [run.merge(active, v, a) for v, a in zip(new, accs)]
+                    i = np.where(active, step_without_wrap(i, step), i)
             finally:
-                self.active = outer
+                run.active = outer
         for r, value in zip(op.results, accs):
-            self.env[r] = value
+            run.env[r] = value
 
     def _looped(self, trips: range, region: Block, accs) -> list:
         for i in trips:
@@ -212,6 +221,7 @@ class TileFolds:
         """The fold's trips ``chunk`` at a time, each chunk's terms combined in trip order.  A
         chunk that raises runs again trip by trip from its start (its body writes nothing): the
         error is then the one the first failing trip meets first, as a loop raises it."""
+        run = self.interpreter
         accs = list(accs)
         for first in range(0, len(trips), chunk):
             time_limit.check()  # a run past its limit stops between two chunks
@@ -221,16 +231,17 @@ class TileFolds:
             except (OutOfBoundsError, ExecutionError):
                 fold_counts.rerun += 1
                 for v in plan.defined:
-                    self.env.pop(v, None)
-                    self.lazy.pop(v, None)
+                    run.env.pop(v, None)
+                    run.lazy.pop(v, None)
                 return self._looped(trips[first:], region, accs)
             accs = [self._combined(c, acc, t, len(part)) for c, acc, t in zip(plan.combines, accs, terms)]
         return accs
 
     def _all_trips(self, region: Block, plan: _FoldPlan, part: range) -> list:
         """Run the body once for every trip of ``part``: each combine's terms, (trip, program) first."""
-        env, lazy = self.env, self.lazy
-        programs, active, trips = self.programs, self.active, len(part)
+        run = self.interpreter
+        env, lazy, handlers = run.env, run.lazy, run.handlers
+        programs, active, trips = run.programs, run.active, len(part)
         saved = []
         if programs > 1:
             for v in plan.captured:
@@ -244,23 +255,23 @@ class TileFolds:
                 elif value is not _ABSENT:
                     env[v] = _repeated(value, trips, programs)
             if active is not None:
-                self.active = np.tile(active, trips)
-        self.programs = trips * programs
+                run.active = np.tile(active, trips)
+        run.programs = trips * programs
         try:
             env[region.args[0]] = np.repeat(np.arange(part.start, part.stop, part.step, dtype=np.int64), programs)
-            for op, handler, fn, result, dead in self.steps[region]:
+            for op, handler, fn, result, dead in run.steps[region]:
                 if op in plan.skipped:  # its dead values are the terms: read below
                     continue
                 if handler is None:
                     env[result] = fn(*[env[v] for v in op.operands])
                 else:
-                    handler(self, op)
+                    handlers[handler](op)
                 for v in dead:
                     env.pop(v, None)
                     lazy.pop(v, None)
             return [[env[t] for t in c.terms] for c in plan.combines]
         finally:
-            self.programs, self.active = programs, active
+            run.programs, run.active = programs, active
             for v, held, value in saved:
                 env.pop(v, None)
                 lazy.pop(v, None)
@@ -276,9 +287,10 @@ class TileFolds:
 
     def _per_trip(self, term, trips: int):
         """A term as (trips, ...): its rows per (trip, program) pair, or the same every trip."""
-        pairs = trips * self.programs
+        run = self.interpreter
+        pairs = trips * run.programs
         if np.ndim(term) and np.shape(term)[0] == pairs and pairs > 1:
-            return np.reshape(term, (trips, self.programs) + np.shape(term)[1:])
+            return np.reshape(term, (trips, run.programs) + np.shape(term)[1:])
         return np.broadcast_to(term, (trips,) + np.shape(term))
 
     def _combined(self, combine: _Combine, acc, terms, trips: int):

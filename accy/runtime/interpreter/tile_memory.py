@@ -1,7 +1,7 @@
-"""The tile interpreter's memory (a mixin of :class:`.tile_interpreter.TileInterpreter`): index
-tiles and masks held unevaluated (:class:`Affine`, :class:`Conjunction`) and the index arithmetic
-that keeps them so, the box plan that copies each program's elements through a strided view of
-the buffer, gathers and scatters elsewhere, the bounds checks, and atomics."""
+"""The tile interpreter's memory (a :class:`TileMemory`, a part of :class:`.tiles.TileInterpreter`):
+index tiles and masks held unevaluated (:class:`Affine`, :class:`Conjunction`) and the index
+arithmetic that keeps them so, the box plan that copies each program's elements through a strided
+view of the buffer, gathers and scatters elsewhere, the bounds checks, and atomics."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from ...dsl.ir import Op
 from ...dsl.ops import AtomicKind
 from ..arguments import strided_view
 from ...diagnostics import out_of_bounds
-from .simt import _WIDE, EVAL, _apply_atomics
+from .atomics import apply_atomics
+from .pointwise import EVAL, WIDE
 
 _LARGEST = np.maximum.reduce  # one NumPy call for a bounds check
 
@@ -142,61 +143,69 @@ class _Plan:
 
 
 class TileMemory:
-    """Tile and scalar loads, stores and atomics, with the lazily held index tiles and masks they read."""
+    """Tile and scalar loads, stores and atomics of ``interpreter``'s launch, with the lazily held
+    index tiles and masks they read (the interpreter holds them, with the other values)."""
+
+    def __init__(self, interpreter):
+        self.interpreter = interpreter
 
     # -- index tiles and masks held unevaluated ---------------------------------------------
     def index_arithmetic(self, op: Op) -> None:
         """add, sub and mul of index tiles: Affine where both are (and for mul one is a splat of a
         value the same in every program), else evaluated as the op table's."""
-        a, b = (self.lazy.get(v) for v in op.operands)
+        run = self.interpreter
+        a, b = (run.lazy.get(v) for v in op.operands)
         name = op.opcode
         if isinstance(a, Affine) and isinstance(b, Affine):
             if name == "mul" and not any(a.coefs) and np.ndim(a.base) == 0:
                 a, b = b, a
             if name != "mul":
                 sign = np.int64(1 if name == "add" else -1)
-                self.lazy[op.result] = Affine(EVAL[name](a.base, b.base), tuple(
+                run.lazy[op.result] = Affine(EVAL[name](a.base, b.base), tuple(
                     np.int64(x) + sign * np.int64(y) for x, y in zip(a.coefs, b.coefs)), a.shape)
                 return
             if not any(b.coefs) and np.ndim(b.base) == 0:
                 c = np.int64(b.base)
-                self.lazy[op.result] = Affine(EVAL["mul"](a.base, c), tuple(np.int64(x) * c for x in a.coefs), a.shape)
+                run.lazy[op.result] = Affine(EVAL["mul"](a.base, c), tuple(np.int64(x) * c for x in a.coefs), a.shape)
                 return
         fn = EVAL[name]
-        self.env[op.result] = _WIDE.get(fn, fn)(*[self.env[v] for v in op.operands])
+        run.env[op.result] = WIDE.get(fn, fn)(*[run.env[v] for v in op.operands])
 
     def conjunction(self, op: Op) -> None:
         """and of bool tiles: held as its factors (each condition at its own axes' shape)."""
+        run = self.interpreter
         factors = []
         for v in op.operands:
-            held = self.lazy.get(v)
-            factors.extend(held.factors if isinstance(held, Conjunction) else (_compact(np.asarray(self.env[v])),))
-        self.lazy[op.result] = Conjunction(tuple(factors), tuple(op.result.type.shape))
+            held = run.lazy.get(v)
+            factors.extend(held.factors if isinstance(held, Conjunction) else (_compact(np.asarray(run.env[v])),))
+        run.lazy[op.result] = Conjunction(tuple(factors), tuple(op.result.type.shape))
 
     # -- memory ------------------------------------------------------------------------------
     def _checked(self, op: Op, offsets, mask, size: int, programs=None) -> None:
         """The OutOfBoundsError of the first active element outside [0, size), if any (``programs``:
         the program of each leading row, where the arrays hold some programs only)."""
+        run = self.interpreter
         offsets = np.asarray(offsets, np.int64)
         if _LARGEST(offsets.view(np.uint64), axis=None, initial=0) < size:  # a negative index is huge unsigned
             return
         outside = offsets.view(np.uint64) >= size
-        bad = self._first_bad(outside if mask is None else outside & mask, offsets, programs)
+        bad = run.first_bad(outside if mask is None else outside & mask, offsets, programs)
         if bad is not None:
-            raise out_of_bounds(op, bad[1], size, self._program(bad[0]), who="program")
+            raise out_of_bounds(op, bad[1], size, run.program_name(bad[0]), who="program")
 
     def _plan(self, op: Op, size: int) -> _Plan | None:
         """The boxes a tile access reaches, where its offsets are an Affine tile with non-negative
         steps and its mask is one contiguous range per axis in each program; else None.  (Called
         for every access: the common cases, a factor that masks nothing and one the same in every
         program, cost a NumPy call or two.)"""
-        affine = self.lazy.get(op.operands[0])
+        run = self.interpreter
+        affine = run.lazy.get(op.operands[0])
         if not isinstance(affine, Affine) or any(c < 0 for c in affine.coefs):
             return None
-        held = self.lazy.get(op.operands[-1])
-        factors = held.factors if isinstance(held, Conjunction) else (_compact(np.asarray(self.env[op.operands[-1]])),)
-        shape, programs = affine.shape, self.programs
-        live, along = self.active, {}
+        held = run.lazy.get(op.operands[-1])
+        factors = held.factors if isinstance(held, Conjunction) else (_compact(np.asarray(run.env[op.operands[-1]])),)
+        shape, programs = affine.shape, run.programs
+        live, along = run.active, {}
         for f in factors:
             if f.all():
                 continue  # masks nothing
@@ -256,11 +265,12 @@ class TileMemory:
 
     def _some_programs(self, op: Op, programs: np.ndarray):
         """The offsets and mask of a tile access in ``programs`` only (active ones: a plan's rest)."""
-        affine, held = self.lazy[op.operands[0]], self.lazy.get(op.operands[-1])
+        run = self.interpreter
+        affine, held = run.lazy[op.operands[0]], run.lazy.get(op.operands[-1])
         if isinstance(held, Conjunction):
             mask = held.evaluate(programs)
         else:
-            mask = np.asarray(self.env[op.operands[-1]])
+            mask = np.asarray(run.env[op.operands[-1]])
             mask = mask[programs] if mask.shape[0] > 1 else mask
         return affine.evaluate(programs), mask
 
@@ -276,26 +286,27 @@ class TileMemory:
         return np.where(mask, memory[safe], other).astype(memory.dtype, copy=False)
 
     def op_tile_load(self, op: Op) -> None:
-        memory = self.buffers[op.attrs["buffer"]]
-        other = np.asarray(self.env[op.operands[1]], memory.dtype)
-        other = self._per_program(other, 1 + len(op.result.type.shape)) if other.ndim else other
+        run = self.interpreter
+        memory = run.buffers[op.attrs["buffer"]]
+        other = np.asarray(run.env[op.operands[1]], memory.dtype)
+        other = run.per_program(other, 1 + len(op.result.type.shape)) if other.ndim else other
         plan = self._plan(op, memory.size)
         if plan is None:
-            offsets, mask = self.env[op.operands[0]], self.env[op.operands[2]]
-            every = self.active is None and bool(np.all(mask))
-            self.env[op.result] = self._gather(op, memory, offsets, None if every else self._masked(mask), other)
+            offsets, mask = run.env[op.operands[0]], run.env[op.operands[2]]
+            every = run.active is None and bool(np.all(mask))
+            run.env[op.result] = self._gather(op, memory, offsets, None if every else run.masked(mask), other)
             return
         shape = op.result.type.shape
         whole = plan.lengths == shape  # every element of the box (its lows are then 0)
         if plan.uniform and whole:  # the same elements in every program
-            self.env[op.result] = plan.window(memory)[plan.starts[0]][None].copy()
+            run.env[op.result] = plan.window(memory)[plan.starts[0]][None].copy()
             return
-        if whole and plan.fast.size == self.programs:
+        if whole and plan.fast.size == run.programs:
             boxes = plan.boxes(memory)
-            self.env[op.result] = boxes if boxes.flags.owndata else np.array(boxes)  # a view of memory: copied
+            run.env[op.result] = boxes if boxes.flags.owndata else np.array(boxes)  # a view of memory: copied
             return
         uniform = plan.uniform and other.ndim == 0
-        result = np.empty((1 if uniform else self.programs,) + shape, memory.dtype)
+        result = np.empty((1 if uniform else run.programs,) + shape, memory.dtype)
         rows = slice(0, 1) if uniform else plan.rows()
         if plan.fast.size and isinstance(rows, slice) and other.ndim == 0:
             # `other` where no box is: the rows before and after the fast ones, the slabs around each box
@@ -313,13 +324,14 @@ class TileMemory:
             offsets, mask = self._some_programs(op, plan.rest)
             rest_other = other[plan.rest] if other.ndim and other.shape[0] > 1 else other
             result[plan.rest] = self._gather(op, memory, offsets, mask, rest_other, plan.rest)
-        self.env[op.result] = result
+        run.env[op.result] = result
 
     def _elements(self, op: Op, offsets, value, mask, memory, programs=None):
         """The active elements of a tile store or atomic: their checked offsets and values (flat)."""
-        every = mask is None or (self.active is None and programs is None and bool(np.all(mask)))
+        run = self.interpreter
+        every = mask is None or (run.active is None and programs is None and bool(np.all(mask)))
         if not every and programs is None:
-            mask = self._masked(mask)
+            mask = run.masked(mask)
         self._checked(op, offsets, None if every else mask, memory.size, programs)
         shape = np.broadcast_shapes(np.shape(offsets), np.shape(value), () if every else np.shape(mask))
         offsets, value = np.broadcast_to(offsets, shape), np.broadcast_to(np.asarray(value, memory.dtype), shape)
@@ -329,15 +341,16 @@ class TileMemory:
         return offsets[keep], value[keep]
 
     def op_tile_store(self, op: Op) -> None:
-        memory = self.buffers[op.attrs["buffer"]]
-        value = self.env[op.operands[1]]
+        run = self.interpreter
+        memory = run.buffers[op.attrs["buffer"]]
+        value = run.env[op.operands[1]]
         plan = self._plan(op, memory.size)
         if plan is None:
-            offsets, mask = self.env[op.operands[0]], self.env[op.operands[2]]
+            offsets, mask = run.env[op.operands[0]], run.env[op.operands[2]]
             elements, values = self._elements(op, offsets, value, mask, memory)
             memory[elements] = values  # one of several elements at one address wins
             return
-        values = np.broadcast_to(np.asarray(value, memory.dtype), (self.programs,) + op.operands[1].type.shape)
+        values = np.broadcast_to(np.asarray(value, memory.dtype), (run.programs,) + op.operands[1].type.shape)
         if plan.rest.size:  # checked before anything is written
             offsets, mask = self._some_programs(op, plan.rest)
             elements, rest = self._elements(op, offsets, values[plan.rest], mask, memory, plan.rest)
@@ -353,16 +366,17 @@ class TileMemory:
 
     def op_tile_atomic(self, op: Op) -> None:
         """Every program's active elements apply, program by program (each one's in element order)."""
-        offsets, value, mask = (self.env[v] for v in op.operands)
-        memory = self.buffers[op.attrs["buffer"]]
+        run = self.interpreter
+        offsets, value, mask = (run.env[v] for v in op.operands)
+        memory = run.buffers[op.attrs["buffer"]]
         # Offsets, value and mask the same in every program (leading axis 1) are still one update
         # per program, unlike a load or a store, which evaluates them once for all.
-        offsets = np.broadcast_to(offsets, (self.programs,) + np.shape(offsets)[1:])
+        offsets = np.broadcast_to(offsets, (run.programs,) + np.shape(offsets)[1:])
         elements, values = self._elements(op, offsets, value, mask, memory)
         if op.attrs["op"] is AtomicKind.ADD:
             np.add.at(memory, elements, values)  # every duplicate applies, in order (integers wrap)
         else:  # max and min as the scalar ops (NaN, -0.0 < +0.0), duplicates in order
-            _apply_atomics(op.attrs["op"].value, memory, elements, [values])
+            apply_atomics(op.attrs["op"].value, memory, elements, [values])
 
     # scalar loads, stores and atomics in a tile program: once per (active) program
     def _scalar_index(self, op: Op, idx, memory) -> np.ndarray:
@@ -372,23 +386,26 @@ class TileMemory:
 
     def _active_programs(self, *values):
         """Scalars broadcast over the programs, the active ones only."""
-        values = [np.broadcast_to(v, (self.programs,)) for v in values]
-        return values if self.active is None else [v[self.active] for v in values]
+        run = self.interpreter
+        values = [np.broadcast_to(v, (run.programs,)) for v in values]
+        return values if run.active is None else [v[run.active] for v in values]
 
     def op_load(self, op: Op) -> None:
-        memory = self.buffers[op.attrs["buffer"]]
-        idx = self._scalar_index(op, self.env[op.operands[0]], memory)
+        run = self.interpreter
+        memory = run.buffers[op.attrs["buffer"]]
+        idx = self._scalar_index(op, run.env[op.operands[0]], memory)
         if memory.size == 0:  # only inactive programs get here
-            self.env[op.result] = np.zeros(idx.shape, memory.dtype)
+            run.env[op.result] = np.zeros(idx.shape, memory.dtype)
             return
         outside = idx.view(np.uint64) >= memory.size  # inactive programs only: any address will do
-        self.env[op.result] = memory[np.where(outside, 0, idx) if np.any(outside) else idx]
+        run.env[op.result] = memory[np.where(outside, 0, idx) if np.any(outside) else idx]
 
     def op_store(self, op: Op) -> None:
-        memory = self.buffers[op.attrs["buffer"]]
-        idx = self._scalar_index(op, self.env[op.operands[0]], memory)
-        value = np.asarray(self.env[op.operands[1]], memory.dtype)
-        if self.active is None and idx.ndim == 0 and value.ndim == 0:
+        run = self.interpreter
+        memory = run.buffers[op.attrs["buffer"]]
+        idx = self._scalar_index(op, run.env[op.operands[0]], memory)
+        value = np.asarray(run.env[op.operands[1]], memory.dtype)
+        if run.active is None and idx.ndim == 0 and value.ndim == 0:
             memory[idx] = value  # the same store in every program
             return
         idx, value = self._active_programs(idx, value)
@@ -396,11 +413,12 @@ class TileMemory:
 
     def op_atomic(self, op: Op) -> None:
         """Atomics take effect in program order; each program gets the old value that order gives it."""
-        memory = self.buffers[op.attrs["buffer"]]
-        idx = self._scalar_index(op, self.env[op.operands[0]], memory)
-        values = [np.asarray(self.env[v], memory.dtype) for v in op.operands[1:]]
+        run = self.interpreter
+        memory = run.buffers[op.attrs["buffer"]]
+        idx = self._scalar_index(op, run.env[op.operands[0]], memory)
+        values = [np.asarray(run.env[v], memory.dtype) for v in op.operands[1:]]
         idx, *values = self._active_programs(idx, *values)
-        old = _apply_atomics(op.attrs["op"].value, memory, np.ascontiguousarray(idx), values)
-        result = np.zeros(self.programs, memory.dtype)
-        result[slice(None) if self.active is None else self.active] = old
-        self.env[op.result] = result
+        old = apply_atomics(op.attrs["op"].value, memory, np.ascontiguousarray(idx), values)
+        result = np.zeros(run.programs, memory.dtype)
+        result[slice(None) if run.active is None else run.active] = old
+        run.env[op.result] = result

@@ -24,9 +24,10 @@ forming a masked-off element's address.  ``check_memory`` (races, unwritten outp
 SIMT launches only: ``check_memory=True`` on a tile launch is refused (the ptx backend's
 emulator checks a tile launch's programs for races).
 
-This module holds the class that composes the parts, the op schedule, the scalar, shape,
-reduction, dot and control ops and :func:`run_tiles`; memory is :mod:`.tile_memory`'s, folds
-:mod:`.tile_folds`', the reductions' and dot's arithmetic :mod:`.tile_numerics`'.
+This module holds the interpreter that composes the parts (the walk over the ops, the values,
+the active programs and one handler table), the op schedule, the scalar, shape, reduction, dot
+and ``if`` ops and :func:`run_tiles`; memory is :mod:`.tile_memory`'s :class:`TileMemory`, folds
+:mod:`.tile_folds`' :class:`FoldRunner`, the reductions' and dot's arithmetic :mod:`.tile_numerics`'.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ from ...errors import ArgumentError
 from . import numerics
 from ..arguments import Binding
 from ...diagnostics import division_by_zero, thread_text
-from .simt import _WIDE, DEFAULT_MEMORY_CAP, EVAL, _last_uses
-from .tile_folds import TileFolds, _fold_plans_of, fold_counts
+from .pointwise import EVAL, WIDE
+from .simt import DEFAULT_MEMORY_CAP, _last_uses
+from .tile_folds import FoldRunner, _fold_plans_of, fold_counts
 from .tile_memory import Affine, Conjunction, TileMemory, _unit_axes, _Values
 from .tile_numerics import arg_along, dot, reduce_along, round_to_tf32
 
@@ -68,8 +70,8 @@ _schedules: "weakref.WeakKeyDictionary[Graph, dict]" = weakref.WeakKeyDictionary
 
 
 def _schedule(graph: Graph) -> dict[Block, tuple[tuple, ...]]:
-    """Per block: each op as ``(op, handler, fn, result, dead)``: the TileInterpreter method
-    running a structural, checked or tile op (else None), the pointwise EVAL entry (its
+    """Per block: each op as ``(op, handler, fn, result, dead)``: the key of the handler table
+    entry running a structural, checked or tile op (else None), the pointwise EVAL entry (its
     plain function where the operands are wider than f16/bf16), and the values dead after it."""
     steps = _schedules.get(graph)
     if steps is None:
@@ -80,17 +82,17 @@ def _schedule(graph: Graph) -> dict[Block, tuple[tuple, ...]]:
         for block in _blocks(graph):
             entries = []
             for op in block.ops:
-                handler = getattr(TileInterpreter, "op_" + op.opcode, None)
+                handler = op.opcode if op.opcode in HANDLERS else None
                 if len(op.results) == 1 and isinstance(op.results[0].type, TileType):
                     if op.opcode in _AFFINE and op.result.type.dtype.is_index:
-                        handler = TileInterpreter.index_arithmetic
+                        handler = "index_arithmetic"
                     elif op.opcode == "and" and op.result.type.dtype.is_bool:
-                        handler = TileInterpreter.conjunction
+                        handler = "conjunction"
                 fn = None
                 if handler is None:
                     fn = EVAL[op.opcode]
                     if op.operands and not numerics._narrow(element_type(op.operands[0].type).numpy):
-                        fn = _WIDE.get(fn, fn)
+                        fn = WIDE.get(fn, fn)
                 entries.append((op, handler, fn, op.results[0] if op.results else None, frees.get(op, ())))
             steps[block] = tuple(entries)
         _schedules[graph] = steps
@@ -100,14 +102,13 @@ def _schedule(graph: Graph) -> dict[Block, tuple[tuple, ...]]:
 # ----------------------------------------------------------------------------- execution
 
 
-class TileInterpreter(TileMemory, TileFolds):
-    """One launch of a tile graph over NumPy buffers (flat views; outputs are scratch copies)."""
+class TileInterpreter:
+    """One launch of a tile graph over NumPy buffers (flat views; outputs are scratch copies): the
+    values, the active programs and the walk over the ops; memory and folds are its parts'."""
 
     def __init__(self, graph: Graph, buffers: dict[str, np.ndarray], scalars: dict[str, object],
                  extents: tuple[int, ...], *, memory_cap: int = DEFAULT_MEMORY_CAP):
         self.graph = graph
-        self.memory_cap = memory_cap  # bytes of temporaries a vectorised fold's chunk may hold
-        self.fold_plans = _fold_plans_of(graph)
         self.buffers = buffers
         self.env = _Values()
         self.lazy = self.env.lazy  # values held as an Affine or a Conjunction
@@ -118,25 +119,29 @@ class TileInterpreter(TileMemory, TileFolds):
         self.launched = self.programs
         self.active = None  # None: every program is active; else a (P,) bool array
         self.steps = _schedule(graph)
+        self.memory = TileMemory(self)
+        self.folds = FoldRunner(self, _fold_plans_of(graph), memory_cap)
+        parts = {"interpreter": self, "memory": self.memory, "folds": self.folds}
+        self.handlers = {key: getattr(parts[part], method) for key, (part, method) in HANDLERS.items()}
 
     def run(self) -> None:
         with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the semantics, not warnings
             self.run_block(self.graph.body)
 
     def run_block(self, block: Block) -> None:
-        env, lazy = self.env, self.lazy
+        env, lazy, handlers = self.env, self.lazy, self.handlers
         time_limit.check()  # a fold's trip, a branch: where a run past its limit stops
         for op, handler, fn, result, dead in self.steps[block]:
             if handler is None:
                 env[result] = fn(*[env[v] for v in op.operands])
             else:
-                handler(self, op)
+                handlers[handler](op)
             for v in dead:
                 env.pop(v, None)
                 lazy.pop(v, None)
 
     # -- the active programs ------------------------------------------------------
-    def _per_program(self, mask: np.ndarray, ndim: int) -> np.ndarray:
+    def per_program(self, mask: np.ndarray, ndim: int) -> np.ndarray:
         """A (P,) mask shaped to broadcast against a value of ``ndim`` dimensions."""
         return mask.reshape(mask.shape + (1,) * (ndim - 1)) if ndim else mask
 
@@ -145,9 +150,9 @@ class TileInterpreter(TileMemory, TileFolds):
         bad = np.asarray(bad)
         if self.active is None:
             return bad
-        return bad & self._per_program(self.active, max(bad.ndim, 1))
+        return bad & self.per_program(self.active, max(bad.ndim, 1))
 
-    def _first_bad(self, bad, values, programs=None):
+    def first_bad(self, bad, values, programs=None):
         """(program, value there) of the first active element where ``bad``, or None; ``programs``:
         the program of each leading row, where ``bad`` holds some programs only (active ones)."""
         if programs is None:
@@ -164,12 +169,12 @@ class TileInterpreter(TileMemory, TileFolds):
             program = int(programs[program])
         return program, np.broadcast_to(values, shape).reshape(-1)[position].item()
 
-    def _program(self, program: int) -> str:
+    def program_name(self, program: int) -> str:
         return thread_text(self.axes, program % self.launched)  # a (trip, program) pair: its program
 
-    def _masked(self, mask: np.ndarray) -> np.ndarray:
+    def masked(self, mask: np.ndarray) -> np.ndarray:
         """A tile access's mask and the active programs together."""
-        return mask if self.active is None else mask & self._per_program(self.active, mask.ndim)
+        return mask if self.active is None else mask & self.per_program(self.active, mask.ndim)
 
     # -- scalars ---------------------------------------------------------------------
     def op_yield(self, op: Op) -> None:
@@ -193,13 +198,13 @@ class TileInterpreter(TileMemory, TileFolds):
         a, b = (self.env[v] for v in op.operands)
         if not element_type(op.result.type).is_int:
             if not numerics._narrow(np.asarray(b).dtype):
-                float_op = _WIDE.get(float_op, float_op)
+                float_op = WIDE.get(float_op, float_op)
             self.env[op.result] = float_op(a, b)
             return
         zero = np.asarray(b) == 0
-        bad = self._first_bad(zero, b)
+        bad = self.first_bad(zero, b)
         if bad is not None:
-            raise division_by_zero(op, self._program(bad[0]), who="program")
+            raise division_by_zero(op, self.program_name(bad[0]), who="program")
         self.env[op.result] = integer_op(a, np.where(zero, 1, b).astype(np.asarray(b).dtype))  # inactive programs
 
     def op_div(self, op: Op) -> None:
@@ -291,12 +296,12 @@ class TileInterpreter(TileMemory, TileFolds):
         self.env[op.result] = dot(a, b, acc, op.attrs.precision)
 
     # -- control -------------------------------------------------------------------------------
-    def _merge(self, mask: np.ndarray, a, b):
+    def merge(self, mask: np.ndarray, a, b):
         """``a`` in the programs of ``mask``, else ``b`` (scalars or tiles)."""
         ndim = max(np.ndim(a), np.ndim(b))
-        return np.where(self._per_program(mask, ndim), a, b)
+        return np.where(self.per_program(mask, ndim), a, b)
 
-    def _region_values(self, region: Block) -> list:
+    def region_values(self, region: Block) -> list:
         self.run_block(region)
         env, lazy = self.env, self.lazy
         values = [env[v] for v in region.terminator.operands]
@@ -311,7 +316,7 @@ class TileInterpreter(TileMemory, TileFolds):
         then, otherwise = op.regions[0], (op.regions[1] if len(op.regions) > 1 else None)
         if np.ndim(cond) == 0:  # the same in every program: one branch runs
             region = then if cond else otherwise
-            values = self._region_values(region) if region is not None else []
+            values = self.region_values(region) if region is not None else []
         else:
             outer = self.active
             taken = cond if outer is None else cond & outer
@@ -321,7 +326,7 @@ class TileInterpreter(TileMemory, TileFolds):
                 for region, mask in ((then, taken), (otherwise, skipped)):
                     if region is not None and np.any(mask):
                         self.active = mask
-                        branches.append(self._region_values(region))
+                        branches.append(self.region_values(region))
                     else:
                         branches.append(None)
             finally:
@@ -329,7 +334,7 @@ class TileInterpreter(TileMemory, TileFolds):
             if branches[0] is None or branches[1] is None:
                 values = branches[0] or branches[1] or []
             else:
-                values = [self._merge(cond, a, b) for a, b in zip(*branches)]
+                values = [self.merge(cond, a, b) for a, b in zip(*branches)]
         for r, value in zip(op.results, values):
             self.env[r] = value
 
@@ -357,10 +362,16 @@ def run_tiles(graph: Graph, binding: Binding, launch, *, debug_thread=None, chec
     binding.commit(scratch)
 
 
+# the handler table's entries: each op of the interpreter's own (the method op_<name> of the
+# interpreter or of a part) by its name, and the lazily held index arithmetic and masks
+HANDLERS = {name[3:]: (part, name) for part, cls in (("interpreter", TileInterpreter), ("memory", TileMemory),
+                                                     ("folds", FoldRunner))
+            for name in vars(cls) if name.startswith("op_")}
+HANDLERS.update(index_arithmetic=("memory", "index_arithmetic"), conjunction=("memory", "conjunction"))
+
 # every op a tile program may hold has an implementation here: the tile ops, and the SIMT
 # level's scalar ops except the ones that need threads (checked by the tests)
 _THREADS_ONLY = frozenset({"for_each", "for_each_block", "shared", "barrier", "shuffle"})
-IMPLEMENTED = frozenset(EVAL) | frozenset(
-    name for name in SIMT_OPS | TILE_OPS if hasattr(TileInterpreter, "op_" + name))
+IMPLEMENTED = frozenset(EVAL) | frozenset(name for name in SIMT_OPS | TILE_OPS if name in HANDLERS)
 assert IMPLEMENTED == (SIMT_OPS - _THREADS_ONLY) | TILE_OPS, sorted(
     IMPLEMENTED ^ ((SIMT_OPS - _THREADS_ONLY) | TILE_OPS))

@@ -1,0 +1,216 @@
+"""The SIMT interpreter's control flow: ``if_`` regions and folds (vectorised, uniform or
+divergent, as :mod:`.simt` describes), with the fold plans that choose between them.  A
+:class:`SimtControl` holds the fold plans and memory cap of one launch and runs the regions
+through its :class:`~.simt.Interpreter`, which owns the values and the active lanes."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import numpy as np
+
+from ...dsl.ir import Block, Op, Value
+from ...dsl.ops import REDUCTIONS
+from ...dsl.types import INDEX_MAX, INDEX_MIN
+from . import numerics
+from .pointwise import EVAL, WIDE
+
+
+@attrs.frozen
+class _FoldPlan:
+    """How to run one fold op: ``combines`` is None unless it can be vectorised;
+    then entry j says how accumulator j takes its term (the other operand)."""
+
+    combines: tuple[tuple[object, Value], ...] | None  # (combine function for its dtype, the term value)
+    combine_ops: frozenset[Op]  # the combining ops themselves: applied after, not in, the body
+    local_terms: frozenset[Value]  # the terms the body itself defines (dead once folded)
+    body_ops: int  # ops in the body, nested regions included (sizes chunks)
+    captured: tuple[Value, ...]  # the outer values the body reads (bound its shapes)
+
+
+def uses(block: Block) -> set[Value]:
+    """Every value an op in ``block`` (or below) reads."""
+    return {v for op in block.walk() for v in op.operands}
+
+
+_COMBINES = {name: EVAL[name] for name in REDUCTIONS.values()}
+# a fold whose body writes memory or cooperates runs iteration by iteration
+_NOT_VECTORISED = frozenset({"store", "atomic", "barrier", "shuffle"})
+
+
+def fold_plan(op: Op) -> _FoldPlan:
+    (region,) = op.regions
+    body_ops = sum(1 for _ in region.walk())
+    defined = set(region.args)
+    for inner in region.walk():
+        defined.update(inner.results)
+        defined.update(a for nested in inner.regions for a in nested.args)
+    captured = tuple(sorted(uses(region) - defined, key=id))
+    plain = _FoldPlan(None, frozenset(), frozenset(), body_ops, captured)
+    if any(inner.opcode in _NOT_VECTORISED for inner in region.walk()):
+        return plain
+    accs = set(region.args[1:])
+    tainted = set(accs)  # values that depend on a loop-carried value
+    for inner in region.ops:
+        reads = set(inner.operands)
+        for nested in inner.regions:
+            reads |= uses(nested)
+        if reads & tainted:
+            tainted.update(inner.results)
+    combines, combine_ops = [], set()
+    for acc, y in zip(region.args[1:], region.terminator.operands):
+        owner = y.op
+        if owner is None or owner.opcode not in _COMBINES or owner.block is not region:
+            return plain
+        a, b = owner.operands
+        term = b if a is acc else a if b is acc else None
+        if term is None or term in tainted:
+            return plain
+        combine = _COMBINES[owner.opcode]
+        if not numerics._narrow(acc.type.numpy):
+            combine = WIDE.get(combine, combine)  # a ufunc then folds in place
+        combines.append((combine, term))
+        combine_ops.add(owner)
+    local = frozenset(t for _, t in combines if t in defined)  # not from outside the body
+    return _FoldPlan(tuple(combines), frozenset(combine_ops), local, body_ops, captured)
+
+
+def step_without_wrap(i, step: int):
+    """``i + step``, saturating where it would wrap, so a loop ending near the
+    edge of the index range stops instead of starting over."""
+    nxt = i + np.int64(step)
+    wrapped = (nxt < i) if step > 0 else (nxt > i)
+    return np.where(wrapped, np.int64(INDEX_MAX if step > 0 else INDEX_MIN), nxt)
+
+
+class SimtControl:
+    """Branches and folds of one launch: runs their regions on ``interpreter`` under the active
+    lanes that take them (``plans``: per fold op, how it may run; none: every fold loops)."""
+
+    def __init__(self, interpreter, plans: dict[Op, _FoldPlan], memory_cap: int):
+        self.interpreter = interpreter
+        self.plans = plans
+        self.memory_cap = memory_cap  # bytes of temporaries a vectorised fold may hold
+        self.leading = 0  # iteration axes of enclosing vectorised folds, in front of the grid's
+
+    # -- branches ------------------------------------------------------------------
+    def _region_values(self, region: Block):
+        self.interpreter.run_block(region)
+        return [self.interpreter.env[v] for v in region.terminator.operands]
+
+    def op_if(self, op: Op) -> None:
+        run = self.interpreter
+        cond = run.env[op.operands[0]]
+        then, otherwise = op.regions[0], (op.regions[1] if len(op.regions) > 1 else None)
+        if np.ndim(cond) == 0:  # the same for every thread: one branch runs
+            region = then if cond else otherwise
+            values = self._region_values(region) if region is not None else []
+        else:
+            outer = run.active
+            taken = cond if outer is None else (cond & outer)
+            skipped = ~cond if outer is None else (~cond & outer)
+            try:
+                branches = []
+                for region, mask in ((then, taken), (otherwise, skipped)):
+                    if region is not None and np.any(mask):
+                        run.active = mask
+                        branches.append(self._region_values(region))
+                    else:
+                        branches.append(None)
+            finally:
+                run.active = outer
+            if branches[0] is None or branches[1] is None:
+                values = branches[0] or branches[1] or []
+            else:
+                values = [np.where(cond, a, b) for a, b in zip(*branches)]
+        for r, value in zip(op.results, values):
+            run.env[r] = value
+
+    # -- folds -------------------------------------------------------------------
+    def op_fold(self, op: Op) -> None:
+        env = self.interpreter.env
+        start, stop, *inits = (env[v] for v in op.operands)
+        step = op.attrs["step"]
+        (region,) = op.regions
+        uniform = np.ndim(start) == 0 and np.ndim(stop) == 0
+        plan = self.plans.get(op)
+        if uniform and plan is not None and plan.combines is not None:
+            results = self._vectorised_fold(range(int(start), int(stop), step), region, plan, inits)
+        elif uniform:
+            results = self._uniform_fold(range(int(start), int(stop), step), region, inits)
+        else:
+            results = self._divergent_fold(start, stop, step, region, inits)
+        for r, value in zip(op.results, results):
+            env[r] = value
+
+    def _iterate(self, region: Block, i, accs_values, skip: frozenset[Op] = frozenset()):
+        run = self.interpreter
+        env, observer = run.env, run.observer
+        env[region.args[0]] = i
+        for a, v in zip(region.args[1:], accs_values):
+            env[a] = v
+        if observer is not None and np.ndim(i) == 0:
+            observer.enter(region.parent, int(i))
+        try:
+            run.run_block(region, skip)
+        finally:
+            if observer is not None and np.ndim(i) == 0:
+                observer.leave()
+        return None if skip else [env[y] for y in region.terminator.operands]
+
+    def _uniform_fold(self, trips: range, region: Block, accs):
+        for i in trips:
+            accs = self._iterate(region, np.int64(i), accs)
+        return accs
+
+    def _vectorised_fold(self, trips: range, region: Block, plan: _FoldPlan, accs):
+        if not trips:
+            return accs
+        env = self.interpreter.env
+        rank = self.leading + len(self.interpreter.grid)  # the iteration axis goes in front of all current ones
+        # every value in the body broadcasts to at most the shape of what it reads from outside
+        bound = np.broadcast_shapes(*(np.shape(env[c]) for c in plan.captured), *(np.shape(a) for a in accs))
+        per_iteration = 8 * max(plan.body_ops, 1) * max(math.prod(bound), 1)
+        chunk = max(1, min(len(trips), self.memory_cap // per_iteration))
+        accs = list(accs)
+        self.leading += 1
+        try:
+            for first in range(0, len(trips), chunk):
+                part = trips[first:first + chunk]
+                i = np.arange(part.start, part.stop, part.step, dtype=np.int64).reshape((len(part),) + (1,) * rank)
+                self._iterate(region, i, accs, plan.combine_ops)
+                for j, ((combine, term), acc) in enumerate(zip(plan.combines, accs)):
+                    terms = env[term]
+                    shape = np.broadcast_shapes((len(part),) + (1,) * rank, np.shape(terms), np.shape(acc))
+                    total = np.array(np.broadcast_to(acc, shape[1:]))
+                    in_place = isinstance(combine, np.ufunc)  # no fresh array (and pages) per iteration
+                    for t in np.broadcast_to(terms, shape):  # in iteration order: rounds as a loop does
+                        if in_place:
+                            combine(total, t, out=total)
+                        else:
+                            total = np.asarray(combine(total, t)).astype(total.dtype, copy=False)
+                    accs[j] = total
+                for t in plan.local_terms:  # dead once folded: free them before the next chunk
+                    del env[t]
+        finally:
+            self.leading -= 1
+        return accs
+
+    def _divergent_fold(self, start, stop, step, region: Block, accs):
+        run = self.interpreter
+        outer = run.active
+        i = np.asarray(start, np.int64) + np.zeros(np.shape(stop), np.int64)
+        try:
+            while True:
+                inside = (i < stop) if step > 0 else (i > stop)
+                active = inside if outer is None else (inside & outer)
+                if not np.any(active):
+                    break
+                run.active = active
+                new = self._iterate(region, i, accs)
+                accs = [np.where(active, v, a) for v, a in zip(new, accs)]
+                i = np.where(active, step_without_wrap(i, step), i)
+        finally:
+            run.active = outer
+        return accs
