@@ -302,3 +302,44 @@ def test_text_form_of_block_ops_parses_back():
     assert accy.parse(text).text() == text
     assert "atomic add shared %local[" in histogram().graph.text()
     assert "shuffle xor" in row_softmax().graph.text()
+
+
+def test_a_pass_records_through_the_builders_pass_interface(backend):
+    """What a lowering pass records with (accy.lowering.distribute uses nothing else of the
+    builder's internals): record, loop (no carried values allowed), declare_scratch, varies."""
+    from accy.dsl import Traced
+    from accy.dsl.ops import LoadAttrs, Space, StoreAttrs
+
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32))
+    def rebuilt(k, a):
+        @k.for_each_block(grid=axis("b", 2), threads=axis("t", 4))
+        def body(inner, block, thread):
+            array, declared = inner.declare_scratch(f32, 4, "tile")
+            assert (declared.opcode, declared.attrs.name, array.name) == ("shared", "tile0", "tile0")
+            assert inner.block.ops[0] is declared
+            at = inner.record("add", [inner.mul(block["b"], 4), thread["t"]]).result
+            assert inner.varies(at) and not inner.varies(block["b"])
+            value = Traced(inner.record("load", [at], LoadAttrs(buffer="x", dtype=f32, space=Space.GLOBAL)).result)
+            inner.store(array, value * 2.0, thread["t"])
+            inner.barrier()
+            assert inner.loop(0, 2, 1, (), lambda inner, i, accs: ()) == ()
+            total, = inner.loop(0, 4, 1, (inner.constant(0.0, f32),),
+                                lambda inner, i, accs: (accs[0] + inner.load(array, i),))
+            inner.record("store", [at, total], StoreAttrs(buffer="dst", dtype=f32, space=Space.GLOBAL))
+
+    x = np.arange(8, dtype=np.float32)
+    dst = np.zeros(8, np.float32)
+    rebuilt.run([dst, x], backend=backend)
+    assert dst.tolist() == [12.0] * 4 + [44.0] * 4
+
+
+def test_declare_scratch_outside_a_block_launch_is_a_clear_error():
+    @kernel(dst=dynamic_buffer(f32))
+    def elementwise(k, a):
+        @k.for_each_1d(axis("i", a.dst.size))
+        def body(inner, i):
+            inner.declare_scratch(f32, 4, "tile")
+
+    with pytest.raises(accy.errors.TraceError, match="declare_scratch: tile scratch is shared memory, which only a "
+                                                     "for_each_block body has"):
+        elementwise.graph

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -29,8 +29,8 @@ from .ops import (
     OPS, CastAttrs, ConstAttrs, ForEachAttrs, ForEachBlockAttrs, ForEachTileAttrs, NoAttrs, OpTypeError, infer,
 )
 from .traced import (
-    _METHOD_NAMES, AxisIndex, BuilderBase, LaunchIndex, RuntimeAxis, Traced, _LaunchInfo, _NO_CTX, _describe, _error,
-    _unknown, axis,
+    _METHOD_NAMES, AxisIndex, BuilderBase, LaunchIndex, RuntimeAxis, SharedArray, Traced, _LaunchInfo, _NO_CTX,
+    _describe, _error, _unknown, axis,
 )
 from .tiles import TileOps
 from .types import INDEX_MAX, DType, as_dtype, boolean, f32, from_numpy, index
@@ -148,6 +148,32 @@ class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
 
     def _traced(self, op: Op) -> Traced:
         return Traced(op.result)
+
+    # -- for passes that rebuild a graph op by op (accy.lowering) --------------------
+    def record(self, opcode: str, operands: Sequence, attrs=None) -> Op:
+        """Record the op ``opcode`` of ``operands`` (traced or graph values) and ``attrs`` (its
+        op's attrs, none by default) as it is given, checked and typed like every op; returns it."""
+        return self._record(opcode, operands, attrs)
+
+    def loop(self, start, stop, step, init: tuple, body: Callable) -> tuple:
+        """A ``fold`` carrying the values of ``init``, a tuple of any length (none too):
+        ``body(inner, i, accs)`` returns the next ones; returns the last ones (a tuple)."""
+        return self._loop(start, stop, step, tuple(init), _NO_CTX, body)
+
+    def declare_scratch(self, dtype, count: int, stem: str) -> tuple[SharedArray, Op]:
+        """A shared array of ``count`` ``dtype`` that a pass needs in this block launch, declared
+        first in its body and named ``stem<k>`` (the first free k): the array and its ``shared``
+        op, whose attrs the pass may set to the size it ends up needing."""
+        info = self._launch_info()
+        if info is None or not info.blocks:
+            raise _error(f"declare_scratch: {stem} scratch is shared memory, which only a for_each_block body has")
+        array = info.body._declare_shared(info, dtype, count, None, first=True, stem=stem)
+        return array, info.body.block.ops[0]
+
+    def varies(self, value) -> bool:
+        """Can ``value`` (traced or a graph value) differ between the threads of this block
+        launch (the uniformity analysis)?"""
+        return self._launch_info().varies(value.value if isinstance(value, Traced) else value)
 
     # -- constants ---------------------------------------------------------------
     def constant(self, value, dtype) -> Traced:

@@ -1,0 +1,183 @@
+"""Software pipelining of tensor-core dots in the tile distribution (:mod:`accy.lowering.distribute`):
+in a ``fold_range`` of a program with ``num_stages`` > 1, the ``cp.async`` copies of the operands
+of trip ``i + num_stages - 1`` are in flight while trip ``i`` computes, each trip's operands in
+their own stage of a staging array."""
+
+from __future__ import annotations
+
+from ..dsl.ir import Op
+from ..dsl.ops import SharedAttrs
+from .rebuild import Part, Rebuild
+from .registers import Registers
+from .scratch import Scratch
+from .tensor_cores import STAGED, STAGED_KIND, OperandStaging, TensorCoreDot
+from .tile_memory import Deferred
+
+# the shared memory a pipeline's stages may take: 48 KiB less what the program's scratch holds
+SHARED_BUDGET = 48 * 1024
+
+
+def carried(region) -> set:
+    """The values of a fold body that depend on its carries."""
+    out = set(region.args[1:])
+    for op in region.ops:
+        inner = {v for o in op.regions for x in o.walk() for v in x.operands}
+        if any(v in out for v in op.operands) or inner & out:
+            out.update(op.results)
+    return out
+
+
+def computing(load: Op, region) -> list | None:
+    """The body's ops a load's operands are computed by, in order; None if any is not plain
+    arithmetic (a region, a memory access)."""
+    needed = set(load.operands)
+    ops = []
+    for op in reversed(region.ops[:region.ops.index(load)]):
+        if any(r in needed for r in op.results):
+            if op.regions or op.opdef.memory or not op.opdef.pure:
+                return None
+            ops.append(op)
+            needed.update(op.operands)
+    return ops[::-1]
+
+
+def prefetchable(load: Op, region, carries: set) -> bool:
+    ops = computing(load, region)
+    return ops is not None and not any(v in carries for o in ops + [load] for v in o.operands)
+
+
+class SoftwarePipeline(Part):
+    """Pipelined folds: which dots' operands can be copied ahead (:meth:`plan`), and the fold
+    rebuilt as a prologue and a loop that copies ahead (:meth:`fold`); every pipelined fold's
+    stages share one staging array per element type (``stage_arrays``), the folds running one
+    after another.  ``walker`` rewrites the body's ops (the distributor)."""
+
+    def __init__(self, core: Rebuild, walker, registers: Registers, scratch: Scratch, staging: OperandStaging,
+                 dots: TensorCoreDot, num_stages: int):
+        super().__init__(core)
+        self.walker = walker
+        self.registers = registers
+        self.scratch = scratch
+        self.staging = staging
+        self.dots = dots
+        self.num_stages = num_stages
+        self.stage_arrays: dict = {}  # element type -> the shared array of pipelined folds' stages
+        self.stage_ops: dict = {}  # element type -> its shared op
+        self.stage_array = None  # the staging array of the fold being built
+
+    def declare_sizes(self) -> None:
+        """Each staging array declared at the size of its largest use."""
+        for dtype, array in self.stage_arrays.items():
+            self.stage_ops[dtype].attrs = SharedAttrs(name=array.name, dtype=dtype, count=array.count)
+
+    def plan(self, op: Op, dots: list):
+        """For a fold whose dots take operands loaded per trip (Deferred, computed from the
+        trip's index and values from before the loop alone): (stages, the staging array's
+        element type, the stage's size, per dot its staging plan and offset in a stage, per
+        deferred operand (dot, role, load, its steps, base, row pitch)); None where nothing
+        is to be pipelined or only one stage fits."""
+        stages = self.num_stages
+        region = op.regions[0]
+        if stages < 2 or not dots:
+            return None
+        carries = carried(region)
+        types = {STAGED[kind] for _, kind, _, _, _ in dots}
+        if len(types) != 1:
+            return None
+        (el,) = types
+        offsets, operands, size = {}, [], 0
+        for dot, kind, plan, a, b_ in dots:
+            if dot.block is not region:
+                continue
+            mine = [(role, x, base, row_pitch) for role, x, base, row_pitch in (
+                (0, a, plan.a_base, plan.a_pitch), (1, b_, plan.b_base, plan.b_pitch))
+                if isinstance(x, Deferred) and prefetchable(x.op, region, carries)]
+            if not mine:
+                continue
+            offsets[dot] = (size, plan)
+            operands += [(dot, role, x, size + base, row_pitch) for role, x, base, row_pitch in mine]
+            size += -(-plan.size * el.itemsize // 16) * 16 // el.itemsize  # stages start 16-byte aligned
+        if not operands:
+            return None
+        budget = SHARED_BUDGET - self.scratch.bytes() - sum(
+            a.count * a.dtype.itemsize for t, a in self.stage_arrays.items() if t != el)
+        while stages > 1 and stages * size * el.itemsize > budget:
+            stages -= 1
+        if stages < 2:
+            return None
+        return stages, el, size, offsets, operands
+
+    def prefetch(self, region, plan, trip, stage) -> None:
+        """Issue the copies of the Deferred operands of trip ``trip`` (its index) into stage ``stage``."""
+        stages, el, size, offsets, operands = plan
+        core, staging = self.core, self.staging
+        array = self.stage_array
+        saved = dict(core.env)
+        scopes = core.scopes
+        core.scopes = scopes[:1] + [{}]  # nothing recorded inside the loop body is visible here
+        try:
+            core.env[region.args[0]] = trip
+            loads = {x.op for _, _, x, _, _ in operands}
+            for o in sorted({o for load in loads for o in computing(load, region)}, key=region.ops.index):
+                self.walker.op(o)
+            for dot, role, x, base, row_pitch in operands:
+                fresh = Deferred(x.op, tuple(core.env[v] for v in x.op.operands), x.steps, x.shape, x.transposed)
+                at = core.add(core.mul(stage, size), base)
+                if not staging.copy(fresh, array, at, row_pitch):
+                    staging.fill(array, staging.load_now(fresh), at, row_pitch, x.transposed, STAGED_KIND[el])
+        finally:
+            core.scopes = scopes
+            core.env.clear()
+            core.env.update(saved)
+
+    def fold(self, op: Op, start, stop, inits, layouts, plan) -> None:
+        """The fold as a software pipeline: a prologue issues the copies of the first
+        ``stages - 1`` trips; each trip waits for its own (at most ``stages - 2`` groups left in
+        flight), meets its block at a barrier (every thread's copies landed, every thread done
+        with the stage about to be refilled), issues the copies of the trip ``stages - 1`` ahead
+        into that stage, then computes from its own stage."""
+        stages, el, size, offsets, operands = plan
+        core, registers = self.core, self.registers
+        region = op.regions[0]
+        step = op.attrs.step
+        array = self.stage_arrays.get(el)  # one array for every pipelined fold (they run one after another)
+        if array is None:
+            array, self.stage_ops[el] = core.launch.declare_scratch(el, 1, "stage")
+            self.stage_arrays[el] = array
+        array.count = max(array.count, stages * size)
+        self.stage_array = array
+        b = self.b
+        for s in range(stages - 1):
+            trip = core.add(start, s * step)
+            b.if_(b.lt(trip, stop), lambda inner, s=s, trip=trip: core.within(
+                inner, lambda: self.prefetch(region, plan, trip, s)) and None)
+            b.async_commit()
+
+        def body(inner, i, carries):
+            with core.region(inner):
+                *accs, stage = carries
+                b = self.b
+                b.async_wait(stages - 2)
+                b.barrier()
+                self.scratch.dirty = False
+                ahead = core.add(i, (stages - 1) * step)
+                refill = b.select(b.eq(stage, 0), stages - 1, b.sub(stage, 1))
+                b.if_(b.lt(ahead, stop), lambda inner: core.within(
+                    inner, lambda: self.prefetch(region, plan, ahead, refill)) and None)
+                b.async_commit()
+                for dot, (offset, dot_plan) in offsets.items():
+                    base = core.add(core.mul(stage, size), offset)
+                    self.dots.pipelined[dot] = (self.stage_array, core.add(base, dot_plan.a_base),
+                                                core.add(base, dot_plan.b_base))
+                core.env[region.args[0]] = i
+                registers.unflatten(region.args[1:], accs, layouts)
+                results = self.walker.walk(region)
+                following = b.select(b.eq(stage, stages - 1), 0, b.add(stage, 1))
+                return tuple(registers.flatten(results, layouts)) + (following,)
+
+        flat = self.b.loop(start, stop, step, tuple(registers.flatten(inits, layouts)) + (core.const(0),), body)
+        for dot in offsets:
+            self.dots.pipelined.pop(dot, None)
+        self.b.async_wait(0)
+        self.scratch.dirty = True
+        registers.unflatten(op.results, flat[:-1], layouts)
