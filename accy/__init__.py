@@ -16,35 +16,23 @@ from .dsl import (
     TensorSpec,
     ThreadBlocks,
     axis,
-    bf16,
-    boolean,
     buffer,
     cdiv,
     dynamic_buffer,
     dynamicBuffer,
-    f16,
-    f32,
-    f64,
-    f8e4m3,
-    f8e5m2,
-    i8,
-    i16,
-    i32,
-    i64,
-    index,
     parse,
     scalar,
     schedule,
     tensor,
     thread_blocks,
-    u8,
-    u16,
-    u32,
-    u64,
 )
+from .dsl.types import DTYPES
 from .errors import AccyError
 from .program import Program, kernel
 from .version import __version__
+
+# every scalar type of the table, by its export name (accy.f32, accy.boolean)
+globals().update({t.export_name: t for t in DTYPES.values()})
 
 
 def __getattr__(name):  # accy.Profile without importing the emulator with accy
@@ -63,6 +51,5 @@ __all__ = [
     "errors", "logical", "math", "Graph", "Launch", "Limits", "Program", "ThreadBlocks", "axis", "buffer", "cdiv",
     "dynamic_buffer", "dynamicBuffer", "kernel", "parse", "scalar", "schedule", "thread_blocks", "AccyError",
     "autotune", "compare", "CompareReport", "Profile", "tensor", "TensorSpec", "TensorHandle",
-    "f16", "bf16", "f32", "f64", "f8e4m3", "f8e5m2", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
-    "boolean", "index",
+    *(t.export_name for t in DTYPES.values()),
 ]

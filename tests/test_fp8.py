@@ -13,7 +13,7 @@ import pytest
 
 import accy
 from accy import Program, axis, dynamic_buffer, f8e4m3, f8e5m2, scalar
-from accy.dsl.types import DTYPES, Conversion, f16, f32, f64, from_numpy
+from accy.dsl.types import DTYPES, Conversion, FloatFormat, bf16, f16, f32, f64, from_numpy
 from accy.errors import TraceError
 
 from conftest import CUDA_PARAM, elementwise
@@ -86,6 +86,68 @@ def test_every_float_format_matches_numpy():
         if t.format.inf_code is not None:
             assert t.value_of(t.format.inf_code) == math.inf
         assert t.is_narrow == (t.compute is not t)
+
+
+# fnuz encodings (no infinities, no -0: -0's code is the one NaN, the bias one more than IEEE's)
+FNUZ_FORMATS = {"float8_e4m3fnuz": FloatFormat(4, 3, finite=True, negative_zero_nan=True),
+                "float8_e5m2fnuz": FloatFormat(5, 2, finite=True, negative_zero_nan=True)}
+
+
+@pytest.mark.parametrize("name", FNUZ_FORMATS)
+def test_fnuz_formats_state_ml_dtypes_encoding(name):
+    fmt, info = FNUZ_FORMATS[name], ml_dtypes.finfo(getattr(ml_dtypes, name))
+    assert (fmt.bias, fmt.mantissa, fmt.max_value) == (1 - info.minexp, info.nmant, float(info.max))
+    assert (fmt.nan_code, fmt.inf_code, fmt.max_code) == (0x80, None, 0x7F)
+    assert not (fmt.signed_zero or fmt.signed_nan) and 2.0**fmt.min_subnormal_exponent == float(info.smallest_subnormal)
+    assert f16.format.holds(fmt) and not bf16.format.holds(f16.format) and f32.format.holds(bf16.format)
+    with pytest.raises(ValueError, match="finite"):
+        FloatFormat(4, 3, negative_zero_nan=True)
+
+
+def _jit_minifloat(fmt, lanes=64):
+    """minifloat's widen and narrow of ``fmt`` compiled for the host, over arrays of ``lanes``."""
+    import ctypes
+
+    from llvmlite import ir
+
+    from accy.codegen import machine, minifloat
+
+    module = ir.Module("minifloat")
+    code_t, f32_t = ir.VectorType(ir.IntType(fmt.bits), lanes), ir.VectorType(ir.FloatType(), lanes)
+    for name, src, dst, convert in (("widen", code_t, f32_t, minifloat.widen),
+                                    ("narrow", f32_t, code_t, minifloat.narrow)):
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [src.as_pointer(), dst.as_pointer()]), name)
+        b = ir.IRBuilder(fn.append_basic_block())
+        b.store(convert(b, b.load(fn.args[0], align=1), fmt), fn.args[1], align=1)  # NumPy aligns less
+        b.ret_void()
+    engine = machine.jit_host_module(str(module))
+    calls = {name: ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(engine.get_function_address(name))
+             for name in ("widen", "narrow")}
+
+    def run(name, x, out_dtype):
+        x = np.ascontiguousarray(np.concatenate([x, np.zeros(-x.size % lanes, x.dtype)]))
+        out = np.zeros(x.size, out_dtype)
+        for i in range(0, x.size, lanes):
+            calls[name](x[i:].ctypes.data, out[i:].ctypes.data)
+        return out
+
+    return engine, run
+
+
+@pytest.mark.parametrize("name", FNUZ_FORMATS)
+def test_minifloat_converts_a_format_from_its_table_facts_alone(name):
+    """widen and narrow of fnuz formats no accy type has (yet), bit for bit with ml_dtypes:
+    every code to f32, the f32 sweep to codes (-0 and tiny negatives to +0, NaN, infinities
+    and overflow to the one NaN)."""
+    fmt, dtype = FNUZ_FORMATS[name], np.dtype(getattr(ml_dtypes, name))
+    engine, run = _jit_minifloat(fmt)
+    wide = run("widen", CODES, np.float32)
+    _assert_same_bits(wide, CODES.view(dtype).astype(np.float32), CODES.view(dtype), f"{name} widened")
+    x = np.concatenate([_f32_sweep(), np.array([-0.0, -1e-30, np.inf, -np.inf, -np.nan, 1e6, -1e6], np.float32)])
+    codes = run("narrow", x.view(np.uint32), np.uint8)[:x.size]
+    with np.errstate(all="ignore"):
+        _assert_same_bits(codes.view(dtype), x.astype(dtype), x, f"f32 narrowed to {name}")
+    assert engine
 
 
 # -- fp8 to every type: all 256 codes -------------------------------------------------------------

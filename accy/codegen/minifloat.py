@@ -5,9 +5,12 @@ so the PTX emulator), with no fp8 instruction or intrinsic.
 A value of such a type (``DType.conversion is Conversion.software``) is held as its
 code, an integer of the type's width.  :func:`widen` gives the f32 of a code, exactly;
 :func:`narrow` rounds an f32 to the nearest-even code, as ml_dtypes does: a NaN gives
-the type's quiet NaN of the same sign; a value that rounds past the largest finite one
-gives infinity, or NaN in a type without infinities (E4M3FN).  ``saturate=True`` casts
-are clamped before they get here (:meth:`accy.dsl.builder.Builder.cast`).
+the type's quiet NaN of the same sign (or its one NaN); a value that rounds past the
+largest finite one gives infinity, or NaN in a type without infinities (E4M3FN); a
+negative one that rounds to zero gives -0, or +0 in a type without -0 (whose code is its
+NaN).  Every fact of the encoding comes from its :class:`FloatFormat`.
+``saturate=True`` casts are clamped before they get here
+(:meth:`accy.dsl.builder.Builder.cast`).
 
 Both work on a scalar or a vector of lanes, whose shape the results take.
 """
@@ -46,12 +49,13 @@ def widen(b: ir.IRBuilder, code: ir.Value, fmt: FloatFormat) -> ir.Value:
                    _const(c, (F32_BIAS - fmt.bias) << F32_MANTISSA))
     # a subnormal one is its mantissa times the smallest subnormal (exact in f32)
     count = b.uitofp(magnitude, _shaped(c, F32))
-    subnormal = b.bitcast(b.fmul(count, _const(count, 2.0 ** (1 - fmt.bias - fmt.mantissa))), c.type)
+    subnormal = b.bitcast(b.fmul(count, _const(count, 2.0**fmt.min_subnormal_exponent)), c.type)
     is_subnormal = b.icmp_unsigned("<", magnitude, _const(c, 1 << fmt.mantissa))
     bits = b.select(is_subnormal, subnormal, normal)
-    if fmt.inf_code is None:
+    if fmt.inf_code is None:  # NaN is one code, of either sign or (-0's code) of none
         special = _const(c, 0x7FC00000)
-        bits = b.select(b.icmp_unsigned("==", magnitude, _const(c, fmt.nan_code)), special, bits)
+        nan = b.icmp_unsigned("==", magnitude if fmt.signed_nan else c, _const(c, fmt.nan_code))
+        bits = b.select(nan, special, bits)
     else:
         special = b.select(b.icmp_unsigned("==", magnitude, _const(c, fmt.inf_code)),
                            _const(c, 0x7F800000), _const(c, 0x7FC00000))
@@ -80,7 +84,9 @@ def narrow(b: ir.IRBuilder, x: ir.Value, fmt: FloatFormat) -> ir.Value:
     odd = b.and_(b.lshr(value, shift), _const(bits, 1))
     half = b.sub(b.shl(_const(bits, 1), b.sub(shift, _const(bits, 1))), _const(bits, 1))
     rounded = b.lshr(b.add(b.add(value, half), odd), shift)
-    past = fmt.inf_code if fmt.inf_code is not None else fmt.nan_code  # an infinity, or E4M3FN's NaN
+    past = fmt.inf_code if fmt.inf_code is not None else fmt.nan_code  # an infinity, or a finite type's NaN
     code = b.select(b.icmp_unsigned(">", rounded, _const(bits, fmt.max_code)), _const(bits, past), rounded)
     code = b.select(b.icmp_unsigned(">", magnitude, _const(bits, 0x7F800000)), _const(bits, fmt.nan_code), code)
+    if not fmt.signed_zero:  # a zero is +0: the sign bit alone is the NaN (which has it already)
+        sign = b.select(b.icmp_unsigned("==", code, _const(bits, 0)), _const(bits, 0), sign)
     return b.trunc(b.or_(code, sign), _shaped(x, ir.IntType(fmt.bits)))

@@ -153,7 +153,10 @@ class Numerics:
         return b.select(b.fcmp_unordered("uno", wide, wide), b.bitcast(nan, out.type), out)
 
     def _signed_code(self, code: ir.Value, a: ir.Value, dst: DType) -> ir.Value:
-        """``code`` (float ``a`` rounded to software ``dst``) with ``a``'s sign bit."""
+        """``code`` (float ``a`` rounded to software ``dst``) with ``a``'s sign bit, where
+        ``dst``'s NaNs have signs (a NaN's sign is all the rounding may have lost)."""
+        if not dst.format.signed_nan:
+            return code
         top = constant(code, 1 << (dst.bits - 1))
         return self.b.or_(code, self.b.select(self.sign(a), top, constant(code, 0)))
 

@@ -18,33 +18,17 @@ from .schedule import Launch, Limits, ThreadBlocks, thread_blocks
 from .tiles import cdiv
 from .tensors import TensorHandle, TensorSpec, tensor
 from .trace import BufferSpec, KernelArgs, ScalarSpec, buffer, dynamic_buffer, dynamicBuffer, scalar, trace
-from .types import (
-    DTYPES,
-    DType,
-    bf16,
-    boolean,
-    f16,
-    f32,
-    f64,
-    f8e4m3,
-    f8e5m2,
-    i8,
-    i16,
-    i32,
-    i64,
-    index,
-    u8,
-    u16,
-    u32,
-    u64,
-)
+from .types import DTYPES, DType
 
 __all__ = [
     "schedule", "AxisIndex", "Builder", "BufferHandle", "LaunchIndex", "RuntimeAxis", "Traced", "axis", "Axis",
     "Block", "Graph", "Op", "Param", "ParamKind", "SourceLocation", "Value", "OPS", "OpDef", "parse",
     "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "hoist_loop_invariants",
     "optimize", "verify", "Launch", "Limits", "ThreadBlocks", "thread_blocks", "BufferSpec", "KernelArgs",
-    "ScalarSpec", "buffer", "cdiv", "dynamic_buffer", "dynamicBuffer", "scalar", "trace", "DTYPES", "DType", "bf16",
-    "boolean", "f16", "f32", "f64", "f8e4m3", "f8e5m2", "i8", "i16", "i32", "i64", "index", "u8", "u16", "u32", "u64",
+    "ScalarSpec", "buffer", "cdiv", "dynamic_buffer", "dynamicBuffer", "scalar", "trace", "DTYPES", "DType",
     "TensorHandle", "TensorSpec", "tensor",
 ]
+
+# every scalar type of the table, by its export name (accy.dsl.f32, accy.dsl.boolean)
+globals().update({t.export_name: t for t in DTYPES.values()})
+__all__ += [t.export_name for t in DTYPES.values()]

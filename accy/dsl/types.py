@@ -6,8 +6,8 @@ type and intrinsic suffix, the libdevice suffix of its math functions, its
 size in memory and its range, and for a float type its encoding
 (:class:`FloatFormat`) and how its values reach the type they compute in
 (:class:`Conversion`).  Lowerings read these fields instead of testing for
-particular types or widths, so adding a type is adding one entry here (and its
-export from ``accy``).
+particular types or widths, so adding a type is adding one entry here: ``accy``
+exports every entry, and DLPack arrays of it are read by its ``dlpack_code``.
 
 The fp8 types ``f8e4m3`` (OCP E4M3FN: no infinities, one NaN per sign) and
 ``f8e5m2`` are ml_dtypes' ``float8_e4m3fn`` and ``float8_e5m2``: LLVM has no
@@ -43,11 +43,19 @@ class Conversion(enum.Enum):
 class FloatFormat:
     """A binary float encoding: a sign bit, ``exponent`` bits and ``mantissa`` bits, IEEE-like
     (subnormals; infinities and NaNs in the top binade) unless ``finite``: then there are no
-    infinities and only the all-ones code (of either sign) is NaN, as OCP's E4M3FN."""
+    infinities and only the all-ones code (of either sign) is NaN, as OCP's E4M3FN.  A
+    ``negative_zero_nan`` format (finite too: the "fnuz" types) has no -0 either: its one NaN is
+    the code -0 would have, the sign bit alone, and its exponent bias is one more than IEEE's."""
 
     exponent: int
     mantissa: int
     finite: bool = False
+    negative_zero_nan: bool = attrs.field(default=False)
+
+    @negative_zero_nan.validator
+    def _finite_too(self, attribute, value):
+        if value and not self.finite:
+            raise ValueError("a negative_zero_nan format has no infinities: it is finite")
 
     @property
     def bits(self) -> int:
@@ -55,11 +63,24 @@ class FloatFormat:
 
     @property
     def bias(self) -> int:
-        return 2 ** (self.exponent - 1) - 1
+        return 2 ** (self.exponent - 1) - (0 if self.negative_zero_nan else 1)
+
+    @property
+    def signed_zero(self) -> bool:
+        """Whether -0 is a value (else a negative result that rounds to zero is +0)."""
+        return not self.negative_zero_nan
+
+    @property
+    def signed_nan(self) -> bool:
+        """Whether NaNs come in both signs (else the one NaN code is all there is)."""
+        return not self.negative_zero_nan
 
     @property
     def nan_code(self) -> int:
-        """The positive NaN conversions produce (the quiet one; E4M3FN has just one)."""
+        """The NaN conversions produce: the positive quiet one, or a finite format's only one
+        (of its sign, for E4M3FN; the sign bit alone, for a negative_zero_nan format)."""
+        if self.negative_zero_nan:
+            return 1 << (self.bits - 1)
         if self.finite:
             return 2 ** (self.bits - 1) - 1
         return ((2**self.exponent - 1) << self.mantissa) | (1 << (self.mantissa - 1))
@@ -71,12 +92,25 @@ class FloatFormat:
     @property
     def max_code(self) -> int:
         """The code of the largest finite value."""
+        if self.negative_zero_nan:
+            return 2 ** (self.bits - 1) - 1
         return self.nan_code - 1 if self.finite else self.inf_code - 1
 
     @property
     def max_value(self) -> float:
         exponent, mantissa = divmod(self.max_code, 2**self.mantissa)
         return math.ldexp(1 + mantissa / 2**self.mantissa, exponent - self.bias)
+
+    @property
+    def min_subnormal_exponent(self) -> int:
+        """e of the smallest positive value, 2**e."""
+        return 1 - self.bias - self.mantissa
+
+    def holds(self, other: "FloatFormat") -> bool:
+        """Whether every value of ``other`` (its infinities included) is a value of this format."""
+        return (other.mantissa <= self.mantissa and other.max_value <= self.max_value
+                and other.min_subnormal_exponent >= self.min_subnormal_exponent
+                and (other.finite or not self.finite) and (self.signed_zero or not other.signed_zero))
 
 
 class Kind(enum.Enum):
@@ -91,13 +125,16 @@ class DType:
     name: str
     kind: Kind
     bits: int
-    numpy_name: str  # a NumPy dtype name, or one of ml_dtypes' ("bfloat16", "float8_e4m3fn")
+    numpy_name: str  # a NumPy dtype name, or else one of ml_dtypes' ("bfloat16", "float8_e4m3fn")
     llvm: str  # the LLVM IR type a value is held in: "float", "half", "bfloat", "double", "i32", "i1"
     # every op of f16, bf16 and fp8 values computes in f32 and rounds once back
     compute_name: str | None = None
     libdevice_suffix: str | None = None  # __nv_exp + suffix: "f" for f32, "" for f64
     format: FloatFormat | None = None  # a float type's encoding
     conversion: Conversion | None = None  # a float type's way to and from its compute type
+    # DLPack's type code, for a type NumPy's DLPack import refuses (kDLBfloat, kDLFloat8_*): the
+    # others are DLPack's kDLInt, kDLUInt, kDLFloat and kDLBool of their width
+    dlpack_code: int | None = None
 
     @property
     def numpy(self) -> np.dtype:
@@ -137,6 +174,11 @@ class DType:
     def suffix(self) -> str:
         """The LLVM intrinsic suffix: ``llvm.maximum.f32``, ``llvm.smax.i64``."""
         return {"float": "f32", "half": "f16", "bfloat": "bf16", "double": "f64"}.get(self.llvm, self.llvm)
+
+    @property
+    def export_name(self) -> str:
+        """Its name in ``accy``: the name, but ``boolean`` for ``bool`` (a Python builtin)."""
+        return "boolean" if self.is_bool else self.name
 
     @property
     def is_narrow(self) -> bool:
@@ -181,28 +223,29 @@ class DType:
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    if name in _ML_DTYPES:
+    """NumPy's dtype ``name``, or else ml_dtypes' (imported only then: it takes half a second)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
         import ml_dtypes
 
         return np.dtype(getattr(ml_dtypes, name))
-    return np.dtype(name)
 
 
-_ML_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 f16 = DType("f16", Kind.float, 16, "float16", "half", compute_name="f32", format=FloatFormat(5, 10),
             conversion=Conversion.native)
 bf16 = DType("bf16", Kind.float, 16, "bfloat16", "bfloat", compute_name="f32", format=FloatFormat(8, 7),
-             conversion=Conversion.bfloat_bits)
+             conversion=Conversion.bfloat_bits, dlpack_code=4)
 f32 = DType("f32", Kind.float, 32, "float32", "float", libdevice_suffix="f", format=FloatFormat(8, 23),
             conversion=Conversion.native)
 f64 = DType("f64", Kind.float, 64, "float64", "double", libdevice_suffix="", format=FloatFormat(11, 52),
             conversion=Conversion.native)
 f8e4m3 = DType("f8e4m3", Kind.float, 8, "float8_e4m3fn", "i8", compute_name="f32",
-               format=FloatFormat(4, 3, finite=True), conversion=Conversion.software)
+               format=FloatFormat(4, 3, finite=True), conversion=Conversion.software, dlpack_code=10)
 f8e5m2 = DType("f8e5m2", Kind.float, 8, "float8_e5m2", "i8", compute_name="f32", format=FloatFormat(5, 2),
-               conversion=Conversion.software)
+               conversion=Conversion.software, dlpack_code=12)
 i8 = DType("i8", Kind.signed, 8, "int8", "i8")
 i16 = DType("i16", Kind.signed, 16, "int16", "i16")
 i32 = DType("i32", Kind.signed, 32, "int32", "i32")

@@ -68,8 +68,9 @@ def mma_kind(op: Op, threads: int) -> MmaKind | None:
     the inputs 16-bit floats, fp8 (widened to f16 exactly), f32 with tf32 precision or i8, and
     every warp whole 16-row tiles of the result, 8-column tiles and k-steps."""
     a, b_ = (v.type for v in op.operands[:2])
-    name = a.dtype.name
-    if name in ("f16", "f8e4m3", "f8e5m2"):
+    t = a.dtype
+    name = t.name
+    if t.is_float and f16.format.holds(t.format):  # f16, and fp8 types f16 holds exactly
         kind = MmaKind.F16
     elif name == "bf16":
         kind = MmaKind.BF16

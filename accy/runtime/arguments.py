@@ -35,7 +35,7 @@ import numpy as np
 
 from ..dsl.ir import Graph, Param
 from ..dsl.tensors import tensor_parameters
-from ..dsl.types import DType, from_numpy, numpy_dtype
+from ..dsl.types import DTYPES, DType, from_numpy, numpy_dtype
 from ..errors import ArgumentError
 
 
@@ -129,9 +129,9 @@ class TensorLayout:
         return None
 
 
-# DLPack type codes (code, bits) NumPy does not import, and the ml_dtypes type each is (by name:
-# ml_dtypes takes half a second to import, paid only when such an array comes)
-_DLPACK_ML_DTYPES = {(4, 16): "bfloat16", (10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2"}
+# DLPack type codes (code, bits) NumPy does not import, from the dtype table, and the ml_dtypes type
+# each is (by name: ml_dtypes takes half a second to import, paid only when such an array comes)
+_DLPACK_ML_DTYPES = {(t.dlpack_code, t.bits): t.numpy_name for t in DTYPES.values() if t.dlpack_code is not None}
 _DLPACK_HOST_DEVICES = (1, 3)  # kDLCPU, kDLCUDAHost: memory this CPU reads and writes
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged: memory a CUDA kernel reads and writes
 _DLPACK_DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi",
@@ -481,7 +481,7 @@ def scalar_value(name: str, dtype: DType, value):
     try:
         with np.errstate(all="ignore"):
             rounded = np.asarray(value).astype(dtype.numpy)[()]
-        overflows = not np.isfinite(rounded) and np.isfinite(float(value))  # f8e4m3 overflows to NaN
+        overflows = not np.isfinite(rounded) and np.isfinite(float(value))  # a finite type's overflow: NaN
     except OverflowError:  # a Python int past any float
         rounded, overflows = None, True
     if overflows:

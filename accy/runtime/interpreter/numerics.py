@@ -14,7 +14,7 @@ words):
 * casts: float to float and int to float round to nearest even (once: an
   integer wider than 24 bits reaches a narrow type through round-to-odd in f32;
   f64 reaches fp8 directly, in ml_dtypes' conversion); fp8 follows ml_dtypes:
-  f8e4m3 has no infinities (overflow and infinities give NaN); float
+  in a type without infinities (f8e4m3) overflow and infinities give NaN; float
   to int truncates toward zero, saturates, NaN gives 0; int to int wraps;
 * integers wrap; shifts by a count outside ``[0, bits)`` give 0 (or -1 for a
   negative value shifted right).
