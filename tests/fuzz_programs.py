@@ -6,7 +6,7 @@ no accy objects.  :func:`build` then traces the description into an
 example shrinks to a small program, and the description's ``repr`` together with
 the program's text form shows what went wrong.
 
-What is drawn: every dtype (f16 bf16 f32 f64 f8e4m3 f8e5m2, i8..i64, u8..u64, bool, index) as
+What is drawn: every dtype (f16 bf16 f32 f64 f8e4m3 f8e4m3fnuz f8e5m2, i8..i64, u8..u64, bool, index) as
 input and output buffer element, scalar parameter and intermediate value; casts
 between any two; every pointwise op of ``accy.dsl.ops.OPS`` where its type rule
 allows it, spelled as a builder method, a Python operator or a NumPy ufunc, with
@@ -72,12 +72,12 @@ from accy.dsl.types import DTYPES, INDEX_MAX, INDEX_MIN
 # -- types ------------------------------------------------------------------------------------------
 # types are the dtype names: "f16" ... "index", "bool"
 
-FLOATS = ("f32", "f64", "f16", "bf16", "f8e4m3", "f8e5m2")
+FLOATS = ("f32", "f64", "f16", "bf16", "f8e4m3", "f8e5m2", "f8e4m3fnuz")
 SIGNED = ("i32", "i8", "i16", "i64")
 UNSIGNED = ("u8", "u32", "u16", "u64")
 INTS = ("index",) + SIGNED + UNSIGNED
 TYPES = ("f32", "index", "bool", "i32", "f64", "f16", "bf16", "u8", "i8", "i64", "u32", "i16", "u16", "u64",
-         "f8e4m3", "f8e5m2")
+         "f8e4m3", "f8e5m2", "f8e4m3fnuz")
 assert sorted(TYPES) == sorted(DTYPES)
 
 
@@ -94,16 +94,16 @@ def is_fp8(t):
     """fp8 values never depend on NumPy's inexact math (exact_math=False draws no math function
     of them): an f32 ulp between NumPy's result and vecmath's can round to a whole fp8 ulp
     (12-25%), past any tolerance worth having, so fp8 outputs are compared bit for bit."""
-    return t in ("f8e4m3", "f8e5m2")
+    return t in ("f8e4m3", "f8e5m2", "f8e4m3fnuz")
 
 
 def float_bits(t):
-    return {"f8e4m3": 8, "f8e5m2": 8, "f16": 16, "bf16": 16, "f32": 32, "f64": 64}[t]
+    return {"f8e4m3": 8, "f8e5m2": 8, "f8e4m3fnuz": 8, "f16": 16, "bf16": 16, "f32": 32, "f64": 64}[t]
 
 
 def widens(src: str, dst: str) -> bool:
     """A float cast that is exact (keeps a relative error as it is)."""
-    order = {"f8e4m3": 0, "f8e5m2": 0, "f16": 1, "bf16": 1, "f32": 2, "f64": 3}  # fp8 to fp8 rounds
+    order = {"f8e4m3": 0, "f8e5m2": 0, "f8e4m3fnuz": 0, "f16": 1, "bf16": 1, "f32": 2, "f64": 3}  # fp8 to fp8 rounds
     return is_float(src) and is_float(dst) and (src == dst or order[dst] > order[src])
 
 
@@ -785,7 +785,8 @@ def _float_ties(t):
               2**-25, 2**-25 + 2**-40, 1.5 * 2**-24, 2**-134 + 2**-150, 2**-150, 65520.0, 65519.99, -65520.0,
               2.0**128 * (1 - 2**-25), 2.0**24 + 1, 2.0**31 - 0.5, 2.0**32 - 0.5, -0.5, -1.5,
               1 + 2**-4, 1 + 2**-4 + 2**-30, -(1 + 2**-3), 1 + 2**-3 + 2**-20, 2**-10, 2**-10 + 2**-30, 2**-17,
-              464.0, 464.5, 61440.0, 61439.5]  # fp8: ties, half the smallest subnormal, overflow edges
+              # fp8: ties, half the smallest subnormal, overflow edges
+              464.0, 464.5, 61440.0, 61439.5, 248.0, 247.5, 2**-11, -(2**-11)]
     return sorted({round_to(t, v) for v in values}, key=lambda v: (abs(v), v))
 
 
@@ -800,7 +801,7 @@ COMMON_FLOATS = [0.0, -0.0, 1.0, -1.0, 2.0]
 
 
 def _float_value(t, small=False):
-    width = {"f8e4m3": 16, "f8e5m2": 16, "f16": 16, "bf16": 32, "f32": 32, "f64": 64}[t]
+    width = {"f8e4m3": 16, "f8e5m2": 16, "f8e4m3fnuz": 16, "f16": 16, "bf16": 32, "f32": 32, "f64": 64}[t]
     if small:
         base = st.one_of(_sampled(COMMON_FLOATS), st.floats(-10, 10, width=width))
     else:

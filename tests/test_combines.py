@@ -16,7 +16,7 @@ BACKENDS = ("numpy", "llvm", "ptx")
 @pytest.mark.parametrize("combine", list(Combine))
 def test_the_identity_leaves_every_element_as_it_is(combine):
     rule = COMBINES[combine]
-    for name in ("i8", "u16", "i32", "u64", "bool", "f16", "f32", "f64", "f8e4m3", "f8e5m2"):
+    for name in ("i8", "u16", "i32", "u64", "bool", "f16", "f32", "f64", "f8e4m3", "f8e4m3fnuz", "f8e5m2"):
         dtype = DTYPES[name]
         if rule.bits_only != (dtype.is_int or dtype.is_bool) and (rule.bits_only or dtype.is_bool):
             continue  # not a type this combine takes

@@ -1,7 +1,7 @@
-"""fp8 (f8e4m3 = OCP E4M3FN, f8e5m2) on every backend, bit for bit against ml_dtypes' own
-conversions: all 256 codes to every type, a sweep of every other type into fp8 (ties,
-subnormals, overflow, NaN), ``saturate=True`` (PTX's ``.satfinite`` rule), arithmetic in
-f32 rounded once, scalars and constants; the ptx backend at sm_80 and at sm_90."""
+"""fp8 (f8e4m3 = OCP E4M3FN, f8e4m3fnuz, f8e5m2) on every backend, bit for bit against
+ml_dtypes' own conversions: all 256 codes to every type, a sweep of every other type into fp8
+(ties, subnormals, overflow, NaN, -0), ``saturate=True`` (PTX's ``.satfinite`` rule),
+arithmetic in f32 rounded once, scalars and constants; the ptx backend at sm_80 and at sm_90."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 import accy
-from accy import Program, axis, dynamic_buffer, f8e4m3, f8e5m2, scalar
+from accy import Program, axis, dynamic_buffer, f8e4m3, f8e4m3fnuz, f8e5m2, scalar
 from accy.dsl.types import DTYPES, Conversion, FloatFormat, bf16, f16, f32, f64, from_numpy
 from accy.errors import TraceError
 
 from conftest import CUDA_PARAM, elementwise
 
-FP8 = (f8e4m3, f8e5m2)
+FP8 = (f8e4m3, f8e4m3fnuz, f8e5m2)
 RUNS = [pytest.param("numpy", {}, id="numpy"), pytest.param("llvm", {}, id="llvm"),
         pytest.param("ptx", {"arch": "sm_80"}, id="ptx-sm_80"), pytest.param("ptx", {"arch": "sm_90"}, id="ptx-sm_90"),
         pytest.param(CUDA_PARAM.values[0], {}, marks=CUDA_PARAM.marks, id="cuda")]
@@ -63,7 +63,9 @@ def _int_reference(x: np.ndarray, dst) -> np.ndarray:
 
 def test_fp8_entries_are_ml_dtypes_types_computing_in_f32():
     assert accy.f8e4m3 is DTYPES["f8e4m3"] and accy.f8e5m2 is DTYPES["f8e5m2"]
+    assert accy.f8e4m3fnuz is DTYPES["f8e4m3fnuz"] and "f8e4m3fnuz" in accy.__all__
     assert f8e4m3.numpy == np.dtype(ml_dtypes.float8_e4m3fn) and f8e5m2.numpy == np.dtype(ml_dtypes.float8_e5m2)
+    assert f8e4m3fnuz.numpy == np.dtype(ml_dtypes.float8_e4m3fnuz)
     for t in FP8:
         assert from_numpy(t.numpy) is t
         assert t.is_float and t.is_narrow and t.compute is f32 and t.itemsize == 1
@@ -71,6 +73,7 @@ def test_fp8_entries_are_ml_dtypes_types_computing_in_f32():
     assert (f8e4m3.max, f8e4m3.min, f8e5m2.max, f8e5m2.min) == (448.0, -448.0, 57344.0, -57344.0)
     assert (f8e4m3.format.nan_code, f8e4m3.format.inf_code, f8e4m3.format.max_code) == (0x7F, None, 0x7E)
     assert (f8e5m2.format.nan_code, f8e5m2.format.inf_code, f8e5m2.format.max_code) == (0x7E, 0x7C, 0x7B)
+    assert f8e4m3fnuz.format == FNUZ_FORMATS["float8_e4m3fnuz"] and (f8e4m3fnuz.max, f8e4m3fnuz.min) == (240.0, -240.0)
 
 
 def test_every_float_format_matches_numpy():
@@ -190,7 +193,8 @@ def _f64_sweep() -> np.ndarray:
     points = np.concatenate([values, mids])
     near = np.concatenate([points * (1 + s) for s in (2.0**-30, -(2.0**-30), 2.0**-52, -(2.0**-52))])
     edges = np.array([np.inf, -np.inf, np.nan, -np.nan, 1e300, -1e300, 5e-324, -5e-324, 2.0**-1074 * 3, 1e-30,
-                      np.finfo(np.float64).max, 2.0**-9 * 0.5, 2.0**-16 * 0.5, 464.0, 61440.0, -0.0])
+                      np.finfo(np.float64).max, 2.0**-9 * 0.5, 2.0**-16 * 0.5, 464.0, 61440.0, -0.0,
+                      248.0, -248.0, 2.0**-11, -(2.0**-11), -(2.0**-12), -1e-300])
     rng = np.random.default_rng(64)
     rand = rng.standard_normal(4096) * np.exp2(rng.integers(-20, 20, 4096))
     with np.errstate(invalid="ignore"):  # the sweep's signaling NaNs
@@ -202,7 +206,8 @@ def _int_values(t) -> np.ndarray:
         return np.arange(t.min, t.max + 1, dtype=np.int64).astype(t.numpy)
     rng = np.random.default_rng(t.bits)
     small = np.arange(-70000, 70000, 7)
-    edges = [t.min, t.max, t.min + 1, t.max - 1, 464, 465, 61439, 61440, 61441, -465, 2**24 + 1, 2**31 - 1]
+    edges = [t.min, t.max, t.min + 1, t.max - 1, 464, 465, 61439, 61440, 61441, -465, 247, 248, -248, 2**24 + 1,
+             2**31 - 1]
     values = np.concatenate([small, rng.integers(-(2**40), 2**40, 2048)])
     values = values[(values >= t.min) & (values <= t.max)]
     return np.array(list(values.tolist()) + [v for v in edges if t.min <= v <= t.max], dtype=object).astype(t.numpy)
@@ -268,15 +273,17 @@ def test_saturating_casts_clamp_to_the_largest_finite_value(src, backend, option
     # what PTX's .satfinite does
     if src in (f32, f64):
         special = np.array([np.inf, -np.inf, np.nan, 1e9, -1e9, 464.0, 465.0, 61440.0], src.numpy)
-        e4, e5 = (_run_cast(src, t, special, backend, options, saturate=True).astype(np.float64) for t in FP8)
+        e4, e4nuz, e5 = (_run_cast(src, t, special, backend, options, saturate=True).astype(np.float64) for t in FP8)
         np.testing.assert_array_equal(e4, [448, -448, np.nan, 448, -448, 448, 448, 448])
+        np.testing.assert_array_equal(e4nuz, [240, -240, np.nan, 240, -240, 240, 240, 240])
         np.testing.assert_array_equal(e5, [57344, -57344, np.nan, 57344, -57344, 448, 448, 57344])
 
 
 def test_default_casts_follow_ml_dtypes_on_overflow():
     special = np.array([np.inf, -np.inf, 1e9, 465.0, 61440.0], np.float32)
-    e4, e5 = (_run_cast(f32, t, special, "numpy", {}).astype(np.float64) for t in FP8)
+    e4, e4nuz, e5 = (_run_cast(f32, t, special, "numpy", {}).astype(np.float64) for t in FP8)
     np.testing.assert_array_equal(e4, [np.nan] * 4 + [np.nan])  # E4M3FN has no infinity
+    np.testing.assert_array_equal(e4nuz, [np.nan] * 5)
     np.testing.assert_array_equal(e5, [np.inf, -np.inf, np.inf, 448, np.inf])
 
 
@@ -349,11 +356,42 @@ def test_scalars_constants_and_folds_of_fp8(backend, options):
     _assert_same_bits(out, want, x, f"fp8 kernel on {backend}", any_nan=True)
 
 
-def test_constant_that_overflows_fp8_is_an_error():
-    with pytest.raises(TraceError, match="overflows f8e4m3"):
-        elementwise("big", lambda inner, a: a * 500.0, 4, dtypes=(f8e4m3,), out=f8e4m3).graph
-    assert "const 448.0 : f8e4m3" in str(elementwise("ok", lambda inner, a: a * 460.0, 4, dtypes=(f8e4m3,),
-                                                      out=f8e4m3).graph)
+# (type, a finite value that rounds past its largest, one that rounds to it, the largest)
+FINITE_FP8 = [pytest.param(f8e4m3, 465.0, 464.0, 448.0, id="f8e4m3"),
+              pytest.param(f8e4m3fnuz, 248.0, 247.0, 240.0, id="f8e4m3fnuz")]
+
+
+@pytest.mark.parametrize("t, past, below, biggest", FINITE_FP8)
+def test_constant_that_overflows_fp8_is_an_error(t, past, below, biggest):
+    with pytest.raises(TraceError, match=f"overflows {t}"):
+        elementwise("big", lambda inner, a: a * past, 4, dtypes=(t,), out=t).graph
+    assert f"const {biggest} : {t}" in str(elementwise("ok", lambda inner, a: a * below, 4, dtypes=(t,), out=t).graph)
+
+
+@pytest.mark.parametrize("backend, options", RUNS)
+def test_f8e4m3fnuz_has_no_negative_zero_and_one_nan(backend, options):
+    """-0 (cast, negated, multiplied, underflowed) is +0, code 0x00; NaN, infinities and overflow
+    are the one NaN, 0x80 (the code -0 would have), which stays NaN in every type, as ml_dtypes."""
+    t = f8e4m3fnuz
+    x = np.array([-0.0, -1e-30, -(2.0**-11), np.nan, -np.nan, np.inf, -np.inf, 248.0, -248.0, 247.0, -1.0, 0.0],
+                 np.float32)
+    np.testing.assert_array_equal(_bits(_run_cast(f32, t, x, backend, options)),
+                                  [0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7F, 0xC0, 0])
+    codes = np.array([0x00, 0x80, 0x08, 0x7F, 0xFF], np.uint8).view(t.numpy)  # 0, NaN, tiny, 240, -240
+    ops = {"neg": (lambda inner, a, b: -a, lambda a, b: -a), "mul": (lambda inner, a, b: a * b, np.multiply),
+           "sub": (lambda inner, a, b: a - b, np.subtract)}
+    others = np.array([0x00, 0x08, 0x88, 0x7F, 0x7F], np.uint8).view(t.numpy)  # 0, tiny, -tiny, 240, 240
+    for name, (fn, reference) in ops.items():
+        program = elementwise(f"fnuz_{name}", fn, codes.size, dtypes=(t, t), out=t)
+        got = np.zeros(codes.size, t.numpy)
+        program.run([got, codes, others], backend=backend, **options)
+        with np.errstate(all="ignore"):
+            want = reference(codes.astype(np.float32), others.astype(np.float32)).astype(t.numpy)
+        _assert_same_bits(got, want, codes, f"{name} of {t} on {backend}")
+        assert 0x80 not in _bits(got)[[0, 2]]  # -0, -(tiny*tiny) and 0 - 0 are +0
+    for dst in (f32, f64, f16, bf16, f8e4m3, accy.i32, accy.boolean):
+        nan = _run_cast(t, dst, codes[1:2], backend, options)[0]
+        assert (nan if dst.is_bool or dst.is_int else math.isnan(float(nan))) == (not dst.is_int), (dst, nan)
 
 
 @pytest.mark.parametrize("t", FP8, ids=str)
@@ -394,22 +432,23 @@ def test_shared_memory_shuffles_and_block_reductions_of_fp8(t):
             _assert_same_bits(outs[out], reference[out], x, f"{out} on {name}", any_nan=out in ("top", "scan"))
 
 
-def test_a_scalar_argument_that_overflows_f8e4m3_is_an_error():
-    """E4M3FN rounds an overflow to NaN, not to an infinity: a finite scalar past 448 (after
-    rounding) is an error, as for every float type, not a silent NaN; an infinity stays legal
-    (it is NaN there, as an infinite constant is)."""
+@pytest.mark.parametrize("t, past, below, biggest", FINITE_FP8)
+def test_a_scalar_argument_that_overflows_a_finite_fp8_is_an_error(t, past, below, biggest):
+    """E4M3FN (and fnuz) rounds an overflow to NaN, not to an infinity: a finite scalar past its
+    largest value (after rounding) is an error, as for every float type, not a silent NaN; an
+    infinity stays legal (it is NaN there, as an infinite constant is)."""
     from accy.errors import ArgumentError
 
     def body(k, args):
         k.for_each_1d(axis("i", args.out.size), lambda inner, idx: args.out.__setitem__(idx["i"], args.s))
 
-    program = Program("fill", {"out": dynamic_buffer(f8e4m3), "s": scalar(f8e4m3)}, body)
-    out = np.zeros(4, f8e4m3.numpy)
-    for bad in (1000.0, -465.0, 10**40):
-        with pytest.raises(ArgumentError, match="overflows f8e4m3"):
+    program = Program("fill", {"out": dynamic_buffer(t), "s": scalar(t)}, body)
+    out = np.zeros(4, t.numpy)
+    for bad in (1000.0, -past, 10**40):
+        with pytest.raises(ArgumentError, match=f"overflows {t}"):
             program.run([out, bad])
     assert not out.any()  # untouched
-    program.run([out, 464.0])
-    assert out.astype(np.float32).tolist() == [448.0] * 4
+    program.run([out, below])
+    assert out.astype(np.float32).tolist() == [biggest] * 4
     program.run([out, math.inf])
     assert np.isnan(out.astype(np.float32)).all()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy import axis, bf16, f16, f32, f8e4m3, i8, i32
+from accy import axis, bf16, f16, f32, f8e4m3, f8e4m3fnuz, i8, i32
 from accy.runtime import bind_arguments
 from accy.runtime import get_backend
 from accy.runtime import resolve_launch
@@ -148,6 +148,7 @@ MATMULS = [
     ("tf32", f32, f32, (16, 16, 16, 1), "tf32", MmaKind.TF32),
     ("i8", i8, i32, (16, 16, 32, 1), None, MmaKind.S8),
     ("f8e4m3", f8e4m3, f32, (16, 8, 32, 1), None, MmaKind.F16),
+    ("f8e4m3fnuz", f8e4m3fnuz, f32, (16, 8, 32, 1), None, MmaKind.F16),
 ]
 
 

@@ -433,7 +433,7 @@ def test_the_host_proves_a_launch_over_the_tensors_own_shape_in_bounds(layout):
     assert proven(sj=1) is False and proven(di=-1) is False
 
 
-@pytest.mark.parametrize("dtype", [accy.f8e5m2, accy.f8e4m3, accy.bf16])
+@pytest.mark.parametrize("dtype", [accy.f8e5m2, accy.f8e4m3, accy.f8e4m3fnuz, accy.bf16])
 def test_strided_views_of_narrow_floats_bind_and_tile_loads_read_them(dtype):
     # NumPy cannot rebuild float8_e5m2 from an array interface ("<f1"): every strided view
     # accy makes goes through same-width unsigned integers

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 
 import accy  # noqa: E402
 import accy.torch  # noqa: E402
-from accy import axis, bf16, dynamic_buffer, f8e4m3, f8e5m2, f32, kernel, scalar, tensor  # noqa: E402
+from accy import axis, bf16, dynamic_buffer, f8e4m3, f8e4m3fnuz, f8e5m2, f32, kernel, scalar, tensor  # noqa: E402
 from accy.runtime.arguments import as_host_array  # noqa: E402
 from accy.errors import AccyError, ArgumentError  # noqa: E402
 
@@ -91,12 +91,12 @@ def test_a_tensor_of_the_wrong_dtype_names_the_parameter_and_writes_nothing():
 
 
 @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(bf16), e4=dynamic_buffer(f8e4m3), e5=dynamic_buffer(f8e5m2),
-        out16=dynamic_buffer(bf16))
+        e4nuz=dynamic_buffer(f8e4m3fnuz), out16=dynamic_buffer(bf16))
 def narrow_sum(k, args):
     @k.for_each_1d(axis("i", args.x.size))
     def each(inner, idx):
         i = idx["i"]
-        total = args.x[i].cast(f32) + args.e4[i].cast(f32) + args.e5[i].cast(f32)
+        total = args.x[i].cast(f32) + args.e4[i].cast(f32) + args.e5[i].cast(f32) + args.e4nuz[i].cast(f32)
         args.dst[i] = total
         args.out16[i] = total.cast(bf16)
 
@@ -105,11 +105,11 @@ def narrow_sum(k, args):
 def test_bf16_and_fp8_tensors(backend):
     values = [0.5, -1.25, 3.0, 96.0]
     x, e4 = torch.tensor(values, dtype=torch.bfloat16), torch.tensor(values, dtype=torch.float8_e4m3fn)
-    e5 = torch.tensor(values, dtype=torch.float8_e5m2)
+    e5, e4nuz = torch.tensor(values, dtype=torch.float8_e5m2), torch.tensor(values, dtype=torch.float8_e4m3fnuz)
     dst, out16 = torch.zeros(4), torch.zeros(4, dtype=torch.bfloat16)
-    narrow_sum.run([dst, x, e4, e5, out16], backend=backend)
-    expected = sum(np.asarray(values, t).astype(np.float64)
-                   for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2))
+    narrow_sum.run([dst, x, e4, e5, e4nuz, out16], backend=backend)
+    expected = sum(np.asarray(values, t).astype(np.float64) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
+                                                                      ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz))
     np.testing.assert_array_equal(dst.numpy(), expected.astype(np.float32))
     np.testing.assert_array_equal(out16.float().numpy(), expected.astype(ml_dtypes.bfloat16).astype(np.float32))
 
@@ -317,12 +317,13 @@ def test_bf16_cuda_tensors_come_through_dlpack_and_cpu_tensors_are_refused_on_cu
     dst, e4 = torch.zeros(4, device="cuda"), torch.zeros(4, dtype=torch.float8_e4m3fn, device="cuda")
     e5, out16 = torch.zeros(4, dtype=torch.float8_e5m2, device="cuda"), torch.zeros(4, dtype=torch.bfloat16,
                                                                                     device="cuda")
-    narrow_sum.run([dst, x, e4, e5, out16], backend="cuda")
+    e4nuz = torch.zeros(4, dtype=torch.float8_e4m3fnuz, device="cuda")
+    narrow_sum.run([dst, x, e4, e5, e4nuz, out16], backend="cuda")
     assert dst.tolist() == [0.5, -1.25, 3.0, 96.0] and out16.float().tolist() == dst.tolist()
     with pytest.raises(ArgumentError, match=r"argument 'x' is on cpu \(torch.Tensor\), but backend 'cuda'"):
-        narrow_sum.run([dst, x.cpu(), e4, e5, out16], backend="cuda")
+        narrow_sum.run([dst, x.cpu(), e4, e5, e4nuz, out16], backend="cuda")
     with pytest.raises(ArgumentError, match=r"argument 'dst' is on cuda:0 \(torch.Tensor\), but the CPU backends"):
-        narrow_sum.run([dst, x.cpu(), e4.cpu(), e5.cpu(), out16.cpu()], backend="llvm")
+        narrow_sum.run([dst, x.cpu(), e4.cpu(), e5.cpu(), e4nuz.cpu(), out16.cpu()], backend="llvm")
 
 
 # -- more of the signature and the checks --------------------------------------------------------------

@@ -9,8 +9,9 @@ size in memory and its range, and for a float type its encoding
 particular types or widths, so adding a type is adding one entry here: ``accy``
 exports every entry, and DLPack arrays of it are read by its ``dlpack_code``.
 
-The fp8 types ``f8e4m3`` (OCP E4M3FN: no infinities, one NaN per sign) and
-``f8e5m2`` are ml_dtypes' ``float8_e4m3fn`` and ``float8_e5m2``: LLVM has no
+The fp8 types ``f8e4m3`` (OCP E4M3FN: no infinities, one NaN per sign),
+``f8e4m3fnuz`` (no infinities, no -0: -0's code 0x80 is the one NaN; bias 8) and
+``f8e5m2`` are ml_dtypes' ``float8_e4m3fn``, ``float8_e4m3fnuz`` and ``float8_e5m2``: LLVM has no
 type for them, so a value is held as its 8-bit code and every op computes in f32
 and rounds once back, as f16 and bf16 do.
 
@@ -244,6 +245,9 @@ f64 = DType("f64", Kind.float, 64, "float64", "double", libdevice_suffix="", for
             conversion=Conversion.native)
 f8e4m3 = DType("f8e4m3", Kind.float, 8, "float8_e4m3fn", "i8", compute_name="f32",
                format=FloatFormat(4, 3, finite=True), conversion=Conversion.software, dlpack_code=10)
+f8e4m3fnuz = DType("f8e4m3fnuz", Kind.float, 8, "float8_e4m3fnuz", "i8", compute_name="f32",
+                   format=FloatFormat(4, 3, finite=True, negative_zero_nan=True), conversion=Conversion.software,
+                   dlpack_code=11)
 f8e5m2 = DType("f8e5m2", Kind.float, 8, "float8_e5m2", "i8", compute_name="f32", format=FloatFormat(5, 2),
                conversion=Conversion.software, dlpack_code=12)
 i8 = DType("i8", Kind.signed, 8, "int8", "i8")
@@ -258,7 +262,8 @@ index = DType("index", Kind.signed, 64, "int64", "i64")
 boolean = DType("bool", Kind.bool, 1, "bool", "i1")
 
 DTYPES: dict[str, DType] = {
-    t.name: t for t in (f16, bf16, f32, f64, f8e4m3, f8e5m2, i8, i16, i32, i64, u8, u16, u32, u64, index, boolean)
+    t.name: t
+    for t in (f16, bf16, f32, f64, f8e4m3, f8e4m3fnuz, f8e5m2, i8, i16, i32, i64, u8, u16, u32, u64, index, boolean)
 }
 
 
