@@ -229,9 +229,9 @@ if [ "$dry" != 1 ]; then
   bench_rc=$?
 fi
 
-# 9. the fuzzers, in what is left
+# 9. the fuzzers, in what is left (-m "": every test of these files, the fuzz-marked ones too)
 export ACCY_FUZZ_BACKENDS="$fuzz_backends"
-step "fuzzers on $fuzz_backends" "$fuzz_cap" "$py" -m pytest -q -p no:cacheprovider \
+step "fuzzers on $fuzz_backends" "$fuzz_cap" "$py" -m pytest -q -m "" -p no:cacheprovider \
   "${xdist[@]}" tests/test_fuzz.py tests/test_fuzz_cooperative.py tests/test_fuzz_regressions.py \
   --junitxml="$out/fuzz.xml"
 fuzz_rc=$?

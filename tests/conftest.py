@@ -43,11 +43,11 @@ def pytest_addoption(parser):
     add_fuzz_option(parser)  # --fuzz-long: many more fuzzer examples
 
 
-# -- the quick subset: pytest -m "not fuzz" ----------------------------------------------------
+# -- the quick subset: pytest's default, -m "not fuzz and not full" (pyproject.toml) ----------
 # The fuzzers carry the fuzz marker themselves (tests/test_fuzz*.py).  The sweeps in QUICK_CASES
-# keep only some of their cases in the quick subset (conftest marks the others fuzz; the full
-# suite runs every case): on a compiled backend each case is a kernel of its own, LLVM's O3
-# each time, which is most of their time.
+# keep only some of their cases in the quick subset (conftest marks the others full; the full
+# suite, -m "", runs every case): on a compiled backend each case is a kernel of its own, LLVM's
+# O3 each time, which is most of their time.
 
 
 @attrs.frozen
@@ -120,7 +120,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         quick = QUICK_CASES.get((item.path.name, getattr(item, "originalname", None)))
         if quick is not None and not quick.keeps(item.callspec.params if hasattr(item, "callspec") else {}):
-            item.add_marker(pytest.mark.fuzz)
+            item.add_marker(pytest.mark.full)
 
 
 @pytest.fixture(params=CPU_BACKENDS + [CUDA_PARAM])

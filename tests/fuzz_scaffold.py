@@ -11,8 +11,8 @@ tests/fuzz_programs.py) and tests/test_fuzz_cooperative.py (tests/fuzz_cooperati
 * comparing the runs' outputs bit for bit (or within a tolerance): :func:`mismatch`,
   :func:`compare`.
 
-The tests are collected with the ``fuzz`` marker (pyproject.toml): ``pytest -m "not fuzz"``
-is the quick subset.
+The tests are collected with the ``fuzz`` marker (pyproject.toml), which the quick subset,
+pytest's default selection, leaves out: ``pytest -m fuzz`` runs them.
 """
 
 from __future__ import annotations

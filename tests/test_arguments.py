@@ -352,6 +352,7 @@ def test_tensors_that_require_grad_are_read_and_written_through_detach(backend):
     assert dst.memory.tolist() == [0.0, 3.0, 6.0]
 
 
+@pytest.mark.torch
 def test_torch_bf16_and_requires_grad_tensors():
     torch = pytest.importorskip("torch", reason="torch is not installed here (the classes above stand in for it)")
     dst, x = torch.zeros(5, dtype=torch.bfloat16), torch.tensor([0.5, 1.0, -3.0, 1.5, 100.0], dtype=torch.bfloat16)

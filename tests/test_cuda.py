@@ -98,6 +98,7 @@ def test_device_arrays_are_used_in_place_and_untouched_on_failure():
 
 
 @requires_gpu
+@pytest.mark.torch
 def test_torch_tensors_in_place_timing_and_a_torch_stream():
     torch = pytest.importorskip("torch", reason="torch provides the CUDA tensors and streams of this test")
     from accy.runtime.cuda import default_state

@@ -26,14 +26,18 @@ PRINT = re.compile(r"^(?P<indent>\s*)print\((?P<args>.*?)\)\s+(?P<hash>#)\s?(?P<
 NOTE = "  # "
 
 
-# a sample that imports one of these optional packages skips, saying so, where it is not installed
+# a sample that imports one of these optional packages skips, saying so, where it is not installed,
+# and carries the marker of that name (pyproject.toml)
 OPTIONAL = {"torch": "pip install 'accy[torch]'"}
 
 
 def _optional_marks(code: str) -> list:
-    return [pytest.mark.skipif(importlib.util.find_spec(name) is None,
-                               reason=f"the sample needs {name}, not installed here ({install})")
-            for name, install in OPTIONAL.items() if re.search(rf"^\s*(import|from) {name}\b", code, re.M)]
+    marks = []
+    for name, install in OPTIONAL.items():
+        if re.search(rf"^\s*(import|from) {name}\b", code, re.M):
+            marks += [getattr(pytest.mark, name), pytest.mark.skipif(
+                importlib.util.find_spec(name) is None, reason=f"the sample needs {name}, not installed here ({install})")]
+    return marks
 
 
 def python_samples():

@@ -55,8 +55,8 @@ the optimised one runs (dead-code removal drops unused loads and divisions).
 
 A failure prints (hypothesis ``note``) the description, the program's text form, the
 arguments of each world and what each run did.  Every test here carries the ``fuzz``
-marker (``pytest -m "not fuzz"``, the quick subset, leaves them out); the running and
-comparing both fuzzers share is tests/fuzz_scaffold.py.
+marker (the quick subset, pytest's default selection, leaves them out; ``-m fuzz`` runs
+them); the running and comparing both fuzzers share is tests/fuzz_scaffold.py.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ must be bit-identical across the runs, with any NaN equal to any NaN and the sig
 counted.
 
 ``--fuzz-long`` runs many more examples; the three fuzzers carry the ``fuzz`` marker
-(``pytest -m "not fuzz"``, the quick subset, leaves them out; the deterministic tests stay in).
+(the quick subset, pytest's default selection, leaves them out; the deterministic tests stay in).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'accy[torch]')")
+pytestmark = pytest.mark.torch  # in no extra but torch's: .ci/run installs it, then runs these
 
 import accy  # noqa: E402
 import accy.torch  # noqa: E402
