@@ -1,4 +1,5 @@
 import os
+import signal
 
 import attrs
 import numpy as np
@@ -237,3 +238,10 @@ def pytest_sessionfinish(session, exitstatus):
         details = ", ".join(f"{form} (in {FORMS[form]})" for form in sorted(missing))
         session.exitstatus = 1
         print(f"\nthe PTX emulator lacks instruction forms the suite emitted: {details}")
+
+
+# The interrupt tests send SIGINT to the test process (_thread.interrupt_main).  A shell starts a
+# background job with SIGINT ignored, and Python then keeps it ignored: the interrupt would never
+# land.  Python's own handler, as in a foreground run, whatever started pytest.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)

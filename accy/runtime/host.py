@@ -121,7 +121,7 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
     if n == 1 and per_unit is not None and per_unit * units <= SLICE_SECONDS:
         call(pointers, counts, scalars, address, 0, units)  # short: one call
     else:
-        stop = threading.Event()
+        stop = _Stop()
         futures: list[concurrent.futures.Future] = []
         try:
             bounds = [units * i // n for i in range(n + 1)]
@@ -132,8 +132,9 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
             for f in futures:
                 f.result()
         except BaseException as e:  # Ctrl-C between two slices, the time limit, or a worker's error
-            stop.set()
-            _wait_for(futures)  # none of them may write once this raises (scratch copies are freed)
+            # none of them may write once this raises (scratch copies are freed); a Ctrl-C can land
+            # between a submit and its append, so the workers, not the futures, are counted
+            stop.stop_and_wait()
             if in_place is not None:
                 e.add_note(f"accy: kernel '{in_place}' ran in place on the caller's arrays (it could not fail), "
                            "so its outputs may be partly written")
@@ -164,13 +165,58 @@ def _run_share(call, pointers, counts, scalars, address: int, lo: int, hi: int,
         lo = end
 
 
+class _Stop:
+    """A split launch's stop flag and the worker shares running under it: once
+    :meth:`stop_and_wait` returns, no share runs, and none starts."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._running = 0
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def set(self) -> None:
+        with self._cond:
+            self._stopped = True
+
+    def enter(self) -> bool:
+        """A worker's share may start (it must :meth:`leave`), or the launch stopped first."""
+        with self._cond:
+            if self._stopped:
+                return False
+            self._running += 1
+            return True
+
+    def leave(self) -> None:
+        with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
+
+    def stop_and_wait(self) -> None:
+        with self._cond:
+            self._stopped = True
+            while self._running:
+                try:
+                    self._cond.wait()
+                except BaseException:  # another Ctrl-C: the workers still use this launch's memory
+                    pass
+
+
 def _worker_share(*args) -> None:
-    """A pool worker's :func:`_run_share`: its error stops the other shares too."""
+    """A pool worker's :func:`_run_share`, counted by its stop flag: its error stops the other
+    shares too."""
+    stop = args[-1]
+    if not stop.enter():
+        return
     try:
         _run_share(*args)
     except BaseException:
-        args[-1].set()
+        stop.set()
         raise
+    finally:
+        stop.leave()
 
 
 def _check_whole(kernel: HostKernel, pointers, counts, scalars, status: np.ndarray, units: int) -> bool:
@@ -186,17 +232,6 @@ def _check_whole(kernel: HostKernel, pointers, counts, scalars, status: np.ndarr
 
     _run_share(check, pointers, counts, scalars, _address(status), 0, units, None, time_limit.current(), stop)
     return not status[0]
-
-
-def _wait_for(futures) -> None:
-    """Every worker of an abandoned launch has stopped (they stop at their next slice)."""
-    pending = [f for f in futures if not f.cancel()]
-    while pending:
-        try:
-            concurrent.futures.wait(pending)
-        except BaseException:  # another Ctrl-C: the workers still use this launch's memory
-            pass
-        pending = [f for f in pending if not f.done()]
 
 
 def _address(a: np.ndarray) -> int:
