@@ -452,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         return ns.run(ns)
     except (AccyError, ValueError) as e:
         parser.exit(2, f"accy {ns.command}: error: {e}\n")
+    except BrokenPipeError:  # the reader stopped early (accy ir ... | head): no traceback, as other tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit must not fail
+        return 0
 
 
 if __name__ == "__main__":
