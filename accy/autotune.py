@@ -48,6 +48,7 @@ import numpy as np
 from .dsl.tensors import declared_parameters
 from .errors import AccyError, AutotuneError
 from .program import Program
+from .runtime import get_backend
 from .time_limit import time_limit as run_limit
 from .version import __version__
 
@@ -256,22 +257,7 @@ def _untuned() -> bool:
 
 
 def _device(backend: str, options: Mapping) -> str:
-    if backend == "ptx":
-        return f"ptx {options.get('arch', 'sm_80')}"
-    if backend == "cuda":
-        from .runtime.cuda import default_state
-
-        device = options.get("device", 0)
-        return f"cuda {default_state(device).arch} (device {device})"
-    try:
-        import llvmlite.binding as llvm
-
-        cpu = llvm.get_host_cpu_name()
-    except Exception:  # pragma: no cover - llvmlite is a dependency
-        import platform
-
-        cpu = platform.processor() or platform.machine()
-    return f"{cpu} x{os.cpu_count()}"
+    return get_backend(backend).device(options)
 
 
 def _store_key(programs: Sequence[Program], key: dict, backend: str, options: Mapping, device: str) -> str:
@@ -405,9 +391,9 @@ def _measure(program: Program, args: dict, scratch: dict, reset: Callable[[], No
     start = time.perf_counter()
     try:  # any error a config raises, accy's or the body's own, is that config's failure (Ctrl-C is not)
         with limit(config):
-            if backend == "ptx":
-                profile = program.profile(args, arch=options.get("arch", "sm_80"), limits=limits)
-                outcome = ConfigResult(config, profile.estimated_seconds, 1)
+            estimate = get_backend(backend).estimate
+            if estimate is not None:  # the profile writes to scratch itself
+                outcome = ConfigResult(config, estimate(program, args, options, limits), 1)
             else:
                 outcome = _Timed(config, lambda: program.run(scratch, backend, limits=limits, **options), reset)
                 outcome.reset()
@@ -458,7 +444,7 @@ def _outputs(programs: Sequence[Program]) -> frozenset[str]:
 
 
 def _ranking(backend: str, options: Mapping) -> tuple[str, str]:
-    if backend == "ptx":
+    if get_backend(backend).estimate is not None:
         from .emulator.profile import default_gpu
 
         arch = options.get("arch", "sm_80")
@@ -532,8 +518,6 @@ class Autotuned:
 
     def tuning_log(self, args, backend: str = "numpy", *, limits=None, **options) -> TuningRecord:
         """How the config for these arguments' key on ``backend`` was chosen (tuning first if needed)."""
-        from .runtime import get_backend
-
         checked = {k: v for k, v in options.items() if k not in RUN_OPTIONS}  # the backend's own options
         options = dict(options, **get_backend(backend).checked_options(checked))
         named = _named(args, self.program)
@@ -566,7 +550,8 @@ class Autotuned:
         limit = _Limit(*_time_limits(self.time_limit, self.time_factor))
         written = _outputs(self.programs)
         outputs = {name: a for name, a in named.items() if name in written}
-        scratch = named if backend == "ptx" else dict(named, **{n: _scratch(n, a) for n, a in outputs.items()})
+        estimated = get_backend(backend).estimate is not None  # a profile writes to scratch itself
+        scratch = named if estimated else dict(named, **{n: _scratch(n, a) for n, a in outputs.items()})
         reset = _restorer(scratch, outputs)
         progress = _Progress(self.name, len(self.programs))
         start = time.perf_counter()

@@ -175,9 +175,9 @@ def run_on_tensors(program, args: list) -> None:
     check_signature(program, dict(zip((p.name for p in params), args)))
     backend, device = backend_for(tensors)
     options = {}
-    if backend == "cuda":
+    if get_backend(backend).on_gpu:
         options = {"device": device or 0}
-        get_backend("cuda").check_available(options)  # accy's own error (how to install a driver) before torch's
+        get_backend(backend).check_available(options)  # accy's own error (how to install a driver) before torch's
         options["stream"] = torch.cuda.current_stream(device)  # ordered with torch's work on the tensors
     program.run(list(args), backend=backend, **options)
 

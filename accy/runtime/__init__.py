@@ -77,7 +77,7 @@ def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,
     ``timing=True`` (cuda) returns the kernel's time in milliseconds.
     """
     if program.tensors:  # each tensor's array -> its span and its shape, strides and offset
-        args = expand_tensor_arguments(program.graph, args, on_cuda=backend == "cuda")
+        args = expand_tensor_arguments(program.graph, args, on_cuda=get_backend(backend).on_gpu)
     if counts is None and shapes is None:
         # the types too: 2 == 2.0 and True == 1 share a hash, but only one of each pair is taken
         key = (backend, limits, *options.items(), *map(type, options.values()))

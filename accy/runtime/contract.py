@@ -12,6 +12,7 @@ checked against the limits), then calls ``execute(graph, binding, launch,
 from __future__ import annotations
 
 import numbers
+import os
 from typing import Callable, Mapping
 
 import attrs
@@ -134,6 +135,19 @@ def _options(names) -> tuple[Option, ...]:
     return tuple(OPTIONS[name] for name in sorted(names))
 
 
+def host_device() -> str:
+    """This CPU, as autotune's store names the machine a wall time was measured on."""
+    try:
+        import llvmlite.binding as llvm
+
+        cpu = llvm.get_host_cpu_name()
+    except Exception:  # pragma: no cover - llvmlite is a dependency
+        import platform
+
+        cpu = platform.processor() or platform.machine()
+    return f"{cpu} x{os.cpu_count()}"
+
+
 @attrs.frozen
 class Backend:
     name: str
@@ -149,6 +163,11 @@ class Backend:
     fast: Callable | None = None
     # target(arch) -> the Target its graphs are lowered for (arch: the run's option, None: the device's)
     target: Callable[[str | None], Target] = lambda arch: Target.reference()
+    on_gpu: bool = False  # its arrays live in a GPU's memory (a CUDA tensor is used in place)
+    # device(options) -> the machine its runs measure, for autotune's store: this CPU by default
+    device: Callable[[Mapping], str] = lambda options: host_device()
+    # how autotune ranks its configs: None by wall time, else estimate(program, args, options, limits) -> seconds
+    estimate: Callable | None = None
 
     @property
     def option_names(self) -> frozenset[str]:

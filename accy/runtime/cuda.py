@@ -148,4 +148,9 @@ def execute(graph: Graph, binding: Binding, launch: Launch, *, device: int = 0,
 
 BACKEND = Backend("cuda", frozenset({"device", "timing", "stream"}), execute, device_info,
                   lambda options: default_state(options.get("device", 0)),
-                  target=lambda arch: Target.nvptx(arch or "sm_80"))  # the device's arch is taken to be sm_80 or later
+                  target=lambda arch: Target.nvptx(arch or "sm_80"),  # the device's arch is taken to be sm_80 or later
+                  on_gpu=True, device=lambda options: _device_text(options.get("device", 0)))
+
+
+def _device_text(device: int) -> str:
+    return f"cuda {default_state(device).arch} (device {device})"

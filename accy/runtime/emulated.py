@@ -49,8 +49,15 @@ def execute(graph: Graph, binding: Binding, launch: Launch, *, arch: str = "sm_8
         return DeviceLaunch(driver, graph, binding, launch).run(driver.load(ptx, graph.name))
 
 
+def _estimate(program, args, options, limits) -> float:
+    """A run's time on the GPU ``options``' arch, as accy profile estimates it: the emulator's own
+    wall time says nothing of a GPU's."""
+    return program.profile(args, arch=options.get("arch", "sm_80"), limits=limits).estimated_seconds
+
+
 BACKEND = Backend("ptx", frozenset({"arch", "fast_math", "schedule"}), execute,
-                  target=lambda arch: Target.nvptx(arch or "sm_80"))
+                  target=lambda arch: Target.nvptx(arch or "sm_80"),
+                  device=lambda options: f"ptx {options.get('arch', 'sm_80')}", estimate=_estimate)
 
 
 def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None = None, limits=None,
