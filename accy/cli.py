@@ -187,47 +187,50 @@ def _demo(ns) -> int:
 
 def _ir(ns) -> int:
     program = _program(ns)
-    if ns.passes or ns.after is not None:
-        return _passes(ns, program)
-    graph = program.traced_graph if ns.raw else program.graph
+    if ns.passes:
+        return _write(_pass_listing(ns, program), ns.output)
+    if ns.after is not None:
+        graph, text = _after(ns, program)
+    else:
+        graph = program.traced_graph if ns.raw else program.graph
+        text = graph.text()
     if ns.format == "dot":
         from .dsl.dot import graph_to_dot
 
         return _write(graph_to_dot(graph), ns.output)
-    return _write(graph.text(), ns.output)
+    return _write(text, ns.output)
 
 
-def _passes(ns, program) -> int:
-    """``--passes``: the kernel's pipeline for the backend; ``--after PASS``: its graph after PASS."""
-    from .lowering.pipeline import PASSES, find_stage, run_passes, stages
+def _pass_listing(ns, program) -> str:
+    """``--passes``: the kernel's pipeline for the backend, numbered."""
+    from .lowering.pipeline import stages
     from .runtime import get_backend
 
     target = get_backend(ns.backend).target(ns.arch)
-    tile = program.traced_graph.is_tile_launch
-    if ns.passes:
-        where = f"{ns.backend} ({target.name}{', ' + target.arch if hasattr(target, 'arch') else ''})"
-        lines = [f"# the passes of {program.name} on {where}; `accy ir ... --after N|NAME` prints the graph after one"]
-        for stage in stages(target, tile):
-            when = "traced" if stage.at_trace else "compiled"
-            lines.append(f"{stage.position:3d}  {stage.name:24s} [{when}] {stage.summary}")
-        return _write("\n".join(lines) + "\n", ns.output)
-    stage = find_stage(target, tile, ns.after)
-    front = len(target.pipeline)
+    where = f"{ns.backend} ({target.name}{', ' + target.arch if hasattr(target, 'arch') else ''})"
+    lines = [f"# the passes of {program.name} on {where}; `accy ir ... --after N|NAME` prints the graph after one"]
+    for stage in stages(target, program.traced_graph.is_tile_launch):
+        when = "traced" if stage.at_trace else "compiled"
+        lines.append(f"{stage.position:3d}  {stage.name:24s} [{when}] {stage.summary}")
+    return "\n".join(lines) + "\n"
+
+
+def _after(ns, program):
+    """``--after PASS``: the graph after PASS as the backend lowers it, and its text (with an
+    analysis's report)."""
+    from .lowering.pipeline import find_stage, run_passes, stage_text
+    from .runtime import get_backend
+
+    target = get_backend(ns.backend).target(ns.arch)
+    stage = find_stage(target, program.traced_graph.is_tile_launch, ns.after)
     if stage.position == 0:
         graph = program.traced_graph
     elif stage.at_trace:
         graph = run_passes(program.traced_graph, target, target.pipeline, until=stage.position)
     else:
-        graph = run_passes(program.graph, target, target.tile_pipeline, first=front + 1, until=stage.position)
-    if ns.format == "dot":
-        from .dsl.dot import graph_to_dot
-
-        return _write(graph_to_dot(graph), ns.output)
-    text = graph.text()
-    report = PASSES[stage.name].report if stage.position else None
-    if report is not None:
-        text = text.rstrip("\n") + "\n" + report(graph, target) + "\n"
-    return _write(text, ns.output)
+        graph = run_passes(program.graph, target, target.tile_pipeline, first=len(target.pipeline) + 1,
+                           until=stage.position)
+    return graph, stage_text(graph, target, stage.name)
 
 
 def example_arguments(kernel, size: int, scalars: dict[str, str], seed: int = 0,

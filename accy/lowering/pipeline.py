@@ -106,16 +106,19 @@ def run_passes(graph: Graph, target: Target, names, *, first: int = 1, until: in
     return graph
 
 
+def stage_text(graph: Graph, target: Target, name: str) -> str:
+    """The graph after pass ``name`` as text, an analysis's report after it."""
+    text = graph.text().rstrip("\n") + "\n"
+    report = PASSES[name].report if name in PASSES else None  # "trace" is no pass
+    return text if report is None else text + report(graph, target) + "\n"
+
+
 def write_stage(folder: str, graph: Graph, target: Target, position: int, name: str) -> str:
     """``graph`` after pass ``name`` as ``FOLDER/KERNEL.TARGET.NN-NAME.txt`` (an analysis's report after it)."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{re.sub(r'[^A-Za-z0-9_]', '_', graph.name)}.{target.name}.{position:02d}-{name}.txt")
-    text = graph.text()
-    report = PASSES[name].report if name in PASSES else None
-    if report is not None:
-        text += "\n" + report(graph, target)
     with open(path, "w") as f:
-        f.write(text if text.endswith("\n") else text + "\n")
+        f.write(stage_text(graph, target, name))
     return path
 
 
