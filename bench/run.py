@@ -1,6 +1,6 @@
 """accy's benchmark, every figure a ratio against a baseline measured in the same run.
 
-    python -m bench [--sections targets,attention,interpreter,launch,ptx,compile,autotune] [--quick] [--json out.json]
+    python -m bench [--sections targets,tiles,triton,attention,interpreter,launch,ptx,compile,autotune] [--quick] [--json out.json]
 
 Sections:
 - ``targets``: the kernels people write (vector add, Black-Scholes, softmax, layer norm,
@@ -10,6 +10,10 @@ Sections:
 - ``tiles``: the tile programs (examples/tile_*.py, the tile attention entry) on llvm and the
   numpy backend against NumPy and torch SDPA, with issue 18's targets (bench/tiles.py), and
   a tile kernel's cold trace + compile;
+- ``triton``: the same jobs as Triton users write them (a program per row, a power-of-two
+  block, masked ``load``/``store`` through index tiles), one thread (``llvm-1t``, the least of
+  the repeats) and two against NumPy, the numpy backend beside them, at issue 31's row widths
+  in f32 and bf16 (bench/triton_style.py);
 - ``attention``: every attention entry at tiny..large shapes on every CPU backend, against
   NumPy, einsum, the same loop nest in C and torch SDPA (bench/attention.py);
 - ``interpreter`` (not run by default: the attention section holds the same rows): the
@@ -30,17 +34,18 @@ other work are slower, and ratios measured in one run less so.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 
 import numpy as np
 
-from . import attention, autotune, chart, second_process, targets, tiles
+from . import attention, autotune, chart, second_process, targets, tiles, triton_style
 from .timing import contention, machine, measure
 
-SECTIONS = ("launch", "targets", "tiles", "attention", "interpreter", "ptx", "compile", "autotune")
-DEFAULT_SECTIONS = ("launch", "targets", "tiles", "attention", "ptx", "compile", "autotune")  # attention has the interpreter's rows too
+SECTIONS = ("launch", "targets", "tiles", "triton", "attention", "interpreter", "ptx", "compile", "autotune")
+DEFAULT_SECTIONS = ("launch", "targets", "tiles", "triton", "attention", "ptx", "compile", "autotune")  # attention has the interpreter's rows too
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
@@ -106,6 +111,12 @@ def main(argv=None) -> int:
         cold = tiles.cold_compile()
         print("  cold tile matmul: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in cold.items()))
         report["tiles"] = {"rows": rows, "cold": cold}
+    if "triton" in sections:
+        print("\n== Triton-style tile kernels: llvm on one thread (least of repeats) and two, numpy backend ==")
+        rows = targets.run_workloads(functools.partial(measure, statistic=min), ns.budget, ns.quick, ns.only,
+                                     triton_style.WORKLOADS, triton_style.QUICK)
+        targets.print_rows(rows)
+        report["triton"] = rows
     if "attention" in sections:
         print("\n== attention entries on every CPU backend ==")
         rows = attention.bench_kernels(shapes, quick=ns.quick)

@@ -20,7 +20,8 @@ import attrs
 import numpy as np
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
-BACKENDS = {"llvm": "llvm", "interpreter": "numpy"}  # a row's label -> accy's backend name
+# a row's label -> accy's backend and its run options
+BACKENDS = {"llvm": ("llvm", {}), "llvm-1t": ("llvm", {"threads": 1}), "interpreter": ("numpy", {})}
 UNCHECKED = "llvm-unchecked"  # the llvm backend with checks=False: what the checks cost
 CHECKS_COST = 1.10  # the target: checks cost at most 10%
 
@@ -279,7 +280,8 @@ def run_workloads(measure, budget: float, quick: bool = False, only: str | None 
             row["seconds"][label] = seconds
             row["errors"][label] = max_error(result, setup.expected)
         for backend in w.backends:
-            seconds, result = measure(lambda: setup.run(BACKENDS[backend]), budget)
+            name, options = BACKENDS[backend]
+            seconds, result = measure(lambda: setup.run(name, **options), budget)
             if seconds is None:
                 row["skipped"][backend] = result
                 continue
@@ -288,11 +290,13 @@ def run_workloads(measure, budget: float, quick: bool = False, only: str | None 
             if error > setup.rtol:
                 row["skipped"][backend] = f"WRONG: error {error:.2g} over {setup.rtol:.2g}"
         checks = ()
-        if "llvm" in row["seconds"]:  # what the bounds checks cost: the same kernel without them
-            seconds, _ = measure(lambda: setup.run("llvm", checks=False), budget)
+        checked = next((b for b in w.backends if b.startswith("llvm") and b in row["seconds"]), None)
+        if checked:  # what the bounds checks cost: the same kernel without them
+            options = BACKENDS[checked][1]
+            seconds, _ = measure(lambda: setup.run("llvm", checks=False, **options), budget)
             if seconds is not None:
                 row["seconds"][UNCHECKED] = seconds
-                checks = (Target(UNCHECKED, CHECKS_COST),)
+                checks = (Target(UNCHECKED, CHECKS_COST, checked),)
         for t in (*w.targets, *checks):
             accy, base = row["seconds"].get(t.backend), row["seconds"].get(t.baseline)
             ratio = accy / base if accy and base else None

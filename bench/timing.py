@@ -16,10 +16,10 @@ import numpy as np
 TARGET_S = 1.0  # time spent measuring one combination, roughly
 
 
-def measure(fn, budget: float, target: float = TARGET_S):
-    """(median seconds, result) of ``fn()`` after a warm-up run (which compiles, for the JIT
-    backends), or (None, reason) when one run exceeds ``budget`` seconds.  A second run, not
-    the first, sizes the repeats: the first includes the compile."""
+def measure(fn, budget: float, target: float = TARGET_S, statistic=statistics.median):
+    """(median seconds, or ``statistic`` of them, result) of ``fn()`` after a warm-up run (which
+    compiles, for the JIT backends), or (None, reason) when one run exceeds ``budget`` seconds.
+    A second run, not the first, sizes the repeats: the first includes the compile."""
     for _ in range(2):
         start = time.perf_counter()
         result = fn()
@@ -32,7 +32,7 @@ def measure(fn, budget: float, target: float = TARGET_S):
         start = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+    return statistic(times), result
 
 
 def machine() -> dict:
