@@ -9,6 +9,11 @@ access's offsets and mask are built, which tiles it must hold in memory, and whe
 * Masks: a conjunction of comparisons of one axis's position with scalars (``rows < M``,
   ``cols >= 0``) is a box (:class:`Box`): the lowering turns it into a range per axis and masks
   only the lanes outside it.  Other masks are built and read element by element.
+* Shape guards: a tensor access's offsets are ``select(code == 0, flat, OUT_OF_SHAPE + code)``,
+  ``code`` a digit per dimension saying whether its index is past the end or below 0 (see
+  :mod:`accy.dsl.tensors`).  Where the digits compare affine indices with scalars, the guard is
+  a :class:`Guard`: the box where every index is inside, checked against the mask's box once per
+  access (O(programs), not O(elements)), and the access runs on ``flat``.
 * Liveness (:func:`liveness`): what a run lowers, backwards from its stores, atomics and (for
   a check-only run) its checks; a tile read only through an access's form is never built.
 * Storage: each tile the program builds lives in a stack array; tiles whose lifetimes do not
@@ -28,6 +33,7 @@ from typing import Union
 import attrs
 
 from ..dsl.ir import Block, Graph, Op, Value, constant_of, value_names
+from ..dsl.tensors import OUT_OF_SHAPE
 from ..dsl.types import TileType, shape_of
 
 Expr = Union[int, Value, tuple]
@@ -108,6 +114,16 @@ class Box:
         return Box(tuple(a + b for a, b in zip(self.lows, other.lows)),
                    tuple(a + b for a, b in zip(self.highs, other.highs)),
                    self.zero_lows + other.zero_lows, self.zero_highs + other.zero_highs, self.flags + other.flags)
+
+
+@attrs.frozen
+class Guard:
+    """A tensor access's shape guard: ``inside``, the box where every index is inside the
+    tensor's shape, and the marker's code for the error message, ``digits``: the code at an
+    element is the sum over digits of the weight of a digit's first box holding it (0 if none)."""
+
+    inside: Box
+    digits: tuple  # of tuples of (Box, int)
 
 
 def unit_map(src: tuple[int, ...], dst: tuple[int, ...]):
@@ -212,44 +228,121 @@ class Shapes:
             return None if x is None or y is None else x.merge(y)
         if code in ("broadcast", "reshape", "trans"):
             x = self.box(op.operands[0])
-            if x is None:
-                return None
-            src = shape_of(op.operands[0].type)
-            if code == "trans":
-                perm = op.attrs.perm
-                return attrs.evolve(x, lows=tuple(x.lows[p] for p in perm), highs=tuple(x.highs[p] for p in perm))
-            if code == "broadcast":
-                mapping = [d if src[d] == t.shape[d] else None for d in range(rank)]
-            else:
-                mapping = unit_map(src, t.shape)
-                if mapping is None:
-                    return None
-            kept = {m for m in mapping if m is not None}
-            dropped = [d for d in range(len(src)) if d not in kept]  # a length-1 axis: its position is 0
-            return Box(tuple(() if m is None else x.lows[m] for m in mapping),
-                       tuple(() if m is None else x.highs[m] for m in mapping),
-                       x.zero_lows + tuple(e for d in dropped for e in x.lows[d]),
-                       x.zero_highs + tuple(e for d in dropped for e in x.highs[d]), x.flags)
-        if code in ("lt", "le", "gt", "ge"):
-            x, y = (self.affine(o) for o in op.operands)
-            if x is None or y is None:
-                return None
-            coefs = [sub(a, b) for a, b in zip(x.coefs, y.coefs)]
-            base = sub(x.base, y.base)
-            moving = [d for d, c in enumerate(coefs) if not _is_int(c, 0)]
-            box = Box.full(rank)
-            if not moving:  # the same for every element: a bound on a position that is 0
-                kind, shift, sign = _BOUNDS[(code, 1)]
-                bound = add(mul(sign, base), shift)
-                return attrs.evolve(box, zero_lows=(bound,)) if kind == "low" else attrs.evolve(box, zero_highs=(bound,))
-            if len(moving) != 1 or not (_is_int(coefs[moving[0]], 1) or _is_int(coefs[moving[0]], -1)):
-                return None
-            (d,) = moving
-            kind, shift, sign = _BOUNDS[(code, coefs[d])]
-            bound = add(mul(sign, base), shift)
-            bounds = tuple((bound,) if k == d else () for k in range(rank))
-            return attrs.evolve(box, lows=bounds) if kind == "low" else attrs.evolve(box, highs=bounds)
+            return None if x is None else self._map_box(op, x)
+        if code in _NEGATED:
+            return self._compare_box(code, op.operands, rank)
         return None
+
+    def _compare_box(self, code: str, operands, rank: int) -> Box | None:
+        """The box where ``operands[0] <code> operands[1]`` holds (rank 0 for scalars)."""
+        x, y = (self.affine(o) for o in operands)
+        if x is None or y is None:
+            return None
+        coefs = [sub(a, b) for a, b in zip(x.coefs, y.coefs)]
+        base = sub(x.base, y.base)
+        moving = [d for d, c in enumerate(coefs) if not _is_int(c, 0)]
+        box = Box.full(rank)
+        if not moving:  # the same for every element: a bound on a position that is 0
+            kind, shift, sign = _BOUNDS[(code, 1)]
+            bound = add(mul(sign, base), shift)
+            return attrs.evolve(box, zero_lows=(bound,)) if kind == "low" else attrs.evolve(box, zero_highs=(bound,))
+        if len(moving) != 1 or not (_is_int(coefs[moving[0]], 1) or _is_int(coefs[moving[0]], -1)):
+            return None
+        (d,) = moving
+        kind, shift, sign = _BOUNDS[(code, coefs[d])]
+        bound = add(mul(sign, base), shift)
+        bounds = tuple((bound,) if k == d else () for k in range(rank))
+        return attrs.evolve(box, lows=bounds) if kind == "low" else attrs.evolve(box, highs=bounds)
+
+    def guard(self, offsets: Value, mask: Value) -> tuple[Value, Guard] | None:
+        """``offsets`` as a shape guard over ``flat`` (see :mod:`accy.dsl.tensors`):
+        ``(flat, guard)``, or None where it is not one or its digits are not boxes."""
+        op = offsets.op
+        if op is None or op.opcode != "select":
+            return None
+        cond, flat, marker = op.operands
+        if cond.op is None or cond.op.opcode != "eq" or _int_value(cond.op.operands[1]) != 0:
+            return None
+        code = cond.op.operands[0]
+        if marker.op is None or marker.op.opcode != "add" or marker.op.operands[0] is not code \
+                or _int_value(marker.op.operands[1]) != OUT_OF_SHAPE:
+            return None
+        found = self._digits(code)
+        if found is None:
+            return None
+        digits, inside = found
+        return flat, Guard(inside, digits)
+
+    def _digits(self, v: Value):
+        """A guard's code ``v`` as (digits, the box where it is 0), or None."""
+        t = v.type
+        rank = len(t.shape) if isinstance(t, TileType) else 0
+        if _int_value(v) == 0:
+            return (), Box.full(rank)
+        op = v.op
+        if op is None:
+            return None
+        code = op.opcode
+        if code == "add":
+            parts = [self._digits(o) for o in op.operands]
+            if None in parts:
+                return None
+            return parts[0][0] + parts[1][0], parts[0][1].merge(parts[1][1])
+        if code in ("splat", "broadcast", "reshape", "trans"):
+            inner = self._digits(op.operands[0])
+            if inner is None:
+                return None
+            lift = (lambda box: _lift(box, rank)) if code == "splat" else (lambda box: self._map_box(op, box))
+            mapped = tuple(tuple((lift(box), w) for box, w in digit) for digit in inner[0])
+            return (mapped, lift(inner[1])) if None not in (lift(inner[1]),) else None
+        if code == "select":  # select(c, weight, rest): a digit's choices, first match
+            cond, weight, rest = op.operands
+            w = _int_value(weight)
+            if not w or cond.op is None or cond.op.opcode not in _NEGATED:
+                return None
+            holds = self._compare_box(cond.op.opcode, cond.op.operands, rank)
+            fails = self._compare_box(_NEGATED[cond.op.opcode], cond.op.operands, rank)
+            tail = self._digits(rest)
+            if holds is None or fails is None or tail is None or len(tail[0]) > 1:
+                return None
+            return (((holds, w), *(tail[0][0] if tail[0] else ())),), fails.merge(tail[1])
+        return None
+
+    def _map_box(self, op: Op, x: Box) -> Box | None:
+        """Box ``x`` of ``op``'s operand as a box of its result (a broadcast, reshape or trans)."""
+        rank = len(op.result.type.shape)
+        src = shape_of(op.operands[0].type)
+        if op.opcode == "trans":
+            perm = op.attrs.perm
+            return attrs.evolve(x, lows=tuple(x.lows[p] for p in perm), highs=tuple(x.highs[p] for p in perm))
+        if op.opcode == "broadcast":
+            mapping = [d if src[d] == op.result.type.shape[d] else None for d in range(rank)]
+        else:
+            mapping = unit_map(src, op.result.type.shape)
+            if mapping is None:
+                return None
+        kept = {m for m in mapping if m is not None}
+        dropped = [d for d in range(len(src)) if d not in kept]  # a length-1 axis: its position is 0
+        return Box(tuple(() if m is None else x.lows[m] for m in mapping),
+                   tuple(() if m is None else x.highs[m] for m in mapping),
+                   x.zero_lows + tuple(e for d in dropped for e in x.lows[d]),
+                   x.zero_highs + tuple(e for d in dropped for e in x.highs[d]), x.flags)
+
+
+_NEGATED = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le"}
+
+
+def _int_value(v: Value):
+    """The int a value (or a splat of one) holds, else None."""
+    if v.op is not None and v.op.opcode == "splat":
+        v = v.op.operands[0]
+    c = constant_of(v)
+    return int(c) if isinstance(c, int) and not isinstance(c, bool) else None
+
+
+def _lift(box: Box, rank: int) -> Box:
+    """A scalar's box (conditions alone) as a box of a rank-``rank`` tile."""
+    return Box(((),) * rank, ((),) * rank, box.zero_lows, box.zero_highs, box.flags)
 
 
 def conjuncts(v: Value) -> frozenset[Value]:
@@ -266,10 +359,12 @@ def conjuncts(v: Value) -> frozenset[Value]:
 @attrs.frozen
 class AccessPlan:
     """How a tile access runs: ``offsets`` row by row from its affine form (None: read from the
-    offsets tile, element by element), ``box`` its mask as ranges (None: read the mask tile)."""
+    offsets tile, element by element), ``box`` its mask as ranges (None: read the mask tile),
+    ``guard`` its shape guard, checked once (None: no guard, or one read through the offsets)."""
 
     offsets: Affine | None
     box: Box | None
+    guard: Guard | None = None
 
     @property
     def contiguous(self) -> bool:
@@ -287,9 +382,16 @@ def plan_accesses(region: Block) -> dict[Op, AccessPlan]:
         if op.opcode not in ACCESSES:
             continue
         offsets, mask = op.operands[0], op.operands[-1]
-        affine = None if op.opcode == "tile_atomic" else shapes.affine(offsets, conjuncts(mask))
-        box = shapes.box(mask) if affine is not None else None
-        plans[op] = AccessPlan(affine, box)
+        if op.opcode == "tile_atomic":
+            plans[op] = AccessPlan(None, None)
+            continue
+        box = shapes.box(mask)
+        guarded = shapes.guard(offsets, mask) if box is not None else None
+        if guarded is not None and shapes.affine(guarded[0]) is not None:
+            plans[op] = AccessPlan(shapes.affine(guarded[0]), box, guarded[1])
+            continue
+        affine = shapes.affine(offsets, conjuncts(mask))
+        plans[op] = AccessPlan(affine, box if affine is not None else None)
     return plans
 
 
@@ -314,6 +416,13 @@ def plan_leaves(plan: AccessPlan) -> list[Value]:
                   *box.zero_highs):
             _leaves(e, out)
         out.extend(box.flags)
+    if plan.guard is not None:
+        boxes = [plan.guard.inside, *(box for digit in plan.guard.digits for box, _ in digit)]
+        for box in boxes:
+            for e in (*(e for d in box.lows for e in d), *(e for d in box.highs for e in d), *box.zero_lows,
+                      *box.zero_highs):
+                _leaves(e, out)
+            out.extend(box.flags)
     return out
 
 
@@ -575,5 +684,6 @@ def describe_plans(graph: Graph) -> str:
             how = (f"row by row: {_expression(plan.offsets.base, names)} + [{terms}] . i"
                    f"{' (contiguous)' if plan.contiguous else ''}")
         mask = "mask as ranges" if plan.box is not None else "mask read from its tile"
-        lines.append(f"//   {result}{op.opcode}{where}: {how}; {mask}")
+        guard = "; indices checked against the shape once" if plan.guard is not None else ""
+        lines.append(f"//   {result}{op.opcode}{where}: {how}; {mask}{guard}")
     return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""A tensor access's shape guard, seen through on the host (issue 31): a Triton-style masked
+``load``/``store`` through index tiles runs row by row from its affine offsets, its indices
+checked against the shape once per access, and an active index outside the shape is still an
+OutOfBoundsError naming the dimension and the program, the same on every backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+from accy import axis, cdiv, f32
+from accy.codegen.host.tiles import TileHostLowering
+from accy.errors import OutOfBoundsError
+from accy.lowering.tile_access import plan_accesses
+from accy.targets import Target
+
+BACKENDS = ("numpy", "llvm", "ptx")
+
+
+def make_rows(block: int, extra_cols: int = 0, shift: int = 0, extra_rows: int = 0):
+    """A program per row: dst[row, c] = 2 x[row, c] under the mask ``cols < C + extra_cols``,
+    the columns shifted by ``shift``, over ``R + extra_rows`` programs."""
+
+    @accy.kernel(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+    def rows(k, p):
+        R, C = p.x.shape
+
+        @k.for_each_tile(grid=axis("row", R + extra_rows))
+        def program(t, pid):
+            row = pid["row"]
+            cols = t.arange(block) + shift
+            mask = cols < C + extra_cols
+            p.dst.store((row, cols), p.x.load((row, cols), mask=mask, other=0.0) * 2.0, mask=mask)
+
+    return rows
+
+
+def make_boxes(rows_box: int, cols_box: int, row_slack: int = 0):
+    """A program per box: dst = x + 1 through row and column index tiles and their mask
+    (the row bound loosened by ``row_slack``)."""
+
+    @accy.kernel(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+    def boxes(k, p):
+        R, C = p.x.shape
+
+        @k.for_each_tile(grid=(axis("r", cdiv(R, rows_box)), axis("c", cdiv(C, cols_box))))
+        def program(t, pid):
+            rows = pid["r"] * rows_box + t.arange(rows_box)
+            cols = pid["c"] * cols_box + t.arange(cols_box)
+            mask = (rows[:, None] < R + row_slack) & (cols[None, :] < C)
+            x = p.x.load((rows[:, None], cols[None, :]), mask=mask, other=0.0)
+            p.dst.store((rows[:, None], cols[None, :]), x + 1.0, mask=mask)
+
+    return boxes
+
+
+def test_the_host_sees_through_the_shape_guard_of_a_masked_load_and_store():
+    for program in (make_rows(128), make_boxes(4, 8)):
+        plans = plan_accesses(program.graph.launch_op.regions[0])
+        assert len(plans) == 2
+        for plan in plans.values():
+            assert plan.offsets is not None and plan.box is not None and plan.guard is not None
+    lowering = TileHostLowering(make_rows(128).graph, Target.host(), 16)
+    built = [str(v.type) for v in lowering.live.values if isinstance(v.type, accy.dsl.types.TileType)]
+    assert built == ["tile<f32, 128>"] * len(built)  # no index tile: only the values loaded and stored
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(5, 100), (3, 128), (1, 1), (4, 0)])
+def test_masked_rows_match_numpy(backend, shape):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    dst = np.full(shape, 7.0, np.float32)
+    make_rows(128).run([dst, x], backend=backend)
+    np.testing.assert_array_equal(dst, 2 * x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(9, 21), (8, 16), (3, 5)])
+def test_masked_boxes_match_numpy_on_a_view(backend, shape):
+    base = np.random.default_rng(1).standard_normal((shape[0], 2 * shape[1])).astype(np.float32)
+    x = base[:, ::2]
+    dst = np.zeros(shape, np.float32)
+    make_boxes(4, 8).run([dst, x], backend=backend)
+    np.testing.assert_array_equal(dst, x + 1)
+
+
+# (kernel, message): each fails in its first failing program, naming the dimension
+FAILURES = {
+    "columns past the end": (lambda: make_rows(128, extra_cols=1),
+                             r"load from tensor 'x': the index in dimension 1 is outside its shape \(program row=0\)"),
+    "columns below 0": (lambda: make_rows(128, shift=-2),
+                        r"load from tensor 'x': the index in dimension 1 is outside its shape \(program row=0\)"),
+    "a row past the end": (lambda: make_rows(128, extra_rows=1),
+                           r"load from tensor 'x': the index in dimension 0 is outside its shape \(program row=3\)"),
+    "box rows past the end": (lambda: make_boxes(4, 8, row_slack=2),
+                              r"load from tensor 'x': the index in dimension 0 is outside its shape \(program r=0 c=0\)"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", FAILURES)
+def test_an_active_index_outside_the_shape_names_its_dimension_and_program_and_writes_nothing(backend, case):
+    make, message = FAILURES[case]
+    if backend == "ptx":  # the GPU's programs run at once: any failing one may be the one reported
+        message = message.split(r" \(program")[0]
+    x = np.ones((3, 100), np.float32)
+    dst = np.zeros((3, 100), np.float32)
+    with pytest.raises(OutOfBoundsError, match=message):
+        make().run([dst, x], backend=backend)
+    assert (dst == 0).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failure_in_a_later_program_names_that_program(backend):
+    """Rows 0-3 are whole boxes; the box of rows 4-7 reaches row 8 of a 6-row tensor only past
+    its mask's loosened bound, so the first failure is program r=1's, at dimension 0."""
+    x = np.ones((6, 8), np.float32)
+    dst = np.zeros((6, 8), np.float32)
+    program = r"\(program r=1 c=0" if backend != "ptx" else ""
+    with pytest.raises(OutOfBoundsError, match=r"dimension 0 is outside its shape " + program):
+        make_boxes(4, 8, row_slack=1).run([dst, x], backend=backend)
+    assert (dst == 0).all()
