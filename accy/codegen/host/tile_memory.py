@@ -291,17 +291,36 @@ class TileMemoryEmitter:
             else:
                 split(whole_rows, lambda: rows(True))
 
+        def active_box_inside() -> ir.Value:
+            """Nothing active, or the lowest and highest offsets of the mask's box inside the
+            buffer (offsets are affine: every one between them is too)."""
+            empty = b.not_(uniform)
+            low = high = base
+            for (lo_d, hi_d), c in zip(ranges, coefs):
+                empty = b.or_(empty, b.icmp_signed(">=", lo_d, hi_d))
+                first, last = b.mul(c, lo_d), b.mul(c, b.sub(hi_d, ir.Constant(I64, 1)))
+                low = b.add(low, self.lw.call("llvm.smin", [first, last]))
+                high = b.add(high, self.lw.call("llvm.smax", [first, last]))
+            inside = b.and_(b.icmp_signed(">=", low, ir.Constant(I64, 0)), b.icmp_signed("<", high, count))
+            return b.or_(empty, inside)
+
+        # a check-only run needing the bounds alone: a box inside the buffer needs no more, else each
+        # element's check finds the first failure (a load whose values a division's check reads is
+        # loaded as in a full run)
+        if self.lw.check_only and out is None and value is None:
+            if box is None:
+                rows(False)
+                return
+            failing, done = b.append_basic_block("box_outside"), b.append_basic_block("box_checked")
+            b.cbranch(active_box_inside(), done, failing)
+            b.position_at_end(failing)
+            rows(False)
+            b.branch(done)
+            b.position_at_end(done)
+            return
         static = plan.offsets.coefs[-1]
         if isinstance(static, int):
             unit_rows() if static == 1 else rows(False)
-            return
-        # a check-only run needing the bounds alone: a whole tile needs no check, else each element's (a
-        # load whose values a division's check reads is loaded as in a full run)
-        if self.lw.check_only and out is None:
-            if box is None:
-                rows(False)
-            else:
-                split(lambda: None, lambda: rows(False))
             return
         # a run-time stride along the last axis (a tensor's): vector accesses where it is 1
         unit, strided, done = (b.append_basic_block(n) for n in ("unit_stride", "strided", "strided_done"))
