@@ -157,6 +157,22 @@ def test_constant_folding_wraps_and_leaves_division_by_zero():
     assert "const 0 : index" in graph.text()
 
 
+@pytest.mark.parametrize("backend", ["numpy", "llvm"])
+def test_a_cast_to_the_type_a_value_has_is_folded_away(backend):
+    """``x.cast(f32)`` of an f32 tile (a Triton kernel's ``.to(tl.float32)``) is ``x``: no pass over the tile."""
+    @accy.kernel(dst=accy.tensor(f32, 1), x=accy.tensor(f32, 1))
+    def same(k, p):
+        @k.for_each_tile(grid=axis("i", 1))
+        def program(t, pid):
+            cols = t.arange(8)
+            p.dst.store(cols, (p.x.load(cols, mask=cols < 5).cast(f32) + 1.0).cast(f32), mask=cols < 5)
+
+    assert count(fold_constants(same.traced_graph), "cast") == 0
+    x, dst = np.arange(5, dtype=np.float32), np.zeros(5, np.float32)
+    same.run([dst, x], backend=backend)
+    assert dst.tolist() == [1, 2, 3, 4, 5]
+
+
 def test_cse_merges_identical_pure_ops_across_regions():
     def body(k, args):
         def each(inner, idx):

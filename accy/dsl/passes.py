@@ -204,6 +204,8 @@ def _fold_op(rb: _Rebuilder, op: Op, operands: list[Value]):
     consts = [constant_of(v) for v in operands]
     if op.opcode == "select" and consts[0] is not None:  # a constant condition picks a side
         return [operands[1] if consts[0] else operands[2]]
+    if op.opcode == "cast" and operands[0].type == result_type:  # x.cast(f32) of an f32: x itself
+        return [operands[0]]
     if result_type is None or not _is_exact([result_type, *(v.type for v in operands)]):
         return None
     if all(c is not None for c in consts):
@@ -241,7 +243,8 @@ def _fold_identity(op: Op, operands, consts):
 
 
 def fold_constants(graph: Graph) -> Graph:
-    """Evaluate integer and bool ops whose operands are constants; drop x+0, x*1, x*0."""
+    """Evaluate integer and bool ops whose operands are constants; drop x+0, x*1, x*0 and a
+    cast to the type a value has."""
     return _Rebuilder(_fold_op).graph(graph)
 
 
