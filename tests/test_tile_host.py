@@ -434,3 +434,31 @@ def test_an_unmasked_tensor_index_outside_its_shape_names_the_dimension_and_writ
                                                r"\(program i=1\)"):
         rows_past_the_shape.run([y, x], backend="llvm")
     assert (y == 0).all()
+
+
+@accy.kernel(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+def fused_softmax(k, p):
+    R, C = p.x.shape
+
+    @k.for_each_tile(grid=axis("row", R))
+    def program(t, pid):
+        cols = t.arange(64)
+        x = p.x.load((pid["row"], cols), mask=cols < C, other=float("-inf"))
+        e = t.exp(x - t.max(x, axis=0))
+        p.dst.store((pid["row"], cols), e / t.sum(e, axis=0), mask=cols < C)
+
+
+def test_pointwise_chains_are_fused_into_their_reader_and_splats_get_no_array():
+    lowering = TileHostLowering(fused_softmax.graph, Target.host(), 16)
+    fused = sorted(v.op.opcode for v in lowering.fused)
+    # x - m into exp (e is read twice: built), e / s into the store; the splats of m and s (the
+    # arange and the mask are read through the accesses' forms: not even fused)
+    assert fused == ["div", "splat", "splat", "sub"]
+    built = [v.op.opcode for v in lowering.live.values
+             if isinstance(v.type, accy.dsl.types.TileType) and v not in lowering.fused]
+    assert sorted(built) == ["exp", "tile_load"]
+    x = np.random.default_rng(0).standard_normal((5, 50)).astype(np.float32) * 4
+    dst = np.zeros_like(x)
+    fused_softmax.run([dst, x], backend="llvm")
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(dst, e / e.sum(axis=1, keepdims=True), rtol=1e-6)

@@ -16,6 +16,9 @@ access's offsets and mask are built, which tiles it must hold in memory, and whe
   access (O(programs), not O(elements)), and the access runs on ``flat``.
 * Liveness (:func:`liveness`): what a run lowers, backwards from its stores, atomics and (for
   a check-only run) its checks; a tile read only through an access's form is never built.
+* Fusion (:func:`plan_fusion`): a splat or arange read only chunk by chunk, and a pointwise op
+  whose one use reads it chunk by chunk in the same block, get no array: their consumer
+  computes each chunk of them where it reads it (``exp(x - m)`` summed is one loop, in registers).
 * Storage: each tile the program builds lives in a stack array; tiles whose lifetimes do not
   overlap share one (:func:`plan_storage`); a reshape is its operand's array, a fold's carried
   tile and its result are one array, and a ``dot`` whose accumulator dies there accumulates in
@@ -539,6 +542,53 @@ class _Groups:
             self.parent[rb] = ra
 
 
+# the ops with an emitter of their own on the host (the others with a tile result are pointwise)
+SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "reduce",
+                    "argreduce", "scan", "dot", "tile_load", "tile_store", "tile_atomic"})
+
+
+def _pointwise(op: Op) -> bool:
+    return op.opcode not in SHAPED and bool(op.results) and isinstance(op.results[0].type, TileType)
+
+
+def _reads_by_chunks(user: Op, k: int) -> bool:
+    """Whether ``user`` reads its operand ``k`` only as vectors of consecutive elements (at any
+    offset), never through its array: a pointwise op, a stored value, a reduction along the
+    last axis."""
+    if _pointwise(user):
+        return True
+    if user.opcode == "tile_store":
+        return k == 1
+    if user.opcode == "reduce":
+        shape = shape_of(user.operands[0].type)
+        return math.prod(shape[user.attrs.axis + 1:]) == 1
+    return False
+
+
+def plan_fusion(region: Block, live: Liveness) -> frozenset[Value]:
+    """The tiles computed where they are read, chunk by chunk, instead of into an array: splats
+    and aranges every live use of which reads them by chunks (a vector each: nothing to keep), and
+    pointwise ops (a checked division apart: its check runs where it is computed) whose one use
+    does, in their own block (computed once, as they would be)."""
+    uses: dict[Value, list] = {}
+    for op in region.walk():
+        for k, v in enumerate(op.operands):
+            uses.setdefault(v, []).append((op, k))
+    fused = set()
+    for op in region.walk():
+        if op not in live.ops or not op.results or not isinstance(op.results[0].type, TileType):
+            continue
+        v = op.results[0]
+        readers = [(u, k) for u, k in uses.get(v, []) if u in live.ops or u.opcode == "yield"]
+        if not readers or not all(u.opcode != "yield" and _reads_by_chunks(u, k) for u, k in readers):
+            continue
+        if op.opcode in ("splat", "arange"):
+            fused.add(v)
+        elif _pointwise(op) and not _is_checked_division(op) and len(uses[v]) == 1 and readers[0][0].block is op.block:
+            fused.add(v)
+    return frozenset(fused)
+
+
 @attrs.frozen
 class StoragePlan:
     """Each built tile's stack array (``slot_of``: value -> slot number), each slot's size
@@ -554,21 +604,31 @@ def tile_bytes(t: TileType, lanes: int) -> int:
     return (t.size + lanes) * t.dtype.itemsize
 
 
-def plan_storage(region: Block, live: Liveness, lanes: int) -> StoragePlan:
+def plan_storage(region: Block, live: Liveness, lanes: int, fused: frozenset = frozenset()) -> StoragePlan:
     ops = list(region.walk())
     # in program order (a dict as an ordered set): slots go to tiles by (start, stop), and ties
     # must not fall back to a set's order, which varies from run to run
     needed = dict.fromkeys(v for op in ops for v in (*op.results, *(a for r in op.regions for a in r.args))
-                           if v in live.values and isinstance(v.type, TileType))
+                           if v in live.values and isinstance(v.type, TileType) and v not in fused)
+
+    def arrays(values) -> list[Value]:
+        """The arrays ``values`` are read from: a fused tile's, those its chunks read, at its reader."""
+        out = []
+        for v in values:
+            if v in fused:
+                out += arrays(v.op.operands)
+            elif v in needed:
+                out.append(v)
+        return out
 
     def uses(op: Op) -> list[Value]:
         if op.opcode == "yield":
             return [v for v in op.operands if v in needed]
-        if op not in live.ops:
+        if op not in live.ops or op.results and op.results[0] in fused:
             return []
         if op.opcode == "fold":  # the inits are copied in
             return [i for a, i in zip(op.regions[0].args[1:], op.operands[2:]) if a in needed]
-        return [v for v in live.reads(op) if v in needed]
+        return arrays(live.reads(op))
 
     pos = {op: k for k, op in enumerate(ops)}
     end = {}  # a region op's last position

@@ -11,7 +11,7 @@ from ...dsl.ir import Op
 from ...dsl.types import DType
 from ..llvm import LOWER, Lowering
 from ..llvm_types import I32, I64
-from .tile_vectors import Tile
+from .tile_vectors import Fused, Tile
 
 
 class _Element:
@@ -60,6 +60,26 @@ class ElementwiseEmitter:
             return []
 
         self.v.chunks(out.size, chunk)
+
+    def fused(self, op: Op) -> Fused:
+        """``op``'s tile as chunks computed where they are read (see :class:`.tile_vectors.Fused`)."""
+        if op.opcode == "splat":
+            v = self.v.splat(self.lw.value(op.operands[0]))  # here: it dominates every reader
+            return Fused(lambda idx, mask: v, op.result.type)
+        if op.opcode == "arange":
+            return Fused(lambda idx, mask: self.lw.b.add(self.v.splat(idx), self.v.iota()), op.result.type)
+        ins = [self.lw.tile(v) for v in op.operands]
+        element = ElementOp(op.opcode, [t.dtype for t in ins], op.result.type.dtype, op, op.attrs)
+        lower = LOWER[op.opcode]
+
+        def chunk(idx, mask):
+            args = [self.v.load(t, idx, mask) for t in ins]
+            outer, self.lw.valid = self.lw.valid, mask
+            value = lower(self.lw, element, args)
+            self.lw.valid = outer
+            return value
+
+        return Fused(chunk, op.result.type)
 
     def splat(self, op: Op) -> None:
         out = self.lw.new_tile(op.result)

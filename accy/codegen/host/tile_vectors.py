@@ -43,6 +43,28 @@ class Tile:
         return memory_type(self.type.dtype)
 
 
+@attrs.frozen(eq=False)
+class Fused:
+    """A tile with no array (:func:`accy.lowering.tile_access.plan_fusion`): ``chunk(idx, mask)``
+    emits, where its reader is, the vector of its ``L`` elements from flat position ``idx``
+    (``mask``: the lanes that matter, for a check; None for all)."""
+
+    chunk: object
+    type: TileType
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def size(self) -> int:
+        return self.type.size
+
+
 class TileVectors:
     """Vector code over tiles at the lowering's builder, ``L`` lanes per vector (the lowering's
     ``b`` changes with each function it emits, so it is read at each use)."""
@@ -110,7 +132,11 @@ class TileVectors:
                         [value, pointers, ir.Constant(I32, align), mask])
 
     def load(self, tile: Tile, idx, mask: ir.Value | None = None, n: int | None = None) -> ir.Value:
-        """``n`` (default ``L``) elements of ``tile`` from ``idx``; ``mask``: zeros elsewhere."""
+        """``n`` (default ``L``) elements of ``tile`` from ``idx``; ``mask``: zeros elsewhere (a
+        fused tile's masked-off lanes are computed, and not checked)."""
+        if isinstance(tile, Fused):
+            assert n is None, "a fused tile is read by whole vectors"
+            return tile.chunk(i64(idx), mask)
         ty = self.vec(tile.mem, n)
         ptr = self.at(tile, idx)
         if mask is None:

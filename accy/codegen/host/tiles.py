@@ -57,7 +57,7 @@ from .tile_memory import TileMemoryEmitter
 from .tile_reductions import ReductionEmitter
 from .tile_vectors import Tile, TileVectors
 from ...targets import HostTarget
-from ...lowering.tile_access import AccessPlan, liveness, plan_accesses, plan_storage, tile_bytes
+from ...lowering.tile_access import AccessPlan, liveness, plan_accesses, plan_fusion, plan_storage, tile_bytes
 
 GROUP = 4  # programs along axis 0 that run together (see _decode)
 
@@ -87,6 +87,7 @@ class TileHostLowering(Lowering):
         elementwise, shapes = ElementwiseEmitter(self), ShapeEmitter(self)
         reductions, memory = ReductionEmitter(self), TileMemoryEmitter(self)
         self.pointwise = elementwise.pointwise  # any other op with a tile result
+        self.fuse = elementwise.fused
         self.tile_emitters = {  # op -> what lowers it (the rest: the scalar ops, as every lowering has them)
             "fold": self.op_fold, "if": self.op_if,
             "splat": elementwise.splat, "arange": elementwise.arange,
@@ -102,7 +103,8 @@ class TileHostLowering(Lowering):
         after that pass found no failure."""
         self.check_only = check_only
         self.live = liveness(self.region, self.plans, check_only)
-        self.storage = plan_storage(self.region, self.live, self.L)
+        self.fused = plan_fusion(self.region, self.live)
+        self.storage = plan_storage(self.region, self.live, self.L, self.fused)
         self.unchecked = _EVERY_OP if self.check_pass and not check_only else frozenset()
 
     # -- entry points ---------------------------------------------------------------------
@@ -225,6 +227,9 @@ class TileHostLowering(Lowering):
         code = op.opcode
         if code == "yield" or (op in self.region_ops and op not in self.live.ops):
             return  # nothing this run needs (a tile only an access's form reads, a check-only run's values)
+        if op.results and op.results[0] in self.fused:  # computed where it is read
+            self.tiles[op.results[0]] = self.fuse(op)
+            return
         if self.check_only and code in ("store", "atomic"):
             if self.memory.checked(op):
                 idx = self.value(op.operands[0])
