@@ -67,12 +67,24 @@ def test_the_host_sees_through_the_shape_guard_of_a_masked_load_and_store():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("step", [1, 3], ids=["contiguous", "a view with a step"])
 @pytest.mark.parametrize("shape", [(5, 100), (3, 128), (1, 1), (4, 0)])
-def test_masked_rows_match_numpy(backend, shape):
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+def test_masked_rows_match_numpy(backend, shape, step):
+    """On the host the load is fused into its reader (a masked vector load, or a gather on a view's step)."""
+    x = np.random.default_rng(0).standard_normal((shape[0], shape[1] * step)).astype(np.float32)[:, ::step]
     dst = np.full(shape, 7.0, np.float32)
     make_rows(128).run([dst, x], backend=backend)
     np.testing.assert_array_equal(dst, 2 * x)
+
+
+def test_a_load_read_once_by_chunks_is_fused_where_the_launcher_checks_nothing():
+    fused = TileHostLowering(make_rows(128).graph, Target.host(), 16).fused
+    assert sorted(v.op.opcode for v in fused) == ["mul", "splat", "tile_load"]
+    unchecked = TileHostLowering(make_rows(128).graph, Target.host(checks=False), 16).fused
+    assert "tile_load" in {v.op.opcode for v in unchecked}
+    check_only = TileHostLowering(make_rows(128).graph, Target.host(), 16)
+    check_only._mode(check_only=True)
+    assert not check_only.fused  # the check pass loads nothing
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

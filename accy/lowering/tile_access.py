@@ -559,17 +559,35 @@ def _reads_by_chunks(user: Op, k: int) -> bool:
         return True
     if user.opcode == "tile_store":
         return k == 1
-    if user.opcode == "reduce":
+    return user.opcode in ("reduce", "argreduce")  # along any axis, each element once
+
+
+def _along_rows(user: Op, k: int) -> bool:
+    """Whether ``user`` reads its operand ``k`` row by row (a fused load then finds its row once
+    per chunk; a reduction along another axis reads a chunk of each row in turn, and a load
+    into an array for it is cheaper)."""
+    if user.opcode in ("reduce", "argreduce"):
         shape = shape_of(user.operands[0].type)
         return math.prod(shape[user.attrs.axis + 1:]) == 1
-    return False
+    return True
 
 
-def plan_fusion(region: Block, live: Liveness) -> frozenset[Value]:
+def _fusable_load(op: Op, live: Liveness, lanes: int) -> bool:
+    """A load that checks nothing where it runs (a launch checked whole before it), from affine
+    offsets with its mask a box, whose chunks never straddle two rows."""
+    plan = live.plans.get(op)
+    if op.opcode != "tile_load" or plan is None or plan.offsets is None or plan.box is None:
+        return False
+    shape = shape_of(op.result.type)
+    return len(shape) == 1 or shape[-1] % lanes == 0
+
+
+def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool = False) -> frozenset[Value]:
     """The tiles computed where they are read, chunk by chunk, instead of into an array: splats
     and aranges every live use of which reads them by chunks (a vector each: nothing to keep), and
-    pointwise ops (a checked division apart: its check runs where it is computed) whose one use
-    does, in their own block (computed once, as they would be)."""
+    pointwise ops (a checked division apart: its check runs where it is computed) and, with
+    ``unchecked_loads``, box-masked affine loads (:func:`_fusable_load`) whose one use does, in
+    their own block (computed once, as they would be)."""
     uses: dict[Value, list] = {}
     for op in region.walk():
         for k, v in enumerate(op.operands):
@@ -584,7 +602,9 @@ def plan_fusion(region: Block, live: Liveness) -> frozenset[Value]:
             continue
         if op.opcode in ("splat", "arange"):
             fused.add(v)
-        elif _pointwise(op) and not _is_checked_division(op) and len(uses[v]) == 1 and readers[0][0].block is op.block:
+        elif len(uses[v]) == 1 and readers[0][0].block is op.block and (
+                (_pointwise(op) and not _is_checked_division(op))
+                or (unchecked_loads and _fusable_load(op, live, lanes) and _along_rows(*readers[0]))):
             fused.add(v)
     return frozenset(fused)
 

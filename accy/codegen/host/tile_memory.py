@@ -18,7 +18,7 @@ from ...lowering.tile_access import AccessPlan, Box, Guard
 from ..abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
 from ..llvm import Lowering
 from ..llvm_types import I1, I64, memory_type
-from .tile_vectors import Tile
+from .tile_vectors import Fused, Tile
 
 
 class TileMemoryEmitter:
@@ -332,6 +332,60 @@ class TileMemoryEmitter:
         rows(False)
         b.branch(done)
         b.position_at_end(done)
+
+    def fused_load(self, op: Op) -> Fused:
+        """A box-masked affine load computed where it is read, chunk by chunk (a masked vector
+        load, or a gather where the last axis's stride is not 1), checking nothing: its launch
+        was checked whole before it ran."""
+        plan = self.lw.plans[op]
+        shape = op.result.type.shape
+        b = self.lw.b
+        ptr, _, mem, dtype = self.buffer(op)
+        base = self.expr(plan.offsets.base)
+        coefs = [self.expr(c) for c in plan.offsets.coefs]
+        ranges, uniform = self.box_ranges(plan.box, shape)
+        lo, hi = (self.v.splat(e) for e in ranges[-1])
+        passthru = self.v.splat(self.v.to_memory(self.lw.value(op.operands[1]), dtype))
+        static = plan.offsets.coefs[-1]
+        unit = None if isinstance(static, int) else b.icmp_signed("==", coefs[-1], ir.Constant(I64, 1))
+        n, align = shape[-1], dtype.itemsize
+
+        def chunk(idx, mask):
+            b = self.lw.b
+            row_base, active, col = base, uniform, idx
+            if len(shape) > 1:  # a chunk lies in one row (the last axis is whole vectors)
+                col, rest = b.urem(idx, ir.Constant(I64, n)), b.udiv(idx, ir.Constant(I64, n))
+                for d in reversed(range(len(shape) - 1)):
+                    i = b.urem(rest, ir.Constant(I64, shape[d])) if d else rest
+                    rest = b.udiv(rest, ir.Constant(I64, shape[d]))
+                    row_base = b.add(row_base, b.mul(i, coefs[d]))
+                    l_d, h_d = ranges[d]
+                    active = b.and_(active, b.and_(b.icmp_signed("<=", l_d, i), b.icmp_signed("<", i, h_d)))
+            lanes = b.add(self.v.splat(col), self.v.iota())
+            m = b.and_(b.and_(b.icmp_signed(">=", lanes, lo), b.icmp_signed("<", lanes, hi)), self.v.splat(active))
+            if mask is not None:
+                m = b.and_(m, mask)
+
+            def contiguous():
+                return self.v.masked_load(b.gep(ptr, [b.add(row_base, col)], source_etype=mem), m, passthru, align)
+
+            def gathered():
+                at = b.add(self.v.splat(row_base), b.mul(lanes, self.v.splat(coefs[-1])))
+                return self.v.gather(self.v.addresses(ptr, mem, at), m, passthru, align)
+
+            if unit is None:
+                return self.v.from_memory(contiguous() if static == 1 else gathered(), dtype)
+            with b.if_else(unit) as (then, otherwise):
+                with then:
+                    one, one_block = contiguous(), b.block
+                with otherwise:
+                    strided, strided_block = gathered(), b.block
+            v = b.phi(passthru.type)
+            v.add_incoming(one, one_block)
+            v.add_incoming(strided, strided_block)
+            return self.v.from_memory(v, dtype)
+
+        return Fused(chunk, op.result.type)
 
     def load(self, op: Op) -> None:
         if op.result not in self.lw.live.values:  # a check-only run: the bounds alone

@@ -87,7 +87,7 @@ class TileHostLowering(Lowering):
         elementwise, shapes = ElementwiseEmitter(self), ShapeEmitter(self)
         reductions, memory = ReductionEmitter(self), TileMemoryEmitter(self)
         self.pointwise = elementwise.pointwise  # any other op with a tile result
-        self.fuse = elementwise.fused
+        self.fuse = lambda op: memory.fused_load(op) if op.opcode == "tile_load" else elementwise.fused(op)
         self.tile_emitters = {  # op -> what lowers it (the rest: the scalar ops, as every lowering has them)
             "fold": self.op_fold, "if": self.op_if,
             "splat": elementwise.splat, "arange": elementwise.arange,
@@ -103,7 +103,9 @@ class TileHostLowering(Lowering):
         after that pass found no failure."""
         self.check_only = check_only
         self.live = liveness(self.region, self.plans, check_only)
-        self.fused = plan_fusion(self.region, self.live)
+        # loads fuse where the launcher checks none (the launch was checked whole before, or has no checks)
+        unchecked = (self.check_pass or not self.target.checks) and not check_only
+        self.fused = plan_fusion(self.region, self.live, self.L, unchecked_loads=unchecked)
         self.storage = plan_storage(self.region, self.live, self.L, self.fused)
         self.unchecked = _EVERY_OP if self.check_pass and not check_only else frozenset()
 
