@@ -19,6 +19,10 @@ access's offsets and mask are built, which tiles it must hold in memory, and whe
 * Fusion (:func:`plan_fusion`): a splat or arange read only chunk by chunk, and a pointwise op
   whose one use reads it chunk by chunk in the same block, get no array: their consumer
   computes each chunk of them where it reads it (``exp(x - m)`` summed is one loop, in registers).
+* Tails (:func:`plan_tails`): a 1-D tile whose lanes from some run-time position on all hold
+  one value (a box-masked load's ``other`` past the box, a splat, a pointwise op of such tiles)
+  is computed only up to there where every reader reads it through vectors that supply the
+  rest: an oversized block costs what its real elements cost.
 * Storage: each tile the program builds lives in a stack array; tiles whose lifetimes do not
   overlap share one (:func:`plan_storage`); a reshape is its operand's array, a fold's carried
   tile and its result are one array, and a ``dot`` whose accumulator dies there accumulates in
@@ -607,6 +611,36 @@ def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool
                 or (unchecked_loads and _fusable_load(op, live, lanes) and _along_rows(*readers[0]))):
             fused.add(v)
     return frozenset(fused)
+
+
+def plan_tails(region: Block, live: Liveness, lanes: int) -> frozenset[Value]:
+    """The 1-D tiles (of whole vectors) that may be built only up to a run-time extent, all
+    lanes past it holding one value (a tail): box-masked affine loads, splats and pointwise ops
+    (not a checked division: every lane's check must run), every live reader of which reads
+    them as vectors (a pointwise op, a reduction, a stored value)."""
+    readers: dict[Value, list] = {}
+    for op in region.walk():
+        for k, v in enumerate(op.operands):
+            readers.setdefault(v, []).append((op, k))
+    out = set()
+    for op in region.walk():
+        if op not in live.ops or not op.results or not isinstance(op.results[0].type, TileType):
+            continue
+        v = op.results[0]
+        shape = shape_of(v.type)
+        if len(shape) != 1 or shape[0] % lanes:
+            continue
+        if op.opcode == "tile_load":
+            plan = live.plans.get(op)
+            if plan is None or plan.offsets is None or plan.box is None:
+                continue
+        elif op.opcode != "splat" and not (_pointwise(op) and not _is_checked_division(op)):
+            continue
+        uses = readers.get(v, [])
+        if uses and all(u.opcode != "yield" and (_pointwise(u) or u.opcode in ("reduce", "argreduce")
+                                                 or (u.opcode == "tile_store" and k == 1)) for u, k in uses):
+            out.add(v)
+    return frozenset(out)
 
 
 @attrs.frozen

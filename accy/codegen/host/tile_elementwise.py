@@ -11,7 +11,7 @@ from ...dsl.ir import Op
 from ...dsl.types import DType
 from ..llvm import LOWER, Lowering
 from ..llvm_types import I32, I64
-from .tile_vectors import Fused, Tile
+from .tile_vectors import Fused, Tail, Tile
 
 
 class _Element:
@@ -46,6 +46,16 @@ class ElementwiseEmitter:
         self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
         self.v = lw.vectors
 
+    def tail(self, op: Op, ins, element: ElementOp) -> Tail | None:
+        """The tail of a pointwise op's result (see :class:`.tile_vectors.Tail`): from the last of
+        its operands' tails, the op of their values (computed once, here), where they all have one."""
+        if op.result not in self.lw.tails or any(t.tail is None for t in ins):
+            return None
+        start = ins[0].tail.start
+        for t in ins[1:]:
+            start = self.lw.call("llvm.smax", [start, t.tail.start])
+        return Tail(start, LOWER[op.opcode](self.lw, element, [t.tail.value for t in ins]))
+
     def pointwise(self, op: Op) -> None:
         out = self.lw.new_tile(op.result)
         ins = [self.lw.tile(v) for v in op.operands]
@@ -59,13 +69,18 @@ class ElementwiseEmitter:
             self.lw.valid = None
             return []
 
-        self.v.chunks(out.size, chunk)
+        tail = self.tail(op, ins, element)
+        self.v.chunks_between(out.size, None, tail and tail.start, chunk)
+        if tail is not None:
+            self.lw.tiles[op.result] = Tile(out.ptr, out.type, tail)
 
     def fused(self, op: Op) -> Fused:
         """``op``'s tile as chunks computed where they are read (see :class:`.tile_vectors.Fused`)."""
         if op.opcode == "splat":
-            v = self.v.splat(self.lw.value(op.operands[0]))  # here: it dominates every reader
-            return Fused(lambda idx, mask: v, op.result.type)
+            x = self.lw.value(op.operands[0])
+            v = self.v.splat(x)  # here: it dominates every reader
+            tail = Tail(ir.Constant(I64, 0), x) if op.result in self.lw.tails else None
+            return Fused(lambda idx, mask: v, op.result.type, tail)
         if op.opcode == "arange":
             return Fused(lambda idx, mask: self.lw.b.add(self.v.splat(idx), self.v.iota()), op.result.type)
         ins = [self.lw.tile(v) for v in op.operands]
@@ -79,7 +94,7 @@ class ElementwiseEmitter:
             self.lw.valid = outer
             return value
 
-        return Fused(chunk, op.result.type)
+        return Fused(chunk, op.result.type, self.tail(op, ins, element))
 
     def splat(self, op: Op) -> None:
         out = self.lw.new_tile(op.result)

@@ -18,7 +18,7 @@ from ...lowering.tile_access import AccessPlan, Box, Guard
 from ..abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
 from ..llvm import Lowering
 from ..llvm_types import I1, I64, memory_type
-from .tile_vectors import Fused, Tile
+from .tile_vectors import Fused, Tail, Tile
 
 
 class TileMemoryEmitter:
@@ -111,15 +111,17 @@ class TileMemoryEmitter:
 
         return self.v.loop(0, size, element, [zero], name="outside")[0]
 
-    def access(self, op: Op, value: Tile | None, out: Tile | None, other: ir.Value | None) -> None:
+    def access(self, op: Op, value: Tile | None, out: Tile | None, other: ir.Value | None) -> ir.Value | None:
         """A tile_load (into ``out``, ``other`` where masked off) or tile_store (of ``value``) by
-        its plan: row by row from the affine offsets, else element by element."""
+        its plan: row by row from the affine offsets, else element by element.  A load with a
+        tail (:func:`accy.lowering.tile_access.plan_tails`) is built only up to its start,
+        which is returned."""
         plan = self.lw.plans[op]
         kind = STATUS_LOAD_OOB if op.opcode == "tile_load" else STATUS_STORE_OOB
         if plan.offsets is None:
             self.by_elements(op, value, out, other, kind)
-        else:
-            self.by_rows(op, plan, value, out, other, kind)
+            return None
+        return self.by_rows(op, plan, value, out, other, kind)
 
     def buffer(self, op: Op):
         name, dtype = op.attrs.buffer, op.attrs.dtype
@@ -150,7 +152,7 @@ class TileMemoryEmitter:
 
         self.v.chunks(offsets.size, chunk)
 
-    def by_rows(self, op: Op, plan: AccessPlan, value, out, other, kind) -> None:
+    def by_rows(self, op: Op, plan: AccessPlan, value, out, other, kind) -> ir.Value | None:
         shape = op.operands[0].type.shape
         n = shape[-1]
         ptr, count, mem, dtype = self.buffer(op)
@@ -169,6 +171,9 @@ class TileMemoryEmitter:
         passthru = self.v.splat(self.v.to_memory(other, dtype)) if other is not None else None
         iota = self.v.iota()
         align = dtype.itemsize
+        upto = None  # a load whose tail is its other: built up to the tail's start
+        if out is not None and op.result in self.lw.tails:
+            upto = self.lw.tail_start(hi, b.and_(uniform, b.icmp_signed("<", lo, hi)))
 
         def rows(contiguous: bool) -> None:
             def row(r, idx):
@@ -228,7 +233,11 @@ class TileMemoryEmitter:
                         self.v.scatter(self.v.to_memory(self.v.load(value, b.add(first, j)), dtype), pointers, m, align)
                     return []
 
-                self.v.chunks(n, chunk)
+                begin, end = None, upto
+                if out is None and box is not None and n % self.v.L == 0:  # a store: only the box's chunks
+                    begin = b.select(active, self.v.whole_vectors(lo, up=False), ir.Constant(I64, 0))
+                    end = b.select(active, self.lw.call("llvm.smax", [begin, self.v.whole_vectors(hi, up=True)]), begin)
+                self.v.chunks_between(n, begin, end, chunk)
 
             self.v.rows(shape[:-1], row)
 
@@ -321,7 +330,7 @@ class TileMemoryEmitter:
         static = plan.offsets.coefs[-1]
         if isinstance(static, int):
             unit_rows() if static == 1 else rows(False)
-            return
+            return upto
         # a run-time stride along the last axis (a tensor's): vector accesses where it is 1
         unit, strided, done = (b.append_basic_block(n) for n in ("unit_stride", "strided", "strided_done"))
         b.cbranch(b.icmp_signed("==", step, ir.Constant(I64, 1)), unit, strided)
@@ -332,6 +341,7 @@ class TileMemoryEmitter:
         rows(False)
         b.branch(done)
         b.position_at_end(done)
+        return upto
 
     def fused_load(self, op: Op) -> Fused:
         """A box-masked affine load computed where it is read, chunk by chunk (a masked vector
@@ -375,24 +385,35 @@ class TileMemoryEmitter:
 
             if unit is None:
                 return self.v.from_memory(contiguous() if static == 1 else gathered(), dtype)
-            with b.if_else(unit) as (then, otherwise):
-                with then:
-                    one, one_block = contiguous(), b.block
-                with otherwise:
-                    strided, strided_block = gathered(), b.block
-            v = b.phi(passthru.type)
-            v.add_incoming(one, one_block)
-            v.add_incoming(strided, strided_block)
-            return self.v.from_memory(v, dtype)
+            return self.v.from_memory(self._either(unit, contiguous, gathered), dtype)
 
-        return Fused(chunk, op.result.type)
+        tail = None
+        if op.result in self.lw.tails:
+            tail = Tail(self.lw.tail_start(ranges[0][1], b.and_(uniform, b.icmp_signed("<", *ranges[0]))),
+                        self.lw.value(op.operands[1]))
+        return Fused(chunk, op.result.type, tail)
+
+    def _either(self, cond: ir.Value, then, otherwise) -> ir.Value:
+        b = self.lw.b
+        with b.if_else(cond) as (yes, no):
+            with yes:
+                first, first_block = then(), b.block
+            with no:
+                second, second_block = otherwise(), b.block
+        v = b.phi(first.type)
+        v.add_incoming(first, first_block)
+        v.add_incoming(second, second_block)
+        return v
 
     def load(self, op: Op) -> None:
         if op.result not in self.lw.live.values:  # a check-only run: the bounds alone
             self.access(op, None, None, None)
             return
         out = self.lw.new_tile(op.result)
-        self.access(op, None, out, self.lw.value(op.operands[1]))
+        other = self.lw.value(op.operands[1])
+        start = self.access(op, None, out, other)
+        if start is not None:  # built up to its tail, where every lane is other
+            self.lw.tiles[op.result] = Tile(out.ptr, out.type, Tail(start, other))
 
     def store(self, op: Op) -> None:
         self.access(op, None if self.lw.check_only else self.lw.tile(op.operands[1]), None, None)

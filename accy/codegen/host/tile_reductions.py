@@ -6,6 +6,8 @@ axes after it (running vectors, for a scan)."""
 from __future__ import annotations
 
 import math
+
+import attrs
 from llvmlite import ir
 
 from ...dsl.combines import COMBINES
@@ -87,6 +89,22 @@ class ReductionEmitter:
                 def result(state):
                     return self.horizontal(state[0], comb)
             width = len(start_state)
+            if x.tail is not None:  # a 1-D tile built up to its tail: the head, then the tail once or per chunk
+                head = attrs.evolve(x, tail=None)
+                state = self.v.chunks_between(R, None, x.tail.start,
+                                              lambda j, valid, cs: merge(cs, take(self.widen(self.v.load(head, j), t))),
+                                              start_state)
+                tail = self.widen(x.tail.value, t)
+                # once where repeating it changes nothing (max, min; a sum's zero: x + 0 + 0 == x + 0)
+                once = ir.Constant(I1, 1) if COMBINES[combine].idempotent else \
+                    b.fcmp_ordered("==", tail, ir.Constant(tail.type, 0.0)) if combine is Combine.SUM and acc_t.is_float \
+                    else b.icmp_signed("==", tail, ir.Constant(tail.type, 0)) if combine is Combine.SUM else ir.Constant(I1, 0)
+                end = b.select(once, self.lw.call("llvm.umin", [b.add(x.tail.start, ir.Constant(I64, self.L)),
+                                                                ir.Constant(I64, R)]), ir.Constant(I64, R))
+                rest = take(self.v.splat(tail))
+                state = self.v.chunks_between(R, x.tail.start, end, lambda j, valid, cs: merge(cs, rest), state)
+                self.result(op, finish(result(state)), ir.Constant(I64, 0))
+                return
 
             def row(a, cs):
                 first = b.mul(a, ir.Constant(I64, R))

@@ -20,11 +20,22 @@ def i64(x) -> ir.Value:
 
 
 @attrs.frozen(eq=False)
+class Tail:
+    """Every lane of a 1-D tile from ``start`` (a multiple of the vector width) on holds
+    ``value``: its array (or fused chunks) is built only up to ``start``."""
+
+    start: ir.Value
+    value: ir.Value
+
+
+@attrs.frozen(eq=False)
 class Tile:
-    """A tile's stack array: ``ptr`` to its elements, row-major, bools as bytes."""
+    """A tile's stack array: ``ptr`` to its elements, row-major, bools as bytes (``tail``: the
+    array holds only the lanes before it)."""
 
     ptr: ir.Value
     type: TileType
+    tail: Tail | None = None
 
     @property
     def dtype(self) -> DType:
@@ -51,6 +62,7 @@ class Fused:
 
     chunk: object
     type: TileType
+    tail: Tail | None = None
 
     @property
     def dtype(self) -> DType:
@@ -134,6 +146,8 @@ class TileVectors:
     def load(self, tile: Tile, idx, mask: ir.Value | None = None, n: int | None = None) -> ir.Value:
         """``n`` (default ``L``) elements of ``tile`` from ``idx``; ``mask``: zeros elsewhere (a
         fused tile's masked-off lanes are computed, and not checked)."""
+        if tile.tail is not None:
+            return self._with_tail(tile, i64(idx), mask, n)
         if isinstance(tile, Fused):
             assert n is None, "a fused tile is read by whole vectors"
             return tile.chunk(i64(idx), mask)
@@ -153,7 +167,30 @@ class TileVectors:
         else:
             self.masked_store(v, self.at(tile, idx), mask, tile.dtype.itemsize)
 
+    def _with_tail(self, tile, idx: ir.Value, mask, n) -> ir.Value:
+        """A read of a tile with a tail: its lanes before the tail's start, the tail's value after
+        (a fused tile's chunk is computed only where some lane is before it)."""
+        b = self.lw.b
+        head = attrs.evolve(tile, tail=None)
+        rest = self.splat(tile.tail.value, n)
+        if isinstance(tile, Tile):
+            lanes = b.add(self.splat(idx, n), self.iota(n))
+            return b.select(b.icmp_signed("<", lanes, self.splat(tile.tail.start, n)), self.load(head, idx, mask, n), rest)
+        with b.if_else(b.icmp_signed("<", idx, tile.tail.start)) as (then, otherwise):
+            with then:
+                computed, computed_block = self.load(head, idx, mask, n), b.block
+            with otherwise:
+                past_block = b.block
+        v = b.phi(rest.type)
+        v.add_incoming(computed, computed_block)
+        v.add_incoming(rest, past_block)
+        return v
+
     def load1(self, tile: Tile, idx) -> ir.Value:
+        if tile.tail is not None:
+            b = self.lw.b
+            return b.select(b.icmp_signed("<", i64(idx), tile.tail.start), self.load1(attrs.evolve(tile, tail=None), idx),
+                            tile.tail.value)
         return self.from_memory(self.lw.b.load(self.at(tile, idx), typ=tile.mem, align=tile.dtype.itemsize), tile.dtype)
 
     def store1(self, tile: Tile, idx, v: ir.Value) -> None:
@@ -190,6 +227,24 @@ class TileVectors:
         b.branch(head)
         b.position_at_end(done)
         return phis
+
+    def chunks_between(self, n: int, begin: ir.Value | None, end: ir.Value | None, body, carries=()) -> list[ir.Value]:
+        """:meth:`chunks` of elements ``[begin, end)`` of ``n`` (multiples of ``L``, ``n`` too,
+        ``begin <= end <= n``); None, None: all of them."""
+        if end is None:
+            return self.chunks(n, body, carries)
+        b = self.lw.b
+        width = ir.Constant(I64, self.L)
+        first = ir.Constant(I64, 0) if begin is None else b.udiv(begin, width)
+        return self.loop(first, b.udiv(end, width), lambda k, cs: body(b.mul(k, width), None, cs), carries,
+                         name="chunk")
+
+    def whole_vectors(self, x: ir.Value, up: bool) -> ir.Value:
+        """``x`` rounded to a multiple of ``L``, ``up`` or down."""
+        b = self.lw.b
+        if up:
+            x = b.add(x, ir.Constant(I64, self.L - 1))
+        return b.and_(x, ir.Constant(I64, -self.L))
 
     def chunks(self, n: int, body, carries=()) -> list[ir.Value]:
         """``body(j, valid, carries)`` for each chunk of ``L`` of ``n`` elements (``j`` its first;

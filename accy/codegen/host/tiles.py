@@ -57,7 +57,8 @@ from .tile_memory import TileMemoryEmitter
 from .tile_reductions import ReductionEmitter
 from .tile_vectors import Tile, TileVectors
 from ...targets import HostTarget
-from ...lowering.tile_access import AccessPlan, liveness, plan_accesses, plan_fusion, plan_storage, tile_bytes
+from ...lowering.tile_access import (AccessPlan, liveness, plan_accesses, plan_fusion, plan_storage, plan_tails,
+                                     tile_bytes)
 
 GROUP = 4  # programs along axis 0 that run together (see _decode)
 
@@ -107,6 +108,7 @@ class TileHostLowering(Lowering):
         unchecked = (self.check_pass or not self.target.checks) and not check_only
         self.fused = plan_fusion(self.region, self.live, self.L, unchecked_loads=unchecked)
         self.storage = plan_storage(self.region, self.live, self.L, self.fused)
+        self.tails = plan_tails(self.region, self.live, self.L)
         self.unchecked = _EVERY_OP if self.check_pass and not check_only else frozenset()
 
     # -- entry points ---------------------------------------------------------------------
@@ -251,6 +253,11 @@ class TileHostLowering(Lowering):
         tile = Tile(self.slots[self.storage.slot_of[v]], v.type)
         self.tiles[v] = tile
         return tile
+
+    def tail_start(self, hi: ir.Value, active: ir.Value) -> ir.Value:
+        """Where a box-masked 1-D load's tail starts: its box's end (0 where nothing is active),
+        rounded up to whole vectors."""
+        return self.vectors.whole_vectors(self.b.select(active, hi, ir.Constant(I64, 0)), up=True)
 
     def temporary(self, t: TileType) -> Tile:
         """A stack array of its own, for a tile that is not the graph's."""
