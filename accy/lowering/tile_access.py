@@ -16,13 +16,6 @@ access's offsets and mask are built, which tiles it must hold in memory, and whe
   access (O(programs), not O(elements)), and the access runs on ``flat``.
 * Liveness (:func:`liveness`): what a run lowers, backwards from its stores, atomics and (for
   a check-only run) its checks; a tile read only through an access's form is never built.
-* Fusion (:func:`plan_fusion`): a splat or arange read only chunk by chunk, and a pointwise op
-  whose one use reads it chunk by chunk in the same block, get no array: their consumer
-  computes each chunk of them where it reads it (``exp(x - m)`` summed is one loop, in registers).
-* Tails (:func:`plan_tails`): a 1-D tile whose lanes from some run-time position on all hold
-  one value (a box-masked load's ``other`` past the box, a splat, a pointwise op of such tiles)
-  is computed only up to there where every reader reads it through vectors that supply the
-  rest: an oversized block costs what its real elements cost.
 * Storage: each tile the program builds lives in a stack array; tiles whose lifetimes do not
   overlap share one (:func:`plan_storage`); a reshape is its operand's array, a fold's carried
   tile and its result are one array, and a ``dot`` whose accumulator dies there accumulates in
@@ -469,7 +462,7 @@ class Liveness:
         return list(op.operands)
 
 
-def _is_checked_division(op: Op) -> bool:
+def is_checked_division(op: Op) -> bool:
     return op.opcode in ("div", "mod") and element_of(op.result.type).is_int
 
 
@@ -488,7 +481,7 @@ def liveness(region: Block, plans: dict[Op, AccessPlan], check_only: bool = Fals
     def root(op: Op) -> bool:
         if op.opcode in _EFFECTS:
             return True
-        return check_only and (op.opcode in ("tile_load", "load") or _is_checked_division(op))
+        return check_only and (op.opcode in ("tile_load", "load") or is_checked_division(op))
 
     changed = True
     while changed:
@@ -519,7 +512,7 @@ def liveness(region: Block, plans: dict[Op, AccessPlan], check_only: bool = Fals
             if root(op) or any(r in values for r in op.results):
                 live_ops.add(op)
                 values.update(state.reads(op))
-                if _is_checked_division(op):  # checked as it is computed, into its own array
+                if is_checked_division(op):  # checked as it is computed, into its own array
                     values.update(op.results)
         changed = size != (len(live_ops), len(values))
     return Liveness(frozenset(live_ops), frozenset(values), check_only, plans)
@@ -546,103 +539,6 @@ class _Groups:
             self.parent[rb] = ra
 
 
-# the ops with an emitter of their own on the host (the others with a tile result are pointwise)
-SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "reduce",
-                    "argreduce", "scan", "dot", "tile_load", "tile_store", "tile_atomic"})
-
-
-def _pointwise(op: Op) -> bool:
-    return op.opcode not in SHAPED and bool(op.results) and isinstance(op.results[0].type, TileType)
-
-
-def _reads_by_chunks(user: Op, k: int) -> bool:
-    """Whether ``user`` reads its operand ``k`` only as vectors of consecutive elements (at any
-    offset), never through its array: a pointwise op, a stored value, a reduction along the
-    last axis."""
-    if _pointwise(user):
-        return True
-    if user.opcode == "tile_store":
-        return k == 1
-    return user.opcode in ("reduce", "argreduce")  # along any axis, each element once
-
-
-def _along_rows(user: Op, k: int) -> bool:
-    """Whether ``user`` reads its operand ``k`` row by row (a fused load then finds its row once
-    per chunk; a reduction along another axis reads a chunk of each row in turn, and a load
-    into an array for it is cheaper)."""
-    if user.opcode in ("reduce", "argreduce"):
-        shape = shape_of(user.operands[0].type)
-        return math.prod(shape[user.attrs.axis + 1:]) == 1
-    return True
-
-
-def _fusable_load(op: Op, live: Liveness, lanes: int) -> bool:
-    """A load that checks nothing where it runs (a launch checked whole before it), from affine
-    offsets with its mask a box, whose chunks never straddle two rows."""
-    plan = live.plans.get(op)
-    if op.opcode != "tile_load" or plan is None or plan.offsets is None or plan.box is None:
-        return False
-    shape = shape_of(op.result.type)
-    return len(shape) == 1 or shape[-1] % lanes == 0
-
-
-def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool = False) -> frozenset[Value]:
-    """The tiles computed where they are read, chunk by chunk, instead of into an array: splats
-    and aranges every live use of which reads them by chunks (a vector each: nothing to keep), and
-    pointwise ops (a checked division apart: its check runs where it is computed) and, with
-    ``unchecked_loads``, box-masked affine loads (:func:`_fusable_load`) whose one use does, in
-    their own block (computed once, as they would be)."""
-    uses: dict[Value, list] = {}
-    for op in region.walk():
-        for k, v in enumerate(op.operands):
-            uses.setdefault(v, []).append((op, k))
-    fused = set()
-    for op in region.walk():
-        if op not in live.ops or not op.results or not isinstance(op.results[0].type, TileType):
-            continue
-        v = op.results[0]
-        readers = [(u, k) for u, k in uses.get(v, []) if u in live.ops or u.opcode == "yield"]
-        if not readers or not all(u.opcode != "yield" and _reads_by_chunks(u, k) for u, k in readers):
-            continue
-        if op.opcode in ("splat", "arange"):
-            fused.add(v)
-        elif len(uses[v]) == 1 and readers[0][0].block is op.block and (
-                (_pointwise(op) and not _is_checked_division(op))
-                or (unchecked_loads and _fusable_load(op, live, lanes) and _along_rows(*readers[0]))):
-            fused.add(v)
-    return frozenset(fused)
-
-
-def plan_tails(region: Block, live: Liveness, lanes: int) -> frozenset[Value]:
-    """The 1-D tiles (of whole vectors) that may be built only up to a run-time extent, all
-    lanes past it holding one value (a tail): box-masked affine loads, splats and pointwise ops
-    (not a checked division: every lane's check must run), every live reader of which reads
-    them as vectors (a pointwise op, a reduction, a stored value)."""
-    readers: dict[Value, list] = {}
-    for op in region.walk():
-        for k, v in enumerate(op.operands):
-            readers.setdefault(v, []).append((op, k))
-    out = set()
-    for op in region.walk():
-        if op not in live.ops or not op.results or not isinstance(op.results[0].type, TileType):
-            continue
-        v = op.results[0]
-        shape = shape_of(v.type)
-        if len(shape) != 1 or shape[0] % lanes:
-            continue
-        if op.opcode == "tile_load":
-            plan = live.plans.get(op)
-            if plan is None or plan.offsets is None or plan.box is None:
-                continue
-        elif op.opcode != "splat" and not (_pointwise(op) and not _is_checked_division(op)):
-            continue
-        uses = readers.get(v, [])
-        if uses and all(u.opcode != "yield" and (_pointwise(u) or u.opcode in ("reduce", "argreduce")
-                                                 or (u.opcode == "tile_store" and k == 1)) for u, k in uses):
-            out.add(v)
-    return frozenset(out)
-
-
 @attrs.frozen
 class StoragePlan:
     """Each built tile's stack array (``slot_of``: value -> slot number), each slot's size
@@ -659,6 +555,8 @@ def tile_bytes(t: TileType, lanes: int) -> int:
 
 
 def plan_storage(region: Block, live: Liveness, lanes: int, fused: frozenset = frozenset()) -> StoragePlan:
+    """Each built tile's array (``fused``: tiles with none, :mod:`.tile_fusion`, whose reads are
+    their readers')."""
     ops = list(region.walk())
     # in program order (a dict as an ordered set): slots go to tiles by (start, stop), and ties
     # must not fall back to a set's order, which varies from run to run

@@ -4,20 +4,18 @@ accesses where the mask's box covers the tile and its ends are in bounds, else o
 access per chunk of a row with the row's bounds checked once; other affine offsets: gathers;
 anything else: the offsets and mask tiles, element by element.  An active offset outside its
 buffer records the first failure in the status word and the access is skipped.  A shape guard
-seen through (:class:`accy.lowering.tile_access.Guard`) is checked once per access: the mask's
-box inside the guard's; where it is not, the first active element outside the shape is found
-(on the failure's cold path) for the message, and the access is skipped."""
+seen through is checked once per access (:mod:`.tile_guards`)."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 
 from ...dsl.ir import Op
-from ...dsl.tensors import OUT_OF_SHAPE
-from ...lowering.tile_access import AccessPlan, Box, Guard
+from ...lowering.tile_access import AccessPlan, Box
 from ..abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
 from ..llvm import Lowering
 from ..llvm_types import I1, I64, memory_type
+from .tile_guards import ShapeGuards
 from .tile_vectors import Fused, Tail, Tile
 
 
@@ -27,6 +25,7 @@ class TileMemoryEmitter:
     def __init__(self, lw: Lowering):
         self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
         self.v = lw.vectors
+        self.guards = ShapeGuards(lw, self.box_ranges)
 
     def expr(self, e) -> ir.Value:
         """An access form's scalar expression."""
@@ -58,58 +57,6 @@ class TileMemoryEmitter:
         for v in box.flags:
             uniform = b.and_(uniform, self.lw.value(v))
         return ranges, uniform
-
-    def guard_holds(self, op: Op, guard: Guard, box: Box, shape: tuple[int, ...], kind: int) -> ir.Value:
-        """Whether every element active in ``box`` is inside the tensor's shape (an i1), the
-        failure recorded where not: the mask's ranges within the guard's, or nothing active."""
-        b = self.lw.b
-        ranges, uniform = self.box_ranges(box, shape)
-        inside, holds = self.box_ranges(guard.inside, shape)
-        empty = b.not_(uniform)
-        for (lo, hi), (in_lo, in_hi) in zip(ranges, inside):
-            empty = b.or_(empty, b.icmp_signed(">=", lo, hi))
-            holds = b.and_(holds, b.and_(b.icmp_signed(">=", lo, in_lo), b.icmp_signed("<=", hi, in_hi)))
-        ok = b.or_(empty, holds)
-        self.lw.fail_if(op, b.not_(ok), kind, lambda: (self.first_outside(guard, box, shape), self.lw.lane()))
-        return ok
-
-    def first_outside(self, guard: Guard, box: Box, shape: tuple[int, ...]) -> ir.Value:
-        """The marker (OUT_OF_SHAPE + code) of the first element active in ``box`` and outside
-        the shape, in row-major order: a scalar walk, on a failure's path only."""
-        b = self.lw.b
-        zero = ir.Constant(I64, 0)
-
-        def within(ranges_uniform, idx) -> ir.Value:
-            ranges, uniform = ranges_uniform
-            at = uniform
-            for i, (lo, hi) in zip(idx, ranges):
-                at = b.and_(at, b.and_(b.icmp_signed("<=", lo, i), b.icmp_signed("<", i, hi)))
-            return at
-
-        active = self.box_ranges(box, shape)
-        digits = [[(self.box_ranges(choice, shape), weight) for choice, weight in digit] for digit in guard.digits]
-        size = 1
-        for n in shape:
-            size *= n
-
-        def element(e, carries):
-            (found,) = carries
-            idx, rest = [], e
-            for n in reversed(shape):
-                idx.append(b.urem(rest, ir.Constant(I64, n)))
-                rest = b.udiv(rest, ir.Constant(I64, n))
-            idx.reverse()
-            code = zero
-            for digit in digits:
-                weight = zero
-                for choice, w in reversed(digit):  # the first choice that holds wins
-                    weight = b.select(within(choice, idx), ir.Constant(I64, w), weight)
-                code = b.add(code, weight)
-            first = b.and_(b.icmp_signed("==", found, zero),
-                           b.and_(within(active, idx), b.icmp_signed("!=", code, zero)))
-            return [b.select(first, b.add(code, ir.Constant(I64, OUT_OF_SHAPE)), found)]
-
-        return self.v.loop(0, size, element, [zero], name="outside")[0]
 
     def access(self, op: Op, value: Tile | None, out: Tile | None, other: ir.Value | None) -> ir.Value | None:
         """A tile_load (into ``out``, ``other`` where masked off) or tile_store (of ``value``) by
@@ -167,7 +114,7 @@ class TileMemoryEmitter:
             ranges, uniform = self.box_ranges(box, shape)
             lo, hi = ranges[-1]
             if plan.guard is not None and checks:
-                uniform = b.and_(uniform, self.guard_holds(op, plan.guard, box, shape, kind))
+                uniform = b.and_(uniform, self.guards.holds(op, plan.guard, box, shape, kind))
         passthru = self.v.splat(self.v.to_memory(other, dtype)) if other is not None else None
         iota = self.v.iota()
         align = dtype.itemsize

@@ -57,8 +57,8 @@ from .tile_memory import TileMemoryEmitter
 from .tile_reductions import ReductionEmitter
 from .tile_vectors import Tile, TileVectors
 from ...targets import HostTarget
-from ...lowering.tile_access import (AccessPlan, liveness, plan_accesses, plan_fusion, plan_storage, plan_tails,
-                                     tile_bytes)
+from ...lowering.tile_access import AccessPlan, liveness, plan_accesses, plan_storage, tile_bytes
+from ...lowering.tile_fusion import plan_fusion, plan_tails
 
 GROUP = 4  # programs along axis 0 that run together (see _decode)
 

@@ -1,0 +1,116 @@
+"""Which tiles of a tile program the host builds with no array, or only in part, planned
+with the access plans and liveness of :mod:`.tile_access`.
+
+Fusion (:func:`plan_fusion`): a splat or arange read only chunk by chunk, and a pointwise op
+whose one use reads it chunk by chunk in the same block, get no array: their consumer
+computes each chunk of them where it reads it (``exp(x - m)`` summed is one loop, in registers).
+
+Tails (:func:`plan_tails`): a 1-D tile whose lanes from some run-time position on all hold
+one value (a box-masked load's ``other`` past the box, a splat, a pointwise op of such tiles)
+is computed only up to there where every reader reads it through vectors that supply the
+rest: an oversized block costs what its real elements cost.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..dsl.ir import Block, Op, Value
+from ..dsl.types import TileType, shape_of
+from .tile_access import Liveness, is_checked_division
+
+# the ops with an emitter of their own on the host (the others with a tile result are pointwise)
+SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "reduce",
+                    "argreduce", "scan", "dot", "tile_load", "tile_store", "tile_atomic"})
+
+
+def _pointwise(op: Op) -> bool:
+    return op.opcode not in SHAPED and bool(op.results) and isinstance(op.results[0].type, TileType)
+
+
+def _reads_by_chunks(user: Op, k: int) -> bool:
+    """Whether ``user`` reads its operand ``k`` only as vectors of consecutive elements (at any
+    offset), never through its array: a pointwise op, a stored value, a reduction along the
+    last axis."""
+    if _pointwise(user):
+        return True
+    if user.opcode == "tile_store":
+        return k == 1
+    return user.opcode in ("reduce", "argreduce")  # along any axis, each element once
+
+
+def _along_rows(user: Op, k: int) -> bool:
+    """Whether ``user`` reads its operand ``k`` row by row (a fused load then finds its row once
+    per chunk; a reduction along another axis reads a chunk of each row in turn, and a load
+    into an array for it is cheaper)."""
+    if user.opcode in ("reduce", "argreduce"):
+        shape = shape_of(user.operands[0].type)
+        return math.prod(shape[user.attrs.axis + 1:]) == 1
+    return True
+
+
+def _fusable_load(op: Op, live: Liveness, lanes: int) -> bool:
+    """A load that checks nothing where it runs (a launch checked whole before it), from affine
+    offsets with its mask a box, whose chunks never straddle two rows."""
+    plan = live.plans.get(op)
+    if op.opcode != "tile_load" or plan is None or plan.offsets is None or plan.box is None:
+        return False
+    shape = shape_of(op.result.type)
+    return len(shape) == 1 or shape[-1] % lanes == 0
+
+
+def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool = False) -> frozenset[Value]:
+    """The tiles computed where they are read, chunk by chunk, instead of into an array: splats
+    and aranges every live use of which reads them by chunks (a vector each: nothing to keep), and
+    pointwise ops (a checked division apart: its check runs where it is computed) and, with
+    ``unchecked_loads``, box-masked affine loads (:func:`_fusable_load`) whose one use does, in
+    their own block (computed once, as they would be)."""
+    uses: dict[Value, list] = {}
+    for op in region.walk():
+        for k, v in enumerate(op.operands):
+            uses.setdefault(v, []).append((op, k))
+    fused = set()
+    for op in region.walk():
+        if op not in live.ops or not op.results or not isinstance(op.results[0].type, TileType):
+            continue
+        v = op.results[0]
+        readers = [(u, k) for u, k in uses.get(v, []) if u in live.ops or u.opcode == "yield"]
+        if not readers or not all(u.opcode != "yield" and _reads_by_chunks(u, k) for u, k in readers):
+            continue
+        if op.opcode in ("splat", "arange"):
+            fused.add(v)
+        elif len(uses[v]) == 1 and readers[0][0].block is op.block and (
+                (_pointwise(op) and not is_checked_division(op))
+                or (unchecked_loads and _fusable_load(op, live, lanes) and _along_rows(*readers[0]))):
+            fused.add(v)
+    return frozenset(fused)
+
+
+def plan_tails(region: Block, live: Liveness, lanes: int) -> frozenset[Value]:
+    """The 1-D tiles (of whole vectors) that may be built only up to a run-time extent, all
+    lanes past it holding one value (a tail): box-masked affine loads, splats and pointwise ops
+    (not a checked division: every lane's check must run), every live reader of which reads
+    them as vectors (a pointwise op, a reduction, a stored value)."""
+    readers: dict[Value, list] = {}
+    for op in region.walk():
+        for k, v in enumerate(op.operands):
+            readers.setdefault(v, []).append((op, k))
+    out = set()
+    for op in region.walk():
+        if op not in live.ops or not op.results or not isinstance(op.results[0].type, TileType):
+            continue
+        v = op.results[0]
+        shape = shape_of(v.type)
+        if len(shape) != 1 or shape[0] % lanes:
+            continue
+        if op.opcode == "tile_load":
+            plan = live.plans.get(op)
+            if plan is None or plan.offsets is None or plan.box is None:
+                continue
+        elif op.opcode != "splat" and not (_pointwise(op) and not is_checked_division(op)):
+            continue
+        uses = readers.get(v, [])
+        if uses and all(u.opcode != "yield" and (_pointwise(u) or u.opcode in ("reduce", "argreduce")
+                                                 or (u.opcode == "tile_store" and k == 1)) for u, k in uses):
+            out.add(v)
+    return frozenset(out)
