@@ -116,7 +116,10 @@ def main(argv=None) -> int:
         rows = targets.run_workloads(functools.partial(measure, statistic=min), ns.budget, ns.quick, ns.only,
                                      triton_style.WORKLOADS, triton_style.QUICK)
         targets.print_rows(rows)
-        report["triton"] = rows
+        cold = triton_style.cold_compiles()
+        print(f"  cold compiles (target < {triton_style.COLD_TARGET_SECONDS:g} s): "
+              + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in cold.items()))
+        report["triton"] = {"rows": rows, "cold": cold}
     if "attention" in sections:
         print("\n== attention entries on every CPU backend ==")
         rows = attention.bench_kernels(shapes, quick=ns.quick)

@@ -11,6 +11,7 @@ mask=cols < C)``.  Issue 31's targets hold them to the speed of NumPy on one thr
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -404,3 +405,35 @@ WORKLOADS = (
     *_row_ops("bf16"),
 )
 QUICK = {("README matmul", "2048^3, 64x64x32")} | {(w.kernel, w.size) for w in WORKLOADS if w.size.endswith("bf16")}
+
+
+COLD_TARGET_SECONDS = 1.0
+
+
+def cold_compiles() -> dict:
+    """Seconds from a fresh program to its first llvm run (trace, passes, lowering, host JIT),
+    caches off, for each kernel above: issue 31's target is under 1 s for every one."""
+    from .timing import environment
+
+    rows, cols = 8, 1000
+    x, out = np.ones((rows, cols), np.float32), np.zeros((rows, cols), np.float32)
+    w, c = np.ones(cols, np.float32), np.zeros(cols, np.float32)
+    a = np.ones((100, 100), np.float32)
+    cases = {
+        "softmax": (lambda: make_softmax(1024), [out, x]),
+        "softmax bf16": (lambda: make_softmax(1024, bf16), [out.astype(_np_dtype("bf16")), x.astype(_np_dtype("bf16"))]),
+        "layer norm": (lambda: make_layer_norm(1024), [out, x, w, w, 1e-5]),
+        "rms norm": (lambda: make_rms_norm(1024), [out, x, w, 1e-5]),
+        "argmax": (lambda: make_argmax(1024), [np.zeros(rows, np.int64), x]),
+        "cumsum": (lambda: make_cumsum(1024), [out, x]),
+        "column sum": (make_column_sum, [c, x]),
+        "gelu 2-D": (make_gelu, [out, x]),
+        "triton matmul": (make_matmul, [np.zeros_like(a), a, a]),
+    }
+    seconds = {}
+    with environment(ACCY_CACHE="0", ACCY_TRACE_CACHE="0"):
+        for name, (make, args) in cases.items():
+            start = time.perf_counter()
+            make().run(args, backend="llvm")
+            seconds[name] = time.perf_counter() - start
+    return seconds

@@ -338,7 +338,7 @@ class TileMemoryEmitter:
         if op.result in self.lw.tails:
             tail = Tail(self.lw.tail_start(ranges[0][1], b.and_(uniform, b.icmp_signed("<", *ranges[0]))),
                         self.lw.value(op.operands[1]))
-        return Fused(chunk, op.result.type, tail)
+        return Fused(chunk, op.result.type, tail, tail_in_chunks=True)
 
     def _either(self, cond: ir.Value, then, otherwise) -> ir.Value:
         b = self.lw.b

@@ -63,6 +63,7 @@ class Fused:
     chunk: object
     type: TileType
     tail: Tail | None = None
+    tail_in_chunks: bool = False  # its chunks past the tail's start are the tail already (a masked load's)
 
     @property
     def dtype(self) -> DType:
@@ -146,7 +147,7 @@ class TileVectors:
     def load(self, tile: Tile, idx, mask: ir.Value | None = None, n: int | None = None) -> ir.Value:
         """``n`` (default ``L``) elements of ``tile`` from ``idx``; ``mask``: zeros elsewhere (a
         fused tile's masked-off lanes are computed, and not checked)."""
-        if tile.tail is not None:
+        if tile.tail is not None and not (isinstance(tile, Fused) and tile.tail_in_chunks):
             return self._with_tail(tile, i64(idx), mask, n)
         if isinstance(tile, Fused):
             assert n is None, "a fused tile is read by whole vectors"
