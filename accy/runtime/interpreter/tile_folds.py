@@ -19,7 +19,7 @@ from ...errors import ExecutionError, OutOfBoundsError
 from . import numerics
 from .pointwise import EVAL, WIDE
 from .simt_control import step_without_wrap, uses
-from .tile_memory import Affine, Conjunction, _compact
+from .tile_memory import _WRITES, _compact
 from .tile_numerics import round_to_tf32
 
 # ----------------------------------------------------------------------------- folds run for all trips at once
@@ -53,7 +53,6 @@ class _FoldPlan:
     trip_bytes: int  # a bound on the bytes one trip of one program holds (sizes the chunks)
 
 
-_WRITES = frozenset({"store", "atomic", "tile_store", "tile_atomic"})
 # A chunk's temporaries stay near a cache's size whatever the memory cap: trips whose data is larger
 # than that already spend far longer in NumPy than in Python (a layer norm's row sweeps), and running
 # them at once only adds memory traffic and page faults.
@@ -248,10 +247,8 @@ class FoldRunner:
                 held, value = lazy.get(v), dict.get(env, v, _ABSENT)
                 saved.append((v, held, value))
                 env.pop(v, None)
-                if isinstance(held, Affine):
-                    lazy[v] = Affine(_repeated(held.base, trips, programs), held.coefs, held.shape)
-                elif isinstance(held, Conjunction):
-                    lazy[v] = Conjunction(tuple(_repeated(f, trips, programs) for f in held.factors), held.shape)
+                if held is not None:
+                    lazy[v] = held.per_program(lambda x: _repeated(x, trips, programs))
                 elif value is not _ABSENT:
                     env[v] = _repeated(value, trips, programs)
             if active is not None:
