@@ -352,18 +352,30 @@ def _access(affine: Affine, lows: list, lengths: list, some, programs: int, size
     return _Access(tuple(plans), np.sort(rest))
 
 
-def _copy_boxes(plan: _Plan, memory: np.ndarray, result: np.ndarray, rows) -> None:
-    """``result[rows]``'s boxes from memory."""
-    boxes = plan.boxes(memory)
-    index = (rows,) + plan.box()
-    if boxes.ndim > result.ndim:  # runs of programs: split the target's leading axis alike
-        if isinstance(rows, slice):
-            target = result[index].reshape(boxes.shape)
-            if target.base is not None:  # a view of result (splitting an axis needs no copy)
-                target[...] = boxes
-                return
-        boxes = boxes.reshape((-1,) + plan.lengths)
-    result[index] = boxes
+def _rows(array: np.ndarray, rows, box: tuple[slice, ...]):
+    """``array[(rows,) + box]`` as a view (writeable where ``array`` is): (n, *box) for a slice of
+    programs, (n,) or (runs, n / runs) leading axes for program numbers that step evenly or in runs
+    that do (a fold's (trip, program) pairs of the programs of one box); None for others."""
+    region = array[(slice(None),) + box]
+    if isinstance(rows, slice):
+        return region[rows]
+    lead = _even_steps(rows)
+    if lead is None:
+        return None
+    shape, steps = lead
+    step = region.strides[0]
+    return np.lib.stride_tricks.as_strided(region[int(rows[0]):], shape + region.shape[1:], tuple(
+        s * step for s in steps) + region.strides[1:])
+
+
+def _copy_boxes(plan: _Plan, memory: np.ndarray, result: np.ndarray) -> None:
+    """The fast programs' rows of ``result`` at their box: the boxes from memory."""
+    boxes, rows = plan.boxes(memory), plan.rows()
+    target = _rows(result, rows, plan.box())
+    if target is None:
+        result[(rows,) + plan.box()] = boxes.reshape((-1,) + plan.lengths)
+        return
+    target[...] = boxes.reshape(target.shape)  # one split of the leading axis or the other
 
 
 class TileMemory:
@@ -583,7 +595,7 @@ class TileMemory:
             if uniform:
                 result[(slice(0, 1),) + plan.box()] = plan.window(memory)[plan.starts[:1]]
             else:
-                _copy_boxes(plan, memory, result, plan.rows())
+                _copy_boxes(plan, memory, result)
         if rest.size:
             offsets, mask = self._some_programs(op, rest)
             rest_other = other[rest] if other.ndim and other.shape[0] > 1 else other
@@ -621,11 +633,13 @@ class TileMemory:
             elements, rest_values = self._elements(op, offsets, values[rest], mask, memory, rest)
         for plan in access.plans:
             boxes = plan.boxes(memory, writeable=True)
-            chosen = values[(plan.rows(),) + plan.box()]
+            chosen = _rows(values, plan.rows(), plan.box())
+            if chosen is None:
+                chosen = values[(plan.rows(),) + plan.box()]
             if boxes is not None:
                 boxes[...] = chosen.reshape(boxes.shape)
             else:  # starts that do not step evenly: box by box through the window of every box
-                plan.window(memory, writeable=True)[plan.starts] = chosen
+                plan.window(memory, writeable=True)[plan.starts] = chosen.reshape((-1,) + plan.lengths)
         if rest.size:
             memory[elements] = rest_values
 
