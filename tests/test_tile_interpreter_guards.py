@@ -177,3 +177,19 @@ def test_an_index_tile_of_one_element_broadcast_is_the_same_everywhere():
     out = np.full(8, -1, np.int64)
     broadcast_one.run([out], backend="numpy")
     np.testing.assert_array_equal(out, np.zeros(8, np.int64))
+
+
+@pytest.mark.parametrize("name", ["exp", "tanh", "sqrt"])
+def test_a_math_function_on_a_large_f32_tile_rounds_once_from_float64_in_every_block(name):
+    from accy.runtime.interpreter import numerics
+    from accy.runtime.interpreter.pointwise import EVAL
+
+    rng = np.random.default_rng(7)
+    x = (np.abs(rng.standard_normal((3, 5 * numerics._BLOCK // 4 + 3))) * 4).astype(np.float32)
+    x[0, :7] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 88.7, 1e-40]
+    for arg in (x, x[:, ::2], x.T):  # contiguous, strided, transposed: more elements than one block
+        with np.errstate(all="ignore"):  # as the interpreter runs: NaN is a result, not a warning
+            got = EVAL[name](arg)
+            want = numerics.MATH64[name](arg.astype(np.float64)).astype(np.float32)
+        assert got.shape == arg.shape and got.dtype == np.float32
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
