@@ -193,3 +193,44 @@ def test_a_math_function_on_a_large_f32_tile_rounds_once_from_float64_in_every_b
             want = numerics.MATH64[name](arg.astype(np.float64)).astype(np.float32)
         assert got.shape == arg.shape and got.dtype == np.float32
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@accy.kernel(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+def ragged_rows(k, p):
+    """Each row's first (row * row) % 37 elements plus one, doubled: a box of its own for most rows."""
+    R, C = p.x.shape
+
+    @k.for_each_tile(grid=axis("row", R))
+    def program(t, pid):
+        row = pid["row"]
+        cols = t.arange(64)
+        mask = cols < (row * row) % 37 + 1
+        p.dst.store((row, cols), p.x.load((row, cols), mask=mask, other=-1.0) * 2.0, mask=mask)
+
+
+@pytest.mark.parametrize("rows", [5, 40], ids=["a box per program", "more boxes than are copied"])
+def test_ragged_boxes_in_irregular_programs_load_and_store_only_their_elements(rows):
+    x = np.random.default_rng(8).standard_normal((rows, 64)).astype(np.float32)
+    dst = np.full_like(x, 7.0)
+    ragged_rows.run([dst, x], backend="numpy")
+    keep = np.arange(64)[None, :] < (np.arange(rows)[:, None] ** 2 % 37 + 1)
+    np.testing.assert_array_equal(dst, np.where(keep, x * 2, 7.0))
+
+
+@accy.kernel(y=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+def rows_past_the_shape_in_a_branch(k, p):
+    @k.for_each_tile(grid=axis("i", 3))
+    def body(t, pid):
+        r = pid["i"] * 4 + t.arange(4)
+        c = t.arange(8)
+        # unmasked: program 2's rows 8..11 are outside the shape, but it takes the other branch
+        t.if_(pid["i"] < 2, lambda t: p.y.store((r[:, None], c[None, :]), p.x.load((r[:, None], c[None, :]))))
+
+
+def test_programs_outside_the_shape_that_do_not_run_the_access_raise_nothing():
+    x = np.random.default_rng(9).standard_normal((8, 8)).astype(np.float32)
+    y = np.zeros((8, 8), np.float32)
+    rows_past_the_shape_in_a_branch.run([y, x], backend="numpy")
+    np.testing.assert_array_equal(y, x)
+    with pytest.raises(OutOfBoundsError, match=r"dimension 0 is outside its shape \(program i=1\)"):
+        rows_past_the_shape_in_a_branch.run([np.zeros((6, 8), np.float32), x[:6]], backend="numpy")

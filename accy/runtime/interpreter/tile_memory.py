@@ -314,9 +314,15 @@ def _access(affine: Affine, lows: list, lengths: list, some, programs: int, size
     per program (P,)), each box's programs checked to lie in the buffer."""
     nothing = np.zeros(0, np.int64)
     chosen = np.arange(programs) if some is None else np.flatnonzero(some)
-    varying = [np.broadcast_to(x, (programs,))[chosen] for x in lows + lengths if np.ndim(x)]
-    key = np.stack(varying, axis=1) if varying else None
-    if key is None or (key == key[0]).all():
+    # each program's box as one number, its lows and lengths digits of a mixed radix (each in [0, n])
+    key, radix = np.zeros(chosen.size, np.int64), 1
+    for x, n in zip(lows + lengths, affine.shape + affine.shape):
+        if np.ndim(x):
+            key += np.broadcast_to(x, (programs,))[chosen] * np.int64(radix)
+            radix *= n + 1
+    if radix >= 2**63:  # too many digits for one number: boxes by their rows of digits
+        key = np.stack([np.broadcast_to(x, (programs,))[chosen] for x in lows + lengths if np.ndim(x)], axis=1)
+    if radix == 1 or (key == key[0]).all():
         groups, rest = [chosen], nothing
     else:
         _, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
