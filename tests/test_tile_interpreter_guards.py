@@ -234,3 +234,23 @@ def test_programs_outside_the_shape_that_do_not_run_the_access_raise_nothing():
     np.testing.assert_array_equal(y, x)
     with pytest.raises(OutOfBoundsError, match=r"dimension 0 is outside its shape \(program i=1\)"):
         rows_past_the_shape_in_a_branch.run([np.zeros((6, 8), np.float32), x[:6]], backend="numpy")
+
+
+@accy.kernel(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+def bump_in_place(k, p):
+    R, C = p.x.shape
+
+    @k.for_each_tile(grid=axis("row", R))
+    def program(t, pid):
+        cols = t.arange(16)
+        x = p.x.load((pid["row"], cols), mask=cols < C)  # whole rows: a box each
+        p.x.store((pid["row"], cols), x + 1.0, mask=cols < C)
+        p.dst.store((pid["row"], cols), x, mask=cols < C)  # the values loaded, before the store
+
+
+def test_a_load_from_a_buffer_the_launch_writes_keeps_the_values_it_read():
+    x = np.random.default_rng(10).standard_normal((6, 16)).astype(np.float32)
+    before, dst = x.copy(), np.zeros_like(x)
+    bump_in_place.run([dst, x], backend="numpy")
+    np.testing.assert_array_equal(dst, before)
+    np.testing.assert_array_equal(x, before + 1)

@@ -580,7 +580,8 @@ class TileMemory:
                 if boxes.ndim > 1 + len(shape):
                     boxes = boxes.reshape((-1,) + shape)
                 # a view of memory the launch writes is copied (a later store would change it)
-                run.env[op.result] = np.array(boxes) if op.attrs["buffer"] in self.written else boxes
+                written = op.attrs["buffer"] in self.written and np.may_share_memory(boxes, memory)
+                run.env[op.result] = np.array(boxes) if written else boxes
                 return
         uniform = len(plans) == 1 and plans[0].uniform and other.ndim == 0
         result = np.empty((1 if uniform else run.programs,) + shape, memory.dtype)

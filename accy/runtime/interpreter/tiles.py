@@ -21,9 +21,10 @@ Offsets and masks are held unevaluated where they are affine in the tile positio
 of one range per axis (:class:`~.tile_memory.Affine`, :class:`~.tile_memory.Conjunction`): an
 access then copies each program's box of elements through a strided view of the buffer, never
 forming a masked-off element's address.  A tensor access's shape guard is held so too (a
-:class:`~.tile_memory.Select` of the offsets, checked against the mask at each index's own shape).  ``check_memory`` (races, unwritten outputs) applies to
-SIMT launches only: ``check_memory=True`` on a tile launch is refused (the ptx backend's
-emulator checks a tile launch's programs for races).
+:class:`~.tile_memory.Select` of the offsets, checked against the mask at each index's own
+shape).  ``check_memory`` (races, unwritten outputs) applies to SIMT launches only:
+``check_memory=True`` on a tile launch is refused (the ptx backend's emulator checks a tile
+launch's programs for races).
 
 This module holds the interpreter that composes the parts (the walk over the ops, the values,
 the active programs and one handler table), the op schedule, the scalar, shape, reduction, dot
