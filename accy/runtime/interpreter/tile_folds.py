@@ -19,7 +19,7 @@ from ...errors import ExecutionError, OutOfBoundsError
 from . import numerics
 from .pointwise import EVAL, WIDE
 from .simt_control import step_without_wrap, uses
-from .tile_memory import Affine, Conjunction, _compact
+from .tile_memory import _WRITES, _compact
 from .tile_numerics import round_to_tf32
 
 # ----------------------------------------------------------------------------- folds run for all trips at once
@@ -50,10 +50,9 @@ class _FoldPlan:
     skipped: frozenset[Op]  # the combining ops: applied after the body, not in it
     captured: tuple[Value, ...]  # outer values the body reads: repeated for every trip
     defined: frozenset[Value]  # the values the body defines (nested regions' too)
-    trip_bytes: int  # a bound on the bytes one trip of one program holds (sizes the chunks)
+    trip_bytes: int  # the bytes one trip of one program holds, views and unevaluated values aside (sizes chunks)
 
 
-_WRITES = frozenset({"store", "atomic", "tile_store", "tile_atomic"})
 # A chunk's temporaries stay near a cache's size whatever the memory cap: trips whose data is larger
 # than that already spend far longer in NumPy than in Python (a layer norm's row sweeps), and running
 # them at once only adds memory traffic and page faults.
@@ -66,6 +65,25 @@ def _bytes(value: Value) -> int:
     if isinstance(t, TileType):
         return math.prod(t.shape) * element_type(t).numpy.itemsize
     return element_type(t).numpy.itemsize
+
+
+_VIEWS = frozenset({"arange", "splat", "broadcast", "reshape", "trans"})
+
+
+def _held(op: Op) -> bool:
+    """Whether the tile interpreter holds ``op``'s result as a view of another value or unevaluated
+    (tile_memory's Affine, Sum, Select, Conjunction: index tiles and the masks made of them, read
+    so by the accesses), or as its operand itself (a cast to its own type): no memory of its own."""
+    if op.opcode in _VIEWS:
+        return True
+    if len(op.results) != 1 or not isinstance(op.result.type, TileType):
+        return False
+    if op.opcode == "cast":
+        return op.operands[0].type == op.result.type
+    dtype = op.result.type.dtype
+    if op.opcode in ("add", "sub", "select"):
+        return dtype.is_index
+    return (op.opcode == "eq" and op.operands[0].type.dtype.is_index) or (op.opcode == "and" and dtype.is_bool)
 
 
 def _fold_plan(op: Op) -> _FoldPlan | None:
@@ -107,7 +125,8 @@ def _fold_plan(op: Op) -> _FoldPlan | None:
             return None
     trip_bytes = 8  # the trip's index
     for inner in ops:
-        trip_bytes += sum(_bytes(r) for r in inner.results)
+        if not _held(inner):
+            trip_bytes += sum(_bytes(r) for r in inner.results)
         if inner.opcode == "dot":  # its inputs converted to the accumulator's type
             item = element_type(inner.result.type).numpy.itemsize
             trip_bytes += sum(math.prod(v.type.shape) * item for v in inner.operands[:2])
@@ -187,6 +206,8 @@ class FoldRunner:
             plan = self.plans.get(op)
             budget = min(self.memory_cap, _CHUNK_BYTES)
             chunk = 0 if plan is None else min(len(trips), budget // max(1, run.programs * plan.trip_bytes))
+            if chunk >= 2:  # chunks of one size (two of 32 trips, not 62 and 2)
+                chunk = -(-len(trips) // -(-len(trips) // chunk))
             if chunk >= 2:
                 fold_counts.vectorised += 1
                 accs = self._vectorised_fold(trips, chunk, region, plan, accs)
@@ -248,10 +269,8 @@ class FoldRunner:
                 held, value = lazy.get(v), dict.get(env, v, _ABSENT)
                 saved.append((v, held, value))
                 env.pop(v, None)
-                if isinstance(held, Affine):
-                    lazy[v] = Affine(_repeated(held.base, trips, programs), held.coefs, held.shape)
-                elif isinstance(held, Conjunction):
-                    lazy[v] = Conjunction(tuple(_repeated(f, trips, programs) for f in held.factors), held.shape)
+                if held is not None:
+                    lazy[v] = held.per_program(lambda x: _repeated(x, trips, programs))
                 elif value is not _ABSENT:
                     env[v] = _repeated(value, trips, programs)
             if active is not None:

@@ -20,9 +20,11 @@ committed only when the launch succeeds, so a failing launch writes nothing.
 Offsets and masks are held unevaluated where they are affine in the tile positions and the and
 of one range per axis (:class:`~.tile_memory.Affine`, :class:`~.tile_memory.Conjunction`): an
 access then copies each program's box of elements through a strided view of the buffer, never
-forming a masked-off element's address.  ``check_memory`` (races, unwritten outputs) applies to
-SIMT launches only: ``check_memory=True`` on a tile launch is refused (the ptx backend's
-emulator checks a tile launch's programs for races).
+forming a masked-off element's address.  A tensor access's shape guard is held so too (a
+:class:`~.tile_memory.Select` of the offsets, checked against the mask at each index's own
+shape).  ``check_memory`` (races, unwritten outputs) applies to SIMT launches only:
+``check_memory=True`` on a tile launch is refused (the ptx backend's emulator checks a tile
+launch's programs for races).
 
 This module holds the interpreter that composes the parts (the walk over the ops, the values,
 the active programs and one handler table), the op schedule, the scalar, shape, reduction, dot
@@ -48,7 +50,7 @@ from ...diagnostics import division_by_zero, thread_text
 from .pointwise import EVAL, WIDE
 from .simt import DEFAULT_MEMORY_CAP, _last_uses
 from .tile_folds import FoldRunner, _fold_plans_of, fold_counts
-from .tile_memory import Affine, Conjunction, TileMemory, _unit_axes, _Values
+from .tile_memory import Affine, TileMemory, _unit_axes, _Values
 from .tile_numerics import arg_along, dot, reduce_along, round_to_tf32
 
 # fold_counts and round_to_tf32 are read here by the tests
@@ -86,6 +88,10 @@ def _schedule(graph: Graph) -> dict[Block, tuple[tuple, ...]]:
                 if len(op.results) == 1 and isinstance(op.results[0].type, TileType):
                     if op.opcode in _AFFINE and op.result.type.dtype.is_index:
                         handler = "index_arithmetic"
+                    elif op.opcode == "select" and op.result.type.dtype.is_index:
+                        handler = "index_select"
+                    elif op.opcode == "eq" and op.operands[0].type.dtype.is_index:
+                        handler = "index_equality"
                     elif op.opcode == "and" and op.result.type.dtype.is_bool:
                         handler = "conjunction"
                 fn = None
@@ -111,7 +117,7 @@ class TileInterpreter:
         self.graph = graph
         self.buffers = buffers
         self.env = _Values()
-        self.lazy = self.env.lazy  # values held as an Affine or a Conjunction
+        self.lazy = self.env.lazy  # values held unevaluated (tile_memory's Affine, Conjunction, Sum, Select)
         for p, v in zip(graph.scalars, graph.body.args):
             self.env[v] = scalars[p.name]
         self.axes = graph.lane_axes(extents)  # the grid's axes, first fastest
@@ -236,10 +242,8 @@ class TileInterpreter:
     def op_broadcast(self, op: Op) -> None:
         shape = op.attrs.shape
         held = self.lazy.get(op.operands[0])
-        if isinstance(held, Affine):
-            self.lazy[op.result] = Affine(held.base, held.coefs, shape)  # a broadcast axis had length 1
-        elif isinstance(held, Conjunction):
-            self.lazy[op.result] = Conjunction(held.factors, shape)
+        if held is not None:
+            self.lazy[op.result] = held.broadcast(shape)
         else:
             x = self.env[op.operands[0]]
             self.env[op.result] = np.broadcast_to(x, x.shape[:1] + shape)
@@ -248,11 +252,8 @@ class TileInterpreter:
         shape = op.attrs.shape
         held = self.lazy.get(op.operands[0])
         axes = _unit_axes(held.shape, shape) if held is not None else None
-        if isinstance(held, Affine) and axes is not None:
-            self.lazy[op.result] = Affine(held.base, tuple(0 if d is None else held.coefs[d] for d in axes), shape)
-        elif isinstance(held, Conjunction) and axes is not None:
-            self.lazy[op.result] = Conjunction(tuple(f.reshape(f.shape[:1] + tuple(
-                1 if d is None else f.shape[d + 1] for d in axes)) for f in held.factors), shape)
+        if axes is not None:
+            self.lazy[op.result] = held.reshaped(axes, shape)
         else:
             x = self.env[op.operands[0]]
             self.env[op.result] = x.reshape(x.shape[:1] + shape)
@@ -261,11 +262,8 @@ class TileInterpreter:
         perm = op.attrs.perm
         held = self.lazy.get(op.operands[0])
         shape = tuple(op.result.type.shape)
-        if isinstance(held, Affine):
-            self.lazy[op.result] = Affine(held.base, tuple(held.coefs[k] for k in perm), shape)
-        elif isinstance(held, Conjunction):
-            self.lazy[op.result] = Conjunction(tuple(np.transpose(f, (0,) + tuple(k + 1 for k in perm))
-                                                     for f in held.factors), shape)
+        if held is not None:
+            self.lazy[op.result] = held.transposed(perm, shape)
         else:
             self.env[op.result] = np.transpose(self.env[op.operands[0]], (0,) + tuple(k + 1 for k in perm))
 
@@ -367,7 +365,8 @@ def run_tiles(graph: Graph, binding: Binding, launch, *, debug_thread=None, chec
 HANDLERS = {name[3:]: (part, name) for part, cls in (("interpreter", TileInterpreter), ("memory", TileMemory),
                                                      ("folds", FoldRunner))
             for name in vars(cls) if name.startswith("op_")}
-HANDLERS.update(index_arithmetic=("memory", "index_arithmetic"), conjunction=("memory", "conjunction"))
+HANDLERS.update({name: ("memory", name) for name in ("index_arithmetic", "index_select", "index_equality",
+                                                     "conjunction")})
 
 # every op a tile program may hold has an implementation here: the tile ops, and the SIMT
 # level's scalar ops except the ones that need threads (checked by the tests)
