@@ -17,13 +17,16 @@ from __future__ import annotations
 import decimal
 import importlib
 import math
+import re
 
+import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 import pytest
 
 from accy.codegen.host import vecmath
-from accy.codegen.machine import optimised_host_module
+from accy.codegen.host.vecmath_f32 import EXP_OVERFLOW, INV_STEP
+from accy.codegen.machine import host_machine, optimised_host_module
 
 from host_math import compile_routine, kernel
 
@@ -575,6 +578,96 @@ def test_sin_cos_mixed_lanes_f32():
 
 
 # ------------------------------------------------------------------------------------
+# f32 routines computed in float (vecmath_f32)
+
+# past these magnitudes every result is 0, 1 or inf (test_special_values checks those)
+NATIVE_RANGE = {"exp": 104.0, "exp2": 151.0, "sigmoid": 104.0}
+
+
+def _f32_magnitudes_below(top: float, step: int) -> np.ndarray:
+    """Every ``step``-th float32 bit pattern from +0 up to ``top``, with both signs."""
+    top_bits = int(np.array([top], np.float32).view(np.uint32)[0])
+    bits = np.arange(0, top_bits, step, dtype=np.uint32)
+    return np.concatenate([bits, bits | np.uint32(1 << 31)]).view(np.float32)
+
+
+def test_native_f32_names():
+    assert set(vecmath.NATIVE_F32) == set(NATIVE_RANGE)
+    assert np.float32(EXP_OVERFLOW) == EXP_OVERFLOW
+    with np.errstate(over="ignore"):   # the last float whose exp rounds to a finite float
+        assert np.isfinite(np.float32(np.exp(np.float64(EXP_OVERFLOW))))
+        assert np.isinf(np.float32(np.exp(np.float64(np.nextafter(np.float32(EXP_OVERFLOW), np.float32(np.inf))))))
+
+
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_sweep(name):
+    """Every 331st float32 of magnitude below the range's end (13 to 17 million inputs, subnormal
+    arguments and results included), at 16 lanes, against float64 NumPy.  (Swept at every
+    float32 when written: see vecmath.MEASURED.)"""
+    x = _f32_magnitudes_below(NATIVE_RANGE[name], 331)
+    got = kernel(name, "f32", 16)(x)
+    ref = numpy_ref(name, x)
+    err = ulp_error(got, ref, "f32")
+    i = int(np.argmax(err))
+    assert err[i] <= vecmath.max_ulp(name, "f32"), f"{name}: {err[i]:.4f} ulp at {x[i]!r} (got {got[i]!r})"
+
+
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_reduction_edges(name):
+    """The 12 floats either side of each point where the reduction's n steps (|u| largest,
+    the table index wraps, the exponent moves), over the whole range, at 16 and 8 lanes."""
+    k = np.arange(-2420, 2060) + 0.5
+    points = k / 16 if name == "exp2" else k / INV_STEP
+    points = points[np.abs(points) < NATIVE_RANGE[name]]
+    x = _neighbours(points, "f32", k=12)
+    ref = numpy_ref(name, x)
+    for width in (8, 16):
+        err = ulp_error(kernel(name, "f32", width)(x), ref, "f32")
+        i = int(np.argmax(err))
+        assert err[i] <= vecmath.max_ulp(name, "f32"), f"{name} x{width}: {err[i]:.4f} ulp at {x[i]!r}"
+
+
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_mixed_lanes(name):
+    """Lanes whose results are subnormal (the double route, on its branch) beside lanes that are
+    not, in one vector: each lane is its own function's value, zeros and infinities exact."""
+    sub = {"exp": [-87.5, -95.0, -103.9, -100.0], "exp2": [-126.5, -140.0, -149.5, -150.5],
+           "sigmoid": [-87.5, -95.0, -103.9, -100.0]}[name]
+    x = np.array(sub[:2] + [0.5, -0.0, 3.0, np.inf, -np.inf, np.nan, -1.0, 200.0, -200.0, 1e-30]
+                 + sub[2:] + [80.0, -80.0], np.float32)
+    for perm in (x, x[::-1].copy(), np.roll(x, 5)):
+        got = kernel(name, "f32", 16)(perm)
+        ref = numpy_ref(name, perm)
+        exact = _check_exact(got, ref, "f32", [f"{name}({v!r})" for v in perm])
+        _bounded_elsewhere(name, "f32", got, ref, exact, perm)
+
+
+def _host_has_avx512() -> bool:
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+
+
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_stays_in_float(name):
+    """At 16 lanes the common path is <16 x float> code: no double in the entry block (the
+    double route is only on the subnormal branch), every call an LLVM vector intrinsic; with
+    AVX-512 the two table lookups are permutes (vpermps), not gathers or scalar loads."""
+    module = ir.Module()
+    v16 = ir.VectorType(ir.FloatType(), 16)
+    fn = ir.Function(module, ir.FunctionType(v16, [v16]), "k")
+    b = ir.IRBuilder(fn.append_basic_block())
+    b.ret(vecmath.emit(b, name, [fn.args[0]]))
+    parsed = optimised_host_module(str(module))
+    blocks = [str(block) for block in parsed.get_function("k").blocks]
+    assert "<16 x float>" in blocks[0] and "double" not in blocks[0], blocks[0]
+    assert any("<16 x double>" in block for block in blocks[1:])
+    calls = re.findall(r"call [^@]*@([\w.]+)\(", str(parsed))
+    assert calls and all(c.startswith("llvm.") and (".v16f32" in c or ".v16f64" in c) for c in calls), calls
+    if _host_has_avx512():
+        asm = host_machine().emit_assembly(parsed)
+        assert asm.count("vpermps") == 2 and "gather" not in asm and "call" not in asm, asm
+
+
+# ------------------------------------------------------------------------------------
 # Accuracy: double
 
 
@@ -613,6 +706,8 @@ def test_accuracy_f64(name):
 @pytest.mark.parametrize("family,table,index,name,dtype", [
     ("exp", "EXP_F32", 2, "exp", "f32"), ("trig", "SIN_F32", 1, "sin", "f32"), ("exp", "LOG_F64", 2, "log", "f64"),
     ("trig", "ATAN_F32", 1, "atan", "f32"), ("trig", "ATAN_F32", 2, "atan2", "f32"),
+    ("f32", "EXP_TAYLOR", 0, "exp", "f32"), ("f32", "EXP_TAYLOR", 0, "exp2", "f32"),
+    ("f32", "EXP_TAYLOR", 0, "sigmoid", "f32"), ("exp", "EXP_F32", 2, "expm1", "f32"),
 ])
 def test_a_wrong_coefficient_is_caught(monkeypatch, family, table, index, name, dtype):
     """A coefficient off in its fifth digit (one part in 10^4) pushes the measured error past the bound."""

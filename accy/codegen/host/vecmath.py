@@ -8,7 +8,13 @@ copy, and the O3 pipeline inlines it into straight-line vector code.
 
 Design
 ------
-* **float (f32) routines compute in double.**  Each f32 lane is widened to
+* **f32 exp, exp2 and sigmoid compute in float** (:mod:`.vecmath_f32`, ``NATIVE_F32``):
+  a 16-entry table of 2^(j/16) as float pairs, read by an in-register permute, and
+  error-free transformations (FMA products, Fast2Sum) for the terms large enough to
+  matter, so the value is good to about 2^-34.5 before its one rounding and the bound
+  stays 0.501 ulp; a vector with a lane whose result is a subnormal float takes the
+  double route on a branch not taken otherwise.  A <16 x float> stays one vector.
+* **The other float (f32) routines compute in double.**  Each f32 lane is widened to
   double, the function is evaluated with a polynomial fitted to about 2^-34
   relative error (far fewer terms than a double-accurate one), and the result
   is rounded to float once.  The error is then 0.5 ulp plus a few thousandths,
@@ -16,8 +22,8 @@ Design
   final ``fptrunc`` at exactly the right thresholds, and the same algorithms
   serve f32 and f64 with different coefficient sets.  The cost is twice the
   vector work of a pure-float formulation (a <16 x float> becomes two
-  <8 x double> halves); it measures well under 1 ns per element (bench/vecmath.py).
-  f32 routines call nothing external: no libm, no other symbol.
+  <8 x double> halves, converted both ways).  f32 routines call nothing external:
+  no libm, no other symbol.
 * **double (f64) routines** use the same range reductions with extra-precision
   steps (Cody-Waite with FMA, double-double corrections) and longer
   polynomials.  ``erf``, ``pow``, ``atan`` and ``atan2`` in f64, and ``sin``/``cos``
@@ -57,7 +63,7 @@ a dependency: it is a maintainer's tool, no test calls it).
 Modules: this one holds the entry points and the documented errors; the routines, by
 family, are :mod:`.vecmath_exp` (exp, log and kin), :mod:`.vecmath_trig` (sin, cos,
 atan, atan2) and :mod:`.vecmath_special` (tanh, sigmoid, erf, pow, rsqrt), built with
-:mod:`.vecmath_ir`'s helper.
+:mod:`.vecmath_ir`'s helper, and :mod:`.vecmath_f32` (f32 exp, exp2, sigmoid in float).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from .vecmath_exp import ExpLog
+from .vecmath_f32 import FloatArith, SingleExp
 from .vecmath_ir import DoubleArith, is_float_type, mangle
 from .vecmath_special import Special
 from .vecmath_trig import Arctangent, Trig
@@ -144,6 +151,15 @@ def _routines(m: DoubleArith) -> dict:
     }
 
 
+# The f32 routines computed in float (:mod:`.vecmath_f32`); the others widen to double.
+NATIVE_F32 = ("exp", "exp2", "sigmoid")
+
+
+def _native_f32(m: FloatArith, wide) -> dict:
+    single = SingleExp(m, wide)
+    return {"exp": single.exp, "exp2": single.exp2, "sigmoid": single.sigmoid}
+
+
 # --------------------------------------------------------------------------------------
 # Public entry point
 
@@ -167,12 +183,18 @@ def routine(module: ir.Module, name: str, ty) -> ir.Function:
     el = ty.element if isinstance(ty, ir.VectorType) else ty
     n = ty.count if isinstance(ty, ir.VectorType) else None
     dty = ir.VectorType(ir.DoubleType(), n) if n else ir.DoubleType()
-    compute = _routines(DoubleArith(builder, dty))[name]
-    if isinstance(el, ir.FloatType):
-        args = [builder.fpext(a, dty) for a in fn.args]
-        builder.ret(builder.fptrunc(compute(*args, 32), ty))
+
+    def wide(wide_name, *args):
+        """The double route of ``wide_name`` on float ``args``, at the builder's position."""
+        ext = [builder.fpext(a, dty) for a in args]
+        return builder.fptrunc(_routines(DoubleArith(builder, dty))[wide_name](*ext, 32), ty)
+
+    if isinstance(el, ir.FloatType) and name in NATIVE_F32:
+        builder.ret(_native_f32(FloatArith(builder, ty), wide)[name](*fn.args))
+    elif isinstance(el, ir.FloatType):
+        builder.ret(wide(name, *fn.args))
     else:
-        builder.ret(compute(*fn.args, 64))
+        builder.ret(_routines(DoubleArith(builder, ty))[name](*fn.args, 64))
     return fn
 
 
