@@ -8,7 +8,7 @@ copy, and the O3 pipeline inlines it into straight-line vector code.
 
 Design
 ------
-* **f32 exp, exp2, sigmoid and rsqrt compute in float** (:mod:`.vecmath_f32`, ``NATIVE_F32``):
+* **f32 exp, exp2 and sigmoid compute in float** (:mod:`.vecmath_f32`, ``NATIVE_F32``):
   a 16-entry table of 2^(j/16) as float pairs, read by an in-register permute, and
   error-free transformations (FMA products, Fast2Sum) for the terms large enough to
   matter, so the value is good to about 2^-34.5 before its one rounding and the bound
@@ -63,7 +63,7 @@ a dependency: it is a maintainer's tool, no test calls it).
 Modules: this one holds the entry points and the documented errors; the routines, by
 family, are :mod:`.vecmath_exp` (exp, log and kin), :mod:`.vecmath_trig` (sin, cos,
 atan, atan2) and :mod:`.vecmath_special` (tanh, sigmoid, erf, pow, rsqrt), built with
-:mod:`.vecmath_ir`'s helper, and :mod:`.vecmath_f32` (f32 exp, exp2, sigmoid, rsqrt in float).
+:mod:`.vecmath_ir`'s helper, and :mod:`.vecmath_f32` (f32 exp, exp2, sigmoid in float).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from .vecmath_exp import ExpLog
-from .vecmath_f32 import FloatArith, SingleExp, rsqrt
+from .vecmath_f32 import FloatArith, SingleExp
 from .vecmath_ir import DoubleArith, is_float_type, mangle
 from .vecmath_special import Special
 from .vecmath_trig import Arctangent, Trig
@@ -152,12 +152,12 @@ def _routines(m: DoubleArith) -> dict:
 
 
 # The f32 routines computed in float (:mod:`.vecmath_f32`); the others widen to double.
-NATIVE_F32 = ("exp", "exp2", "sigmoid", "rsqrt")
+NATIVE_F32 = ("exp", "exp2", "sigmoid")
 
 
 def _native_f32(m: FloatArith, wide) -> dict:
     single = SingleExp(m, wide)
-    return {"exp": single.exp, "exp2": single.exp2, "sigmoid": single.sigmoid, "rsqrt": lambda x: rsqrt(m, x)}
+    return {"exp": single.exp, "exp2": single.exp2, "sigmoid": single.sigmoid}
 
 
 # --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""exp, exp2, sigmoid and rsqrt of :mod:`.vecmath` for float computed in float: no lane is widened
+"""exp, exp2 and sigmoid of :mod:`.vecmath` for float computed in float: no lane is widened
 to double on the common path, so a <16 x float> stays one vector (the double route of the
 other f32 routines splits it into two <8 x double> halves and converts both ways).
 
@@ -220,16 +220,3 @@ class SingleExp:
         rem = m.fma(m.neg(q), d, num)                       # correction makes up the difference
         res = m.mad(m.sub(m.add(rem, numl), m.mul(q, dl)), rd, q)
         return m.nan_in(x, m.sel(m.lt(x, SIGMOID_EXP), far, res))
-
-
-def rsqrt(m: FloatArith, x):
-    """1/sqrt(x) in float: y = 1/sqrt(x) (two roundings, within 1.5 ulp), then one Newton step
-    on the residual 1 - x y^2, formed as 1 - (u + ul) y with x y = u + ul exactly, so the
-    correction is good to 2^-22 of itself and the sum is rounded once.  0, inf, NaN and
-    negative x keep y (the residual is NaN there)."""
-    y = m.div(1.0, m.sqrt(x))
-    u = m.mul(x, y)
-    ul = m.fma(x, y, m.neg(u))
-    r = m.sub(m.fma(m.neg(u), y, 1.0), m.mul(ul, y))
-    ref = m.mad(m.mul(y, 0.5), r, y)
-    return m.sel(m.isnan(ref), y, ref)
