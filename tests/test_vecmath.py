@@ -613,6 +613,17 @@ def test_native_f32_sweep(name):
 
 
 @pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_widths_agree(name):
+    """Scalar, 8 and 16 lanes give the same bits (kernels run at the host's width, the fuzzer's
+    interpreter at 8): every 4099th float32 bit pattern, NaNs, infinities and subnormals too."""
+    x = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    bits = [kernel(name, "f32", width)(x).view(np.uint32) for width in F32_WIDTHS]
+    for other in bits[1:]:
+        differ = np.flatnonzero(other != bits[0])
+        assert len(differ) == 0, (x[differ[:5]], bits[0][differ[:5]], other[differ[:5]])
+
+
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
 def test_native_f32_reduction_edges(name):
     """The 12 floats either side of each point where the reduction's n steps (|u| largest,
     the table index wraps, the exponent moves), over the whole range, at 16 and 8 lanes."""
