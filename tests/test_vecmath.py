@@ -17,6 +17,7 @@ from __future__ import annotations
 import decimal
 import importlib
 import math
+import platform
 import re
 
 import llvmlite.binding as llvm
@@ -653,29 +654,41 @@ def test_native_f32_mixed_lanes(name):
         _bounded_elsewhere(name, "f32", got, ref, exact, perm)
 
 
-def _host_has_avx512() -> bool:
-    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+def _assembly_for(cpu: str, module) -> str:
+    """``module`` optimised and compiled for ``cpu`` (any x86-64 CPU: only assembly is made)."""
+    host_machine()                                   # initialises LLVM's targets
+    machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features="", opt=3)
+    parsed = llvm.parse_assembly(str(module))
+    parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
+    builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    builder.getModulePassManager().run(parsed, builder)
+    return machine.emit_assembly(parsed)
 
 
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="reads x86 assembly")
 @pytest.mark.parametrize("name", vecmath.NATIVE_F32)
 def test_native_f32_stays_in_float(name):
     """At 16 lanes the common path is <16 x float> code: no double in the entry block (the
-    double route is only on the subnormal branch), every call an LLVM vector intrinsic; with
-    AVX-512 the two table lookups are permutes (vpermps), not gathers or scalar loads."""
-    module = ir.Module()
-    v16 = ir.VectorType(ir.FloatType(), 16)
-    fn = ir.Function(module, ir.FunctionType(v16, [v16]), "k")
-    b = ir.IRBuilder(fn.append_basic_block())
-    b.ret(vecmath.emit(b, name, [fn.args[0]]))
-    parsed = optimised_host_module(str(module))
+    double route is only on the subnormal branch), every call an LLVM vector intrinsic.  The
+    table lookups are permutes, not gathers or lane-by-lane scalar code: one vpermps each with
+    AVX-512 at 16 lanes, two 8-entry ones each with AVX2 at 8 lanes."""
+    modules = {}
+    for width in (8, 16):
+        module = modules[width] = ir.Module()
+        vty = ir.VectorType(ir.FloatType(), width)
+        fn = ir.Function(module, ir.FunctionType(vty, [vty]), "k")
+        b = ir.IRBuilder(fn.append_basic_block())
+        b.ret(vecmath.emit(b, name, [fn.args[0]]))
+    parsed = optimised_host_module(str(modules[16]))
     blocks = [str(block) for block in parsed.get_function("k").blocks]
     assert "<16 x float>" in blocks[0] and "double" not in blocks[0], blocks[0]
     assert any("<16 x double>" in block for block in blocks[1:])
     calls = re.findall(r"call [^@]*@([\w.]+)\(", str(parsed))
     assert calls and all(c.startswith("llvm.") and (".v16f32" in c or ".v16f64" in c) for c in calls), calls
-    if _host_has_avx512():
-        asm = host_machine().emit_assembly(parsed)
-        assert asm.count("vpermps") == 2 and "gather" not in asm and "call" not in asm, asm
+    for cpu, width, permutes in (("skylake-avx512", 16, 2), ("haswell", 8, 4)):
+        asm = _assembly_for(cpu, modules[width])
+        assert asm.count("vpermps") == permutes, (cpu, asm)
+        assert not re.search(r"gather|call|vinsertps|vextractps", asm), (cpu, asm)
 
 
 # ------------------------------------------------------------------------------------

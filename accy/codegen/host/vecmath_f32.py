@@ -15,8 +15,8 @@ exactly (a product and its FMA remainder) and hi + (hi u) by Fast2Sum, so only t
 terms are rounded, each to 2^-36 or so of the result, and the sum is rounded once at the
 end: below 0.5007 ulp in the worst case; over every float32 argument 0.50051 (exp2
 0.50053, sigmoid 0.50041).  exp2 shares it, with u + ul = (x - n/16) ln2 (the difference
-exact, the product split by an FMA).  At 8 lanes (AVX2) the 16-entry lookup is no single
-instruction; LLVM lowers it as it can (it is correct at every width, bit for bit alike).
+exact, the product split by an FMA).  At 8 lanes each lookup is two 8-entry permutes and a
+select (AVX2 has no 16-entry permute); every width gives the same bits.
 
 A result that is a subnormal float (x in (-104, -87) for exp) would be rounded twice (to 24
 bits, then to the subnormal's fewer), so a vector with such a lane takes the double routine
@@ -114,10 +114,19 @@ class FloatArith(DoubleArith):
         return self.sub(s, SHIFT_F32), self.isub(self.bits(s), self.bits(self.c(SHIFT_F32)))
 
     def lookup(self, values: list[float], idx):
-        """``values[idx]`` per lane (16 values): lane by lane from a constant vector, which
-        LLVM lowers to one variable permute (vpermps) at 16 lanes with AVX-512."""
+        """``values[idx]`` per lane: lane by lane from a constant vector, which LLVM lowers to
+        one variable permute (vpermps) where the table is as wide as the vector; a wider table
+        is read in pieces of the vector's width, picked by select (at 8 lanes, AVX2 has no
+        16-entry permute and would otherwise get lane-by-lane scalar code)."""
+        n = self.n
+        if n and len(values) > n and n & (n - 1) == 0:
+            out = self.lookup(values[:n], self.iand(idx, n - 1))
+            for start in range(n, len(values), n):
+                piece = self.lookup(values[start:start + n], self.iand(idx, n - 1))
+                out = self.b.select(self.ieq(self.iand(idx, -n), start), piece, out)
+            return out
         table = ir.Constant(ir.VectorType(ir.FloatType(), len(values)), [ir.Constant(ir.FloatType(), v) for v in values])
-        if not self.n:
+        if not n:
             return self.b.extract_element(table, idx)
         out = ir.Constant(self.ty, ir.Undefined)
         for lane in range(self.n):
