@@ -86,13 +86,7 @@ def compile_map(name: str, dtype: str, width: int, libm: bool = False, via_f64: 
         v = b.load(b.gep(a, [i], source_etype=el), typ=vty)
         v.align = 4 if dtype == "f32" else 8
         args.append(v)
-    native = vecmath.NATIVE_F32
-    if via_f64:
-        vecmath.NATIVE_F32 = ()            # routine() reads it when it defines the routine
-    try:
-        value = _libm_call(b, name, el, args) if libm else vecmath.emit(b, name, args)
-    finally:
-        vecmath.NATIVE_F32 = native
+    value = _libm_call(b, name, el, args) if libm else vecmath.emit(b, name, args, via_double=via_f64)
     st = b.store(value, b.gep(fn.args[0], [i], source_etype=el))
     st.align = 4 if dtype == "f32" else 8
     nxt = b.add(i, i64(width))

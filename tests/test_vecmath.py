@@ -594,6 +594,11 @@ def _f32_magnitudes_below(top: float, step: int) -> np.ndarray:
 
 def test_native_f32_names():
     assert set(vecmath.NATIVE_F32) == set(NATIVE_RANGE)
+    module = ir.Module()
+    v16 = ir.VectorType(ir.FloatType(), 16)
+    for name in vecmath.NATIVE_F32:   # the double route on request, a routine of its own
+        native, wide = vecmath.routine(module, name, v16), vecmath.routine(module, name, v16, via_double=True)
+        assert native is not wide and "double" in str(wide) and "double" not in str(native).split("vm.subnormal")[0]
     assert np.float32(EXP_OVERFLOW) == EXP_OVERFLOW
     with np.errstate(over="ignore"):   # the last float whose exp rounds to a finite float
         assert np.isfinite(np.float32(np.exp(np.float64(EXP_OVERFLOW))))

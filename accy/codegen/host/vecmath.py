@@ -168,13 +168,15 @@ def _native_f32(m: FloatArith, wide) -> dict:
 # Public entry point
 
 
-def routine(module: ir.Module, name: str, ty) -> ir.Function:
+def routine(module: ir.Module, name: str, ty, *, via_double: bool = False) -> ir.Function:
     """The ``internal alwaysinline`` function that computes ``name`` on ``ty`` in
-    ``module``, defined on first use."""
+    ``module``, defined on first use.  ``via_double``: an f32 routine of ``NATIVE_F32`` by
+    the double route all the same (for comparisons: bench/vecmath.py)."""
     _check_name(name)
     if not is_float_type(ty):
         raise TypeError(f"vecmath.{name}: expected float, double or a vector of them, got {ty}")
-    fname = f"accy.vecmath.{name}.{mangle(ty)}"
+    native = name in NATIVE_F32 and not via_double
+    fname = f"accy.vecmath.{name}{'' if native or name not in NATIVE_F32 else '.via_double'}.{mangle(ty)}"
     fn = module.globals.get(fname)
     if fn is not None:
         return fn
@@ -193,7 +195,7 @@ def routine(module: ir.Module, name: str, ty) -> ir.Function:
         ext = [builder.fpext(a, dty) for a in args]
         return builder.fptrunc(_routines(DoubleArith(builder, dty))[wide_name](*ext, 32), ty)
 
-    if isinstance(el, ir.FloatType) and name in NATIVE_F32:
+    if isinstance(el, ir.FloatType) and native:
         builder.ret(_native_f32(FloatArith(builder, ty), wide)[name](*fn.args))
     elif isinstance(el, ir.FloatType):
         builder.ret(wide(name, *fn.args))
@@ -202,11 +204,12 @@ def routine(module: ir.Module, name: str, ty) -> ir.Function:
     return fn
 
 
-def emit(builder: ir.IRBuilder, name: str, args) -> ir.Value:
+def emit(builder: ir.IRBuilder, name: str, args, *, via_double: bool = False) -> ir.Value:
     """Emit ``name(*args)`` at ``builder``'s position; returns a value of the arguments' type.
 
     ``args``: a list of ``ir.Value`` of one type, ``float``, ``double``, ``<N x float>``
-    or ``<N x double>`` (two for ``pow`` and ``atan2``, one otherwise)."""
+    or ``<N x double>`` (two for ``pow`` and ``atan2``, one otherwise).  ``via_double``:
+    see :func:`routine`."""
     _check_name(name)
     args = list(args)
     want = _ARITY.get(name, 1)
@@ -215,5 +218,5 @@ def emit(builder: ir.IRBuilder, name: str, args) -> ir.Value:
     ty = args[0].type
     if any(a.type != ty for a in args):
         raise TypeError(f"vecmath.{name}: arguments differ in type: {', '.join(str(a.type) for a in args)}")
-    fn = routine(builder.module, name, ty)
+    fn = routine(builder.module, name, ty, via_double=via_double)
     return builder.call(fn, args)
