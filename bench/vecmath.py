@@ -6,7 +6,9 @@ For each function: ns per element to map 10^7 float32 values (a) through the
 vecmath routine at the host's vector width (16 lanes with AVX-512, else 8),
 (b) through the C library per element in a scalar JIT loop (``llvm.exp.f32``
 and friends, which LLVM lowers to ``expf`` calls; ``expm1f``, ``log1pf``,
-``erff`` and ``tanhf`` called directly), and (c) through NumPy.  Each is timed
+``erff`` and ``tanhf`` called directly), and (c) through NumPy; for the f32
+routines computed in float (``vecmath.NATIVE_F32``) also (d) through their double
+route ("via f64": each lane widened, as every f32 routine was before).  Each is timed
 twice: streaming over the whole array (memory traffic included: 8 bytes per
 element), and over a 64 Ki-element block that stays in L2, repeated to the
 same element count (the routine's own cost).  Best of five runs.  It is a
@@ -64,8 +66,9 @@ def _libm_call(b, name, el, args):
     return call(LIBM[name], *args)
 
 
-def compile_map(name: str, dtype: str, width: int, libm: bool = False):
-    """A JIT function ``run(out, *ins, n)`` over n elements (n a multiple of width)."""
+def compile_map(name: str, dtype: str, width: int, libm: bool = False, via_f64: bool = False):
+    """A JIT function ``run(out, *ins, n)`` over n elements (n a multiple of width);
+    ``via_f64``: vecmath's double route for an f32 routine that is computed in float."""
     arity = vecmath.arity(name)
     el = ir.FloatType() if dtype == "f32" else ir.DoubleType()
     vty = ir.VectorType(el, width) if width > 1 else el
@@ -83,7 +86,7 @@ def compile_map(name: str, dtype: str, width: int, libm: bool = False):
         v = b.load(b.gep(a, [i], source_etype=el), typ=vty)
         v.align = 4 if dtype == "f32" else 8
         args.append(v)
-    value = _libm_call(b, name, el, args) if libm else vecmath.emit(b, name, args)
+    value = _libm_call(b, name, el, args) if libm else vecmath.emit(b, name, args, via_double=via_f64)
     st = b.store(value, b.gep(fn.args[0], [i], source_etype=el))
     st.align = 4 if dtype == "f32" else 8
     nxt = b.add(i, i64(width))
@@ -131,8 +134,11 @@ def measure(name: str, dtype: str, n: int, rng) -> dict:
     small_out = np.empty(block, npdt)
     reps = n // block
     res = {}
-    for label, width, libm in (("vecmath", lanes, False), ("libm", 1, True)):
-        f = compile_map(name, dtype, width, libm)
+    variants = [("vecmath", lanes, False, False), ("libm", 1, True, False)]
+    if dtype == "f32" and name in vecmath.NATIVE_F32:
+        variants.append(("via f64", lanes, False, True))
+    for label, width, libm, via_f64 in variants:
+        f = compile_map(name, dtype, width, libm, via_f64)
         ptrs = [x.ctypes.data for x in xs]
         sptrs = [x.ctypes.data for x in small]
         res[label] = _best(lambda: f(out.ctypes.data, *ptrs, n)) / n * 1e9
@@ -161,6 +167,8 @@ def main(argv=None) -> int:
     dtype = "f64" if a.f64 else "f32"
     rng = np.random.default_rng(0)
     cols = ["vecmath", "libm", "numpy", "vecmath (cached)", "libm (cached)", "numpy (cached)"]
+    if not a.f64 and set(a.names) & set(vecmath.NATIVE_F32):
+        cols += ["via f64", "via f64 (cached)"]
     print(f"{dtype}, {host_lanes(dtype)} lanes, {a.n} elements, ns/element "
           f"(host {llvm.get_host_cpu_name()})")
     print(f"{'':8s}" + "".join(f"{c:>18s}" for c in cols))

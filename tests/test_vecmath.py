@@ -17,13 +17,17 @@ from __future__ import annotations
 import decimal
 import importlib
 import math
+import platform
+import re
 
+import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 import pytest
 
 from accy.codegen.host import vecmath
-from accy.codegen.machine import optimised_host_module
+from accy.codegen.host.vecmath_f32 import EXP_OVERFLOW, INV_STEP
+from accy.codegen.machine import host_machine, optimised_host_module
 
 from host_math import compile_routine, kernel
 
@@ -575,6 +579,124 @@ def test_sin_cos_mixed_lanes_f32():
 
 
 # ------------------------------------------------------------------------------------
+# f32 routines computed in float (vecmath_f32)
+
+# past these magnitudes every result is 0, 1 or inf (test_special_values checks those)
+NATIVE_RANGE = {"exp": 104.0, "exp2": 151.0, "sigmoid": 104.0}
+
+
+def _f32_magnitudes_below(top: float, step: int) -> np.ndarray:
+    """Every ``step``-th float32 bit pattern from +0 up to ``top``, with both signs."""
+    top_bits = int(np.array([top], np.float32).view(np.uint32)[0])
+    bits = np.arange(0, top_bits, step, dtype=np.uint32)
+    return np.concatenate([bits, bits | np.uint32(1 << 31)]).view(np.float32)
+
+
+def test_native_f32_names():
+    assert set(vecmath.NATIVE_F32) == set(NATIVE_RANGE)
+    module = ir.Module()
+    v16 = ir.VectorType(ir.FloatType(), 16)
+    for name in vecmath.NATIVE_F32:   # the double route on request, a routine of its own
+        native, wide = vecmath.routine(module, name, v16), vecmath.routine(module, name, v16, via_double=True)
+        assert native is not wide and "double" in str(wide) and "double" not in str(native).split("vm.subnormal")[0]
+    assert np.float32(EXP_OVERFLOW) == EXP_OVERFLOW
+    with np.errstate(over="ignore"):   # the last float whose exp rounds to a finite float
+        assert np.isfinite(np.float32(np.exp(np.float64(EXP_OVERFLOW))))
+        assert np.isinf(np.float32(np.exp(np.float64(np.nextafter(np.float32(EXP_OVERFLOW), np.float32(np.inf))))))
+
+
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_sweep(name):
+    """Every 331st float32 of magnitude below the range's end (13 to 14 million inputs, subnormal
+    arguments and results included), at 16 lanes, against float64 NumPy.  (Swept at every
+    float32 when written: see vecmath.MEASURED.)"""
+    x = _f32_magnitudes_below(NATIVE_RANGE[name], 331)
+    got = kernel(name, "f32", 16)(x)
+    ref = numpy_ref(name, x)
+    err = ulp_error(got, ref, "f32")
+    i = int(np.argmax(err))
+    assert err[i] <= vecmath.max_ulp(name, "f32"), f"{name}: {err[i]:.4f} ulp at {x[i]!r} (got {got[i]!r})"
+
+
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_widths_agree(name):
+    """Scalar, 8 and 16 lanes give the same bits (kernels run at the host's width, the fuzzer's
+    interpreter at 8): every 4099th float32 bit pattern, NaNs, infinities and subnormals too."""
+    x = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    bits = [kernel(name, "f32", width)(x).view(np.uint32) for width in F32_WIDTHS]
+    for other in bits[1:]:
+        differ = np.flatnonzero(other != bits[0])
+        assert len(differ) == 0, (x[differ[:5]], bits[0][differ[:5]], other[differ[:5]])
+
+
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_reduction_edges(name):
+    """The 12 floats either side of each point where the reduction's n steps (|u| largest,
+    the table index wraps, the exponent moves), over the whole range, at 16 and 8 lanes."""
+    k = np.arange(-2420, 2060) + 0.5
+    points = k / 16 if name == "exp2" else k / INV_STEP
+    points = points[np.abs(points) < NATIVE_RANGE[name]]
+    x = _neighbours(points, "f32", k=12)
+    ref = numpy_ref(name, x)
+    for width in (8, 16):
+        err = ulp_error(kernel(name, "f32", width)(x), ref, "f32")
+        i = int(np.argmax(err))
+        assert err[i] <= vecmath.max_ulp(name, "f32"), f"{name} x{width}: {err[i]:.4f} ulp at {x[i]!r}"
+
+
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_mixed_lanes(name):
+    """Lanes whose results are subnormal (the double route, on its branch) beside lanes that are
+    not, in one vector: each lane is its own function's value, zeros and infinities exact."""
+    sub = {"exp": [-87.5, -95.0, -103.9, -100.0], "exp2": [-126.5, -140.0, -149.5, -150.5],
+           "sigmoid": [-87.5, -95.0, -103.9, -100.0]}[name]
+    x = np.array(sub[:2] + [0.5, -0.0, 3.0, np.inf, -np.inf, np.nan, -1.0, 200.0, -200.0, 1e-30]
+                 + sub[2:] + [80.0, -80.0], np.float32)
+    for perm in (x, x[::-1].copy(), np.roll(x, 5)):
+        got = kernel(name, "f32", 16)(perm)
+        ref = numpy_ref(name, perm)
+        exact = _check_exact(got, ref, "f32", [f"{name}({v!r})" for v in perm])
+        _bounded_elsewhere(name, "f32", got, ref, exact, perm)
+
+
+def _assembly_for(cpu: str, module) -> str:
+    """``module`` optimised and compiled for ``cpu`` (any x86-64 CPU: only assembly is made)."""
+    host_machine()                                   # initialises LLVM's targets
+    machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features="", opt=3)
+    parsed = llvm.parse_assembly(str(module))
+    parsed.triple, parsed.data_layout = machine.triple, str(machine.target_data)
+    builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    builder.getModulePassManager().run(parsed, builder)
+    return machine.emit_assembly(parsed)
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="reads x86 assembly")
+@pytest.mark.parametrize("name", vecmath.NATIVE_F32)
+def test_native_f32_stays_in_float(name):
+    """At 16 lanes the common path is <16 x float> code: no double in the entry block (the
+    double route is only on the subnormal branch), every call an LLVM vector intrinsic.  The
+    table lookups are permutes, not gathers or lane-by-lane scalar code: one vpermps each with
+    AVX-512 at 16 lanes, two 8-entry ones each with AVX2 at 8 lanes."""
+    modules = {}
+    for width in (8, 16):
+        module = modules[width] = ir.Module()
+        vty = ir.VectorType(ir.FloatType(), width)
+        fn = ir.Function(module, ir.FunctionType(vty, [vty]), "k")
+        b = ir.IRBuilder(fn.append_basic_block())
+        b.ret(vecmath.emit(b, name, [fn.args[0]]))
+    parsed = optimised_host_module(str(modules[16]))
+    blocks = [str(block) for block in parsed.get_function("k").blocks]
+    assert "<16 x float>" in blocks[0] and "double" not in blocks[0], blocks[0]
+    assert any("<16 x double>" in block for block in blocks[1:])
+    calls = re.findall(r"call [^@]*@([\w.]+)\(", str(parsed))
+    assert calls and all(c.startswith("llvm.") and (".v16f32" in c or ".v16f64" in c) for c in calls), calls
+    for cpu, width, permutes in (("skylake-avx512", 16, 2), ("haswell", 8, 4)):
+        asm = _assembly_for(cpu, modules[width])
+        assert asm.count("vpermps") == permutes, (cpu, asm)
+        assert not re.search(r"gather|call|vinsertps|vextractps", asm), (cpu, asm)
+
+
+# ------------------------------------------------------------------------------------
 # Accuracy: double
 
 
@@ -613,6 +735,8 @@ def test_accuracy_f64(name):
 @pytest.mark.parametrize("family,table,index,name,dtype", [
     ("exp", "EXP_F32", 2, "exp", "f32"), ("trig", "SIN_F32", 1, "sin", "f32"), ("exp", "LOG_F64", 2, "log", "f64"),
     ("trig", "ATAN_F32", 1, "atan", "f32"), ("trig", "ATAN_F32", 2, "atan2", "f32"),
+    ("f32", "EXP_TAYLOR", 0, "exp", "f32"), ("f32", "EXP_TAYLOR", 0, "exp2", "f32"),
+    ("f32", "EXP_TAYLOR", 0, "sigmoid", "f32"), ("exp", "EXP_F32", 2, "expm1", "f32"),
 ])
 def test_a_wrong_coefficient_is_caught(monkeypatch, family, table, index, name, dtype):
     """A coefficient off in its fifth digit (one part in 10^4) pushes the measured error past the bound."""

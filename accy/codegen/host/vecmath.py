@@ -8,7 +8,13 @@ copy, and the O3 pipeline inlines it into straight-line vector code.
 
 Design
 ------
-* **float (f32) routines compute in double.**  Each f32 lane is widened to
+* **f32 exp, exp2 and sigmoid compute in float** (:mod:`.vecmath_f32`, ``NATIVE_F32``):
+  a 16-entry table of 2^(j/16) as float pairs, read by an in-register permute, and
+  error-free transformations (FMA products, Fast2Sum) for the terms large enough to
+  matter, so the value is good to about 2^-34.5 before its one rounding and the bound
+  stays 0.501 ulp; a vector with a lane whose result is a subnormal float takes the
+  double route on a branch not taken otherwise.  A <16 x float> stays one vector.
+* **The other float (f32) routines compute in double.**  Each f32 lane is widened to
   double, the function is evaluated with a polynomial fitted to about 2^-34
   relative error (far fewer terms than a double-accurate one), and the result
   is rounded to float once.  The error is then 0.5 ulp plus a few thousandths,
@@ -16,8 +22,8 @@ Design
   final ``fptrunc`` at exactly the right thresholds, and the same algorithms
   serve f32 and f64 with different coefficient sets.  The cost is twice the
   vector work of a pure-float formulation (a <16 x float> becomes two
-  <8 x double> halves); it measures well under 1 ns per element (bench/vecmath.py).
-  f32 routines call nothing external: no libm, no other symbol.
+  <8 x double> halves, converted both ways).  f32 routines call nothing external:
+  no libm, no other symbol.
 * **double (f64) routines** use the same range reductions with extra-precision
   steps (Cody-Waite with FMA, double-double corrections) and longer
   polynomials.  ``erf``, ``pow``, ``atan`` and ``atan2`` in f64, and ``sin``/``cos``
@@ -42,7 +48,9 @@ Design
 * Speed (bench/vecmath.py, AMD EPYC znver5, 16 f32 / 8 f64 lanes, 10^7 elements
   streamed): f32 exp 0.35, log 0.33, sin 0.47, cos 0.45 ns/element (scalar libm
   1.4 / 1.6 / 7.4 / 7.3; NumPy 0.64 / 0.50 / 1.23 / 1.24); f64 exp 0.71, log 0.64,
-  sin 1.6, cos 1.7 ns/element.
+  sin 1.6, cos 1.7 ns/element.  AMD EPYC znver4, 2 * 10^6 elements, one run, load 4 on
+  2 cores: f32 exp 0.39 computed in float against 0.56 through double (NumPy 0.46), exp2
+  0.43 / 0.54 (NumPy 0.22), sigmoid 0.76 / 0.82 (NumPy 0.90).
 
 Coefficients
 ------------
@@ -57,7 +65,7 @@ a dependency: it is a maintainer's tool, no test calls it).
 Modules: this one holds the entry points and the documented errors; the routines, by
 family, are :mod:`.vecmath_exp` (exp, log and kin), :mod:`.vecmath_trig` (sin, cos,
 atan, atan2) and :mod:`.vecmath_special` (tanh, sigmoid, erf, pow, rsqrt), built with
-:mod:`.vecmath_ir`'s helper.
+:mod:`.vecmath_ir`'s helper, and :mod:`.vecmath_f32` (f32 exp, exp2, sigmoid in float).
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from .vecmath_exp import ExpLog
+from .vecmath_f32 import FloatArith, SingleExp
 from .vecmath_ir import DoubleArith, is_float_type, mangle
 from .vecmath_special import Special
 from .vecmath_trig import Arctangent, Trig
@@ -92,9 +101,11 @@ _ARITY = {"pow": 2, "atan2": 2}
 # atan and atan2 (written later, swept on a shared machine): f32 atan over every 7th float32
 # bit pattern, atan2 over 16 million random pairs (half of them of ratio in [-4, 4]) against
 # NumPy float64; f64 (the C library's, glibc) over 20000 inputs against mpmath at 150 bits.
+# f32 exp, exp2 and sigmoid computed in float (NATIVE_F32; znver4): every float32 of magnitude
+# below 104 (exp2: 151; past it every result is 0, 1 or inf), 2.2 billion inputs each.
 MEASURED = {
-    "f32": {"exp": 0.5000, "exp2": 0.5000, "expm1": 0.5002, "log": 0.5001, "log2": 0.5002,
-            "log1p": 0.5002, "erf": 0.5000, "tanh": 0.5001, "sigmoid": 0.5000, "sin": 0.5002,
+    "f32": {"exp": 0.5006, "exp2": 0.5006, "expm1": 0.5002, "log": 0.5001, "log2": 0.5002,
+            "log1p": 0.5002, "erf": 0.5000, "tanh": 0.5001, "sigmoid": 0.5005, "sin": 0.5002,
             "cos": 0.5002, "pow": 0.5000, "rsqrt": 0.5000, "atan": 0.5001, "atan2": 0.5001},
     "f64": {"exp": 0.7483, "exp2": 0.7497, "expm1": 0.7829, "log": 0.7681, "log2": 0.7059,
             "log1p": 0.7521, "erf": 0.8790, "tanh": 0.7522, "sigmoid": 1.4902, "sin": 0.6769,
@@ -144,17 +155,28 @@ def _routines(m: DoubleArith) -> dict:
     }
 
 
+# The f32 routines computed in float (:mod:`.vecmath_f32`); the others widen to double.
+NATIVE_F32 = ("exp", "exp2", "sigmoid")
+
+
+def _native_f32(m: FloatArith, wide) -> dict:
+    single = SingleExp(m, wide)
+    return {"exp": single.exp, "exp2": single.exp2, "sigmoid": single.sigmoid}
+
+
 # --------------------------------------------------------------------------------------
 # Public entry point
 
 
-def routine(module: ir.Module, name: str, ty) -> ir.Function:
+def routine(module: ir.Module, name: str, ty, *, via_double: bool = False) -> ir.Function:
     """The ``internal alwaysinline`` function that computes ``name`` on ``ty`` in
-    ``module``, defined on first use."""
+    ``module``, defined on first use.  ``via_double``: an f32 routine of ``NATIVE_F32`` by
+    the double route all the same (for comparisons: bench/vecmath.py)."""
     _check_name(name)
     if not is_float_type(ty):
         raise TypeError(f"vecmath.{name}: expected float, double or a vector of them, got {ty}")
-    fname = f"accy.vecmath.{name}.{mangle(ty)}"
+    native = name in NATIVE_F32 and not via_double
+    fname = f"accy.vecmath.{name}{'' if native or name not in NATIVE_F32 else '.via_double'}.{mangle(ty)}"
     fn = module.globals.get(fname)
     if fn is not None:
         return fn
@@ -167,20 +189,27 @@ def routine(module: ir.Module, name: str, ty) -> ir.Function:
     el = ty.element if isinstance(ty, ir.VectorType) else ty
     n = ty.count if isinstance(ty, ir.VectorType) else None
     dty = ir.VectorType(ir.DoubleType(), n) if n else ir.DoubleType()
-    compute = _routines(DoubleArith(builder, dty))[name]
-    if isinstance(el, ir.FloatType):
-        args = [builder.fpext(a, dty) for a in fn.args]
-        builder.ret(builder.fptrunc(compute(*args, 32), ty))
+
+    def wide(wide_name, *args):
+        """The double route of ``wide_name`` on float ``args``, at the builder's position."""
+        ext = [builder.fpext(a, dty) for a in args]
+        return builder.fptrunc(_routines(DoubleArith(builder, dty))[wide_name](*ext, 32), ty)
+
+    if isinstance(el, ir.FloatType) and native:
+        builder.ret(_native_f32(FloatArith(builder, ty), wide)[name](*fn.args))
+    elif isinstance(el, ir.FloatType):
+        builder.ret(wide(name, *fn.args))
     else:
-        builder.ret(compute(*fn.args, 64))
+        builder.ret(_routines(DoubleArith(builder, ty))[name](*fn.args, 64))
     return fn
 
 
-def emit(builder: ir.IRBuilder, name: str, args) -> ir.Value:
+def emit(builder: ir.IRBuilder, name: str, args, *, via_double: bool = False) -> ir.Value:
     """Emit ``name(*args)`` at ``builder``'s position; returns a value of the arguments' type.
 
     ``args``: a list of ``ir.Value`` of one type, ``float``, ``double``, ``<N x float>``
-    or ``<N x double>`` (two for ``pow`` and ``atan2``, one otherwise)."""
+    or ``<N x double>`` (two for ``pow`` and ``atan2``, one otherwise).  ``via_double``:
+    see :func:`routine`."""
     _check_name(name)
     args = list(args)
     want = _ARITY.get(name, 1)
@@ -189,5 +218,5 @@ def emit(builder: ir.IRBuilder, name: str, args) -> ir.Value:
     ty = args[0].type
     if any(a.type != ty for a in args):
         raise TypeError(f"vecmath.{name}: arguments differ in type: {', '.join(str(a.type) for a in args)}")
-    fn = routine(builder.module, name, ty)
+    fn = routine(builder.module, name, ty, via_double=via_double)
     return builder.call(fn, args)
