@@ -91,9 +91,25 @@ class ReductionEmitter:
             width = len(start_state)
             if x.tail is not None:  # a 1-D tile built up to its tail: the head, then the tail once or per chunk
                 head = attrs.evolve(x, tail=None)
-                state = self.v.chunks_between(R, None, x.tail.start,
+                unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1
+                step = ir.Constant(I64, unroll * self.L)
+                groups = b.udiv(x.tail.start, step)
+
+                def group(g, accs):  # independent partials, as a row's reduction (the add's latency)
+                    begin = b.mul(g, step)
+                    out = []
+                    for k in range(unroll):
+                        v = self.widen(self.v.load(head, b.add(begin, ir.Constant(I64, k * self.L))), t)
+                        out += merge(accs[k * width:(k + 1) * width], take(v))
+                    return out
+
+                accs = self.v.loop(0, groups, group, start_state * unroll, name="reduce")
+                state = accs[:width]
+                for k in range(1, unroll):
+                    state = merge(state, accs[k * width:(k + 1) * width])
+                state = self.v.chunks_between(R, b.mul(groups, step), x.tail.start,
                                               lambda j, valid, cs: merge(cs, take(self.widen(self.v.load(head, j), t))),
-                                              start_state)
+                                              state)
                 tail = self.widen(x.tail.value, t)
                 # once where repeating it changes nothing (max, min; a sum's zero: x + 0 + 0 == x + 0)
                 once = ir.Constant(I1, 1) if COMBINES[combine].idempotent else \
