@@ -89,17 +89,15 @@ class ReductionEmitter:
                 def result(state):
                     return self.horizontal(state[0], comb)
             width = len(start_state)
-            if x.tail is not None:  # a 1-D tile built up to its tail: the head, then the tail once or per chunk
-                head = attrs.evolve(x, tail=None)
-                unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1
-                step = ir.Constant(I64, unroll * self.L)
-                groups = b.udiv(x.tail.start, step)
 
-                def group(g, accs):  # independent partials, as a row's reduction (the add's latency)
-                    begin = b.mul(g, step)
+            def partials(tile, first, groups, unroll: int) -> list:
+                """``groups`` groups of ``unroll`` chunks from ``first`` into independent partials
+                (hiding the combine's latency), merged."""
+                def group(g, accs):
+                    begin = b.add(first, b.mul(g, ir.Constant(I64, unroll * self.L)))
                     out = []
                     for k in range(unroll):
-                        v = self.widen(self.v.load(head, b.add(begin, ir.Constant(I64, k * self.L))), t)
+                        v = self.widen(self.v.load(tile, b.add(begin, ir.Constant(I64, k * self.L))), t)
                         out += merge(accs[k * width:(k + 1) * width], take(v))
                     return out
 
@@ -107,6 +105,14 @@ class ReductionEmitter:
                 state = accs[:width]
                 for k in range(1, unroll):
                     state = merge(state, accs[k * width:(k + 1) * width])
+                return state
+
+            if x.tail is not None:  # a 1-D tile built up to its tail: the head, then the tail once or per chunk
+                head = attrs.evolve(x, tail=None)
+                unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1
+                step = ir.Constant(I64, unroll * self.L)
+                groups = b.udiv(x.tail.start, step)
+                state = partials(head, ir.Constant(I64, 0), groups, unroll)
                 state = self.v.chunks_between(R, b.mul(groups, step), x.tail.start,
                                               lambda j, valid, cs: merge(cs, take(self.widen(self.v.load(head, j), t))),
                                               state)
@@ -127,19 +133,7 @@ class ReductionEmitter:
                 unroll = REDUCE_UNROLL if R >= REDUCE_UNROLL * 2 * self.L else 1
                 step = unroll * self.L
                 groups = R // step
-
-                def group(g, accs):
-                    begin = b.add(first, b.mul(g, ir.Constant(I64, step)))
-                    out = []
-                    for k in range(unroll):
-                        v = self.widen(self.v.load(x, b.add(begin, ir.Constant(I64, k * self.L))), t)
-                        out += merge(accs[k * width:(k + 1) * width], take(v))
-                    return out
-
-                accs = self.v.loop(0, groups, group, start_state * unroll, name="reduce")
-                state = accs[:width]
-                for k in range(1, unroll):
-                    state = merge(state, accs[k * width:(k + 1) * width])
+                state = partials(x, first, groups, unroll)
                 done = groups * step
 
                 def chunk(j, valid, cs):

@@ -28,8 +28,24 @@ class Tail:
     value: ir.Value
 
 
+class _Shaped:
+    """What a tile's ``type`` says of it."""
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def size(self) -> int:
+        return self.type.size
+
+
 @attrs.frozen(eq=False)
-class Tile:
+class Tile(_Shaped):
     """A tile's stack array: ``ptr`` to its elements, row-major, bools as bytes (``tail``: the
     array holds only the lanes before it)."""
 
@@ -38,24 +54,12 @@ class Tile:
     tail: Tail | None = None
 
     @property
-    def dtype(self) -> DType:
-        return self.type.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.type.shape
-
-    @property
-    def size(self) -> int:
-        return self.type.size
-
-    @property
     def mem(self) -> ir.Type:
         return memory_type(self.type.dtype)
 
 
 @attrs.frozen(eq=False)
-class Fused:
+class Fused(_Shaped):
     """A tile with no array (:func:`accy.lowering.tile_access.plan_fusion`): ``chunk(idx, mask)``
     emits, where its reader is, the vector of its ``L`` elements from flat position ``idx``
     (``mask``: the lanes that matter, for a check; None for all)."""
@@ -64,18 +68,6 @@ class Fused:
     type: TileType
     tail: Tail | None = None
     tail_in_chunks: bool = False  # its chunks past the tail's start are the tail already (a masked load's)
-
-    @property
-    def dtype(self) -> DType:
-        return self.type.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.type.shape
-
-    @property
-    def size(self) -> int:
-        return self.type.size
 
 
 class TileVectors:
