@@ -60,7 +60,8 @@ class _Calls:
     """Every native call of the launches while installed, as (lo, hi, thread); ``hold`` makes the
     main thread's first call wait until a worker has called too, so a test sees the units shared."""
 
-    def __init__(self, monkeypatch, hold: bool = False, fail_on_worker: int | None = None):
+    def __init__(self, monkeypatch, hold: bool = False, fail_on_worker: int | None = None,
+                 worker_delay: float = 0.0):
         self.calls: list[tuple[int, int, str]] = []
         self.running = 0
         self.records: list[int] = []  # the thread count each launch's time was recorded for
@@ -86,6 +87,7 @@ class _Calls:
                         self._worker_called.set()
                         if fail_on_worker is not None and worker_calls >= fail_on_worker:
                             raise MemoryError("a worker failed")
+                        time.sleep(worker_delay)  # as if another process shared its core
                     elif hold and first_on_main:
                         assert self._worker_called.wait(10), "no worker joined the launch"
                     call(pointers, counts, scalars, address, lo, hi)
@@ -124,6 +126,19 @@ def test_the_threads_of_a_launch_claim_slices_that_cover_the_units_once(monkeypa
     calls.covered(units)
     assert threading.main_thread().name in calls.threads() and len(calls.threads()) >= 2
     assert calls.records == [len(calls.threads())]  # the launch's time is that of the threads that ran it
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_thread_slowed_down_does_less_of_the_work(monkeypatch, threads):
+    units = 997
+    count_programs.run([np.zeros(units, np.int32)], backend="llvm", threads=1)
+    calls = _Calls(monkeypatch, hold=True, worker_delay=0.05)
+    out = np.zeros(units, np.int32)
+    count_programs.run([out], backend="llvm", threads=threads)
+    assert (out == 1).all()
+    calls.covered(units)
+    on_main = sum(hi - lo for lo, hi, name in calls.calls if name == threading.main_thread().name)
+    assert on_main > units * 3 // 4  # before: a fixed share each, the main thread's 1 / threads
 
 
 def test_a_worker_that_has_not_started_when_the_work_is_done_is_not_waited_for(monkeypatch):
