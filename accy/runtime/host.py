@@ -67,7 +67,8 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 class _Timing:
     """One kernel's seconds per unit of work on one thread: the least a launch on one thread
     took (a first launch touching fresh pages takes longer).  A split launch's time times
-    its threads bounds it from above, the split's overhead included, so it may only lower it."""
+    the threads that ran a slice of it bounds it from above, the split's overhead included,
+    so it may only lower it."""
 
     FIRST_ON_ONE = 2  # launches timed on one thread before any split
     RECHECK = 64  # a kernel that splits runs every RECHECK-th launch on one thread again
