@@ -419,7 +419,7 @@ N_SLOW = 1 << 16
 def _slow(gather: bool):
     """dst[i] = a loop of ``trips`` steps from x[i] (x[where[i]] with ``gather``: the launch
     cannot be proven, so it runs on scratch copies); the second half of the threads loops 4
-    times as long, so a split launch's workers still run when the caller's share is done."""
+    times as long, so a split launch's last slices run long."""
     params = {"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32), "where": dynamic_buffer(index),
               "trips": scalar(index)}
 
@@ -515,7 +515,7 @@ def test_a_worker_error_stops_the_launch_and_is_raised_once_every_worker_has_sto
 
     def share(kernel, *rest):
         if threading.current_thread() is not threading.main_thread():
-            while not dst[: N_SLOW // 2].any():  # once the caller's share has begun
+            while not dst[: N_SLOW // 2].any():  # once the caller's first slices have run
                 time.sleep(0.001)
             raise MemoryError("a worker failed")
         return original(kernel, *rest)
@@ -524,7 +524,7 @@ def test_a_worker_error_stops_the_launch_and_is_raised_once_every_worker_has_sto
     with pytest.raises(MemoryError, match="a worker failed") as err:
         program.run(args, backend="llvm", threads=2)
     assert any("kernel 'slow' ran in place" in note for note in err.value.__notes__)
-    assert np.count_nonzero(dst[: N_SLOW // 2]) < N_SLOW // 2  # the caller's share stopped too
+    assert np.count_nonzero(dst[: N_SLOW // 2]) < N_SLOW // 2  # the caller stopped too
 
 
 def test_the_fast_launcher_keeps_a_bounded_number_of_launches():

@@ -2,8 +2,11 @@
 
 The launcher (:mod:`accy.codegen.host.spmd`) runs a launch as units of work (chunks of
 threads as vector lanes, or blocks); a native call runs a contiguous range of units,
-and a launch big enough to pay for it is split between a persistent pool of worker
-threads, one per core (ctypes releases the GIL for the call).
+and a launch big enough to pay for it is shared between the caller and a persistent pool
+of worker threads, one per core (ctypes releases the GIL for the call): each thread claims
+the next slice of units until none remain, so a thread slowed down by another process
+does less of the work, and a worker that has not started when the work is done is not
+waited for.
 
 Nothing is half-written.  The launcher's ``prepare`` entry computes the extents and
 checks, once for the whole launch, every access whose index it can bound (a tile launch
@@ -15,7 +18,7 @@ does.
 
 A launch is interruptible: its units run in native calls of about SLICE_SECONDS each,
 so Ctrl-C (or any signal whose handler raises) lands between two of them, and a pool
-worker stops at its next slice.  An interrupted or failed launch waits for every worker
+worker stops before its next slice.  An interrupted or failed launch waits for every worker
 before it raises, so none writes after it.  A launch on scratch copies leaves the
 outputs untouched; one that ran in place on the caller's arrays may have written part
 of them, and its exception says so in a note.
@@ -49,6 +52,7 @@ from ..targets import Target
 _EMPTY = np.zeros(1, np.int64)  # an empty buffer still points at 8 readable bytes (the ABI's promise)
 SPLIT_SECONDS = 100e-6  # a launch expected to take longer is split between the cores
 SLICE_SECONDS = 10e-3  # the longest a native call should run: how late an interrupt may land
+TAIL_SECONDS = 25e-6  # the least a slice near a split launch's end should run: a call costs microseconds
 LAUNCHES_KEPT = 256  # a fast launcher keeps the checked launches of the sizes it ran last
 
 
@@ -63,7 +67,8 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 class _Timing:
     """One kernel's seconds per unit of work on one thread: the least a launch on one thread
     took (a first launch touching fresh pages takes longer).  A split launch's time times
-    its threads bounds it from above, the split's overhead included, so it may only lower it."""
+    the threads that ran a slice of it bounds it from above, the split's overhead included,
+    so it may only lower it."""
 
     FIRST_ON_ONE = 2  # launches timed on one thread before any split
     RECHECK = 64  # a kernel that splits runs every RECHECK-th launch on one thread again
@@ -108,8 +113,9 @@ def _threads_for(kernel: HostKernel, units: int, threads: int | None) -> int:
 def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
             threads: int | None, fits: bool, in_place: str | None = None) -> None:
     """Run ``units`` units of ``kernel`` (its launcher for whether prepare said the launch
-    ``fits``): on this thread, or split between the pool and this one; ``in_place`` names the
-    kernel when it writes the caller's arrays (said if interrupted)."""
+    ``fits``): on this thread, or shared with the pool, each thread claiming the next slice
+    of units until none remain; ``in_place`` names the kernel when it writes the caller's
+    arrays (said if interrupted)."""
     call = kernel.launcher(fits)
     limit = time_limit.current()  # this thread's, for the workers too
     n = _threads_for(kernel, units, threads)
@@ -120,69 +126,106 @@ def _launch(kernel: HostKernel, pointers, counts, scalars, status, units: int,
     start = time.perf_counter()
     if n == 1 and per_unit is not None and per_unit * units <= SLICE_SECONDS:
         call(pointers, counts, scalars, address, 0, units)  # short: one call
+        ran_on = 1
     else:
+        work = _Units(units, n)
         stop = _Stop()
-        futures: list[concurrent.futures.Future] = []
         try:
-            bounds = [units * i // n for i in range(n + 1)]
-            for lo, hi in zip(bounds[1:-1], bounds[2:]):
-                futures.append(_pool().submit(_worker_share, call, pointers, counts, scalars, address, lo, hi,
-                                              per_unit, limit, stop))
-            _run_share(call, pointers, counts, scalars, address, bounds[0], bounds[1], per_unit, limit, stop)
-            for f in futures:
-                f.result()
+            for _ in range(n - 1):
+                _pool().submit(_worker_share, call, pointers, counts, scalars, address, work, per_unit, limit, stop)
+            _run_share(call, pointers, counts, scalars, address, work, per_unit, limit, stop)
+            # a worker that has not started by now would find nothing left: it is not waited for
+            stop.wait()
+            if stop.error is not None:
+                raise stop.error
         except BaseException as e:  # Ctrl-C between two slices, the time limit, or a worker's error
-            # none of them may write once this raises (scratch copies are freed); a Ctrl-C can land
-            # between a submit and its append, so the workers, not the futures, are counted
+            # none of them may write once this raises (scratch copies are freed)
             stop.stop_and_wait()
             if in_place is not None:
                 e.add_note(f"accy: kernel '{in_place}' ran in place on the caller's arrays (it could not fail), "
                            "so its outputs may be partly written")
             raise
+        ran_on = work.threads
     if timing is None:
         timing = _timings.setdefault(kernel, _Timing())
-    timing.record(time.perf_counter() - start, units, n, key)
+    timing.record(time.perf_counter() - start, units, ran_on, key)
 
 
-def _run_share(call, pointers, counts, scalars, address: int, lo: int, hi: int,
-               per_unit: float | None, limit: time_limit.Limit | None, stop: threading.Event) -> None:
-    """Units ``[lo, hi)`` in native calls of about SLICE_SECONDS each (sized from the time per
-    unit at these arguments, else growing from one unit, then by each call's own time), until
-    ``stop`` is set.  Between two calls the main thread takes a pending signal: Ctrl-C raises there;
-    and past ``limit`` (:mod:`accy.time_limit`), TimeLimitError."""
+class _Units:
+    """A launch's units ``[0, units)``, claimed in order a slice at a time by the ``threads``
+    that share it, so that a thread slowed down (another process on its core) just claims
+    fewer; near the end a slice is at most a part of what is left, so that they finish together."""
+
+    def __init__(self, units: int, threads: int):
+        self._lock = threading.Lock()
+        self._next, self._units, self._threads = 0, units, threads
+        self.threads = 0  # how many threads ran a slice (the launch's time is theirs)
+
+    def claim(self, step: int, least: int, first: bool) -> tuple[int, int]:
+        """The next ``[lo, hi)`` of at most ``step`` units, and near the end at most a part of
+        what is left but at least ``least``; empty once none remain.  ``first``: the calling
+        thread's first claim."""
+        with self._lock:
+            lo = self._next
+            left = self._units - lo
+            if self._threads > 1:
+                step = min(step, max(least, -(-left // (2 * self._threads))))
+            hi = self._next = lo + min(step, left)
+            if first and hi > lo:
+                self.threads += 1
+            return lo, hi
+
+
+def _run_share(call, pointers, counts, scalars, address: int, work: _Units,
+               per_unit: float | None, limit: time_limit.Limit | None, stop) -> None:
+    """Slices of ``work`` claimed one after another, each run in one native call of about
+    SLICE_SECONDS (sized from the time per unit at these arguments, else growing from one
+    unit, then by each call's own time), until none remain or ``stop`` is set; near the end
+    of a split launch, slices of at least TAIL_SECONDS, so that the calls' own cost stays small.
+    Between two calls the main thread takes a pending signal: Ctrl-C raises there; and past
+    ``limit`` (:mod:`accy.time_limit`), TimeLimitError."""
     step = max(1, int(SLICE_SECONDS / per_unit)) if per_unit else 1
-    while lo < hi and not stop.is_set():
+    least = max(1, int(TAIL_SECONDS / per_unit)) if per_unit else 1
+    first = True
+    while not stop.is_set():
         if limit is not None:
             limit.check()
-        end = min(hi, lo + step)
+        lo, hi = work.claim(step, least, first)
+        if lo == hi:
+            return
+        first = False
         began = time.perf_counter()
-        call(pointers, counts, scalars, address, lo, end)
+        call(pointers, counts, scalars, address, lo, hi)
         took = time.perf_counter() - began
+        least = max(1, int(TAIL_SECONDS * (hi - lo) / took)) if took > 0 else least
         if took < SLICE_SECONDS / 4:
-            step *= 4
-        elif took > 2 * SLICE_SECONDS and step > 1:
-            step //= 2
-        lo = end
+            step = max(step, 4 * (hi - lo))
+        elif took > 2 * SLICE_SECONDS:
+            step = max(1, (hi - lo) // 2)
 
 
 class _Stop:
-    """A split launch's stop flag and the worker shares running under it: once
-    :meth:`stop_and_wait` returns, no share runs, and none starts."""
+    """A split launch's stop flag, the workers running under it and the first one's error:
+    once :meth:`wait` or :meth:`stop_and_wait` returns, no worker runs, and none starts."""
 
     def __init__(self):
         self._cond = threading.Condition()
         self._stopped = False
         self._running = 0
+        self.error: BaseException | None = None
 
     def is_set(self) -> bool:
         return self._stopped
 
-    def set(self) -> None:
+    def fail(self, error: BaseException) -> None:
+        """A worker's ``error``: the launch stops, and raises the first."""
         with self._cond:
             self._stopped = True
+            if self.error is None:
+                self.error = error
 
     def enter(self) -> bool:
-        """A worker's share may start (it must :meth:`leave`), or the launch stopped first."""
+        """A worker may start (it must :meth:`leave`), or the launch stopped first."""
         with self._cond:
             if self._stopped:
                 return False
@@ -194,7 +237,16 @@ class _Stop:
             self._running -= 1
             self._cond.notify_all()
 
+    def wait(self) -> None:
+        """Stop (a worker yet to start finds nothing to do) and wait for the running ones;
+        Ctrl-C raises here as between two slices."""
+        with self._cond:
+            self._stopped = True
+            while self._running:
+                self._cond.wait()
+
     def stop_and_wait(self) -> None:
+        """As :meth:`wait`, for a launch that is raising: another Ctrl-C does not cut it short."""
         with self._cond:
             self._stopped = True
             while self._running:
@@ -206,15 +258,14 @@ class _Stop:
 
 def _worker_share(*args) -> None:
     """A pool worker's :func:`_run_share`, counted by its stop flag: its error stops the other
-    shares too."""
+    threads, and the caller raises it."""
     stop = args[-1]
     if not stop.enter():
         return
     try:
         _run_share(*args)
-    except BaseException:
-        stop.set()
-        raise
+    except BaseException as e:
+        stop.fail(e)
     finally:
         stop.leave()
 
@@ -230,7 +281,8 @@ def _check_whole(kernel: HostKernel, pointers, counts, scalars, status: np.ndarr
         if status[0]:
             stop.set()
 
-    _run_share(check, pointers, counts, scalars, _address(status), 0, units, None, time_limit.current(), stop)
+    _run_share(check, pointers, counts, scalars, _address(status), _Units(units, 1), None,
+               time_limit.current(), stop)
     return not status[0]
 
 
