@@ -133,3 +133,41 @@ def test_a_failure_in_a_later_program_names_that_program(backend):
     with pytest.raises(OutOfBoundsError, match=r"dimension 0 is outside its shape " + program):
         make_boxes(4, 8, row_slack=1).run([dst, x], backend=backend)
     assert (dst == 0).all()
+
+
+def make_column_reduce(box_rows: int, box_cols: int, how: str):
+    """Down the columns in masked boxes: ``how`` (sum, max or min) of each column."""
+
+    @accy.kernel(out=accy.tensor(f32, 1), x=accy.tensor(f32, 2))
+    def column_reduce(k, p):
+        R, C = p.x.shape
+
+        @k.for_each_tile(grid=axis("c", cdiv(C, box_cols)))
+        def program(t, pid):
+            cols = pid["c"] * box_cols + t.arange(box_cols)
+            identity = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}[how]
+
+            def step(t, r0, acc):
+                rows = r0 + t.arange(box_rows)
+                mask = (rows[:, None] < R) & (cols[None, :] < C)
+                x = p.x.load((rows[:, None], cols[None, :]), mask=mask, other=identity)
+                part = getattr(t, how)(x, axis=0)
+                return acc + part if how == "sum" else (t.maximum if how == "max" else t.minimum)(acc, part)
+
+            total = t.fold_range(0, R, box_rows, t.full((box_cols,), identity, f32), step)
+            p.out.store(cols, total, mask=cols < C)
+
+    return column_reduce
+
+
+@pytest.mark.parametrize("backend", ["numpy", "llvm"])
+@pytest.mark.parametrize("how", ["sum", "max", "min"])
+@pytest.mark.parametrize("boxes", [(16, 128), (8, 40), (4, 16)])
+@pytest.mark.parametrize("shape", [(100, 300), (64, 128), (3, 1)])
+def test_a_reduction_down_masked_boxes_matches_numpy(backend, how, boxes, shape):
+    """On the host a 2-D load read only by a reduction down its rows is fused into it (each row found at once)."""
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    out = np.zeros(shape[1], np.float32)
+    make_column_reduce(*boxes, how).run([out, x], backend=backend)
+    want = getattr(x.astype(np.float64), how)(axis=0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)

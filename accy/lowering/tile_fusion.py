@@ -45,7 +45,8 @@ def _along_rows(user: Op, k: int) -> bool:
     into an array for it is cheaper)."""
     if user.opcode in ("reduce", "argreduce"):
         shape = shape_of(user.operands[0].type)
-        return math.prod(shape[user.attrs.axis + 1:]) == 1
+        down_rows = user.opcode == "reduce" and len(shape) == 2 and user.attrs.axis == 0  # finds each row at once
+        return down_rows or math.prod(shape[user.attrs.axis + 1:]) == 1
     return True
 
 

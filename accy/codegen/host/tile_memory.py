@@ -308,16 +308,23 @@ class TileMemoryEmitter:
         n, align = shape[-1], dtype.itemsize
 
         def chunk(idx, mask):
+            if len(shape) == 1:
+                return at((), idx, mask)
+            b = self.lw.b  # a chunk lies in one row (the last axis is whole vectors)
+            col, rest = b.urem(idx, ir.Constant(I64, n)), b.udiv(idx, ir.Constant(I64, n))
+            rows = []
+            for d in reversed(range(len(shape) - 1)):
+                rows.append(b.urem(rest, ir.Constant(I64, shape[d])) if d else rest)
+                rest = b.udiv(rest, ir.Constant(I64, shape[d]))
+            return at(rows[::-1], col, mask)
+
+        def at(rows, col, mask):
+            """The chunk at column ``col`` of the row at ``rows`` (a position per axis but the last)."""
             b = self.lw.b
-            row_base, active, col = base, uniform, idx
-            if len(shape) > 1:  # a chunk lies in one row (the last axis is whole vectors)
-                col, rest = b.urem(idx, ir.Constant(I64, n)), b.udiv(idx, ir.Constant(I64, n))
-                for d in reversed(range(len(shape) - 1)):
-                    i = b.urem(rest, ir.Constant(I64, shape[d])) if d else rest
-                    rest = b.udiv(rest, ir.Constant(I64, shape[d]))
-                    row_base = b.add(row_base, b.mul(i, coefs[d]))
-                    l_d, h_d = ranges[d]
-                    active = b.and_(active, b.and_(b.icmp_signed("<=", l_d, i), b.icmp_signed("<", i, h_d)))
+            row_base, active = base, uniform
+            for i, c, (l_d, h_d) in zip(rows, coefs, ranges):
+                row_base = b.add(row_base, b.mul(i, c))
+                active = b.and_(active, b.and_(b.icmp_signed("<=", l_d, i), b.icmp_signed("<", i, h_d)))
             lanes = b.add(self.v.splat(col), self.v.iota())
             m = b.and_(b.and_(b.icmp_signed(">=", lanes, lo), b.icmp_signed("<", lanes, hi)), self.v.splat(active))
             if mask is not None:
@@ -338,7 +345,7 @@ class TileMemoryEmitter:
         if op.result in self.lw.tails:
             tail = Tail(self.lw.tail_start(ranges[0][1], b.and_(uniform, b.icmp_signed("<", *ranges[0]))),
                         self.lw.value(op.operands[1]))
-        return Fused(chunk, op.result.type, tail, tail_in_chunks=True)
+        return Fused(chunk, op.result.type, tail, tail_in_chunks=True, at=at)
 
     def _either(self, cond: ir.Value, then, otherwise) -> ir.Value:
         b = self.lw.b

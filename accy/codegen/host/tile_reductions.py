@@ -19,6 +19,7 @@ from ..llvm_types import I1, I32, I64, constant, llvm_type
 from .tile_elementwise import ElementOp
 
 REDUCE_UNROLL = 4  # independent partial vectors of a row reduction (hides the add's latency)
+REDUCE_COLUMNS = 8  # column chunks reduced down another axis together (independent chains)
 
 
 class ReductionEmitter:
@@ -149,18 +150,34 @@ class ReductionEmitter:
             self.v.loop(0, A, row, name="reduce_row")
             return
 
+        whole = B // self.L
+
         def block(a, cs):
             base = b.mul(a, ir.Constant(I64, R * B))
+            out = b.mul(a, ir.Constant(I64, B))
 
-            def chunk(j, valid, cs):
-                start = b.add(base, j)
-                acc = self.widen(self.v.load(x, start), t)
-                acc, = self.v.loop(1, R, lambda r, cs: [comb(cs[0], self.widen(
-                    self.v.load(x, b.add(start, b.mul(r, ir.Constant(I64, B)))), t))], [acc], name="reduce_axis")
-                self.v.store(self.lw.tiles[op.result], b.add(b.mul(a, ir.Constant(I64, B)), j), finish(acc))
-                return []
+            def columns(first: int, count: int, valid) -> None:
+                """Chunks ``first .. first + count`` of the columns, down the reduced axis together:
+                independent chains (a lone chain waits on each combine's latency)."""
+                cols = [(first + k) * self.L for k in range(count)]
+                if len(x.shape) == 2 and axis == 0:  # rows of the tile: a fused load finds each at once
+                    read = lambda r, c: self.v.load_in_row(x, [r], c)  # noqa: E731
+                else:
+                    read = lambda r, c: self.v.load(x, b.add(base, b.add(b.mul(r, ir.Constant(I64, B)), ir.Constant(I64, c))))  # noqa: E731
+                start = [self.widen(read(ir.Constant(I64, 0), c), t) for c in cols]
 
-            self.v.chunks(B, chunk)
+                def down(r, accs):
+                    return [comb(acc, self.widen(read(r, c), t)) for acc, c in zip(accs, cols)]
+
+                accs = self.v.loop(1, R, down, start, name="reduce_axis")
+                for k, acc in enumerate(accs):
+                    where = b.add(out, ir.Constant(I64, (first + k) * self.L))
+                    self.v.store(self.lw.tiles[op.result], where, finish(acc), valid if k == count - 1 else None)
+
+            for first in range(0, whole, REDUCE_COLUMNS):
+                columns(first, min(REDUCE_COLUMNS, whole - first), None)
+            if B % self.L:
+                columns(whole, 1, self.v.below(B % self.L))
             return []
 
         self.v.loop(0, A, block, name="reduce_block")

@@ -68,6 +68,12 @@ class Fused(_Shaped):
     type: TileType
     tail: Tail | None = None
     tail_in_chunks: bool = False  # its chunks past the tail's start are the tail already (a masked load's)
+    at: object = None  # at(rows, col, mask): the chunk at a row's position per axis and a column, if it has one
+
+
+def _suffix_sizes(shape: tuple[int, ...]) -> list[int]:
+    """Each axis's stride in a row-major tile, but the last's."""
+    return [math.prod(shape[d + 1:]) for d in range(len(shape) - 1)]
 
 
 class TileVectors:
@@ -178,6 +184,16 @@ class TileVectors:
         v.add_incoming(computed, computed_block)
         v.add_incoming(rest, past_block)
         return v
+
+    def load_in_row(self, tile, rows: list[ir.Value], col: int) -> ir.Value:
+        """The vector at column ``col`` of the row at ``rows`` (a position per axis but the last):
+        a fused tile that can finds its row at once, any other is read at the flat position."""
+        if isinstance(tile, Fused) and tile.at is not None and tile.tail is None:
+            return tile.at(rows, i64(col), None)
+        flat = i64(col)
+        for i, extent in zip(rows, _suffix_sizes(tile.shape)):
+            flat = self.lw.b.add(flat, self.lw.b.mul(i, i64(extent)))
+        return self.load(tile, flat)
 
     def load1(self, tile: Tile, idx) -> ir.Value:
         if tile.tail is not None:
