@@ -84,7 +84,8 @@ def make_float(dtype, other):
             e = t.exp(y - t.max(y, axis=0))
             p.sums.store(row, t.sum(e, axis=0))  # a float sum: the padded array's
             p.args.store((row, 2), t.argmax(-y * 2.0, axis=0).cast(i64))
-            p.dst.store((row, cols), (e * 3.0).cast(dtype), mask=mask)
+            p.args.store((row, 3), t.argmin(y / (y - 1.0), axis=0).cast(i64))  # 0 / 0 in a zero tail
+            p.dst.store((row, cols), (e * 3.0 / t.sum(e, axis=0)).cast(dtype), mask=mask)
 
     return floats
 
@@ -114,7 +115,7 @@ def test_float_rows_agree(monkeypatch, counted, dtype, other, cols):
     x = float_rows(max(cols, 1), np_dtype)[:, :cols]
     x = np.ascontiguousarray(x)
     rows = x.shape[0]
-    outputs = [np.zeros((rows, 2), np_dtype), np.zeros(rows, np.float32), np.zeros((rows, 3), np.int64),
+    outputs = [np.zeros((rows, 2), np_dtype), np.zeros(rows, np.float32), np.zeros((rows, 4), np.int64),
                np.zeros((rows, cols), np_dtype)]
     agree(monkeypatch, make_float(dtype, other), outputs, [x])
     if 0 < cols < BLOCK:  # the form held the row (C = 0 and C = BLOCK have no tail to hold)

@@ -124,15 +124,21 @@ class TailOps:
             fn = self.fns[op] = EVAL[op.opcode]
             if op.operands and not numerics._narrow(element_type(op.operands[0].type).numpy):
                 fn = WIDE.get(fn, fn)
+        if not self.elementwise(op, fn):
+            run.env[op.result] = fn(*[run.env[v] for v in op.operands])
+
+    def elementwise(self, op: Op, fn) -> bool:
+        """Elementwise ``fn`` of ``op``'s operands on the real parts and the tail values, where
+        some operand is Tailed and the others allow it (see :meth:`_parts`)."""
         found = self._parts(op)
         if found is None:
-            run.env[op.result] = fn(*[run.env[v] for v in op.operands])
-            return
+            return False
         first, parts = found
         real = np.asarray(fn(*[r for r, _ in parts]))
         tail = np.asarray(fn(*[t for _, t in parts]))
         real = np.broadcast_to(real, real.shape[:1] + first.shape[:-1] + (first.columns,))
-        run.lazy[op.result] = Tailed(real, tail, first.shape)
+        self.interpreter.lazy[op.result] = Tailed(real, tail, first.shape)
+        return True
 
     def cast(self, op: Op) -> bool:
         """A cast of a Tailed tile to a non-index type: of its real part and tail value."""

@@ -207,12 +207,13 @@ class TileInterpreter:
         self.env[op.result] = numerics.cast(self.env[value], element_type(value.type), element_type(op.result.type))
 
     def _division(self, op: Op, integer_op, float_op) -> None:
-        a, b = (self.env[v] for v in op.operands)
         if not element_type(op.result.type).is_int:
-            if not numerics._narrow(np.asarray(b).dtype):
+            if not numerics._narrow(element_type(op.operands[1].type).numpy):
                 float_op = WIDE.get(float_op, float_op)
-            self.env[op.result] = float_op(a, b)
+            if not (isinstance(op.result.type, TileType) and self.tails.elementwise(op, float_op)):
+                self.env[op.result] = float_op(*[self.env[v] for v in op.operands])
             return
+        a, b = (self.env[v] for v in op.operands)
         zero = np.asarray(b) == 0
         bad = self.first_bad(zero, b)
         if bad is not None:
