@@ -204,3 +204,35 @@ def test_one_program_and_a_written_buffer(monkeypatch):
         x = np.random.default_rng(rows).standard_normal((rows, 10)).astype(np.float32)
         x_lazy, out = agree(monkeypatch, inplace, [x, np.zeros(rows, np.int64)], [])
         np.testing.assert_array_equal(out, np.argmax(x, axis=1))
+
+
+def test_two_dimensional_tiles_and_shape_ops(monkeypatch, counted):
+    """A box of rows masked at its columns' end, reduced along either axis; a row reshaped,
+    broadcast to several rows and transposed (the last two keep or drop the form)."""
+    ROWS = 4
+
+    @accy.kernel(stats=accy.tensor(f32, 2), rows_out=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+    def boxes(k, p):
+        R, C = p.x.shape
+
+        @k.for_each_tile(grid=axis("box", R // ROWS))
+        def program(t, pid):
+            rows = pid["box"] * ROWS + t.arange(ROWS)
+            cols = t.arange(BLOCK)
+            x = p.x.load((rows[:, None], cols[None, :]), mask=cols[None, :] < C, other=float("-inf"))
+            p.rows_out.store((rows, 0), t.max(x, axis=1))
+            p.rows_out.store((rows, 1), t.argmax(x, axis=1).cast(f32))
+            p.rows_out.store((rows, 2), t.max(t.trans(x), axis=0))
+            row = p.x.load((pid["box"] * ROWS, cols), mask=cols < C, other=0.5)
+            wide = t.broadcast_to(t.reshape(row, (1, BLOCK)), (ROWS, BLOCK)) + x
+            p.stats.store((pid["box"], cols), t.max(wide, axis=0), mask=cols < BLOCK)
+            p.stats.store((pid["box"], BLOCK), t.min(t.max(wide, axis=1), axis=0))
+
+    rng = np.random.default_rng(3)
+    for cols, nan in ((1, False), (9, False), (9, True)):
+        x = np.round(rng.standard_normal((3 * ROWS, cols)) * 2).astype(np.float32)
+        if nan:  # a NaN maximum: the padded array's (which NaN is NumPy's to say)
+            x[1, 0] = np.nan
+        outputs = [np.zeros((3, BLOCK + 1), np.float32), np.zeros((3 * ROWS, 3), np.float32)]
+        agree(monkeypatch, boxes, outputs, [x])
+        assert counted["reduce"] and counted["argreduce"]
