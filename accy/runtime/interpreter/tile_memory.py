@@ -14,6 +14,7 @@ from ..arguments import strided_view
 from ...diagnostics import out_of_bounds
 from .atomics import apply_atomics
 from .pointwise import EVAL, WIDE
+from .tile_tails import Tailed
 
 _LARGEST = np.maximum.reduce  # one NumPy call for a bounds check
 _WRITES = frozenset({"store", "atomic", "tile_store", "tile_atomic"})
@@ -576,13 +577,18 @@ class TileMemory:
                 run.env[op.result] = plan.window(memory)[plan.starts[0]][None].copy()
                 return
             if plan.fast.size == run.programs:
-                boxes = plan.boxes(memory)
-                if boxes.ndim > 1 + len(shape):
-                    boxes = boxes.reshape((-1,) + shape)
-                # a view of memory the launch writes is copied (a later store would change it)
-                written = op.attrs["buffer"] in self.written and np.may_share_memory(boxes, memory)
-                run.env[op.result] = np.array(boxes) if written else boxes
+                run.env[op.result] = self._boxes(op, plan, memory)
                 return
+        if (len(plans) == 1 and not rest.size and other.ndim == 0 and plans[0].fast.size == run.programs
+                and not any(plans[0].lows) and plans[0].lengths[:-1] == tuple(shape[:-1])):
+            # a row masked at its end (cols < C): its real columns and the tail value, unpadded
+            plan = plans[0]
+            if plan.uniform:
+                real = plan.window(memory)[plan.starts[0]][None].copy()
+            else:
+                real = self._boxes(op, plan, memory)
+            run.lazy[op.result] = Tailed(real, other, tuple(shape))
+            return
         uniform = len(plans) == 1 and plans[0].uniform and other.ndim == 0
         result = np.empty((1 if uniform else run.programs,) + shape, memory.dtype)
         if other.ndim == 0:  # `other` where no box is: the rows of no box, the slabs around each box
@@ -609,6 +615,19 @@ class TileMemory:
             result[rest] = self._gather(op, memory, offsets, mask, rest_other, rest)
         run.env[op.result] = result
 
+    def _boxes(self, op: Op, plan: _Plan, memory: np.ndarray) -> np.ndarray:
+        """Every program's box of a load: a view of ``memory`` where the launch does not write it
+        (else a copy: a later store would change it).  The view is writeable where ``memory`` is:
+        NumPy's argmax and argmin copy a read-only array (PyArray_ArgMax asks for a writeable one);
+        the interpreter never writes into a value."""
+        written = op.attrs["buffer"] in self.written
+        boxes = plan.boxes(memory, writeable=not written and memory.flags.writeable)
+        if boxes is None:
+            boxes = plan.boxes(memory)
+        if boxes.ndim > 1 + len(plan.lengths):
+            boxes = boxes.reshape((-1,) + plan.lengths)
+        return np.array(boxes) if written and np.may_share_memory(boxes, memory) else boxes
+
     def _elements(self, op: Op, offsets, value, mask, memory, programs=None):
         """The active elements of a tile store or atomic: their checked offsets and values (flat)."""
         run = self.interpreter
@@ -626,15 +645,19 @@ class TileMemory:
     def op_tile_store(self, op: Op) -> None:
         run = self.interpreter
         memory = run.buffers[op.attrs["buffer"]]
-        value = run.env[op.operands[1]]
         access = self._plan(op, memory.size)
         if access is None:
-            offsets, mask = run.env[op.operands[0]], run.env[op.operands[2]]
+            offsets, mask, value = run.env[op.operands[0]], run.env[op.operands[2]], run.env[op.operands[1]]
             elements, values = self._elements(op, offsets, value, mask, memory)
             memory[elements] = values  # one of several elements at one address wins
             return
-        values = np.broadcast_to(np.asarray(value, memory.dtype), (run.programs,) + op.operands[1].type.shape)
         rest = access.rest
+        real = None if rest.size else run.tails.store_values(op.operands[1], access.plans)
+        if real is not None:  # a Tailed value whose boxes lie in its real columns: written from them
+            values = np.broadcast_to(np.asarray(real, memory.dtype), (run.programs,) + real.shape[1:])
+        else:
+            value = run.env[op.operands[1]]
+            values = np.broadcast_to(np.asarray(value, memory.dtype), (run.programs,) + op.operands[1].type.shape)
         if rest.size:  # checked before anything is written
             offsets, mask = self._some_programs(op, rest)
             elements, rest_values = self._elements(op, offsets, values[rest], mask, memory, rest)

@@ -52,6 +52,7 @@ from .simt import DEFAULT_MEMORY_CAP, _last_uses
 from .tile_folds import FoldRunner, _fold_plans_of, fold_counts
 from .tile_memory import Affine, TileMemory, _unit_axes, _Values
 from .tile_numerics import arg_along, dot, reduce_along, round_to_tf32
+from .tile_tails import TailOps
 
 # fold_counts and round_to_tf32 are read here by the tests
 __all__ = ["IMPLEMENTED", "TileInterpreter", "fold_counts", "round_to_tf32", "run_tiles"]
@@ -94,6 +95,8 @@ def _schedule(graph: Graph) -> dict[Block, tuple[tuple, ...]]:
                         handler = "index_equality"
                     elif op.opcode == "and" and op.result.type.dtype.is_bool:
                         handler = "conjunction"
+                    elif handler is None:
+                        handler = "tile_pointwise"  # a Tailed operand keeps its form (TailOps)
                 fn = None
                 if handler is None:
                     fn = EVAL[op.opcode]
@@ -117,7 +120,7 @@ class TileInterpreter:
         self.graph = graph
         self.buffers = buffers
         self.env = _Values()
-        self.lazy = self.env.lazy  # values held unevaluated (tile_memory's Affine, Conjunction, Sum, Select)
+        self.lazy = self.env.lazy  # values held unevaluated (tile_memory's Affine, Conjunction, Sum, Select, Tailed)
         for p, v in zip(graph.scalars, graph.body.args):
             self.env[v] = scalars[p.name]
         self.axes = graph.lane_axes(extents)  # the grid's axes, first fastest
@@ -127,7 +130,8 @@ class TileInterpreter:
         self.steps = _schedule(graph)
         self.memory = TileMemory(self)
         self.folds = FoldRunner(self, _fold_plans_of(graph), memory_cap)
-        parts = {"interpreter": self, "memory": self.memory, "folds": self.folds}
+        self.tails = TailOps(self)
+        parts = {"interpreter": self, "memory": self.memory, "folds": self.folds, "tails": self.tails}
         self.handlers = {key: getattr(parts[part], method) for key, (part, method) in HANDLERS.items()}
 
     def run(self) -> None:
@@ -197,16 +201,19 @@ class TileInterpreter:
         self.env[op.result] = np.bool_(address % op.attrs["bytes"] == 0)
 
     def op_cast(self, op: Op) -> None:
+        if self.tails.cast(op):
+            return
         (value,) = op.operands
         self.env[op.result] = numerics.cast(self.env[value], element_type(value.type), element_type(op.result.type))
 
     def _division(self, op: Op, integer_op, float_op) -> None:
-        a, b = (self.env[v] for v in op.operands)
         if not element_type(op.result.type).is_int:
-            if not numerics._narrow(np.asarray(b).dtype):
+            if not numerics._narrow(element_type(op.operands[1].type).numpy):
                 float_op = WIDE.get(float_op, float_op)
-            self.env[op.result] = float_op(a, b)
+            if not (isinstance(op.result.type, TileType) and self.tails.elementwise(op, float_op)):
+                self.env[op.result] = float_op(*[self.env[v] for v in op.operands])
             return
+        a, b = (self.env[v] for v in op.operands)
         zero = np.asarray(b) == 0
         bad = self.first_bad(zero, b)
         if bad is not None:
@@ -242,8 +249,9 @@ class TileInterpreter:
     def op_broadcast(self, op: Op) -> None:
         shape = op.attrs.shape
         held = self.lazy.get(op.operands[0])
-        if held is not None:
-            self.lazy[op.result] = held.broadcast(shape)
+        moved = held.broadcast(shape) if held is not None else None  # None: a form the shape does not keep
+        if moved is not None:
+            self.lazy[op.result] = moved
         else:
             x = self.env[op.operands[0]]
             self.env[op.result] = np.broadcast_to(x, x.shape[:1] + shape)
@@ -252,8 +260,9 @@ class TileInterpreter:
         shape = op.attrs.shape
         held = self.lazy.get(op.operands[0])
         axes = _unit_axes(held.shape, shape) if held is not None else None
-        if axes is not None:
-            self.lazy[op.result] = held.reshaped(axes, shape)
+        moved = held.reshaped(axes, shape) if axes is not None else None
+        if moved is not None:
+            self.lazy[op.result] = moved
         else:
             x = self.env[op.operands[0]]
             self.env[op.result] = x.reshape(x.shape[:1] + shape)
@@ -262,8 +271,9 @@ class TileInterpreter:
         perm = op.attrs.perm
         held = self.lazy.get(op.operands[0])
         shape = tuple(op.result.type.shape)
-        if held is not None:
-            self.lazy[op.result] = held.transposed(perm, shape)
+        moved = held.transposed(perm, shape) if held is not None else None
+        if moved is not None:
+            self.lazy[op.result] = moved
         else:
             self.env[op.result] = np.transpose(self.env[op.operands[0]], (0,) + tuple(k + 1 for k in perm))
 
@@ -278,12 +288,16 @@ class TileInterpreter:
         return x[0] if x.shape == (1,) else x
 
     def op_reduce(self, op: Op) -> None:
-        x = np.asarray(self.env[op.operands[0]])
-        self.env[op.result] = self._scalar_or_tile(reduce_along(x, op.attrs.op, op.attrs.axis + 1))
+        result = self.tails.reduce(op)
+        if result is None:
+            result = reduce_along(np.asarray(self.env[op.operands[0]]), op.attrs.op, op.attrs.axis + 1)
+        self.env[op.result] = self._scalar_or_tile(result)
 
     def op_argreduce(self, op: Op) -> None:
-        x = np.asarray(self.env[op.operands[0]])
-        self.env[op.result] = self._scalar_or_tile(arg_along(x, op.attrs.op, op.attrs.axis + 1))
+        result = self.tails.argreduce(op)
+        if result is None:
+            result = arg_along(np.asarray(self.env[op.operands[0]]), op.attrs.op, op.attrs.axis + 1)
+        self.env[op.result] = self._scalar_or_tile(result)
 
     def op_scan(self, op: Op) -> None:
         x = np.asarray(self.env[op.operands[0]])
@@ -367,6 +381,7 @@ HANDLERS = {name[3:]: (part, name) for part, cls in (("interpreter", TileInterpr
             for name in vars(cls) if name.startswith("op_")}
 HANDLERS.update({name: ("memory", name) for name in ("index_arithmetic", "index_select", "index_equality",
                                                      "conjunction")})
+HANDLERS["tile_pointwise"] = ("tails", "tile_pointwise")
 
 # every op a tile program may hold has an implementation here: the tile ops, and the SIMT
 # level's scalar ops except the ones that need threads (checked by the tests)
