@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import accy
-from accy import axis, f32
+from accy import axis, f32, i32, index
 from accy.codegen.host.tiles import TileHostLowering
+from accy.errors import OutOfBoundsError
 from accy.targets import Target
 
 BLOCK = 32
@@ -43,3 +46,65 @@ def test_a_load_keeps_the_values_it_read_before_a_store_to_its_buffer(options):
 def test_a_load_from_a_buffer_the_launch_writes_is_not_fused():
     fused = TileHostLowering(load_then_overwrite.graph, Target.host(checks=False), 16).fused
     assert {v.op.opcode for v in fused} == {"splat"}
+
+
+# -- a property: shifted, lower- and upper-bounded masks, any other, through tails and guards --
+
+ROW_BLOCK = 64
+
+
+@accy.kernel(stats=accy.tensor(f32, 2), dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2), shift=accy.scalar(i32),
+             low=accy.scalar(i32), high=accy.scalar(i32), other=accy.scalar(f32), out_shift=accy.scalar(i32))
+def bounded_rows(k, p):
+    """Per row: columns ``arange + shift`` loaded where ``low <= col < high`` (``other``
+    elsewhere), reduced every way, and stored ``out_shift`` further along where inside."""
+    R, C = p.x.shape
+
+    @k.for_each_tile(grid=axis("row", R))
+    def program(t, pid):
+        row = pid["row"]
+        cols = t.arange(ROW_BLOCK) + t.cast(p.shift, index)
+        mask = (cols >= t.cast(p.low, index)) & (cols < t.cast(p.high, index))
+        x = p.x.load((row, cols), mask=mask, other=p.other)
+        y = x * 0.5 + p.other
+        for j, value in enumerate((t.sum(x, axis=0), t.max(x, axis=0), t.min(x, axis=0), t.sum(y, axis=0),
+                                   t.max(y, axis=0), t.argmax(x, axis=0).cast(f32), t.argmin(y, axis=0).cast(f32))):
+            p.stats.store((row, j), value)
+        out = cols + t.cast(p.out_shift, index)
+        p.dst.store((row, out), t.where(x > 0.0, y, x), mask=(out >= 0) & (out < C))
+
+
+def _outcome(backend: str, x: np.ndarray, args: tuple, **options):
+    stats, dst = np.full((x.shape[0], 7), 9.0, np.float32), np.zeros(x.shape, np.float32)
+    try:
+        bounded_rows.run([stats, dst, x, *args], backend=backend, **options)
+    except OutOfBoundsError as e:
+        assert (stats == 9.0).all() and (dst == 0.0).all(), "written before the failure"
+        return str(e)
+    return stats, dst
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True)
+@given(rows=st.integers(0, 3), cols=st.sampled_from([0, 1, 15, 16, 17, 40, 63, 64]),
+       shift=st.integers(-20, 20), low=st.integers(-5, 70), high=st.integers(-5, 70),
+       other=st.sampled_from([0.0, -0.0, 2.5, -np.inf, np.inf, np.nan]), out_shift=st.integers(-3, 3),
+       view=st.sampled_from(["contiguous", "step", "transposed"]), checks=st.booleans())
+def test_bounded_rows_on_the_host_match_numpy(rows, cols, shift, low, high, other, out_shift, view, checks):
+    rng = np.random.default_rng(rows * 100 + cols)
+    if view == "contiguous":
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+    elif view == "step":
+        x = rng.standard_normal((rows, 2 * cols)).astype(np.float32)[:, ::2]
+    else:
+        x = rng.standard_normal((cols, rows)).astype(np.float32).T
+    args = (shift, low, high, other, out_shift)
+    want = _outcome("numpy", x, args)
+    if isinstance(want, str) and not checks:
+        return  # an access outside the shape without checks: nothing is promised
+    got = _outcome("llvm", x, args, checks=checks)
+    if isinstance(want, str):
+        assert got == want
+        return
+    assert not isinstance(got, str), got
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], want[1])
