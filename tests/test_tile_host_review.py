@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import accy
-from accy import axis, f32, i32, index
+from accy import axis, cdiv, f32, i32, index
 from accy.codegen.host.tiles import TileHostLowering
 from accy.errors import OutOfBoundsError
 from accy.targets import Target
@@ -106,5 +106,53 @@ def test_bounded_rows_on_the_host_match_numpy(rows, cols, shift, low, high, othe
         assert got == want
         return
     assert not isinstance(got, str), got
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+@accy.kernel(sums=accy.tensor(f32, 2), dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2), row_shift=accy.scalar(i32),
+             col_shift=accy.scalar(i32), row_high=accy.scalar(i32), col_low=accy.scalar(i32), col_high=accy.scalar(i32))
+def bounded_boxes(k, p):
+    """4 x 32 boxes at shifted origins, masked by run-time bounds that may pass the shape in
+    one dimension: row sums, and the box times 2 stored back."""
+    R, C = p.x.shape
+
+    @k.for_each_tile(grid=(axis("r", cdiv(R, 4)), axis("c", cdiv(C, 32))))
+    def program(t, pid):
+        rows = pid["r"] * 4 + t.arange(4) + t.cast(p.row_shift, index)
+        cols = pid["c"] * 32 + t.arange(32) + t.cast(p.col_shift, index)
+        mask = (rows[:, None] >= 0) & (rows[:, None] < t.cast(p.row_high, index)) \
+            & (cols[None, :] >= t.cast(p.col_low, index)) & (cols[None, :] < t.cast(p.col_high, index))
+        x = p.x.load((rows[:, None], cols[None, :]), mask=mask, other=0.5)
+        p.sums.store((pid["r"] * 4 + t.arange(4), pid["c"] + t.arange(4) * 0), t.sum(x, axis=1),
+                     mask=pid["r"] * 4 + t.arange(4) < R)
+        p.dst.store((rows[:, None], cols[None, :]), x * 2.0, mask=mask)
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True)
+@given(shape=st.sampled_from([(0, 5), (3, 0), (5, 20), (8, 64), (9, 33)]), row_shift=st.integers(-3, 3),
+       col_shift=st.integers(-8, 8), row_slack=st.integers(-2, 1), col_low=st.integers(-4, 10),
+       col_slack=st.integers(-5, 2), view=st.sampled_from(["contiguous", "step", "transposed"]))
+def test_bounded_boxes_on_the_host_match_numpy(shape, row_shift, col_shift, row_slack, col_low, col_slack, view):
+    rows, cols = shape
+    rng = np.random.default_rng(rows * 100 + cols)
+    x = {"contiguous": lambda: rng.standard_normal((rows, cols)),
+         "step": lambda: rng.standard_normal((rows, 2 * cols))[:, ::2],
+         "transposed": lambda: rng.standard_normal((cols, rows)).T}[view]().astype(np.float32)
+    args = (row_shift, col_shift, rows + row_slack, col_low, cols + col_slack)
+    outcomes = []
+    for backend in ("numpy", "llvm"):
+        sums, dst = np.full((rows, -(-cols // 32)), 9.0, np.float32), np.zeros((rows, cols), np.float32)
+        try:
+            bounded_boxes.run([sums, dst, x, *args], backend=backend)
+        except OutOfBoundsError as e:
+            assert (sums == 9.0).all() and (dst == 0.0).all(), "written before the failure"
+            outcomes.append(str(e))
+            continue
+        outcomes.append((sums, dst))
+    want, got = outcomes
+    if isinstance(want, str) or isinstance(got, str):
+        assert got == want
+        return
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got[1], want[1])
