@@ -17,7 +17,7 @@ import math
 
 from ..dsl.ir import Block, Op, Value
 from ..dsl.types import TileType, shape_of
-from .tile_access import Liveness, is_checked_division
+from .tile_access import _EFFECTS, Liveness, is_checked_division
 
 # the ops with an emitter of their own on the host (the others with a tile result are pointwise)
 SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "reduce",
@@ -50,11 +50,13 @@ def _along_rows(user: Op, k: int) -> bool:
     return True
 
 
-def _fusable_load(op: Op, live: Liveness, lanes: int) -> bool:
+def _fusable_load(op: Op, live: Liveness, lanes: int, written: frozenset) -> bool:
     """A load that checks nothing where it runs (a launch checked whole before it), from affine
-    offsets with its mask a box, whose chunks never straddle two rows."""
+    offsets with its mask a box, whose chunks never straddle two rows, from a buffer the launch
+    never writes (read at its reader, it must not see a store between them)."""
     plan = live.plans.get(op)
-    if op.opcode != "tile_load" or plan is None or plan.offsets is None or plan.box is None:
+    if op.opcode != "tile_load" or plan is None or plan.offsets is None or plan.box is None \
+            or op.attrs.buffer in written:
         return False
     shape = shape_of(op.result.type)
     return len(shape) == 1 or shape[-1] % lanes == 0
@@ -70,6 +72,8 @@ def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool
     for op in region.walk():
         for k, v in enumerate(op.operands):
             uses.setdefault(v, []).append((op, k))
+    # without checks a launch may read a buffer it writes (with them, such a launch fuses no load)
+    written = frozenset(op.attrs.buffer for op in region.walk() if op.opcode in _EFFECTS)
     fused = set()
     for op in region.walk():
         if op not in live.ops or not op.results or not isinstance(op.results[0].type, TileType):
@@ -82,7 +86,7 @@ def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool
             fused.add(v)
         elif len(uses[v]) == 1 and readers[0][0].block is op.block and (
                 (_pointwise(op) and not is_checked_division(op))
-                or (unchecked_loads and _fusable_load(op, live, lanes) and _along_rows(*readers[0]))):
+                or (unchecked_loads and _fusable_load(op, live, lanes, written) and _along_rows(*readers[0]))):
             fused.add(v)
     return frozenset(fused)
 
