@@ -462,3 +462,65 @@ def test_pointwise_chains_are_fused_into_their_reader_and_splats_get_no_array():
     fused_softmax.run([dst, x], backend="llvm")
     e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(dst, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@accy.kernel(out=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+def carried_sums(k, p):
+    R, C = p.x.shape
+
+    @k.for_each_tile(grid=axis("row", R))
+    def program(t, pid):
+        def step(t, c0, carry):
+            acc, previous = carry
+            cols = c0 + t.arange(32)
+            x = p.x.load((pid["row"], cols), mask=cols < C, other=0.0)
+            kept = acc * 1.0  # read before acc + x overwrites acc: both written in place
+            late = acc + x
+            return late, kept + acc * 0.0  # ... but acc read after acc + x: that one gets its own array
+
+        acc, previous = t.fold_range(0, C, 32, (t.zeros((32,), f32), t.zeros((32,), f32)), step)
+        cols = t.arange(32)
+        p.out.store((pid["row"], cols), acc + previous * 1000.0, mask=cols < 32)
+
+
+def test_a_carry_updated_by_a_pointwise_op_that_reads_it_last_is_written_in_place():
+    lowering = TileHostLowering(carried_sums.graph, Target.host(), 16)
+    fold = next(op for op in lowering.region.walk() if op.opcode == "fold")
+    body = fold.regions[0]
+    acc, previous = body.args[1:]
+    updated, copied = body.terminator.operands
+    slots = lowering.storage.slot_of
+    assert slots[updated] != slots[acc]  # acc is read after acc + x: its own array
+    assert slots[copied] == slots[previous]  # the last reader of previous (none reads it) writes over it
+    x = np.random.default_rng(0).standard_normal((3, 100)).astype(np.float32)
+    out = np.zeros((3, 32), np.float32)
+    carried_sums.run([out, x], backend="llvm")
+    padded = np.zeros((3, 128), np.float64)
+    padded[:, :100] = x
+    blocks = padded.reshape(3, 4, 32)
+    want = blocks.sum(axis=1) + blocks[:, :3].sum(axis=1) * 1000  # previous: acc before the last trip
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+@accy.kernel(out=accy.tensor(f32, 1), x=accy.tensor(f32, 2))
+def row_block_sums(k, p):
+    R, C = p.x.shape
+
+    @k.for_each_tile(grid=axis("row", R))
+    def program(t, pid):
+        def step(t, c0, acc):
+            cols = c0 + t.arange(32)
+            return acc + p.x.load((pid["row"], cols), mask=cols < C, other=0.0)
+
+        p.out.store(pid["row"], t.sum(t.fold_range(0, C, 32, t.zeros((32,), f32), step), axis=0))
+
+
+def test_a_running_sum_s_carry_is_updated_in_place():
+    lowering = TileHostLowering(row_block_sums.graph, Target.host(), 16)
+    fold = next(op for op in lowering.region.walk() if op.opcode == "fold")
+    (acc,), (updated,) = fold.regions[0].args[1:], fold.regions[0].terminator.operands
+    assert lowering.storage.slot_of[updated] == lowering.storage.slot_of[acc]
+    x = np.random.default_rng(1).standard_normal((5, 77)).astype(np.float32)
+    out = np.zeros(5, np.float32)
+    row_block_sums.run([out, x], backend="llvm")
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)

@@ -462,6 +462,16 @@ class Liveness:
         return list(op.operands)
 
 
+# the ops with an emitter of their own on the host (the others with a tile result are pointwise)
+SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "reduce",
+                    "argreduce", "scan", "dot", "tile_load", "tile_store", "tile_atomic"})
+
+
+def is_pointwise(op: Op) -> bool:
+    """An elementwise op with a tile result (lowered chunk by chunk from its operands' chunks)."""
+    return op.opcode not in SHAPED and bool(op.results) and isinstance(op.results[0].type, TileType)
+
+
 def is_checked_division(op: Op) -> bool:
     return op.opcode in ("div", "mod") and element_of(op.result.type).is_int
 
@@ -631,6 +641,16 @@ def plan_storage(region: Block, live: Liveness, lanes: int, fused: frozenset = f
         elif acc.op is not None and group_last(groups.find(acc)) <= pos[op]:
             groups.union(acc, op.result)
             in_place.add(op)
+    for op in ops:  # a carry updated by a pointwise op that reads it last: written in place, no copy
+        parent = op.block.parent
+        if op.opcode != "yield" or parent is None or parent.opcode != "fold":
+            continue
+        for arg, y in zip(parent.regions[0].args[1:], op.operands):
+            if (arg in needed and y in needed and y.op is not None and y.op in live.ops and is_pointwise(y.op)
+                    and y.op.block is op.block and op.operands.count(y) == 1
+                    and last_use(y, ops, pos, uses) == pos[op] and last_use(arg, ops, pos, uses) <= pos[y.op]
+                    and groups.find(y) is y):
+                groups.union(arg, y)
     spans: dict[Value, list] = {}
     for v in needed:
         root = groups.find(v)

@@ -17,22 +17,13 @@ import math
 
 from ..dsl.ir import Block, Op, Value
 from ..dsl.types import TileType, shape_of
-from .tile_access import _EFFECTS, Liveness, is_checked_division
-
-# the ops with an emitter of their own on the host (the others with a tile result are pointwise)
-SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "reduce",
-                    "argreduce", "scan", "dot", "tile_load", "tile_store", "tile_atomic"})
-
-
-def _pointwise(op: Op) -> bool:
-    return op.opcode not in SHAPED and bool(op.results) and isinstance(op.results[0].type, TileType)
-
+from .tile_access import _EFFECTS, Liveness, is_checked_division, is_pointwise
 
 def _reads_by_chunks(user: Op, k: int) -> bool:
     """Whether ``user`` reads its operand ``k`` only as vectors of consecutive elements (at any
     offset), never through its array: a pointwise op, a stored value, a reduction along the
     last axis."""
-    if _pointwise(user):
+    if is_pointwise(user):
         return True
     if user.opcode == "tile_store":
         return k == 1
@@ -85,7 +76,7 @@ def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool
         if op.opcode in ("splat", "arange"):
             fused.add(v)
         elif len(uses[v]) == 1 and readers[0][0].block is op.block and (
-                (_pointwise(op) and not is_checked_division(op))
+                (is_pointwise(op) and not is_checked_division(op))
                 or (unchecked_loads and _fusable_load(op, live, lanes, written) and _along_rows(*readers[0]))):
             fused.add(v)
     return frozenset(fused)
@@ -112,10 +103,10 @@ def plan_tails(region: Block, live: Liveness, lanes: int) -> frozenset[Value]:
             plan = live.plans.get(op)
             if plan is None or plan.offsets is None or plan.box is None:
                 continue
-        elif op.opcode != "splat" and not (_pointwise(op) and not is_checked_division(op)):
+        elif op.opcode != "splat" and not (is_pointwise(op) and not is_checked_division(op)):
             continue
         uses = readers.get(v, [])
-        if uses and all(u.opcode != "yield" and (_pointwise(u) or u.opcode in ("reduce", "argreduce")
+        if uses and all(u.opcode != "yield" and (is_pointwise(u) or u.opcode in ("reduce", "argreduce")
                                                  or (u.opcode == "tile_store" and k == 1)) for u, k in uses):
             out.add(v)
     return frozenset(out)
