@@ -58,7 +58,8 @@ def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool
     and aranges every live use of which reads them by chunks (a vector each: nothing to keep), and
     pointwise ops (a checked division apart: its check runs where it is computed) and, with
     ``unchecked_loads``, box-masked affine loads (:func:`_fusable_load`) whose one use does, in
-    their own block (computed once, as they would be)."""
+    their own block (computed once, as they would be); a load may have several such readers,
+    each reading memory again rather than an array the load wrote."""
     uses: dict[Value, list] = {}
     for op in region.walk():
         for k, v in enumerate(op.operands):
@@ -75,10 +76,12 @@ def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool
             continue
         if op.opcode in ("splat", "arange"):
             fused.add(v)
-        elif len(uses[v]) == 1 and readers[0][0].block is op.block and (
-                (is_pointwise(op) and not is_checked_division(op))
-                or (unchecked_loads and _fusable_load(op, live, lanes, written) and _along_rows(*readers[0]))):
+        elif len(uses[v]) == 1 and readers[0][0].block is op.block and is_pointwise(op) \
+                and not is_checked_division(op):
             fused.add(v)
+        elif unchecked_loads and _fusable_load(op, live, lanes, written) and len(readers) == len(uses[v]) \
+                and all(u.block is op.block and _along_rows(u, k) for u, k in readers):
+            fused.add(v)  # each reader loads it again: a row read twice is in L1 the second time
     return frozenset(fused)
 
 
