@@ -22,6 +22,17 @@ REDUCE_UNROLL = 4  # independent partial vectors of a row reduction (hides the a
 REDUCE_COLUMNS = 8  # column chunks reduced down another axis together (independent chains)
 
 
+@attrs.frozen(eq=False)
+class RowReducer:
+    """A reduction's vectors along a row (see :meth:`ReductionEmitter.row_reducer`)."""
+
+    start: list
+    take: object  # vector -> state
+    merge: object  # state, state -> state
+    result: object  # state -> the scalar result
+    identity: ir.Value
+
+
 class ReductionEmitter:
     """``reduce``, ``argreduce`` and ``scan`` along any axis of a tile."""
 
@@ -48,7 +59,53 @@ class ReductionEmitter:
         else:
             self.lw.values[op.result] = value
 
+    def row_reducer(self, op: Op) -> "RowReducer":
+        """How ``op`` (a reduce) combines vectors along a row: its partial state, and how a
+        vector (widened to the accumulator's type) enters it, two merge, and it ends in the
+        scalar result."""
+        t = op.operands[0].type.dtype
+        combine = op.attrs.op
+        acc_t = t.compute if t.is_narrow else t
+        comb = self.combiner(combine, acc_t, op)
+        identity = constant(self.v.vec(llvm_type(acc_t)), COMBINES[combine].identity(acc_t))
+        narrow = (lambda v: self.lw.numerics.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
+        if acc_t.is_float and COMBINES[combine].orders:  # float max/min as integer max/min of order-preserving keys
+            bits = ir.IntType(acc_t.bits)
+
+            def result(state):
+                high = self.lw.call("llvm.vector.reduce.smax", [state[0]], ty=bits)
+                low = self.lw.call("llvm.vector.reduce.smin", [state[1]], ty=bits)
+                return narrow(self.keyed_extremum(high, low, acc_t, combine))
+
+            return RowReducer([constant(self.v.vec(bits), -(1 << (acc_t.bits - 1))),
+                               constant(self.v.vec(bits), (1 << (acc_t.bits - 1)) - 1)],
+                              lambda v: [self.float_key(v)] * 2,
+                              lambda s1, s2: [self.lw.call("llvm.smax", [s1[0], s2[0]]),
+                                              self.lw.call("llvm.smin", [s1[1], s2[1]])],
+                              result, identity)
+        return RowReducer([identity], lambda v: [v], lambda s1, s2: [comb(s1[0], s2[0])],
+                          lambda state: narrow(self.horizontal(state[0], comb)), identity)
+
+    def tail_into(self, op: Op, r: "RowReducer", state: list, tail, n: int) -> list:
+        """``state`` of a 1-D tile built up to its ``tail`` (of ``n`` lanes) with the tail's lanes
+        combined in: once where repeating it changes nothing (max, min; a sum's zero:
+        x + 0 + 0 == x + 0), else once per chunk."""
+        b = self.lw.b
+        combine = op.attrs.op
+        t = op.operands[0].type.dtype
+        value = self.widen(tail.value, t)
+        acc_t = t.compute if t.is_narrow else t
+        once = ir.Constant(I1, 1) if COMBINES[combine].idempotent else \
+            b.fcmp_ordered("==", value, ir.Constant(value.type, 0.0)) if combine is Combine.SUM and acc_t.is_float \
+            else b.icmp_signed("==", value, ir.Constant(value.type, 0)) if combine is Combine.SUM else ir.Constant(I1, 0)
+        end = b.select(once, self.lw.call("llvm.umin", [b.add(tail.start, ir.Constant(I64, self.L)),
+                                                        ir.Constant(I64, n)]), ir.Constant(I64, n))
+        rest = r.take(self.v.splat(value))
+        return self.v.chunks_between(n, tail.start, end, lambda j, valid, cs: r.merge(cs, rest), state)
+
     def reduce(self, op: Op) -> None:
+        if op.result in self.lw.values:  # folded into the loop that built its operand (see folded_reductions)
+            return
         x = self.lw.tile(op.operands[0])
         combine, axis = op.attrs.op, op.attrs.axis
         t = x.dtype
@@ -61,34 +118,9 @@ class ReductionEmitter:
         identity = constant(self.v.vec(llvm_type(acc_t)), COMBINES[combine].identity(acc_t))
         finish = (lambda v: self.lw.numerics.narrow(v, t)) if t.is_narrow else (lambda v: v)  # rounded once, at the end
         if B == 1:
-            keyed = acc_t.is_float and COMBINES[combine].orders
-            if keyed:  # float max/min as integer max/min of order-preserving keys (see float_key)
-                bits = ir.IntType(acc_t.bits)
-                start_state = [constant(self.v.vec(bits), -(1 << (acc_t.bits - 1))),
-                               constant(self.v.vec(bits), (1 << (acc_t.bits - 1)) - 1)]
-
-                def take(v):
-                    key = self.float_key(v)
-                    return [key, key]
-
-                def merge(s1, s2):
-                    return [self.lw.call("llvm.smax", [s1[0], s2[0]]), self.lw.call("llvm.smin", [s1[1], s2[1]])]
-
-                def result(state):
-                    high = self.lw.call("llvm.vector.reduce.smax", [state[0]], ty=bits)
-                    low = self.lw.call("llvm.vector.reduce.smin", [state[1]], ty=bits)
-                    return self.keyed_extremum(high, low, acc_t, combine)
-            else:
-                start_state = [identity]
-
-                def take(v):
-                    return [v]
-
-                def merge(s1, s2):
-                    return [comb(s1[0], s2[0])]
-
-                def result(state):
-                    return self.horizontal(state[0], comb)
+            reducer = self.row_reducer(op)
+            start_state, merge = reducer.start, reducer.merge
+            take = reducer.take
             width = len(start_state)
 
             def partials(tile, first, groups, unroll: int) -> list:
@@ -117,16 +149,8 @@ class ReductionEmitter:
                 state = self.v.chunks_between(R, b.mul(groups, step), x.tail.start,
                                               lambda j, valid, cs: merge(cs, take(self.widen(self.v.load(head, j), t))),
                                               state)
-                tail = self.widen(x.tail.value, t)
-                # once where repeating it changes nothing (max, min; a sum's zero: x + 0 + 0 == x + 0)
-                once = ir.Constant(I1, 1) if COMBINES[combine].idempotent else \
-                    b.fcmp_ordered("==", tail, ir.Constant(tail.type, 0.0)) if combine is Combine.SUM and acc_t.is_float \
-                    else b.icmp_signed("==", tail, ir.Constant(tail.type, 0)) if combine is Combine.SUM else ir.Constant(I1, 0)
-                end = b.select(once, self.lw.call("llvm.umin", [b.add(x.tail.start, ir.Constant(I64, self.L)),
-                                                                ir.Constant(I64, R)]), ir.Constant(I64, R))
-                rest = take(self.v.splat(tail))
-                state = self.v.chunks_between(R, x.tail.start, end, lambda j, valid, cs: merge(cs, rest), state)
-                self.result(op, finish(result(state)), ir.Constant(I64, 0))
+                state = self.tail_into(op, reducer, state, x.tail, R)
+                self.result(op, reducer.result(state), ir.Constant(I64, 0))
                 return
 
             def row(a, cs):
@@ -144,7 +168,7 @@ class ReductionEmitter:
                     return merge(cs, take(v))
 
                 state = self.v.chunks(R - done, chunk, state)
-                self.result(op, finish(result(state)), a)
+                self.result(op, reducer.result(state), a)
                 return []
 
             self.v.loop(0, A, row, name="reduce_row")
