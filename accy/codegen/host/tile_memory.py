@@ -301,7 +301,8 @@ class TileMemoryEmitter:
         base = self.expr(plan.offsets.base)
         coefs = [self.expr(c) for c in plan.offsets.coefs]
         ranges, uniform = self.box_ranges(plan.box, shape)
-        lo, hi = (self.v.splat(e) for e in ranges[-1])
+        lo_s, hi_s = ranges[-1]
+        lo, hi = self.v.splat(lo_s), self.v.splat(hi_s)
         passthru = self.v.splat(self.v.to_memory(self.lw.value(op.operands[1]), dtype))
         static = plan.offsets.coefs[-1]
         unit = None if isinstance(static, int) else b.icmp_signed("==", coefs[-1], ir.Constant(I64, 1))
@@ -331,7 +332,14 @@ class TileMemoryEmitter:
                 m = b.and_(m, mask)
 
             def contiguous():
-                return self.v.masked_load(b.gep(ptr, [b.add(row_base, col)], source_etype=mem), m, passthru, align)
+                where = b.gep(ptr, [b.add(row_base, col)], source_etype=mem)
+                masked = lambda: self.v.masked_load(where, m, passthru, align)  # noqa: E731
+                if mask is not None:
+                    return masked()
+                # a chunk inside the box (most of a row's): a plain load, no mask to build
+                inside = b.and_(active, b.and_(b.icmp_signed(">=", col, lo_s),
+                                               b.icmp_signed("<=", b.add(col, ir.Constant(I64, self.v.L)), hi_s)))
+                return self._either(inside, lambda: b.load(where, typ=passthru.type, align=align), masked)
 
             def gathered():
                 at = b.add(self.v.splat(row_base), b.mul(lanes, self.v.splat(coefs[-1])))
