@@ -254,7 +254,7 @@ class Shapes:
         bounds = tuple((bound,) if k == d else () for k in range(rank))
         return attrs.evolve(box, lows=bounds) if kind == "low" else attrs.evolve(box, highs=bounds)
 
-    def guard(self, offsets: Value, mask: Value) -> tuple[Value, Guard] | None:
+    def guard(self, offsets: Value) -> tuple[Value, Guard] | None:
         """``offsets`` as a shape guard over ``flat`` (see :mod:`accy.dsl.tensors`):
         ``(flat, guard)``, or None where it is not one or its digits are not boxes."""
         op = offsets.op
@@ -293,8 +293,11 @@ class Shapes:
             if inner is None:
                 return None
             lift = (lambda box: _lift(box, rank)) if code == "splat" else (lambda box: self._map_box(op, box))
-            mapped = tuple(tuple((lift(box), w) for box, w in digit) for digit in inner[0])
-            return (mapped, lift(inner[1])) if None not in (lift(inner[1]),) else None
+            digits = tuple(tuple((lift(box), w) for box, w in digit) for digit in inner[0])
+            inside = lift(inner[1])
+            if inside is None or any(box is None for digit in digits for box, _ in digit):
+                return None  # a reshape that is not only unit axes
+            return digits, inside
         if code == "select":  # select(c, weight, rest): a digit's choices, first match
             cond, weight, rest = op.operands
             w = _int_value(weight)
@@ -386,9 +389,10 @@ def plan_accesses(region: Block) -> dict[Op, AccessPlan]:
             plans[op] = AccessPlan(None, None)
             continue
         box = shapes.box(mask)
-        guarded = shapes.guard(offsets, mask) if box is not None else None
-        if guarded is not None and shapes.affine(guarded[0]) is not None:
-            plans[op] = AccessPlan(shapes.affine(guarded[0]), box, guarded[1])
+        guarded = shapes.guard(offsets) if box is not None else None
+        flat = shapes.affine(guarded[0]) if guarded is not None else None
+        if flat is not None:
+            plans[op] = AccessPlan(flat, box, guarded[1])
             continue
         affine = shapes.affine(offsets, conjuncts(mask))
         plans[op] = AccessPlan(affine, box if affine is not None else None)
@@ -410,19 +414,14 @@ def plan_leaves(plan: AccessPlan) -> list[Value]:
     if plan.offsets is not None:
         for e in (plan.offsets.base, *plan.offsets.coefs):
             _leaves(e, out)
-    if plan.box is not None:
-        box = plan.box
+    boxes = [] if plan.box is None else [plan.box]
+    if plan.guard is not None:
+        boxes += [plan.guard.inside, *(box for digit in plan.guard.digits for box, _ in digit)]
+    for box in boxes:
         for e in (*(e for d in box.lows for e in d), *(e for d in box.highs for e in d), *box.zero_lows,
                   *box.zero_highs):
             _leaves(e, out)
         out.extend(box.flags)
-    if plan.guard is not None:
-        boxes = [plan.guard.inside, *(box for digit in plan.guard.digits for box, _ in digit)]
-        for box in boxes:
-            for e in (*(e for d in box.lows for e in d), *(e for d in box.highs for e in d), *box.zero_lows,
-                      *box.zero_highs):
-                _leaves(e, out)
-            out.extend(box.flags)
     return out
 
 

@@ -19,15 +19,25 @@ from ..dsl.ir import Block, Op, Value
 from ..dsl.types import TileType, shape_of
 from .tile_access import _EFFECTS, Liveness, is_checked_division, is_pointwise
 
+
+def _readers(region: Block) -> dict[Value, list]:
+    """Each value's readers in ``region``: (op, operand position) pairs."""
+    out: dict[Value, list] = {}
+    for op in region.walk():
+        for k, v in enumerate(op.operands):
+            out.setdefault(v, []).append((op, k))
+    return out
+
+
 def _reads_by_chunks(user: Op, k: int) -> bool:
     """Whether ``user`` reads its operand ``k`` only as vectors of consecutive elements (at any
-    offset), never through its array: a pointwise op, a stored value, a reduction along the
-    last axis."""
+    offset), never through its array: a pointwise op, a stored value, a reduction or arg
+    reduction (along any axis, each element once)."""
     if is_pointwise(user):
         return True
     if user.opcode == "tile_store":
         return k == 1
-    return user.opcode in ("reduce", "argreduce")  # along any axis, each element once
+    return user.opcode in ("reduce", "argreduce")
 
 
 def _along_rows(user: Op, k: int) -> bool:
@@ -60,10 +70,7 @@ def plan_fusion(region: Block, live: Liveness, lanes: int, unchecked_loads: bool
     ``unchecked_loads``, box-masked affine loads (:func:`_fusable_load`) whose one use does, in
     their own block (computed once, as they would be); a load may have several such readers,
     each reading memory again rather than an array the load wrote."""
-    uses: dict[Value, list] = {}
-    for op in region.walk():
-        for k, v in enumerate(op.operands):
-            uses.setdefault(v, []).append((op, k))
+    uses = _readers(region)
     # without checks a launch may read a buffer it writes (with them, such a launch fuses no load)
     written = frozenset(op.attrs.buffer for op in region.walk() if op.opcode in _EFFECTS)
     fused = set()
@@ -90,10 +97,7 @@ def plan_tails(region: Block, live: Liveness, lanes: int) -> frozenset[Value]:
     lanes past it holding one value (a tail): box-masked affine loads, splats and pointwise ops
     (not a checked division: every lane's check must run), every live reader of which reads
     them as vectors (a pointwise op, a reduction, a stored value)."""
-    readers: dict[Value, list] = {}
-    for op in region.walk():
-        for k, v in enumerate(op.operands):
-            readers.setdefault(v, []).append((op, k))
+    readers = _readers(region)
     out = set()
     for op in region.walk():
         if op not in live.ops or not op.results or not isinstance(op.results[0].type, TileType):
@@ -109,7 +113,6 @@ def plan_tails(region: Block, live: Liveness, lanes: int) -> frozenset[Value]:
         elif op.opcode != "splat" and not (is_pointwise(op) and not is_checked_division(op)):
             continue
         uses = readers.get(v, [])
-        if uses and all(u.opcode != "yield" and (is_pointwise(u) or u.opcode in ("reduce", "argreduce")
-                                                 or (u.opcode == "tile_store" and k == 1)) for u, k in uses):
+        if uses and all(u.opcode != "yield" and _reads_by_chunks(u, k) for u, k in uses):
             out.add(v)
     return frozenset(out)
