@@ -5,6 +5,8 @@ message, and the access is skipped."""
 
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 from ...dsl.ir import Op
@@ -15,13 +17,14 @@ from ..llvm_types import I64
 
 
 class ShapeGuards:
-    """The checks of the shape guards of one lowering's accesses; ``box_ranges(box, shape)``
-    gives a box's ranges per axis and its position-independent condition."""
+    """The checks of the shape guards of one lowering's accesses, with ``memory``'s boxes (its
+    ``box_ranges``, ``within`` and ``empty``)."""
 
-    def __init__(self, lw: Lowering, box_ranges):
+    def __init__(self, lw: Lowering, memory):
         self.lw = lw  # the TileHostLowering: its builder, values and checks
         self.v = lw.vectors
-        self.box_ranges = box_ranges
+        self.memory = memory
+        self.box_ranges = memory.box_ranges
 
     def holds(self, op: Op, guard: Guard, box: Box, shape: tuple[int, ...], kind: int) -> ir.Value:
         """Whether every element active in ``box`` is inside the tensor's shape (an i1), the
@@ -29,11 +32,9 @@ class ShapeGuards:
         b = self.lw.b
         ranges, uniform = self.box_ranges(box, shape)
         inside, holds = self.box_ranges(guard.inside, shape)
-        empty = b.not_(uniform)
         for (lo, hi), (in_lo, in_hi) in zip(ranges, inside):
-            empty = b.or_(empty, b.icmp_signed(">=", lo, hi))
             holds = b.and_(holds, b.and_(b.icmp_signed(">=", lo, in_lo), b.icmp_signed("<=", hi, in_hi)))
-        ok = b.or_(empty, holds)
+        ok = b.or_(self.memory.empty(ranges, uniform), holds)
         self.lw.fail_if(op, b.not_(ok), kind, lambda: (self.first_outside(guard, box, shape), self.lw.lane()))
         return ok
 
@@ -42,27 +43,13 @@ class ShapeGuards:
         the shape, in row-major order: a scalar walk, on a failure's path only."""
         b = self.lw.b
         zero = ir.Constant(I64, 0)
-
-        def within(ranges_uniform, idx) -> ir.Value:
-            ranges, uniform = ranges_uniform
-            at = uniform
-            for i, (lo, hi) in zip(idx, ranges):
-                at = b.and_(at, b.and_(b.icmp_signed("<=", lo, i), b.icmp_signed("<", i, hi)))
-            return at
-
+        within = lambda ranges_uniform, idx: self.memory.within(*ranges_uniform, idx)  # noqa: E731
         active = self.box_ranges(box, shape)
         digits = [[(self.box_ranges(choice, shape), weight) for choice, weight in digit] for digit in guard.digits]
-        size = 1
-        for n in shape:
-            size *= n
 
         def element(e, carries):
             (found,) = carries
-            idx, rest = [], e
-            for n in reversed(shape):
-                idx.append(b.urem(rest, ir.Constant(I64, n)))
-                rest = b.udiv(rest, ir.Constant(I64, n))
-            idx.reverse()
+            idx = self.v.unravel(e, shape)
             code = zero
             for digit in digits:
                 weight = zero
@@ -73,4 +60,4 @@ class ShapeGuards:
                            b.and_(within(active, idx), b.icmp_signed("!=", code, zero)))
             return [b.select(first, b.add(code, ir.Constant(I64, OUT_OF_SHAPE)), found)]
 
-        return self.v.loop(0, size, element, [zero], name="outside")[0]
+        return self.v.loop(0, math.prod(shape), element, [zero], name="outside")[0]

@@ -25,7 +25,7 @@ class TileMemoryEmitter:
     def __init__(self, lw: Lowering):
         self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
         self.v = lw.vectors
-        self.guards = ShapeGuards(lw, self.box_ranges)
+        self.guards = ShapeGuards(lw, self)
 
     def expr(self, e) -> ir.Value:
         """An access form's scalar expression."""
@@ -58,10 +58,27 @@ class TileMemoryEmitter:
             uniform = b.and_(uniform, self.lw.value(v))
         return ranges, uniform
 
+    def within(self, ranges, uniform: ir.Value, idx) -> ir.Value:
+        """Whether the position ``idx`` (along the first ``len(idx)`` axes) is in a box's ``ranges``
+        (from :meth:`box_ranges`), its ``uniform`` conditions holding."""
+        b = self.lw.b
+        inside = uniform
+        for i, (lo, hi) in zip(idx, ranges):
+            inside = b.and_(inside, b.and_(b.icmp_signed("<=", lo, i), b.icmp_signed("<", i, hi)))
+        return inside
+
+    def empty(self, ranges, uniform: ir.Value) -> ir.Value:
+        """Whether a box (its :meth:`box_ranges`) holds no element."""
+        b = self.lw.b
+        none = b.not_(uniform)
+        for lo, hi in ranges:
+            none = b.or_(none, b.icmp_signed(">=", lo, hi))
+        return none
+
     def access(self, op: Op, value: Tile | None, out: Tile | None, other: ir.Value | None) -> ir.Value | None:
         """A tile_load (into ``out``, ``other`` where masked off) or tile_store (of ``value``) by
         its plan: row by row from the affine offsets, else element by element.  A load with a
-        tail (:func:`accy.lowering.tile_access.plan_tails`) is built only up to its start,
+        tail (:func:`accy.lowering.tile_fusion.plan_tails`) is built only up to its start,
         which is returned."""
         plan = self.lw.plans[op]
         kind = STATUS_LOAD_OOB if op.opcode == "tile_load" else STATUS_STORE_OOB
@@ -120,7 +137,7 @@ class TileMemoryEmitter:
         align = dtype.itemsize
         upto = None  # a load whose tail is its other: built up to the tail's start
         if out is not None and op.result in self.lw.tails:
-            upto = self.lw.tail_start(hi, b.and_(uniform, b.icmp_signed("<", lo, hi)))
+            upto = self.lw.tail_start(lo, hi, uniform)
 
         def rows(contiguous: bool) -> None:
             def row(r, idx):
@@ -130,9 +147,7 @@ class TileMemoryEmitter:
                 first = b.mul(r, ir.Constant(I64, n))
                 active = None
                 if box is not None:
-                    active = uniform
-                    for i, (l, h) in zip(idx, ranges):
-                        active = b.and_(active, b.and_(b.icmp_signed("<=", l, i), b.icmp_signed("<", i, h)))
+                    active = self.within(ranges, uniform, idx)
                     if contiguous and checks:  # the row's run of elements is in bounds iff both ends are
                         start = b.add(row_base, lo)
                         final = b.sub(b.add(row_base, hi), ir.Constant(I64, 1))
@@ -250,15 +265,13 @@ class TileMemoryEmitter:
         def active_box_inside() -> ir.Value:
             """Nothing active, or the lowest and highest offsets of the mask's box inside the
             buffer (offsets are affine: every one between them is too)."""
-            empty = b.not_(uniform)
             low = high = base
             for (lo_d, hi_d), c in zip(ranges, coefs):
-                empty = b.or_(empty, b.icmp_signed(">=", lo_d, hi_d))
                 first, last = b.mul(c, lo_d), b.mul(c, b.sub(hi_d, ir.Constant(I64, 1)))
                 low = b.add(low, self.lw.call("llvm.smin", [first, last]))
                 high = b.add(high, self.lw.call("llvm.smax", [first, last]))
             inside = b.and_(b.icmp_signed(">=", low, ir.Constant(I64, 0)), b.icmp_signed("<", high, count))
-            return b.or_(empty, inside)
+            return b.or_(self.empty(ranges, uniform), inside)
 
         # a check-only run needing the bounds alone: a box inside the buffer needs no more, else each
         # element's check finds the first failure (a load whose values a division's check reads is
@@ -312,20 +325,16 @@ class TileMemoryEmitter:
             if len(shape) == 1:
                 return at((), idx, mask)
             b = self.lw.b  # a chunk lies in one row (the last axis is whole vectors)
-            col, rest = b.urem(idx, ir.Constant(I64, n)), b.udiv(idx, ir.Constant(I64, n))
-            rows = []
-            for d in reversed(range(len(shape) - 1)):
-                rows.append(b.urem(rest, ir.Constant(I64, shape[d])) if d else rest)
-                rest = b.udiv(rest, ir.Constant(I64, shape[d]))
-            return at(rows[::-1], col, mask)
+            col = b.urem(idx, ir.Constant(I64, n))
+            return at(self.v.unravel(b.udiv(idx, ir.Constant(I64, n)), shape[:-1]), col, mask)
 
         def at(rows, col, mask):
             """The chunk at column ``col`` of the row at ``rows`` (a position per axis but the last)."""
             b = self.lw.b
-            row_base, active = base, uniform
-            for i, c, (l_d, h_d) in zip(rows, coefs, ranges):
+            row_base = base
+            for i, c in zip(rows, coefs):
                 row_base = b.add(row_base, b.mul(i, c))
-                active = b.and_(active, b.and_(b.icmp_signed("<=", l_d, i), b.icmp_signed("<", i, h_d)))
+            active = self.within(ranges, uniform, rows)
             lanes = b.add(self.v.splat(col), self.v.iota())
             m = b.and_(b.and_(b.icmp_signed(">=", lanes, lo), b.icmp_signed("<", lanes, hi)), self.v.splat(active))
             if mask is not None:
@@ -339,7 +348,7 @@ class TileMemoryEmitter:
                 # a chunk inside the box (most of a row's): a plain load, no mask to build
                 inside = b.and_(active, b.and_(b.icmp_signed(">=", col, lo_s),
                                                b.icmp_signed("<=", b.add(col, ir.Constant(I64, self.v.L)), hi_s)))
-                return self._either(inside, lambda: b.load(where, typ=passthru.type, align=align), masked)
+                return self.v.either(inside, lambda: b.load(where, typ=passthru.type, align=align), masked)
 
             def gathered():
                 at = b.add(self.v.splat(row_base), b.mul(lanes, self.v.splat(coefs[-1])))
@@ -347,25 +356,13 @@ class TileMemoryEmitter:
 
             if unit is None:
                 return self.v.from_memory(contiguous() if static == 1 else gathered(), dtype)
-            return self.v.from_memory(self._either(unit, contiguous, gathered), dtype)
+            return self.v.from_memory(self.v.either(unit, contiguous, gathered), dtype)
 
         tail = None
         if op.result in self.lw.tails:
-            tail = Tail(self.lw.tail_start(ranges[0][1], b.and_(uniform, b.icmp_signed("<", *ranges[0]))),
-                        self.lw.value(op.operands[1]))
+            tail = Tail(self.lw.tail_start(*ranges[0], uniform), self.lw.value(op.operands[1]))
         return Fused(chunk, op.result.type, tail, tail_in_chunks=True, at=at)
 
-    def _either(self, cond: ir.Value, then, otherwise) -> ir.Value:
-        b = self.lw.b
-        with b.if_else(cond) as (yes, no):
-            with yes:
-                first, first_block = then(), b.block
-            with no:
-                second, second_block = otherwise(), b.block
-        v = b.phi(first.type)
-        v.add_incoming(first, first_block)
-        v.add_incoming(second, second_block)
-        return v
 
     def load(self, op: Op) -> None:
         if op.result not in self.lw.live.values:  # a check-only run: the bounds alone

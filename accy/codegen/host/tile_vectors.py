@@ -60,7 +60,7 @@ class Tile(_Shaped):
 
 @attrs.frozen(eq=False)
 class Fused(_Shaped):
-    """A tile with no array (:func:`accy.lowering.tile_access.plan_fusion`): ``chunk(idx, mask)``
+    """A tile with no array (:func:`accy.lowering.tile_fusion.plan_fusion`): ``chunk(idx, mask)``
     emits, where its reader is, the vector of its ``L`` elements from flat position ``idx``
     (``mask``: the lanes that matter, for a check; None for all)."""
 
@@ -175,15 +175,7 @@ class TileVectors:
         if isinstance(tile, Tile):
             lanes = b.add(self.splat(idx, n), self.iota(n))
             return b.select(b.icmp_signed("<", lanes, self.splat(tile.tail.start, n)), self.load(head, idx, mask, n), rest)
-        with b.if_else(b.icmp_signed("<", idx, tile.tail.start)) as (then, otherwise):
-            with then:
-                computed, computed_block = self.load(head, idx, mask, n), b.block
-            with otherwise:
-                past_block = b.block
-        v = b.phi(rest.type)
-        v.add_incoming(computed, computed_block)
-        v.add_incoming(rest, past_block)
-        return v
+        return self.either(b.icmp_signed("<", idx, tile.tail.start), lambda: self.load(head, idx, mask, n), lambda: rest)
 
     def load_in_row(self, tile, rows: list[ir.Value], col: int) -> ir.Value:
         """The vector at column ``col`` of the row at ``rows`` (a position per axis but the last):
@@ -273,14 +265,39 @@ class TileVectors:
         b = self.lw.b
 
         def row(r, carries):
-            idx, rest = [], r
-            for extent in reversed(outer):
-                idx.append(b.urem(rest, ir.Constant(I64, extent)) if extent > 1 else ir.Constant(I64, 0))
-                rest = b.udiv(rest, ir.Constant(I64, extent)) if extent > 1 else rest
-            body(r, idx[::-1])
+            body(r, self.unravel(r, outer))
             return []
 
         self.loop(0, math.prod(outer), row, name=name)
+
+    def unravel(self, flat: ir.Value, shape: tuple[int, ...]) -> list[ir.Value]:
+        """The position along each axis of element ``flat`` (below the product of ``shape``) of a
+        row-major tile of ``shape``."""
+        b = self.lw.b
+        idx, rest = [], flat
+        for d in reversed(range(len(shape))):
+            extent = shape[d]
+            if extent == 1:
+                idx.append(ir.Constant(I64, 0))
+            elif d == 0:  # the outermost: what is left
+                idx.append(rest)
+            else:
+                idx.append(b.urem(rest, ir.Constant(I64, extent)))
+                rest = b.udiv(rest, ir.Constant(I64, extent))
+        return idx[::-1]
+
+    def either(self, cond: ir.Value, then, otherwise) -> ir.Value:
+        """``then()`` where ``cond`` holds, else ``otherwise()``: each emitted on its own branch."""
+        b = self.lw.b
+        with b.if_else(cond) as (yes, no):
+            with yes:
+                first, first_block = then(), b.block
+            with no:
+                second, second_block = otherwise(), b.block
+        v = b.phi(first.type)
+        v.add_incoming(first, first_block)
+        v.add_incoming(second, second_block)
+        return v
 
     def copy(self, dst: Tile, src: Tile) -> None:
         if dst.ptr is src.ptr:

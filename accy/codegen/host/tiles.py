@@ -254,9 +254,10 @@ class TileHostLowering(Lowering):
         self.tiles[v] = tile
         return tile
 
-    def tail_start(self, hi: ir.Value, active: ir.Value) -> ir.Value:
-        """Where a box-masked 1-D load's tail starts: its box's end (0 where nothing is active),
-        rounded up to whole vectors."""
+    def tail_start(self, lo: ir.Value, hi: ir.Value, uniform: ir.Value) -> ir.Value:
+        """Where a box-masked 1-D load's tail starts: its box's end ``hi`` (0 where the box,
+        ``[lo, hi)`` where ``uniform`` holds, is empty), rounded up to whole vectors."""
+        active = self.b.and_(uniform, self.b.icmp_signed("<", lo, hi))
         return self.vectors.whole_vectors(self.b.select(active, hi, ir.Constant(I64, 0)), up=True)
 
     def temporary(self, t: TileType) -> Tile:
