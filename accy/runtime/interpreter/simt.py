@@ -47,6 +47,7 @@ from .debug import Observer, Recorder, check_thread
 from ...diagnostics import division_by_zero, thread_text
 from .pointwise import EVAL, WIDE
 from .sanitizer import Sanitizer
+from .shared import ScalarOps
 from .simt_control import SimtControl, _FoldPlan, fold_plan, uses
 from .simt_cooperation import BlockCooperation
 from .simt_memory import SimtMemory
@@ -136,7 +137,7 @@ def schedule_of(graph: Graph) -> _Schedule:
 # ----------------------------------------------------------------------------- execution
 
 
-class Interpreter:
+class Interpreter(ScalarOps):
     """One launch of a graph over NumPy buffers: its values, lanes and active mask, the walk over
     its ops, the scalar ops and the launch ops; memory, block cooperation and control flow are
     its parts' (:class:`SimtMemory`, :class:`BlockCooperation`, :class:`SimtControl`), reached
@@ -233,19 +234,6 @@ class Interpreter:
                 for v in dead:
                     del env[v]
 
-    def op_yield(self, op: Op) -> None:
-        pass
-
-    def op_const(self, op: Op) -> None:
-        self.env[op.result] = op.attrs["dtype"].numpy.type(op.attrs["value"])
-
-    def op_size(self, op: Op) -> None:
-        self.env[op.result] = np.int64(self.buffers[op.attrs["buffer"]].size)
-
-    def op_aligned(self, op: Op) -> None:
-        address = self.buffers[op.attrs["buffer"]].__array_interface__["data"][0]
-        self.env[op.result] = np.bool_(address % op.attrs["bytes"] == 0)
-
     def op_cast(self, op: Op) -> None:
         (value,) = op.operands
         self.env[op.result] = numerics.cast(self.env[value], value.type, op.result.type)
@@ -304,10 +292,10 @@ class Interpreter:
 
 
 # the handler table's entries: each op of the interpreter's own, by its name, to the method
-# op_<name> of the interpreter or of a part
+# op_<name> of the interpreter (its own or its ScalarOps') or of a part
 HANDLERS = {name[3:]: (part, name) for part, cls in (("interpreter", Interpreter), ("memory", SimtMemory),
                                                      ("cooperation", BlockCooperation), ("control", SimtControl))
-            for name in vars(cls) if name.startswith("op_")}
+            for name in dir(cls) if name.startswith("op_")}
 assert set(HANDLERS) == STRUCTURAL | CHECKED, sorted(set(HANDLERS) ^ (STRUCTURAL | CHECKED))
 
 

@@ -12,9 +12,9 @@ import numpy as np
 
 from ...dsl.ir import Block, Op, Value
 from ...dsl.ops import REDUCTIONS
-from ...dsl.types import INDEX_MAX, INDEX_MIN
 from . import numerics
 from .pointwise import EVAL, WIDE
+from .shared import branch_values, divergent_fold
 
 
 @attrs.frozen
@@ -76,14 +76,6 @@ def fold_plan(op: Op) -> _FoldPlan:
     return _FoldPlan(tuple(combines), frozenset(combine_ops), local, body_ops, captured)
 
 
-def step_without_wrap(i, step: int):
-    """``i + step``, saturating where it would wrap, so a loop ending near the
-    edge of the index range stops instead of starting over."""
-    nxt = i + np.int64(step)
-    wrapped = (nxt < i) if step > 0 else (nxt > i)
-    return np.where(wrapped, np.int64(INDEX_MAX if step > 0 else INDEX_MIN), nxt)
-
-
 class SimtControl:
     """Branches and folds of one launch: runs their regions on ``interpreter`` under the active
     lanes that take them (``plans``: per fold op, how it may run; none: every fold loops)."""
@@ -101,29 +93,8 @@ class SimtControl:
 
     def op_if(self, op: Op) -> None:
         run = self.interpreter
-        cond = run.env[op.operands[0]]
         then, otherwise = op.regions[0], (op.regions[1] if len(op.regions) > 1 else None)
-        if np.ndim(cond) == 0:  # the same for every thread: one branch runs
-            region = then if cond else otherwise
-            values = self._region_values(region) if region is not None else []
-        else:
-            outer = run.active
-            taken = cond if outer is None else (cond & outer)
-            skipped = ~cond if outer is None else (~cond & outer)
-            try:
-                branches = []
-                for region, mask in ((then, taken), (otherwise, skipped)):
-                    if region is not None and np.any(mask):
-                        run.active = mask
-                        branches.append(self._region_values(region))
-                    else:
-                        branches.append(None)
-            finally:
-                run.active = outer
-            if branches[0] is None or branches[1] is None:
-                values = branches[0] or branches[1] or []
-            else:
-                values = [np.where(cond, a, b) for a, b in zip(*branches)]
+        values = branch_values(run, run.env[op.operands[0]], then, otherwise, self._region_values, np.where)
         for r, value in zip(op.results, values):
             run.env[r] = value
 
@@ -198,19 +169,5 @@ class SimtControl:
         return accs
 
     def _divergent_fold(self, start, stop, step, region: Block, accs):
-        run = self.interpreter
-        outer = run.active
-        i = np.asarray(start, np.int64) + np.zeros(np.shape(stop), np.int64)
-        try:
-            while True:
-                inside = (i < stop) if step > 0 else (i > stop)
-                active = inside if outer is None else (inside & outer)
-                if not np.any(active):
-                    break
-                run.active = active
-                new = self._iterate(region, i, accs)
-                accs = [np.where(active, v, a) for v, a in zip(new, accs)]
-                i = np.where(active, step_without_wrap(i, step), i)
-        finally:
-            run.active = outer
-        return accs
+        return divergent_fold(self.interpreter, start, stop, step, lambda i, a: self._iterate(region, i, a), accs,
+                              np.where)

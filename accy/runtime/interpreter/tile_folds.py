@@ -18,7 +18,8 @@ from ...dsl.types import TileType, element_type
 from ...errors import ExecutionError, OutOfBoundsError
 from . import numerics
 from .pointwise import EVAL, WIDE
-from .simt_control import step_without_wrap, uses
+from .shared import divergent_fold
+from .simt_control import uses
 from .tile_memory import _WRITES, _compact
 from .tile_numerics import round_to_tf32
 
@@ -216,20 +217,7 @@ class FoldRunner:
                 accs = self._looped(trips, region, accs)
         else:  # until the longest is done; a program that is done keeps its values and does nothing
             fold_counts.divergent += 1
-            outer = run.active
-            i = np.asarray(start, np.int64) + np.zeros(np.shape(stop), np.int64)
-            try:
-                while True:
-                    inside = (i < stop) if step > 0 else (i > stop)
-                    active = inside if outer is None else inside & outer
-                    if not np.any(active):
-                        break
-                    run.active = active
-                    new = self._iterate(region, i, accs)
-                    accs = [run.merge(active, v, a) for v, a in zip(new, accs)]
-                    i = np.where(active, step_without_wrap(i, step), i)
-            finally:
-                run.active = outer
+            accs = divergent_fold(run, start, stop, step, lambda i, a: self._iterate(region, i, a), accs, run.merge)
         for r, value in zip(op.results, accs):
             run.env[r] = value
 

@@ -48,6 +48,7 @@ from . import numerics
 from ..arguments import Binding
 from ...diagnostics import division_by_zero, thread_text
 from .pointwise import EVAL, WIDE
+from .shared import ScalarOps, branch_values
 from .simt import DEFAULT_MEMORY_CAP, _last_uses
 from .tile_folds import FoldRunner, _fold_plans_of, fold_counts
 from .tile_memory import Affine, TileMemory, _unit_axes, _Values
@@ -111,7 +112,7 @@ def _schedule(graph: Graph) -> dict[Block, tuple[tuple, ...]]:
 # ----------------------------------------------------------------------------- execution
 
 
-class TileInterpreter:
+class TileInterpreter(ScalarOps):
     """One launch of a tile graph over NumPy buffers (flat views; outputs are scratch copies): the
     values, the active programs and the walk over the ops; memory and folds are its parts'."""
 
@@ -187,19 +188,6 @@ class TileInterpreter:
         return mask if self.active is None else mask & self.per_program(self.active, mask.ndim)
 
     # -- scalars ---------------------------------------------------------------------
-    def op_yield(self, op: Op) -> None:
-        pass
-
-    def op_const(self, op: Op) -> None:
-        self.env[op.result] = op.attrs["dtype"].numpy.type(op.attrs["value"])
-
-    def op_size(self, op: Op) -> None:
-        self.env[op.result] = np.int64(self.buffers[op.attrs["buffer"]].size)
-
-    def op_aligned(self, op: Op) -> None:
-        address = self.buffers[op.attrs["buffer"]].__array_interface__["data"][0]
-        self.env[op.result] = np.bool_(address % op.attrs["bytes"] == 0)
-
     def op_cast(self, op: Op) -> None:
         if self.tails.cast(op):
             return
@@ -324,29 +312,8 @@ class TileInterpreter:
         return values
 
     def op_if(self, op: Op) -> None:
-        cond = self.env[op.operands[0]]
         then, otherwise = op.regions[0], (op.regions[1] if len(op.regions) > 1 else None)
-        if np.ndim(cond) == 0:  # the same in every program: one branch runs
-            region = then if cond else otherwise
-            values = self.region_values(region) if region is not None else []
-        else:
-            outer = self.active
-            taken = cond if outer is None else cond & outer
-            skipped = ~cond if outer is None else ~cond & outer
-            branches = []
-            try:
-                for region, mask in ((then, taken), (otherwise, skipped)):
-                    if region is not None and np.any(mask):
-                        self.active = mask
-                        branches.append(self.region_values(region))
-                    else:
-                        branches.append(None)
-            finally:
-                self.active = outer
-            if branches[0] is None or branches[1] is None:
-                values = branches[0] or branches[1] or []
-            else:
-                values = [self.merge(cond, a, b) for a, b in zip(*branches)]
+        values = branch_values(self, self.env[op.operands[0]], then, otherwise, self.region_values, self.merge)
         for r, value in zip(op.results, values):
             self.env[r] = value
 
@@ -378,7 +345,7 @@ def run_tiles(graph: Graph, binding: Binding, launch, *, debug_thread=None, chec
 # interpreter or of a part) by its name, and the lazily held index arithmetic and masks
 HANDLERS = {name[3:]: (part, name) for part, cls in (("interpreter", TileInterpreter), ("memory", TileMemory),
                                                      ("folds", FoldRunner))
-            for name in vars(cls) if name.startswith("op_")}
+            for name in dir(cls) if name.startswith("op_")}
 HANDLERS.update({name: ("memory", name) for name in ("index_arithmetic", "index_select", "index_equality",
                                                      "conjunction")})
 HANDLERS["tile_pointwise"] = ("tails", "tile_pointwise")
