@@ -191,20 +191,8 @@ class SingleExp:
     def _branch(self, cond, fast, slow):
         """fast, but in the lanes of ``cond`` slow(), computed only where some lane needs it."""
         m = self.m
-        b = m.b
-        start = b.block
-        slow_block = b.append_basic_block("vm.subnormal")
-        merge = b.append_basic_block("vm.merge")
-        b.cbranch(m.any(cond), slow_block, merge)
-        b.position_at_end(slow_block)
-        picked = m.sel(cond, slow(), fast)
-        slow_end = b.block
-        b.branch(merge)
-        b.position_at_end(merge)
-        phi = b.phi(fast.type)
-        phi.add_incoming(fast, start)
-        phi.add_incoming(picked, slow_end)
-        return phi
+        (merged,) = m.branch_merge(cond, lambda: [m.sel(cond, slow(), fast)], [fast], "vm.subnormal")
+        return merged
 
     def exp(self, x):
         e, s, tail = self._core(x, exp2=False)

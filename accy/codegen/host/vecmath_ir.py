@@ -144,6 +144,27 @@ class DoubleArith:
         mask = self.b.bitcast(cond, ir.IntType(self.n))
         return self.b.icmp_unsigned("!=", mask, ir.Constant(ir.IntType(self.n), 0))
 
+
+    def branch_merge(self, cond, slow, fast_values, name: str = "vm.slow"):
+        """If any lane of ``cond``: run ``slow()`` (returns values like ``fast_values``) in
+        its own block; merge with phis.  Leaves the builder in the merge block."""
+        b = self.b
+        start = b.block
+        slow_block = b.append_basic_block(name)
+        merge = b.append_basic_block("vm.merge")
+        b.cbranch(self.any(cond), slow_block, merge)
+        b.position_at_end(slow_block)
+        slow_values = slow()
+        slow_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        out = []
+        for fv, sv in zip(fast_values, slow_values):
+            phi = b.phi(fv.type)
+            phi.add_incoming(fv, start)
+            phi.add_incoming(sv, slow_end)
+            out.append(phi)
+        return out
     def two_sum(self, a, b):
         s = self.add(a, b)
         bb = self.sub(s, a)

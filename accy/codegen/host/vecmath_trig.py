@@ -81,28 +81,6 @@ class Trig:
             lo = b.insert_element(lo, load(b.add(i2, ir.Constant(ir.IntType(64), 1))), li)
         return hi, lo
 
-    def _branch_merge(self, cond, slow, fast_values):
-        """If any lane of ``cond``: run ``slow()`` (returns values like ``fast_values``) in
-        its own block; merge with phis.  Leaves the builder in the merge block."""
-        m = self.m
-        b = m.b
-        start = b.block
-        slow_block = b.append_basic_block("vm.slow")
-        merge = b.append_basic_block("vm.merge")
-        b.cbranch(m.any(cond), slow_block, merge)
-        b.position_at_end(slow_block)
-        slow_values = slow()
-        slow_end = b.block
-        b.branch(merge)
-        b.position_at_end(merge)
-        out = []
-        for fv, sv in zip(fast_values, slow_values):
-            phi = b.phi(fv.type)
-            phi.add_incoming(fv, start)
-            phi.add_incoming(sv, slow_end)
-            out.append(phi)
-        return out
-
     def _sincos_kernel(self, q, rh, rl, t, cos: bool):
         m = self.m
         z = m.mul(rh, rh)
@@ -133,7 +111,7 @@ class Trig:
             def slow():
                 hq, hr = self._trig_reduce_f32_huge(x)
                 return [m.b.select(big, hq, q), m.sel(big, hr, rh)]
-            q, rh = self._branch_merge(big, slow, [q, rh])
+            q, rh = self.m.branch_merge(big, slow, [q, rh])
             res = self._sincos_kernel(q, rh, None, t, cos)
             res = m.sel(m.isinf(x), float("nan"), res)
         else:
@@ -143,7 +121,7 @@ class Trig:
             def slow():
                 lib = m.per_lane_call("cos" if cos else "sin", [x])
                 return [m.sel(big, lib, fast)]
-            (res,) = self._branch_merge(big, slow, [res])
+            (res,) = self.m.branch_merge(big, slow, [res])
         if not cos:
             res = m.sel(m.eq(x, 0.0), x, res)               # sin(-0) = -0
         return res
