@@ -1,6 +1,6 @@
 """accy's benchmark, every figure a ratio against a baseline measured in the same run.
 
-    python -m bench [--sections targets,tiles,triton,attention,interpreter,launch,ptx,compile,autotune] [--quick] [--json out.json]
+    python -m bench [--sections targets,tiles,triton,attention,interpreter,launch,ptx,compile,autotune,sass] [--quick] [--json out.json]
 
 Sections:
 - ``targets``: the kernels people write (vector add, Black-Scholes, softmax, layer norm,
@@ -25,6 +25,10 @@ Sections:
 - ``autotune``: the tile matmul and the tile attention entry autotuned on llvm: tuning time,
   the chosen config, tuned vs first-config time, a second process reusing the stored choice
   (bench/autotune.py).
+- ``sass``: the SASS of the tile matmul and the tile attention entry for sm_80 and sm_90
+  (ptxas, then nvdisasm: no GPU), registers, spills, shared memory, stages in effect and the
+  main loop's SASS per tensor-core instruction, beside Triton's compile of the same jobs where
+  Triton is installed (bench/sass.py).
 
 Each figure is the median of several timed runs after a warm-up.  The machine's load and
 the other processes using the CPU are recorded before and after: figures measured beside
@@ -41,11 +45,11 @@ import sys
 
 import numpy as np
 
-from . import attention, autotune, chart, second_process, targets, tiles, triton_style
+from . import attention, autotune, chart, sass, second_process, targets, tiles, triton_style
 from .timing import contention, machine, measure
 
-SECTIONS = ("launch", "targets", "tiles", "triton", "attention", "interpreter", "ptx", "compile", "autotune")
-DEFAULT_SECTIONS = ("launch", "targets", "tiles", "triton", "attention", "ptx", "compile", "autotune")  # attention has the interpreter's rows too
+SECTIONS = ("launch", "targets", "tiles", "triton", "attention", "interpreter", "ptx", "compile", "autotune", "sass")
+DEFAULT_SECTIONS = ("launch", "targets", "tiles", "triton", "attention", "ptx", "compile", "autotune", "sass")  # attention has the interpreter's rows too
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
@@ -153,6 +157,9 @@ def main(argv=None) -> int:
         rows = autotune.bench_autotune(quick=ns.quick)
         autotune.print_rows(rows)
         report["autotune"] = rows
+    if "sass" in sections:
+        print("\n== sass: the tile kernels' SASS (ptxas + nvdisasm, no GPU), accy beside Triton ==")
+        report["sass"] = sass.run()
     report["contention_after"] = contention()
     print(f"\nload after: {report['contention_after']}")
     if ns.json:

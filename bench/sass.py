@@ -1,0 +1,179 @@
+"""The SASS a GPU would run, without a GPU: the tile kernels of the examples (the matmul) and
+the library (the tile attention entry) compiled by accy for sm_80 and sm_90, assembled by
+ptxas and disassembled by nvdisasm; per kernel its registers, spills, shared bytes, the
+pipeline stages in effect, its whole SASS and its main loop's trip (accy.codegen.nvptx.sass:
+the in-bounds path, one warp) per m16n8k16 tensor-core instruction, with the trip's mix.
+When Triton is installed (the bench extra) it compiles the same jobs, written as Triton
+users write them and specialised as Triton's JIT specialises contiguous, 16-byte-aligned
+tensors, and its figures stand beside accy's.  Triton is a yardstick here, never a source.
+
+    python -m bench --sections sass        (or python -m bench.sass [--arch sm_80,sm_90])
+
+The issue's targets (SASS per m16n8k16, registers, pipeline) are printed beside each row."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import attrs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@attrs.frozen
+class Job:
+    """One kernel the section compiles: accy's program (a zero-argument factory), Triton's
+    counterpart (name in :func:`triton_kernels`, its constants, warps and stages) and the
+    targets of issue 32 (SASS per m16n8k16 unit, registers)."""
+
+    name: str
+    accy: object
+    triton: tuple | None
+    per_mma_target: float
+    register_target: int
+    single: object = None  # the same kernel at num_stages=1 (a factory): the size of one stage
+
+
+def _matmul(bm, bn, bk, warps, stages):
+    def make():
+        sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+        from tile_matmul import make_matmul
+
+        from accy import bf16
+        return make_matmul(bf16, bm, bn, bk, warps=warps, num_stages=stages)
+    return make
+
+
+def _attention(head, block_q, block_k, warps):
+    def make():
+        from accy import bf16
+        from accy.library import AttentionTiles, ScaledDotProduct, scaled_dot_product_tile
+        spec = ScaledDotProduct(16, 4096, 4096, head, head)
+        return scaled_dot_product_tile(spec, bf16, AttentionTiles(block_q, block_k, warps)).program
+    return make
+
+
+JOBS = (
+    Job("matmul 128x128x64, 8 warps, 3 stages", _matmul(128, 128, 64, 8, 3),
+        ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201, _matmul(128, 128, 64, 8, 1)),
+    Job("matmul 128x128x32, 8 warps, 3 stages", _matmul(128, 128, 32, 8, 3),
+        ("matmul", dict(BM=128, BN=128, BK=32), 8, 3), 4.16, 186, _matmul(128, 128, 32, 8, 1)),
+    Job("attention hd 64, 64x64, 4 warps", _attention(64, 64, 64, 4),
+        ("attention", dict(BM=64, BN=64, HEAD=64), 4, 2), 5.93, 183),
+    Job("attention hd 128, 64x64, 4 warps (Triton 128x64, 8 warps)", _attention(128, 64, 64, 4),
+        ("attention", dict(BM=128, BN=64, HEAD=128), 8, 2), 4.38, 221),
+)
+
+
+@attrs.frozen
+class Row:
+    """One compiler's figures for one job at one arch."""
+
+    compiler: str
+    arch: str
+    registers: int
+    spills: int  # bytes stored + loaded
+    shared: int  # bytes (static, or Triton's dynamic)
+    stages: str
+    instructions: int
+    trip: int | None
+    tensor: int | None
+    mix: dict
+
+    @property
+    def per_mma(self) -> float | None:
+        return self.trip / self.tensor if self.trip and self.tensor else None
+
+
+def _row(compiler: str, arch: str, cubin: bytes, resources, shared: int, stages: str) -> Row:
+    from accy.codegen.nvptx.sass import disassemble, main_loop, parse
+
+    fn = parse(disassemble(cubin))[0]
+    trip = main_loop(fn)
+    return Row(compiler, arch, resources.registers, resources.spill_stores + resources.spill_loads, shared, stages,
+               sum(not i.padding for i in fn.instructions), trip.count if trip else None,
+               trip.tensor if trip else None, {k.name.lower(): v for k, v in trip.mix().items()} if trip else {})
+
+
+def _stages(job: Job, program, arch: str) -> str:
+    """The pipeline in effect: the buffers of a pipelined fold's staging array (its size over
+    that of the same kernel's one-stage staging), "1" where nothing is pipelined."""
+    shared = program.graph_for("cuda", arch).shared_arrays()
+    staged = [o.attrs.count for n, o in shared.items() if n.startswith("stage")]
+    if not staged or job.single is None:
+        return "1"
+    single = sum(o.attrs.count for o in job.single().graph_for("cuda", arch).shared_arrays().values())
+    return f"{max(staged) / single:.3g}"
+
+
+def accy_row(job: Job, arch: str) -> Row:
+    from accy.codegen.nvptx.toolchain import assemble, resources
+
+    program = job.accy()
+    ptx = program.ptx(arch)
+    res = resources(ptx, arch)
+    return _row("accy", arch, assemble(ptx, arch), res, res.shared_bytes, _stages(job, program, arch))
+
+
+def triton_row(job: Job, arch: str) -> Row | str:
+    """Triton's figures, or why there are none."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "Triton not installed (pip install '.[bench]')"
+    from accy.codegen.nvptx.toolchain import resources
+
+    from . import triton_kernels
+
+    name, constants, warps, stages = job.triton
+    compiled = triton_kernels.compile_for(name, constants, warps, stages, int(arch[3:]))
+    res = resources(compiled.asm["ptx"], arch)
+    return _row("triton", arch, compiled.asm["cubin"], res, compiled.metadata.shared, str(stages))
+
+
+def run(archs=("sm_80", "sm_90")) -> list[dict]:
+    from accy.codegen.nvptx.sass import find_nvdisasm
+
+    if find_nvdisasm() is None:
+        print("  skipped: nvdisasm not found (pip install nvidia-cuda-nvdisasm, in the bench extra)")
+        return []
+    out = []
+    for job in JOBS:
+        for arch in archs:
+            began = time.perf_counter()
+            rows = [accy_row(job, arch), triton_row(job, arch)]
+            out.append({"job": job.name, "arch": arch, "seconds": time.perf_counter() - began,
+                        "per_mma_target": job.per_mma_target, "register_target": job.register_target,
+                        "rows": [attrs.asdict(r) | {"per_mma": r.per_mma} if isinstance(r, Row) else {"missing": r}
+                                 for r in rows]})
+            print_job(out[-1])
+    return out
+
+
+def print_job(entry: dict) -> None:
+    print(f"  {entry['job']} at {entry['arch']} (targets: <= {entry['per_mma_target']} SASS per m16n8k16, "
+          f"<= {entry['register_target']} registers, 0 spills)")
+    for r in entry["rows"]:
+        if "missing" in r:
+            print(f"    triton: {r['missing']}")
+            continue
+        per = f"{r['per_mma']:.2f}" if r["per_mma"] else "-"
+        mix = ", ".join(f"{k} {v}" for k, v in r["mix"].items())
+        print(f"    {r['compiler']:6} trip {r['trip']} SASS ({r['tensor']} mma): {per} per mma; whole kernel "
+              f"{r['instructions']}; {r['registers']} regs, {r['spills']} B spilled, {r['shared'] / 1024:.1f} KiB "
+              f"shared, {r['stages']} stage(s); mix: {mix}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sass", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", default="sm_80,sm_90")
+    ns = parser.parse_args(argv)
+    run(tuple(a for a in ns.arch.split(",") if a))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

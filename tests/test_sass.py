@@ -1,0 +1,146 @@
+"""The SASS counter (accy/codegen/nvptx/sass.py): a listing's functions, its main loop and
+the trip an in-bounds program takes through it, on listings written by hand and on a small
+kernel whose loop is known by hand, assembled by ptxas and disassembled by nvdisasm."""
+
+from __future__ import annotations
+
+import pytest
+
+from accy.codegen.nvptx import toolchain
+from accy.codegen.nvptx.sass import Kind, disassemble, find_nvdisasm, main_loop, parse
+
+HEADER = """\
+//--------------------- .text.k             --------------------------
+        .section        .text.k,"ax",@progbits
+k:
+.text.k:
+"""
+
+
+def listing(body: str) -> str:
+    """A one-function listing from lines of ``OPCODE operands`` and ``.L_x_N:`` labels."""
+    lines, address = [HEADER], 0
+    for line in body.strip().splitlines():
+        line = line.strip()
+        if line.endswith(":"):
+            lines.append(line + "\n")
+        else:
+            lines.append(f"        /*{address:04x}*/                   {line} ;\n")
+            address += 16
+    return "".join(lines)
+
+
+def test_a_trip_skips_the_report_and_takes_the_prefetch():
+    # head: 3 hot; a failed check's report (cold: 3, with the CAS); a prefetch the trip takes
+    # (its two copies) beside a branch around it; the latch; padding never counted
+    text = listing("""
+        MOV R0, RZ
+    .L_x_1:
+        ISETP.GE.U32.AND P0, PT, R0, c[0x0][0x170], PT
+        HMMA.16816.F32.BF16 R4, R8, R12, R4
+        @!P0 BRA `(.L_x_2)
+        MOV R20, c[0x0][0x168]
+        ATOMG.E.CAS.64.STRONG.GPU PT, RZ, [R20], R8, R10
+        MOV R21, RZ
+    .L_x_2:
+        ISETP.GE.AND P1, PT, R0, 0x10, PT
+        @P1 BRA `(.L_x_3)
+        LDGSTS.E.BYPASS.128 [R2], [R22.64]
+        LDGSTS.E.BYPASS.128 [R2+0x10], [R22.64+0x10]
+    .L_x_3:
+        LDGDEPBAR
+        NOP
+        @!PT LDS RZ, [RZ]
+        IADD3 R0, R0, 0x1, RZ
+        BAR.SYNC.DEFER_BLOCKING 0x0
+        @!P2 BRA `(.L_x_1)
+        EXIT
+    .L_x_4:
+        BRA `(.L_x_4)
+        NOP
+    """)
+    (fn,) = parse(text)
+    assert fn.name == "k" and len(fn.instructions) == 20
+    trip = main_loop(fn)
+    opcodes = [i.base for i in trip.path]
+    assert opcodes == ["ISETP", "HMMA", "BRA", "ISETP", "BRA", "LDGSTS", "LDGSTS", "LDGDEPBAR", "IADD3", "BAR", "BRA"]
+    assert trip.count == 11 and trip.tensor == 1 and trip.loop_size == 14 and trip.forks == 1
+    assert trip.mix() == {Kind.TENSOR: 1, Kind.ASYNC_COPY: 3, Kind.BARRIER: 1, Kind.INTEGER: 1,
+                          Kind.PREDICATE: 2, Kind.BRANCH: 3}
+
+
+def test_the_main_loop_is_the_one_with_the_tensor_work():
+    text = listing("""
+    .L_x_1:
+        IADD3 R0, R0, 0x1, RZ
+        IADD3 R1, R1, 0x1, RZ
+        IADD3 R2, R2, 0x1, RZ
+        @P0 BRA `(.L_x_1)
+    .L_x_2:
+        HMMA.16816.F32.BF16 R4, R8, R12, R4
+        @P1 BRA `(.L_x_2)
+        EXIT
+    """)
+    trip = main_loop(parse(text)[0])
+    assert [i.base for i in trip.path] == ["HMMA", "BRA"]
+
+
+def test_a_function_with_no_loop_has_no_trip():
+    assert main_loop(parse(listing("MOV R0, RZ\nEXIT"))[0]) is None
+
+
+# A loop known by hand: per trip one bounds check (a report on failure, out of line), one load,
+# one add and the loop's own increment, compare and branch.
+COUNTED = """\
+.version 7.0
+.target sm_80
+.address_size 64
+
+.visible .entry counted(.param .u64 x, .param .u64 status, .param .u32 n)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<8>;
+    .reg .f32 %f<4>;
+    ld.param.u64 %rd1, [x];
+    ld.param.u64 %rd2, [status];
+    ld.param.u32 %r1, [n];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    mov.u32 %r2, 0;
+    mov.f32 %f1, 0f00000000;
+LOOP:
+    .pragma "nounroll";
+    setp.ge.u32 %p1, %r2, 1000000;
+    @%p1 bra REPORT;
+BACK:
+    mul.wide.u32 %rd3, %r2, 4;
+    add.s64 %rd4, %rd1, %rd3;
+    ld.global.f32 %f2, [%rd4];
+    add.f32 %f1, %f1, %f2;
+    add.u32 %r2, %r2, 1;
+    setp.lt.u32 %p2, %r2, %r1;
+    @%p2 bra LOOP;
+    st.global.f32 [%rd1], %f1;
+    ret;
+REPORT:
+    atom.global.cas.b64 %rd5, [%rd2], 0, 1;
+    bra BACK;
+}
+"""
+
+
+@pytest.mark.skipif(find_nvdisasm() is None or toolchain.find_ptxas() is None,
+                    reason="needs ptxas and nvdisasm: pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm "
+                           "(the test extra does)")
+def test_a_loop_known_by_hand_counts_its_hot_path():
+    (fn,) = parse(disassemble(toolchain.assemble(COUNTED, "sm_80")))
+    assert fn.name == "counted"
+    trip = main_loop(fn)
+    kinds = [i.base for i in trip.path]
+    # ptxas's choice of address arithmetic may vary; the work of a trip may not
+    assert kinds.count("LDG") == 1 and kinds.count("FADD") == 1 and "ATOMG" not in kinds
+    assert kinds.count("ISETP") == 2 and kinds.count("BRA") == 2 and kinds[-1] == "BRA"
+    assert trip.count <= 10, kinds  # 9 with CUDA 13.5's ptxas: the 7 PTX instructions, the address in 2
+    assert trip.loop_size > trip.count  # the report, out of the path, is in the loop's body
+    assert all(not i.padding for i in trip.path)
