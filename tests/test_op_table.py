@@ -11,8 +11,9 @@ import pytest
 import accy
 from accy import axis, bf16, boolean, dynamic_buffer, f32, i8, i32, index, kernel
 from accy.dsl import ir, ops, parse, textformat
-from accy.dsl.ops import (OPS, AtomicAttrs, ConstAttrs, FoldAttrs, ForEachAttrs, ForEachBlockAttrs, IfAttrs, LoadAttrs,
-                          NoAttrs, OpAttrs, OpAttrsError, RegionKind, SharedAttrs, ShuffleAttrs, SizeAttrs, Space, Sync)
+from accy.dsl.ops import (OPS, AtomicAttrs, Bounds, ConstAttrs, FoldAttrs, ForEachAttrs, ForEachBlockAttrs, IfAttrs,
+                          LoadAttrs, NoAttrs, OpAttrs, OpAttrsError, RegionKind, SharedAttrs, ShuffleAttrs, SizeAttrs,
+                          Space, Sync)
 from accy.errors import VerificationError
 
 # -- every op has a schema and a text form ----------------------------------------------------
@@ -35,7 +36,7 @@ def test_attributes_are_immutable_and_read_as_a_mapping_too():
     a = LoadAttrs(buffer="x", dtype=f32, space="shared")
     assert a.space is Space.SHARED and a.space == "shared"
     assert a["buffer"] == "x" and a.get("space", "global") == "shared" and dict(a) == {
-        "buffer": "x", "dtype": f32, "space": Space.SHARED, "vec": 1}
+        "buffer": "x", "dtype": f32, "space": Space.SHARED, "vec": 1, "bounds": Bounds.CHECKED}
     assert SizeAttrs(buffer="x").get("space", "global") == "global"
     with pytest.raises(KeyError):
         a["keys"]  # fields only, not methods
@@ -258,7 +259,7 @@ kernel @k(%dst: buffer<f32, ?>) {
     ("%0 = const 4 : index", "%0 = frobnicate 4 : index", r"line 2: cannot read .*: no op named 'frobnicate'"),
     ("store %dst[%1] = %2 : f32", "store %dst[%1] %2 : f32",
      r"line 5: cannot read 'store %dst\[%1\] %2 : f32' \(does not have the form\): a store is written "
-     r"'store \{\?\{space\} \}%\{buffer\}\[\$0\] = \$1\.\.\. : \{dtype\}\{\? vec \{vec\}\}'"),
+     r"'store \{\?\{space\} \}%\{buffer\}\[\$0\] = \$1\.\.\. : \{dtype\}\{\? vec \{vec\}\}\{\? bounds \{bounds\}\}'"),
     ("store %dst[%1]", "store local %dst[%1]", r"line 5: cannot read"),
     ("store %dst[%1]", "store shared %dst[%1]", r"line 5: %dst is not a declared shared array"),
     # the source type a cast states is the operand's (it used to be read and ignored)

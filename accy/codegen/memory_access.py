@@ -7,6 +7,8 @@ from llvmlite import ir
 
 from ..dsl.analysis.intervals import within
 from ..dsl.ir import Op
+from ..dsl.ops import Bounds
+from ..dsl.tensors import tensor_parameters
 from ..dsl.types import DType
 from .abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
 from .llvm_types import I1, I8, I32, I64, llvm_type, memory_type
@@ -45,13 +47,48 @@ class MemoryAccess:
         proven = self.lw.proven.get(op)
         return ok if proven is None else self.b.or_(*self.lw.broadcast(proven, ok))
 
+    def layouts_inside(self) -> ir.Value:
+        """i1: every tensor that ``bounds shape`` accesses rely on lies inside its buffer, its
+        lowest and highest element (from its shape, strides and offset) both; checked once per
+        thread at the kernel's entry, for callers that launch it without accy's runtime (an
+        artifact's), which checks every layout when it binds the arguments.  A failure is
+        reported as the first such access of that tensor, at the element outside."""
+        b, graph = self.b, self.lw.graph
+        ok = ir.Constant(I1, 1)
+        if not self.lw.target.checks:
+            return ok
+        first: dict[str, Op] = {}
+        for op in graph.body.walk():
+            if op.opdef.memory and op.attrs.get("bounds") is Bounds.SHAPE:
+                first.setdefault(op.attrs["buffer"], op)
+        zero = ir.Constant(I64, 0)
+        for t in tensor_parameters(graph.params):
+            if t.name not in first:
+                continue
+            value = lambda name: self.lw.values[graph.scalar_value(name)]  # noqa: E731
+            low = high = value(t.offset_name)
+            empty = ir.Constant(I1, 0)
+            for n, s in zip(map(value, t.shape_names), map(value, t.stride_names)):
+                reach = b.mul(b.sub(n, ir.Constant(I64, 1)), s)
+                low = b.add(low, b.select(b.icmp_signed("<", reach, zero), reach, zero))
+                high = b.add(high, b.select(b.icmp_signed(">", reach, zero), reach, zero))
+                empty = b.or_(empty, b.icmp_signed("<=", n, zero))
+            fits = b.or_(empty, b.and_(b.icmp_signed(">=", low, zero),
+                                       b.icmp_signed("<", high, self.lw.counts[t.name])))
+            op = first[t.name]
+            kind = STATUS_STORE_OOB if op.opdef.writes else STATUS_LOAD_OOB
+            self.lw.check(op, fits, kind, b.select(b.icmp_signed("<", low, zero), low, high))
+            ok = b.and_(ok, fits)
+        return ok
+
     def count(self, op: Op) -> ir.Value:
         if op.attrs.get("space", "global") == "shared":
             return ir.Constant(I64, self.lw.graph.shared_arrays()[op.attrs["buffer"]].attrs["count"])
         return self.lw.counts[op.attrs["buffer"]]
 
     def checked(self, op: Op) -> bool:
-        return self.lw.target.checks and op not in self.lw.unchecked and not self._statically_inside(op)
+        return (self.lw.target.checks and op not in self.lw.unchecked and op.attrs.get("bounds") is not Bounds.SHAPE
+                and not self._statically_inside(op))
 
     def aligned(self, op: Op) -> None:
         address = self.b.ptrtoint(self.lw.pointers[op.attrs["buffer"]], I64)

@@ -46,6 +46,16 @@ class Space(enum.StrEnum):
     SHARED = "shared"  # a block's shared array
 
 
+class Bounds(enum.StrEnum):
+    """What keeps a memory access inside its buffer (compares equal to its name)."""
+
+    CHECKED = "checked"  # its own check at run time, against the buffer's length
+    # every element it touches where its mask holds lies within its tensor's shape (a
+    # ``load_tile``/``store_tile`` box): the launch checked that the tensor's layout lies
+    # inside its buffer (accy.runtime.arguments.bind_arguments), so it needs no check of its own
+    SHAPE = "shape"
+
+
 class BlockUnit(enum.StrEnum):
     """What a block launch's blocks are, for its errors to name."""
 
@@ -214,6 +224,10 @@ def _vec(instance, field, value):
         _fail(instance, field, "1, 2, 4, 8 or 16 (elements accessed at once)", value)
 
 
+def _bounds_field():
+    return _field(tf.enum_codec(Bounds), default=Bounds.CHECKED, converter=_to_enum(Bounds, "bounds"))
+
+
 def _vec_field():
     # a SIMT load/store of ``vec`` consecutive elements at once (one vector access): its
     # first element's address must be a multiple of vec * the element size (the caller
@@ -227,6 +241,7 @@ class LoadAttrs(OpAttrs):
     dtype: DType = _field(tf.DTYPE, _is_dtype)
     space: Space = _space_field()
     vec: int = _vec_field()
+    bounds: Bounds = _bounds_field()
 
 
 @_schema
@@ -235,6 +250,7 @@ class StoreAttrs(OpAttrs):
     dtype: DType = _field(tf.DTYPE, _is_dtype)
     space: Space = _space_field()
     vec: int = _vec_field()
+    bounds: Bounds = _bounds_field()
 
 
 @_schema
@@ -356,6 +372,7 @@ class AsyncCopyAttrs(OpAttrs):
     buffer: str = _field(tf.WORD, _is_name)  # the buffer parameter read
     bytes: int = _field(tf.INT, _copy_bytes)
     dtype: DType = _field(tf.DTYPE, _is_dtype)
+    bounds: Bounds = _bounds_field()
 
     @property
     def space(self) -> Space:
@@ -927,8 +944,8 @@ OPS: dict[str, OpDef] = {
              fold=lambda t, c, a, b: a if c else b,
              doc="if_true where the condition holds, else if_false; both are evaluated"),
         # pure unless the kernel stores to its buffer (see passes); fails out of bounds
-        _def("load", _load, LoadAttrs, _MEMORY + "[$0] : {dtype}{? vec {vec}}", reads=True, can_fail=_always),
-        _def("store", _store, StoreAttrs, _MEMORY + "[$0] = $1... : {dtype}{? vec {vec}}", pure=False, writes=True),
+        _def("load", _load, LoadAttrs, _MEMORY + "[$0] : {dtype}{? vec {vec}}{? bounds {bounds}}", reads=True, can_fail=_always),
+        _def("store", _store, StoreAttrs, _MEMORY + "[$0] = $1... : {dtype}{? vec {vec}}{? bounds {bounds}}", pure=False, writes=True),
         # is the buffer's first element's address a multiple of ``bytes``? (vector accesses' guard)
         _def("aligned", _aligned, AlignedAttrs, " %{buffer} {bytes}"),
         _def("fold", _fold, FoldAttrs, (" $0 to $1 step {step} init($2...) -> ($types) {", "^($args):"),
@@ -961,7 +978,7 @@ OPS: dict[str, OpDef] = {
         # into a shared array, of which it reads the first $2 and fills the rest with zeros; it
         # lands once the thread has waited for its group (commit closes one; wait leaves at most
         # ``pending`` of the thread's groups in flight), and other threads see it after a barrier
-        _def("async_copy", _async_copy, AsyncCopyAttrs, " %{shared}[$0] = %{buffer}[$1] bytes {bytes} valid $2 : {dtype}",
+        _def("async_copy", _async_copy, AsyncCopyAttrs, " %{shared}[$0] = %{buffer}[$1] bytes {bytes} valid $2 : {dtype}{? bounds {bounds}}",
              pure=False, reads=True, can_fail=_always, in_blocks=True, nvptx_only=True),
         _def("async_commit", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
         _def("async_wait", _no_results, AsyncWaitAttrs, " {pending}", pure=False, in_blocks=True, nvptx_only=True),
@@ -978,9 +995,9 @@ OPS: dict[str, OpDef] = {
         _def("scan", _scan, ReduceAttrs, " {op} $0 axis {axis} : $0:type", tiles=True),
         _def("dot", _dot, DotAttrs, " $0, $1, $2{? precision {precision}} : $0:type, $2:type", tiles=True),
         # element e: mask[e] ? buffer[offsets[e]] : other; masked-off elements are never touched
-        _def("tile_load", _tile_load, LoadAttrs, _MEMORY + "[$0] else $1 mask $2 : {dtype}{? vec {vec}}", reads=True,
+        _def("tile_load", _tile_load, LoadAttrs, _MEMORY + "[$0] else $1 mask $2 : {dtype}{? vec {vec}}{? bounds {bounds}}", reads=True,
              can_fail=_always, tiles=True),
-        _def("tile_store", _tile_store, StoreAttrs, _MEMORY + "[$0] = $1 mask $2 : {dtype}{? vec {vec}}", pure=False,
+        _def("tile_store", _tile_store, StoreAttrs, _MEMORY + "[$0] = $1 mask $2 : {dtype}{? vec {vec}}{? bounds {bounds}}", pure=False,
              writes=True, tiles=True),
         _def("tile_atomic", _tile_atomic, AtomicAttrs, " {op}" + _MEMORY + "[$0], $1 mask $2 : {dtype}", pure=False,
              reads=True, writes=True, tiles=True),

@@ -18,7 +18,7 @@ import numpy as np
 
 from .combines import COMBINES, CombineRule
 from .ops import (
-    ArangeAttrs, ArgReduceAttrs, AtomicAttrs, Combine, DotAttrs, LoadAttrs, OpTypeError, PermAttrs,
+    ArangeAttrs, ArgReduceAttrs, AtomicAttrs, Bounds, Combine, DotAttrs, LoadAttrs, OpTypeError, PermAttrs,
     Precision, ReduceAttrs, ShapeAttrs, StoreAttrs, dot_accumulator,
 )
 from .tensors import OUT_OF_SHAPE
@@ -345,13 +345,16 @@ class TileOps:
         other = self._lift(other, handle.dtype, what)
         if other.type != handle.dtype:
             raise _error(f"{what}: other is {other.type}, but '{handle.name}' holds {handle.dtype}")
+        # a box inside the shape (load_tile) needs no check of its own on the backends that skip it
+        bounds = Bounds.SHAPE if inside_known else Bounds.CHECKED
         attrs_ = LoadAttrs(buffer=handle.name, dtype=handle.dtype)
         if not isinstance(offsets.type, TileType):  # every index a scalar: a scalar access
             if mask is None:
                 return Traced(self._record("load", (offsets,), attrs_).result)
             return self.if_(mask, lambda t: Traced(t._record("load", (offsets,), attrs_).result),
                             lambda t: Traced(other))
-        op = self._record("tile_load", (offsets, other, mask), attrs_)
+        op = self._record("tile_load", (offsets, other, mask),
+                          LoadAttrs(buffer=handle.name, dtype=handle.dtype, bounds=bounds))
         return Traced(op.result)
 
     def store_at(self, handle, idx, value, mask=None, *, inside_known: bool = False) -> None:
@@ -376,7 +379,8 @@ class TileOps:
         if broadcast_shapes(shape_of(v.type), shape) != shape:
             raise _error(f"{what}: a value of shape {shape_of(v.type)} does not fit indices of shape {shape}")
         v = self._to_shape(v, shape)
-        self._record("tile_store", (offsets, v, mask), StoreAttrs(buffer=handle.name, dtype=handle.dtype))
+        bounds = Bounds.SHAPE if inside_known else Bounds.CHECKED  # as load_at's
+        self._record("tile_store", (offsets, v, mask), StoreAttrs(buffer=handle.name, dtype=handle.dtype, bounds=bounds))
 
     def _tile_box(self, handle, origin, shape, what: str):
         """Per-dimension index tiles of the box at ``origin`` of ``shape``, and where it is inside."""

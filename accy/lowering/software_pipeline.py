@@ -159,9 +159,12 @@ class SoftwarePipeline(Part):
                 b = self.b
                 b.async_wait(stages - 2)
                 b.barrier()
+                # the stage carried is in [0, stages): said so, the ranges prove each access to
+                # it inside the staging array (no check per ldmatrix)
+                stage = b.max(b.min(stage, stages - 1), 0)
                 self.scratch.dirty = False
                 ahead = core.add(i, (stages - 1) * step)
-                refill = b.select(b.eq(stage, 0), stages - 1, b.sub(stage, 1))
+                refill = b.max(b.select(b.eq(stage, 0), stages - 1, b.sub(stage, 1)), 0)  # likewise
                 b.if_(b.lt(ahead, stop), lambda inner: core.within(
                     inner, lambda: self.prefetch(region, plan, ahead, refill)) and None)
                 b.async_commit()

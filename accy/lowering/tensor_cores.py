@@ -202,7 +202,7 @@ class OperandStaging(Part):
                 for group in plan.groups:
                     valid = valid_bytes(group[0])
                     attrs_ = AsyncCopyAttrs(shared=array.name, buffer=op.attrs.buffer, bytes=COPY_BYTES,
-                                            dtype=op.attrs.dtype)
+                                            dtype=op.attrs.dtype, bounds=op.attrs.bounds)
                     issue = lambda g=group, v=valid: core.record(  # noqa: E731
                         "async_copy", [shared_at(g[0]), offs[g[0]], v], attrs_) and None
                     self.owned(owners[group[0]], issue)

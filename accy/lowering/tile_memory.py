@@ -150,7 +150,7 @@ class MemoryAccesses(Part):
         self.env[op.result] = self.load_regs(op, *operands)
 
     def load_element(self, op: Op, at) -> Traced:
-        attrs_ = LoadAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
+        attrs_ = LoadAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, bounds=op.attrs.bounds)
         return Traced(self.core.record("load", [at], attrs_).result)
 
     def load_regs(self, op: Op, offsets, other, mask) -> Regs:
@@ -159,7 +159,7 @@ class MemoryAccesses(Part):
         layout = self.access_layout(offsets, mask)
         offs = self.registers.regs(offsets, layout, op).values
         masks = self.registers.mask(mask, layout)
-        attrs_ = LoadAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
+        attrs_ = LoadAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, bounds=op.attrs.bounds)
         load = lambda at: Traced(core.record("load", [at], attrs_).result)  # noqa: E731
 
         def each(r):
@@ -218,7 +218,8 @@ class MemoryAccesses(Part):
             for r in range(layout.registers):
                 each(r)
             return
-        wide = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, vec=plan.vec)
+        wide = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, vec=plan.vec,
+                          bounds=op.attrs.bounds)
 
         def run(groups, fn):
             return lambda inner: core.within(inner, lambda: [fn(g) for g in groups] and None)
@@ -233,7 +234,7 @@ class MemoryAccesses(Part):
             self.b.if_(guard, run([g], whole), run([g], one_by_one))
 
     def tile_store(self, op: Op) -> None:
-        attrs_ = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
+        attrs_ = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, bounds=op.attrs.bounds)
         self.guarded_each(op, lambda at, v: self.core.record("store", [at, v], attrs_) and None,
                           lambda layout: self.vector_plan(op, layout))
 

@@ -140,6 +140,11 @@ class _Ranges:
             if c != hi_c or not 0 < c < _INF:
                 return _UNKNOWN
             lo, hi = BY_CONSTANT[name](_INTS, args[0], c)
+        elif name == "shr":  # by a constant count n: floor division by 2**n (an index shifts arithmetically)
+            n, hi_n = args[1]
+            if n != hi_n or not 0 <= n < 63:
+                return _UNKNOWN
+            lo, hi = BY_CONSTANT["div"](_INTS, args[0], 2 ** int(n))
         elif name == "and":  # with a non-negative constant mask m: within [0, m]
             masks = [lo for lo, hi in args if lo == hi and lo >= 0]
             return (0, masks[0]) if masks else _UNKNOWN
