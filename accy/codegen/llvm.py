@@ -252,6 +252,11 @@ class Lowering:
     def float_divide(self, t: DType, args) -> ir.Value:
         return self.numerics.in_f32(t, self.b.fdiv, args)
 
+    def narrow_natively(self, x: ir.Value, t: DType) -> ir.Value | None:
+        """An f32 ``x`` rounded to narrow ``t`` by one instruction of the target that rounds as
+        accy does (nearest even, subnormals kept), or None: the integer rounding then."""
+        return None
+
     def native_atomic_add(self, dtype: DType) -> bool:
         """Whether ``atomicrmw fadd`` adds ``dtype`` as accy rounds (else a CAS loop does)."""
         return dtype.bits >= 32

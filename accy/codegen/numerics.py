@@ -52,11 +52,15 @@ class Numerics:
             return minifloat.narrow(self.b, x, t.format)
         if t.conversion is not Conversion.bfloat_bits:
             return self.b.fptrunc(x, shaped(x, llvm_type(t)))
+        native = self.lw.narrow_natively(x, t)
+        if native is not None:
+            return native
         b = self.b
         bits = b.bitcast(x, shaped(x, I32))
         lsb = b.and_(b.lshr(bits, constant(bits, 16)), constant(bits, 1))
         rounded = b.lshr(b.add(b.add(bits, constant(bits, 0x7FFF)), lsb), constant(bits, 16))
-        quiet = b.or_(b.lshr(bits, constant(bits, 16)), constant(bits, 0x40))  # NaN stays NaN
+        # a NaN gives the quiet NaN of its sign, as ml_dtypes (the numpy backend) does
+        quiet = b.or_(b.and_(b.lshr(bits, constant(bits, 16)), constant(bits, 0x8000)), constant(bits, 0x7FC0))
         is_nan = b.fcmp_unordered("uno", x, x)
         return b.bitcast(b.trunc(b.select(is_nan, quiet, rounded), shaped(x, ir.IntType(16))), shaped(x, llvm_type(t)))
 

@@ -1,0 +1,43 @@
+"""The GPU code accy emits for the instructions issue 32 names, checked in the PTX (and run on
+the emulator, which executes PTX as the ISA defines it): each faster form still gives the
+bits the IR reference promises."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from accy import axis, bf16, f32, kernel, tensor
+
+
+@kernel(dst=tensor(bf16, 1), src=tensor(f32, 1))
+def narrow(k, p):
+    (n,) = p.src.shape
+
+    @k.for_each_tile(grid=axis("i", (n + 127) // 128), warps=1)
+    def body(t, pid):
+        x = p.src.load_tile((pid["i"] * 128,), (128,))
+        p.dst.store_tile((pid["i"] * 128,), x.cast(bf16))
+
+
+def test_an_f32_to_bf16_cast_is_one_cvt_from_sm_80_and_none_before():
+    assert "cvt.rn.bf16.f32" in narrow.ptx("sm_80") and "cvt.rn.bf16.f32" in narrow.ptx("sm_90")
+    assert "cvt.rn.bf16" not in narrow.ptx("sm_75")  # no such instruction there: integer rounding
+
+
+@pytest.mark.parametrize("backend, arch", [("ptx", "sm_75"), ("ptx", "sm_80"), ("llvm", None)])
+def test_an_f32_to_bf16_cast_rounds_as_ml_dtypes_nans_too(backend, arch):
+    rng = np.random.default_rng(0)
+    bits = np.concatenate([
+        rng.integers(0, 2**32, 2000, dtype=np.uint64).astype(np.uint32),  # NaNs with payloads among them
+        np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0xFF800000, 0x00000001, 0x807FFFFF, 0x3F808000,
+                  0x3F818000, 0x7F7FFFFF], np.uint32)])
+    src = bits.view(np.float32)
+    dst = np.zeros(src.size, bf16.numpy)
+    narrow.run([dst, src], backend=backend, **({"arch": arch} if arch else {}))
+    # nearest even, subnormals kept; a NaN gives the quiet NaN of its sign
+    np.testing.assert_array_equal(dst.view(np.uint16), src.astype(ml_dtypes.bfloat16).view(np.uint16))
+    reference = np.zeros_like(dst)
+    narrow.run([reference, src], backend="numpy")
+    np.testing.assert_array_equal(dst.view(np.uint16), reference.view(np.uint16))
