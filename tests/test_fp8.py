@@ -168,7 +168,9 @@ def test_every_code_casts_to_every_type_as_ml_dtypes(src, backend, options):
             want = x.astype(np.float64) != 0
         else:
             want = _int_reference(x, dst)
-        _assert_same_bits(got, want, x, f"{src} -> {dst} on {backend}")
+        # a NaN narrowed to bf16 on NVPTX from sm_80 is the canonical NaN (docs/ir.md's cast rule)
+        canonical = dst == bf16 and (backend == "cuda" or backend == "ptx" and int(options["arch"][3:]) >= 80)
+        _assert_same_bits(got, want, x, f"{src} -> {dst} on {backend}", any_nan=canonical)
 
 
 # -- every type to fp8 --------------------------------------------------------------------------------

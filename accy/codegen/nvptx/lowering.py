@@ -95,17 +95,14 @@ class NvptxLowering(Lowering):
         return super().compare_exchange(ptr, seen, new)
 
     def narrow_natively(self, x: ir.Value, t: DType) -> ir.Value | None:
-        """``cvt.rn.bf16.f32`` from sm_80: nearest even, subnormals kept; one instruction where
-        the integer rounding takes six (ptxas pairs two into one ``F2FP.BF16.F32.PACK_AB``).  Its
-        NaN is the canonical one: a select makes it the quiet NaN of the input's sign, as the
-        cast promises (as ml_dtypes)."""
+        """``cvt.rn.bf16.f32`` from sm_80: nearest even, subnormals kept, a NaN the canonical
+        one (docs/ir.md's cast rule); one instruction where the integer rounding takes six,
+        and ptxas pairs two into one ``F2FP.BF16.F32.PACK_AB``."""
         if t != bf16 or self.target.sm < 80 or x.type != llvm_type(f32):
             return None
-        b, i16 = self.b, ir.IntType(16)
-        rounded = b.call(ir.InlineAsm(ir.FunctionType(i16, [x.type]), "cvt.rn.bf16.f32 $0, $1;", "=h,f"), [x])
-        top = b.trunc(b.lshr(b.bitcast(x, I32), ir.Constant(I32, 16)), i16)
-        quiet = b.or_(b.and_(top, ir.Constant(i16, 0x8000)), ir.Constant(i16, 0x7FC0))
-        return b.bitcast(b.select(b.fcmp_unordered("uno", x, x), quiet, rounded), llvm_type(t))
+        bits = self.b.call(ir.InlineAsm(ir.FunctionType(ir.IntType(16), [x.type]), "cvt.rn.bf16.f32 $0, $1;", "=h,f"),
+                           [x])
+        return self.b.bitcast(bits, llvm_type(t))
 
     def _cas16(self, ptr: ir.Value, compare: ir.Value, new: ir.Value) -> ir.Value:
         """``atom.cas.b16``: LLVM widens a 16-bit cmpxchg to the aligned 32-bit word,
