@@ -59,10 +59,14 @@ HOST_LIMITS = BlockLimits(threads=1024, registers=2**31 - 1, registers_per_threa
                           static_shared=2**31 - 1, dynamic_shared=2**31 - 1)
 
 
+# the most static shared memory a CUDA block may declare; past it, dynamic (opted into per kernel)
+STATIC_SHARED_BYTES = 48 * 1024
+
+
 def nvptx_limits(sm: int) -> BlockLimits:
     """CUDA's per-block limits for compute capability ``sm`` (the programming guide's table)."""
     dynamic = {70: 96, 75: 64, 80: 163, 86: 99, 87: 163, 89: 99, 90: 227}.get(sm, 227 if sm > 90 else 48)
-    return BlockLimits(threads=1024, registers=65536, registers_per_thread=255, static_shared=48 * 1024,
+    return BlockLimits(threads=1024, registers=65536, registers_per_thread=255, static_shared=STATIC_SHARED_BYTES,
                        dynamic_shared=dynamic * 1024)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -79,12 +80,14 @@ class Row:
     stages: str
     instructions: int
     trip: int | None
-    tensor: int | None
+    tensor: int | None  # tensor-core instructions per trip
+    units: float | None  # their work in m16n8k16 products (an HGMMA is many)
     mix: dict
 
     @property
     def per_mma(self) -> float | None:
-        return self.trip / self.tensor if self.trip and self.tensor else None
+        """SASS per m16n8k16 unit of tensor work."""
+        return self.trip / self.units if self.trip and self.units else None
 
 
 def _row(compiler: str, arch: str, cubin: bytes, resources, shared: int, stages: str) -> Row:
@@ -94,7 +97,8 @@ def _row(compiler: str, arch: str, cubin: bytes, resources, shared: int, stages:
     trip = main_loop(fn)
     return Row(compiler, arch, resources.registers, resources.spill_stores + resources.spill_loads, shared, stages,
                sum(not i.padding for i in fn.instructions), trip.count if trip else None,
-               trip.tensor if trip else None, {k.name.lower(): v for k, v in trip.mix().items()} if trip else {})
+               trip.tensor if trip else None, trip.mma_units if trip else None,
+               {k.name.lower(): v for k, v in trip.mix().items()} if trip else {})
 
 
 def _stages(program, arch: str) -> str:
@@ -121,12 +125,14 @@ def _stages(program, arch: str) -> str:
 
 
 def accy_row(job: Job, arch: str) -> Row:
+    from accy.codegen.abi import dynamic_shared_bytes
     from accy.codegen.nvptx.toolchain import assemble, resources
 
     program = job.accy()
     ptx = program.ptx(arch)
     res = resources(ptx, arch)
-    return _row("accy", arch, assemble(ptx, arch), res, res.shared_bytes, _stages(program, arch))
+    shared = res.shared_bytes + dynamic_shared_bytes(program.graph_for("cuda", arch))
+    return _row("accy", arch, assemble(ptx, arch), res, shared, _stages(program, arch))
 
 
 def triton_row(job: Job, arch: str) -> Row | str:
@@ -141,8 +147,10 @@ def triton_row(job: Job, arch: str) -> Row | str:
 
     name, constants, warps, stages = job.triton
     compiled = triton_kernels.compile_for(name, constants, warps, stages, int(arch[3:]))
-    res = resources(compiled.asm["ptx"], arch)
-    return _row("triton", arch, compiled.asm["cubin"], res, compiled.metadata.shared, str(stages))
+    ptx = compiled.asm["ptx"]
+    target = re.search(r"\.target\s+(\w+)", ptx).group(1)  # sm_90a where Triton emits wgmma
+    res = resources(ptx, target, ptxas=triton_kernels.ptxas_for(int(arch[3:])))
+    return _row("triton", target, compiled.asm["cubin"], res, compiled.metadata.shared, str(stages))
 
 
 def run(archs=("sm_80", "sm_90")) -> list[dict]:
@@ -173,7 +181,8 @@ def print_job(entry: dict) -> None:
             continue
         per = f"{r['per_mma']:.2f}" if r["per_mma"] else "-"
         mix = ", ".join(f"{k} {v}" for k, v in r["mix"].items())
-        print(f"    {r['compiler']:6} trip {r['trip']} SASS ({r['tensor']} mma): {per} per mma; whole kernel "
+        print(f"    {r['compiler']:6} {r['arch']:6} trip {r['trip']} SASS ({r['tensor']} mma, {r['units'] or 0:g} "
+              f"m16n8k16): {per} per m16n8k16; whole kernel "
               f"{r['instructions']}; {r['registers']} regs, {r['spills']} B spilled, {r['shared'] / 1024:.1f} KiB "
               f"shared, {r['stages']} stage(s); mix: {mix}")
 

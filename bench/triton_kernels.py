@@ -16,6 +16,13 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
+from triton.backends.nvidia.compiler import get_ptxas  # noqa: E402
+
+
+def ptxas_for(capability: int) -> str:
+    """The ptxas Triton assembles its cubins with for ``capability`` (its PTX may name a newer
+    ISA than accy's ptxas reads)."""
+    return get_ptxas(capability).path
 
 
 @triton.jit

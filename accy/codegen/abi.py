@@ -24,12 +24,31 @@ from ..dsl.ir import Axis, Graph, Op
 from ..dsl.ops import BlockUnit
 from ..dsl.types import DType
 from ..diagnostics import division_by_zero, out_of_bounds, thread_text
+from ..targets import STATIC_SHARED_BYTES
 
 ABI = ("accy-v2: ptr buffer[n] (8 readable bytes even if empty), i64 count[n], "
        "scalar[m] as uN of its width (bool: u8), ptr status[4 x i64]")
 
 STATUS_OK, STATUS_LOAD_OOB, STATUS_STORE_OOB, STATUS_DIV_ZERO = 0, 1, 2, 3
 STATUS_WORDS = 4
+
+
+def shared_offsets(graph: Graph) -> tuple[dict[str, int], int]:
+    """Each shared array's byte offset in one block's shared memory (16-byte aligned, in
+    declaration order) and the bytes they take together."""
+    offsets, end = {}, 0
+    for name, op in graph.shared_arrays().items():
+        offsets[name] = end
+        end += -(-op.attrs["count"] * op.attrs["dtype"].itemsize // 16) * 16
+    return offsets, end
+
+
+def dynamic_shared_bytes(graph: Graph) -> int:
+    """The dynamic shared memory a GPU launch of ``graph`` gives each block: 0 where its shared
+    arrays fit the static limit (they are declared as static arrays), else all of them (the
+    kernel declares one dynamic array and places them in it; the driver opts the kernel in)."""
+    total = shared_offsets(graph)[1]
+    return total if total > STATIC_SHARED_BYTES else 0
 
 
 def scalar_bits(dtype: DType) -> int:

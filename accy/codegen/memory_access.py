@@ -29,8 +29,8 @@ class MemoryAccess:
         """The address of element ``idx`` of the buffer or shared array ``op`` touches."""
         name, dtype = op.attrs["buffer"], op.attrs["dtype"]
         if op.attrs.get("space", "global") == "shared":
-            # an alloca or global of the array type: its element pointer carries the element type
-            return self.b.gep(self.lw.shared_ptrs[name], [ir.Constant(I64, 0), idx], inbounds=True)
+            # the array's first element (a global of its own, or a place in the dynamic array)
+            return self.b.gep(self.lw.shared_ptrs[name], [idx], inbounds=True)
         return self.b.gep(self.lw.pointers[name], [idx], source_etype=memory_type(dtype), inbounds=True)
 
     def _statically_inside(self, op: Op) -> bool:

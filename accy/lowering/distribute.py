@@ -51,7 +51,7 @@ from ..dsl.ops import BlockUnit
 from ..dsl.trace import trace
 from ..dsl.traced import Traced, axis
 from ..dsl.types import TileType
-from ..targets import WARP_SIZE
+from ..targets import STATIC_SHARED_BYTES, WARP_SIZE
 from .fma_dot import FmaDot
 from .reductions import Reductions
 from .rebuild import Rebuild
@@ -69,13 +69,14 @@ from .tile_values import TileValues
 RESIDENT_THREADS = 256
 
 
-def distribute(graph: Graph, tensor_cores: bool = False) -> Graph:
+def distribute(graph: Graph, tensor_cores: bool = False, shared_bytes: int = STATIC_SHARED_BYTES) -> Graph:
     """The SIMT block-launch graph that computes what the tile graph ``graph`` does; with
     ``tensor_cores`` (NVPTX at sm_80 and later) a ``dot`` whose shapes and types allow it runs
-    on ``mma.sync``."""
+    on ``mma.sync``; a program's shared memory stays within ``shared_bytes`` (the target's
+    per-block limit: past 48 KiB the launch opts into dynamic shared memory)."""
     if not graph.is_tile_launch:
         raise ValueError(f"distribute: kernel '{graph.name}' is not a tile launch")
-    return _Distributor(graph, tensor_cores).run()
+    return _Distributor(graph, tensor_cores, shared_bytes).run()
 
 
 class _Distributor:
@@ -83,7 +84,7 @@ class _Distributor:
     the part's method; an op with no handler is elementwise where it makes a tile, a scalar op
     copied as it is otherwise), all recording through one rebuilding core."""
 
-    def __init__(self, graph: Graph, tensor_cores: bool = False):
+    def __init__(self, graph: Graph, tensor_cores: bool = False, shared_bytes: int = STATIC_SHARED_BYTES):
         self.graph = graph
         self.launch = graph.launch_op
         threads = self.launch.attrs.warps * WARP_SIZE
@@ -101,7 +102,7 @@ class _Distributor:
         self.fma = FmaDot(core, registers, scratch)
         self.mma = TensorCoreDot(core, registers, scratch, staging, tensor_cores)
         self.pipeline = SoftwarePipeline(core, self, registers, scratch, staging, self.mma,
-                                         self.launch.attrs.num_stages)
+                                         self.launch.attrs.num_stages, shared_bytes)
         self.regions = Regions(core, self, registers, scratch, self.mma, self.pipeline)
         self.handlers = {
             "splat": self.values.splat, "arange": self.values.arange, "broadcast": self.values.broadcast,

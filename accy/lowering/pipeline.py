@@ -42,7 +42,7 @@ def _analysis(graph: Graph, target: Target) -> Graph:
 
 
 def _distribute(graph: Graph, target: Target) -> Graph:
-    return distribute(graph, tensor_cores=bool(target.capabilities.mma))
+    return distribute(graph, tensor_cores=bool(target.capabilities.mma), shared_bytes=target.limits.dynamic_shared)
 
 
 PASSES: dict[str, Pass] = {p.name: p for p in (

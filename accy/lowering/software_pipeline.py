@@ -13,10 +13,6 @@ from .scratch import Scratch
 from .tensor_cores import STAGED, STAGED_KIND, OperandStaging, TensorCoreDot
 from .tile_memory import Deferred
 
-# the shared memory a pipeline's stages may take: 48 KiB less what the program's scratch holds
-SHARED_BUDGET = 48 * 1024
-
-
 def carried(region) -> set:
     """The values of a fold body that depend on its carries."""
     out = set(region.args[1:])
@@ -50,10 +46,11 @@ class SoftwarePipeline(Part):
     """Pipelined folds: which dots' operands can be copied ahead (:meth:`plan`), and the fold
     rebuilt as a prologue and a loop that copies ahead (:meth:`fold`); every pipelined fold's
     stages share one staging array per element type (``stage_arrays``), the folds running one
-    after another.  ``walker`` rewrites the body's ops (the distributor)."""
+    after another.  ``walker`` rewrites the body's ops (the distributor); the stages take at
+    most ``shared_bytes`` less what the program's scratch holds."""
 
     def __init__(self, core: Rebuild, walker, registers: Registers, scratch: Scratch, staging: OperandStaging,
-                 dots: TensorCoreDot, num_stages: int):
+                 dots: TensorCoreDot, num_stages: int, shared_bytes: int):
         super().__init__(core)
         self.walker = walker
         self.registers = registers
@@ -61,6 +58,7 @@ class SoftwarePipeline(Part):
         self.staging = staging
         self.dots = dots
         self.num_stages = num_stages
+        self.shared_bytes = shared_bytes
         self.stage_arrays: dict = {}  # element type -> the shared array of pipelined folds' stages
         self.stage_ops: dict = {}  # element type -> its shared op
         self.stage_array = None  # the staging array of the fold being built
@@ -99,7 +97,7 @@ class SoftwarePipeline(Part):
             size += -(-plan.size * el.itemsize // 16) * 16 // el.itemsize  # stages start 16-byte aligned
         if not operands:
             return None
-        budget = SHARED_BUDGET - self.scratch.bytes() - sum(
+        budget = self.shared_bytes - self.scratch.bytes() - sum(
             a.count * a.dtype.itemsize for t, a in self.stage_arrays.items() if t != el)
         while stages > 1 and stages * size * el.itemsize > budget:
             stages -= 1

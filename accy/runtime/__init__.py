@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Mapping
 
+from ..dsl.ops import BlockUnit
 from ..dsl.schedule import Launch, Limits, ThreadBlocks
 from ..errors import ArgumentError, BackendUnavailableError, LaunchError
 from .arguments import Binding, bind_arguments
@@ -62,6 +63,9 @@ def launch_for(graph, threads: ThreadBlocks, extents, limits: Limits | None) -> 
     else:
         launch = limits.check(threads.launch(extents))
     shared = sum(op.attrs["count"] * op.attrs["dtype"].itemsize for op in graph.shared_arrays().values())
+    launch_op = graph.launch_op
+    if launch_op.opdef.thread_blocks and launch_op.attrs.unit is BlockUnit.PROGRAM:
+        return launch  # a distributed tile program's arrays: sized by the compiler within its target's limit
     if shared > limits.max_shared_bytes:
         raise LaunchError(f"kernel '{graph.name}': its shared arrays take {shared} bytes per block, over the limit "
                           f"of {limits.max_shared_bytes} bytes ({', '.join(graph.shared_arrays())})")

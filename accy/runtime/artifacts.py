@@ -25,7 +25,7 @@ from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from ..dsl.types import DType
 from ..codegen.nvptx import toolchain
-from ..codegen.abi import ABI
+from ..codegen.abi import ABI, dynamic_shared_bytes
 from ..codegen.machine import emit_ptx
 from ..targets import Target
 
@@ -72,6 +72,9 @@ class KernelArtifact:
     graph: Graph | None = attrs.field(default=None, repr=False)
     # registers, spills and shared bytes per block, from ptxas -v (None where ptxas is missing)
     resources: toolchain.Resources | None = None
+    # the dynamic shared memory a launch must give each block (past 48 KiB the caller also sets
+    # the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it); 0: none
+    dynamic_shared: int = 0
 
     @property
     def fixed(self) -> bool:
@@ -170,4 +173,5 @@ def build_artifact(graph: Graph, launch: Launch | None, block: tuple[int, int, i
         arch=arch,
         graph=graph,
         resources=resources,
+        dynamic_shared=dynamic_shared_bytes(graph),
     )

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
-from ..codegen.abi import STATUS_WORDS, scalar_bits, scalar_words, status_error
+from ..codegen.abi import STATUS_WORDS, dynamic_shared_bytes, scalar_bits, scalar_words, status_error
 from .arguments import Binding
 from ..codegen.machine import emit_ptx
 from .drivers import Driver, KernelLaunch
@@ -70,7 +70,7 @@ class DeviceLaunch:
         params = (*(np.uint64(pointers[n]) for n in buffers), *(np.int64(self.binding.infos[n].size) for n in buffers),
                   *scalars, np.uint64(status))
         grid, block = (tuple(int(n) for n in dims) for dims in (self.launch.grid, self.launch.block))
-        return KernelLaunch(grid, block, params), pointers, status
+        return KernelLaunch(grid, block, params, dynamic_shared_bytes(self.graph)), pointers, status
 
     def run(self, kernel, *, timing: bool = False) -> float | None:
         """Stage, launch ``kernel`` (a handle from the driver's ``load``), check, copy back,

@@ -22,7 +22,7 @@ from .debug_lines import DebugLines
 from ..arithmetic import MATH
 from ..llvm import LoweredModule, Lowering
 from ...errors import CompileError
-from ..abi import STATUS_LOAD_OOB
+from ..abi import STATUS_LOAD_OOB, dynamic_shared_bytes, shared_offsets
 from ..llvm_types import I1, I32, I64, VOID, constant, element_type, float_bits, llvm_type, memory_type
 from ...targets import NvptxTarget
 from ...targets import WARP_SIZE
@@ -143,14 +143,26 @@ class NvptxLowering(Lowering):
 
     # -- the block level ----------------------------------------------------------------
     def _declare_shared(self) -> None:
-        """Each shared array is a module-level array in addrspace(3)."""
+        """Each shared array is a module-level array in addrspace(3); past the static limit,
+        all of them lie in one dynamic array (``.extern .shared``), each at its offset.  A
+        shared array is known by a pointer to its first element."""
+        zero = ir.Constant(I64, 0)
+        if dynamic_shared_bytes(self.graph):
+            dynamic = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), 0), "shared_dynamic", addrspace=3)
+            dynamic.linkage = "external"
+            dynamic.align = 16
+            arrays = self.graph.shared_arrays()
+            for name, offset in shared_offsets(self.graph)[0].items():
+                first = self.b.gep(dynamic, [zero, ir.Constant(I64, offset)], inbounds=True)
+                self.shared_ptrs[name] = self.b.bitcast(first, memory_type(arrays[name].attrs["dtype"]).as_pointer(3))
+            return
         for name, op in self.graph.shared_arrays().items():
             ty = ir.ArrayType(memory_type(op.attrs["dtype"]), op.attrs["count"])
             var = ir.GlobalVariable(self.module, ty, f"shared_{name}", addrspace=3)
             var.linkage = "internal"
             var.align = 16
             var.initializer = ir.Constant(ty, ir.Undefined)
-            self.shared_ptrs[name] = var
+            self.shared_ptrs[name] = self.b.gep(var, [zero, zero], inbounds=True)
 
     def op_barrier(self, op: Op) -> None:
         self.call("llvm.nvvm.barrier0", [], ty=VOID)
@@ -260,7 +272,7 @@ class NvptxLowering(Lowering):
             self.check(op, ok, STATUS_LOAD_OOB, b.select(b.icmp_unsigned("<", src, self.memory.count(op)), last, src))
             valid = b.select(ok, valid, ir.Constant(I64, 0))
             src = b.select(ok, src, ir.Constant(I64, 0))
-        target = b.gep(self.shared_ptrs[op.attrs.shared], [ir.Constant(I64, 0), dst], inbounds=True)
+        target = b.gep(self.shared_ptrs[op.attrs.shared], [dst], inbounds=True)
         source = b.gep(self.pointers[op.attrs.buffer], [src], source_etype=memory_type(dtype), inbounds=True)
         cache = "cg" if nbytes == 16 else "ca"  # .cg (L2 only) takes 16 bytes alone
         fn = self.declare(f"llvm.nvvm.cp.async.{cache}.shared.global.{nbytes}.s", VOID,

@@ -124,11 +124,26 @@ class Instruction:
         return self.base == "ATOMG" and ".CAS" in self.opcode
 
     @property
+    def mma_units(self) -> float:
+        """Its tensor-core work in m16n8k16 products per warp: ``HMMA.16816`` 1, ``.1688`` 1/2;
+        a warpgroup's ``HGMMA.64xNxK`` (its four warps each issue it) 64 N K / (2048 * 4)."""
+        if self.kind is not Kind.TENSOR:
+            return 0.0
+        parts = self.opcode.split(".")
+        if parts[0] == "HGMMA":
+            m, n, k = (int(x) for x in parts[1].split("x"))
+            return m * n * k / (16 * 8 * 16) / 4
+        if parts[0] == "HMMA" and len(parts) > 1 and parts[1].isdigit():
+            m, n, k = int(parts[1][:2]), int(parts[1][2]), int(parts[1][3:])
+            return m * n * k / (16 * 8 * 16)
+        return 1.0
+
+    @property
     def ends_block(self) -> bool:
         return self.base in ("BRA", "EXIT", "RET", "JMP", "BREAK")
 
 
-_LINE = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*(.*?)\s*;")
+_LINE = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*(.*?)\s*;")
 _LABEL = re.compile(r"^(\.L_x_\d+|\.L_\w+):")
 _FUNCTION = re.compile(r"^\s*\.text\.(\S+):")
 _TARGET = re.compile(r"`\((\.L\w+)\)")
@@ -181,7 +196,13 @@ class Trip:
 
     @property
     def tensor(self) -> int:
+        """Tensor-core instructions on the path."""
         return sum(i.kind is Kind.TENSOR for i in self.path)
+
+    @property
+    def mma_units(self) -> float:
+        """The path's tensor-core work in m16n8k16 products per warp (:attr:`Instruction.mma_units`)."""
+        return sum(i.mma_units for i in self.path)
 
     def mix(self) -> dict[Kind, int]:
         counts = Counter(i.kind for i in self.path)

@@ -65,8 +65,8 @@ class Resources:
     barriers: int
 
 
-def _run_ptxas(ptx: str, arch: str, verbose: bool = False):
-    ptxas = find_ptxas()
+def _run_ptxas(ptx: str, arch: str, verbose: bool = False, ptxas: str | None = None):
+    ptxas = ptxas or find_ptxas()
     if ptxas is None:
         raise CompileError("ptxas not found: pip install nvidia-cuda-nvcc (accy's test extra does), or set CUDA_HOME")
     with tempfile.TemporaryDirectory(prefix="accy-ptxas-") as tmp:
@@ -93,9 +93,10 @@ def assemble(ptx: str, arch: str) -> bytes:
     return _run_ptxas(ptx, arch)[0]
 
 
-def resources(ptx: str, arch: str) -> Resources:
-    """Registers, spills and shared memory of the (first) kernel in ``ptx``, from ``ptxas -v``."""
-    _, report = _run_ptxas(ptx, arch, verbose=True)
+def resources(ptx: str, arch: str, ptxas: str | None = None) -> Resources:
+    """Registers, spills and shared memory of the (first) kernel in ``ptx``, from ``ptxas -v``
+    (``ptxas``: that binary instead of the one found, e.g. one that reads a newer PTX)."""
+    _, report = _run_ptxas(ptx, arch, verbose=True, ptxas=ptxas)
 
     def number(pattern: str) -> int:
         m = re.search(pattern, report)

@@ -13,6 +13,7 @@ import attrs
 import numpy as np
 
 from ...errors import BackendUnavailableError, ExecutionError
+from ...targets import STATIC_SHARED_BYTES
 from . import KernelLaunch, foreign_stream_handle, stream_error
 
 
@@ -24,10 +25,11 @@ def _import_core():
     return core
 
 
-@attrs.frozen(eq=False)
+@attrs.define(eq=False)
 class _Kernel:
     code: object  # the ObjectCode: keeps the module loaded
     kernel: object
+    dynamic_shared: int = 0  # the dynamic shared memory the kernel was opted into (past 48 KiB)
 
 
 class _StreamHandle:
@@ -111,6 +113,11 @@ class CudaCoreDriver:
         return _Kernel(code, code.get_kernel(entry))
 
     def launch(self, kernel: _Kernel, spec: KernelLaunch, stream) -> None:
+        if spec.shared_bytes > max(kernel.dynamic_shared, STATIC_SHARED_BYTES):  # past 48 KiB: opt the kernel in
+            attribute = self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self._check(self.cu.cuKernelSetAttribute(attribute, spec.shared_bytes, kernel.kernel._handle,
+                                                     self.cu.CUdevice(self.ordinal)), "cuKernelSetAttribute")
+            kernel.dynamic_shared = spec.shared_bytes
         config = self.core.LaunchConfig(grid=spec.grid, block=spec.block, shmem_size=spec.shared_bytes)
         self.core.launch(stream, config, kernel.kernel, *spec.params)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import BackendUnavailableError
+from ...targets import STATIC_SHARED_BYTES
 from . import KernelLaunch, stream_error
 
 
@@ -18,6 +19,7 @@ class _Kernel:
     def __init__(self, module, function):
         self.module, self.function = module, function  # the module must outlive the function
         self.format: str | None = None  # the struct codes it was prepared with
+        self.dynamic_shared = 0  # the dynamic shared memory it was opted into (past 48 KiB)
 
 
 class PycudaDriver:
@@ -71,6 +73,9 @@ class PycudaDriver:
         if kernel.format != spec.struct_format:
             kernel.function.prepare(spec.struct_format)
             kernel.format = spec.struct_format
+        if spec.shared_bytes > max(kernel.dynamic_shared, STATIC_SHARED_BYTES):  # past 48 KiB: opt the kernel in
+            kernel.function.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, spec.shared_bytes)
+            kernel.dynamic_shared = spec.shared_bytes
         kernel.function.prepared_async_call(spec.grid, spec.block, stream, *spec.params,
                                             shared_size=spec.shared_bytes)
 
