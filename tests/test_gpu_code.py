@@ -64,3 +64,45 @@ def test_stages_past_48_kib_take_dynamic_shared_memory_and_agree():
     a = rng.standard_normal((130, 200)).astype(bf16.numpy)
     b = rng.standard_normal((200, 135)).astype(bf16.numpy)
     assert check(deep, a, b, "ptx") <= 1.0  # within the gamma_K bound, on the emulator (which checks the limit)
+
+
+def test_a_lone_dot_spreads_its_warps_over_a_grid():
+    from accy.lowering.layouts import Mma
+    from accy.lowering.tensor_cores import warp_grid
+
+    assert warp_grid(128, 128, 8) == 4 and warp_grid(64, 64, 4) == 2 and warp_grid(128, 64, 4) == 2
+    assert warp_grid(64, 8, 4) == 1 and warp_grid(16, 64, 1) == 1 and warp_grid(32, 64, 8) == 4
+    assert warp_grid(16, 8, 4) is None  # no grid gives each of 4 warps whole 16 x 8 tiles
+    for shape, threads, wn in (((128, 128), 256, 4), ((64, 64), 128, 2), ((32, 16), 64, 2)):
+        layout = Mma(shape, threads, wn)
+        owned = [layout.element_of(t, r) for t in range(threads) for r in range(layout.registers)]
+        coords = sorted(c for c, own in owned if own)
+        assert coords == [(i, j) for i in range(shape[0]) for j in range(shape[1])]  # each element once
+        # an mma's C fragment: lane l holds row l // 4 (+ 8) and columns 2 (l % 4), +1 of its 8-column tile
+        (i, j), _ = layout.element_of(5, 1)
+        assert (i % 8, j % 8) == (1, 3)
+
+
+def dot_then_reduce(m, n, k, warps):
+    @kernel(out=tensor(f32, 1), cols=tensor(f32, 1), a=tensor(bf16, 2), b=tensor(bf16, 2))
+    def reduced(kk, p):
+        @kk.for_each_tile(grid=axis("i", 1), warps=warps)
+        def body(t, pid):
+            c = t.dot(p.a.load_tile((0, 0), (m, k)), p.b.load_tile((0, 0), (k, n)), t.zeros((m, n), f32))
+            p.out.store_tile((0,), c.sum(axis=1))  # across the warps along the columns
+            p.cols.store_tile((0,), c.max(axis=0))  # across the warps along the rows
+    return reduced
+
+
+@pytest.mark.parametrize("m, n, k, warps", [(64, 64, 32, 4), (32, 64, 16, 8)])
+def test_reductions_across_a_warp_grid_agree(m, n, k, warps):
+    rng = np.random.default_rng(3)
+    a = rng.integers(-3, 4, (m, k)).astype(bf16.numpy)  # small integers: every sum exact
+    b = rng.integers(-3, 4, (k, n)).astype(bf16.numpy)
+    c = a.astype(np.float64) @ b.astype(np.float64)
+    out, cols = np.zeros(m, np.float32), np.zeros(n, np.float32)
+    program = dot_then_reduce(m, n, k, warps)
+    assert any(op.opcode == "mma" for op in program.graph_for("cuda", "sm_80").body.walk())  # on tensor cores
+    program.run([out, cols, a, b], backend="ptx")
+    np.testing.assert_array_equal(out, c.sum(axis=1))
+    np.testing.assert_array_equal(cols, c.max(axis=0))

@@ -213,8 +213,10 @@ def test_below_sm_80_and_at_shapes_that_do_not_fit_dot_stays_on_fma():
     assert not any(op.opcode == "mma" for op in program.graph_for("ptx", "sm_75").body.walk())
     assert any(op.opcode == "mma" for op in program.graph_for("ptx", "sm_90").body.walk())
     assert "mma.sync" not in program.ptx("sm_75") and "mma.sync" in program.ptx("sm_80")
-    narrow = matmul(bf16, f32, 32, 32, 16, 4)  # 4 warps need 64 rows for whole 16-row tiles each
+    narrow = matmul(bf16, f32, 16, 16, 16, 4)  # no grid of 4 warps gives each whole 16 x 8 tiles
     assert not any(op.opcode == "mma" for op in narrow.distributed(tensor_cores=True).body.walk())
+    grid = matmul(bf16, f32, 32, 32, 16, 4)  # 2 x 2 warps, each a 16 x 16 quarter (rows alone: 64 needed)
+    assert any(op.opcode == "mma" for op in grid.distributed(tensor_cores=True).body.walk())
     f32_ieee = matmul(f32, f32, 16, 16, 16, 1)  # f32 without tf32 keeps its numerics: FMA
     assert not any(op.opcode == "mma" for op in f32_ieee.distributed(tensor_cores=True).body.walk())
 

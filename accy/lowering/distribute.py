@@ -59,7 +59,7 @@ from .regions import Regions
 from .registers import Registers
 from .scratch import Scratch
 from .software_pipeline import SoftwarePipeline
-from .tensor_cores import OperandStaging, TensorCoreDot, direct_loads
+from .tensor_cores import OperandStaging, TensorCoreDot, direct_loads, lone_dot
 from .tile_memory import MemoryAccesses
 from .tile_values import TileValues
 
@@ -100,7 +100,7 @@ class _Distributor:
         self.memory = memory = MemoryAccesses(core, registers, scratch, direct, used)
         staging = OperandStaging(core, registers, scratch, memory)
         self.fma = FmaDot(core, registers, scratch)
-        self.mma = TensorCoreDot(core, registers, scratch, staging, tensor_cores)
+        self.mma = TensorCoreDot(core, registers, scratch, staging, tensor_cores, grid=lone_dot(graph))
         self.pipeline = SoftwarePipeline(core, self, registers, scratch, staging, self.mma,
                                          self.launch.attrs.num_stages, shared_bytes)
         self.regions = Regions(core, self, registers, scratch, self.mma, self.pipeline)

@@ -52,6 +52,10 @@ class Dim:
     per_thread: int = 1  # consecutive elements a thread holds (a vector)
     threads: int = 1  # threads along this dimension (a power of two)
     stride: int = 0  # the thread's sub-index along it: (t // stride) % threads
+    # where > 0, the sub-index's low ``split`` values come from the bits at ``stride`` and the
+    # rest from those at ``split_stride`` (an mma layout's columns: lanes, then warps)
+    split: int = 0
+    split_stride: int = 0
 
     @classmethod
     def make(cls, size: int, per_thread: int, threads: int, stride: int) -> "Dim":
@@ -70,9 +74,26 @@ class Dim:
         return self.reps * self.per_thread
 
     @property
+    def low(self) -> int:
+        """Sub-indices from the bits at ``stride``."""
+        return self.split or self.threads
+
+    @property
     def bits(self) -> int:
         """The thread bits this dimension uses, as a mask."""
-        return (self.threads - 1) * self.stride
+        return (self.low - 1) * self.stride | ((self.threads // self.low - 1) * self.split_stride if self.split else 0)
+
+    def bit_positions(self) -> list[int]:
+        """The thread bits this dimension uses, lowest sub-index bit first."""
+        fields = [(self.stride, self.low)] + ([(self.split_stride, self.threads // self.split)] if self.split else [])
+        return [stride.bit_length() - 1 + k for stride, n in fields if n > 1 for k in range(n.bit_length() - 1)]
+
+    def sub_index(self, t: int) -> int:
+        """Thread ``t``'s sub-index along this dimension."""
+        if self.threads == 1:
+            return 0
+        low = (t // self.stride) % self.low
+        return low + self.split * ((t // self.split_stride) % (self.threads // self.split)) if self.split else low
 
     def static(self, j: int) -> int:
         """Register ``j``'s coordinate before the thread's part is added."""
@@ -129,7 +150,7 @@ class Layout:
         evaluated in Python, for tests and for reading a layout."""
         coords, owner = [], (t & self.replica_bits) == 0
         for d, j in zip(self.dims, self.register_indices(r)):
-            c = d.static(j) + ((t // d.stride) % d.threads if d.threads > 1 else 0) * d.per_thread
+            c = d.static(j) + d.sub_index(t) * d.per_thread
             owner = owner and c < d.size
             coords.append(c % d.size)
         return tuple(coords), owner
@@ -228,9 +249,12 @@ class Expand(Layout):
 
 
 @functools.cache
-def _mma_dims(shape: tuple[int, int], threads: int) -> tuple[Dim, ...]:
+def _mma_dims(shape: tuple[int, int], threads: int, warps_n: int) -> tuple[Dim, ...]:
     m, n = shape
-    return Dim(m, 1, 8 * (threads // WARP_SIZE), 4), Dim(n, 2, 4, 1)
+    warps_m = threads // WARP_SIZE // warps_n
+    if warps_n == 1:
+        return Dim(m, 1, 8 * warps_m, 4), Dim(n, 2, 4, 1)
+    return Dim(m, 1, 8 * warps_m, 4), Dim(n, 2, 4 * warps_n, 1, 4, WARP_SIZE * warps_m)
 
 
 @attrs.frozen
@@ -240,19 +264,31 @@ class Mma(Layout):
     ``2 (l % 4)`` and the next.  Row halves ``2 q`` and ``2 q + 1`` of a warp are one 16-row mma
     tile (its rows ``l // 4`` and ``l // 4 + 8``); the warps split the rows, each holds every
     column.  The same registers, read along the columns, are an A operand's fragments
-    (``m16n8k16``'s a0..a7 for 16 columns), so one dot's result feeds the next without moving."""
+    (``m16n8k16``'s a0..a7 for 16 columns), so one dot's result feeds the next without moving.
+
+    With ``warps_n`` > 1 the warps form a grid, ``warps / warps_n`` along the rows (the low bits
+    of the warp number) by ``warps_n`` along the columns: warp ``(wm, wn)`` holds rows as above
+    over ``wm`` and the 8-column tiles ``wn``, ``wn + warps_n``, ... (less operand traffic per
+    mma: a matmul's 128x128 tile on 8 warps is 2 x 4, as Triton's)."""
 
     shape_: tuple[int, int]
     threads: int
+    warps_n: int = 1
 
     @property
     def dims(self) -> tuple[Dim, ...]:
-        return _mma_dims(self.shape_, self.threads)
+        return _mma_dims(self.shape_, self.threads, self.warps_n)
+
+    @property
+    def warps_m(self) -> int:
+        return self.threads // WARP_SIZE // self.warps_n
 
     @staticmethod
-    def fits(shape: tuple[int, ...], threads: int) -> bool:
+    def fits(shape: tuple[int, ...], threads: int, warps_n: int = 1) -> bool:
         """Does every warp get whole 16-row tiles and every tile whole 8-column ones?"""
-        return len(shape) == 2 and shape[0] % (16 * (threads // WARP_SIZE)) == 0 and shape[1] % 8 == 0
+        warps = threads // WARP_SIZE
+        return (len(shape) == 2 and warps % warps_n == 0 and shape[0] % (16 * (warps // warps_n)) == 0
+                and shape[1] % (8 * warps_n) == 0)
 
 
 def unit_reshape(shape: tuple[int, ...], new: tuple[int, ...]) -> bool:

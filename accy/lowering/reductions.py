@@ -20,10 +20,7 @@ from .scratch import SHARED_LIMIT, Scratch
 
 def axis_bits(d) -> tuple[list[int], list[int]]:
     """The thread bits a dimension uses: (those within a warp, those across warps)."""
-    if d.threads == 1:
-        return [], []
-    lo = d.stride.bit_length() - 1
-    bits = list(range(lo, lo + d.threads.bit_length() - 1))
+    bits = d.bit_positions() if d.threads > 1 else []
     return [k for k in bits if k < 5], [k for k in bits if k >= 5]
 
 
@@ -63,6 +60,7 @@ class Reductions(Part):
             return partials
         axis_mask = d.bits
         lo, width = cross[0], 1 << len(cross)
+        assert cross == list(range(lo, lo + len(cross))), cross  # one field of warp bits (any layout's)
         base = self.b.bitwise_and(self.tid, (self.T - 1) & ~axis_mask) if (self.T - 1) & ~axis_mask else 0
         count = len(partials) * self.T
         places, used = [], {}  # each component's array and where its part starts (two of one type share one)

@@ -68,16 +68,20 @@ class Registers(Part):
         """This thread's part of a coordinate along ``d``: t_d * per_thread."""
         if d.threads == 1:
             return None
-        key = ("thread", d.stride, d.threads, d.per_thread)
+        key = ("thread", d.stride, d.threads, d.per_thread, d.split, d.split_stride)
         found = self.core.lookup(key)
         if found is not None:
             return found
-        t = self.tid
-        shift = d.stride.bit_length() - 1
-        if shift:
-            t = self.b.shr(t, shift)
-        if d.stride * d.threads < self.T:
-            t = self.b.bitwise_and(t, d.threads - 1)
+
+        def field(stride: int, n: int):
+            t, shift = self.tid, stride.bit_length() - 1
+            if shift:
+                t = self.b.shr(t, shift)
+            return self.b.bitwise_and(t, n - 1) if stride * n < self.T else t
+
+        t = field(d.stride, d.low)
+        if d.split:
+            t = self.core.add(t, self.core.mul(field(d.split_stride, d.threads // d.split), d.split))
         t = self.core.mul(t, d.per_thread)
         return self.core.remember(key, t)
 

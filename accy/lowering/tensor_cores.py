@@ -62,11 +62,27 @@ def pitch(elements: int, itemsize: int) -> int:
     return (units + (units % 2 == 0)) * 16 // itemsize
 
 
+def warp_grid(m: int, n: int, warps: int) -> int | None:
+    """The warps along the columns of an m x n dot's result on ``warps`` warps: the grid where
+    each warp's operand traffic per k-step (its rows of A plus its columns of B) is least and
+    tiles stay whole (128 x 128 on 8 warps: 2 x 4), the wider split where two tie; None where
+    no grid gives every warp whole tiles."""
+    options = [wn for wn in (1, 2, 4, 8, 16, 32) if wn <= warps and Mma.fits((m, n), warps * WARP_SIZE, wn)]
+    return min(options, key=lambda wn: (m // (warps // wn) + n // wn, -wn)) if options else None
+
+
+def lone_dot(graph: Graph) -> bool:
+    """Has ``graph`` one dot?  Its warps may form a grid; where dots chain (attention) they split
+    rows only, so one dot's result is the next one's A operand in registers."""
+    return sum(op.opcode == "dot" for op in graph.body.walk()) == 1
+
+
 # -- which dots, and which loads go straight to shared memory -------------------------
-def mma_kind(op: Op, threads: int) -> MmaKind | None:
+def mma_kind(op: Op, threads: int, grid: bool = False) -> MmaKind | None:
     """The mma the dot ``op`` of a program of ``threads`` threads can run on, or None (FMA):
     the inputs 16-bit floats, fp8 (widened to f16 exactly), f32 with tf32 precision or i8, and
-    every warp whole 16-row tiles of the result, 8-column tiles and k-steps."""
+    every warp whole 16-row tiles of the result, 8-column tiles and k-steps (its warps over a
+    grid where ``grid``, else along the rows)."""
     a, b_ = (v.type for v in op.operands[:2])
     t = a.dtype
     name = t.name
@@ -81,7 +97,8 @@ def mma_kind(op: Op, threads: int) -> MmaKind | None:
     else:
         return None
     (m, k), n = a.shape, b_.shape[1]
-    return kind if Mma.fits((m, n), threads) and k % kind.k == 0 else None
+    warps_n = warp_grid(m, n, threads // WARP_SIZE) if grid else 1
+    return kind if warps_n is not None and Mma.fits((m, n), threads, warps_n) and k % kind.k == 0 else None
 
 
 def direct_loads(graph: Graph, threads: int) -> frozenset:
@@ -89,12 +106,13 @@ def direct_loads(graph: Graph, threads: int) -> frozenset:
     is an operand of a tensor-core dot in the same region, of its staged type with 0 past the
     edges: they can go from global to shared memory without registers."""
     users: dict = {}
+    grid = lone_dot(graph)
     for op in graph.body.walk():
         for v in op.operands:
             users.setdefault(v, []).append(op)
     out = set()
     for dot in graph.body.walk():
-        kind = dot.opcode == "dot" and mma_kind(dot, threads)
+        kind = dot.opcode == "dot" and mma_kind(dot, threads, grid)
         if not kind or kind is MmaKind.TF32:  # tf32 rounds its inputs on the way in
             continue
         for position in (0, 1):
@@ -246,8 +264,9 @@ class TensorCoreDot(Part):
     a list) the dots a fold's trial walk stages."""
 
     def __init__(self, core: Rebuild, registers: Registers, scratch: Scratch, staging: OperandStaging,
-                 enabled: bool):
+                 enabled: bool, grid: bool = False):
         super().__init__(core)
+        self.grid = grid  # may a dot's warps form a grid (warp_grid)? not where one dot feeds another
         self.registers = registers
         self.scratch = scratch
         self.staging = staging
@@ -256,9 +275,16 @@ class TensorCoreDot(Part):
         self.pipelined: dict = {}  # dot -> (its staging array, A's and B's base) in a pipelined fold
         self.collecting: list | None = None
 
+    def warps_n(self, op: Op) -> int:
+        """The warps along the columns of the dot ``op``'s result (its Mma layout's ``warps_n``)."""
+        if not self.grid:
+            return 1
+        (m, _), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
+        return warp_grid(m, n, self.T // WARP_SIZE)
+
     def mma_kind(self, op: Op) -> MmaKind | None:
         """The mma the dot ``op`` runs on, or None (FMA, or no tensor cores)."""
-        return mma_kind(op, self.T) if self.enabled else None
+        return mma_kind(op, self.T, self.grid) if self.enabled else None
 
     def plan(self, op: Op, kind: MmaKind, a, b_) -> Staging:
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
@@ -278,15 +304,15 @@ class TensorCoreDot(Part):
 
     def held_a(self, op: Op, kind: MmaKind, a) -> bool:
         (m, kk) = op.operands[0].type.shape
-        return (hasattr(a, "layout") and a.layout.same(Mma((m, kk), self.T)) and a.dtype == STAGED[kind]
-                and kind in (MmaKind.F16, MmaKind.BF16))
+        return (self.warps_n(op) == 1 and hasattr(a, "layout") and a.layout.same(Mma((m, kk), self.T))
+                and a.dtype == STAGED[kind] and kind in (MmaKind.F16, MmaKind.BF16))
 
     # -- the dot ------------------------------------------------------------------------------
     def dot(self, op: Op, kind: MmaKind) -> None:
         scratch, staging = self.scratch, self.staging
         a, b_, acc = (self.env[v] for v in op.operands)
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
-        layout = Mma((m, n), self.T)
+        layout = Mma((m, n), self.T, self.warps_n(op))
         acc = self.registers.regs(acc, layout, op)
         plan = self.plan(op, kind, a, b_)
         hoisted = self.a_fragments.get(op)
@@ -317,13 +343,12 @@ class TensorCoreDot(Part):
             scratch.written()
         values = list(acc.values)
         b = self.b
-        warps = self.T // WARP_SIZE
         lane = b.bitwise_and(self.tid, WARP_SIZE - 1)
         # unused, and dropped as dead code, but the ops it records shift the PTX's register numbers
         self.core.mul(b.shr(self.tid, 5), 8)
         row_in = b.bitwise_and(lane, 7)  # the row of its matrix whose address a lane gives
         matrix = b.shr(lane, 3)
-        tiles_m, tiles_n = m // (16 * warps), n // 8
+        tiles_m, tiles_n = m // (16 * layout.warps_m), n // (8 * layout.warps_n)
         for k0 in range(0, kk, kind.k):
             frags_a = []
             for q in range(tiles_m):
@@ -335,8 +360,8 @@ class TensorCoreDot(Part):
                                                                          (2, 1), (3, 1))]
                     frags_a.append([a.values[a.layout.register(j)] for j in js])
                     continue
-                frags_a.append(self.a_fragment(array, a_base, plan.a_pitch, q, k0))
-            frags_b = self.b_fragments(kind, plan, array, b_base, k0, tiles_n, lane, row_in, matrix)
+                frags_a.append(self.a_fragment(array, a_base, plan.a_pitch, q, k0, layout.warps_m))
+            frags_b = self.b_fragments(kind, plan, array, b_base, k0, tiles_n, lane, row_in, matrix, layout)
             for q in range(tiles_m):
                 for p in range(tiles_n):
                     regs = [layout.register((2 * q + (i >> 1), 2 * p + (i & 1))) for i in range(4)]
@@ -346,15 +371,19 @@ class TensorCoreDot(Part):
         scratch.dirty = True
         self.env[op.result] = Regs(layout, acc.dtype, tuple(values))
 
-    def a_fragment(self, array: SharedArray, base, row_pitch: int, q: int, k0: int) -> list:
+    def a_fragment(self, array: SharedArray, base, row_pitch: int, q: int, k0: int, warps_m: int) -> list:
         """This lane's elements of A's fragment for its warp's ``q``-th 16-row tile and the
-        k-step at ``k0``: one ldmatrix.x4 (row halves, then column halves)."""
+        k-step at ``k0`` (the warps split the rows ``warps_m`` ways): one ldmatrix.x4 (row
+        halves, then column halves)."""
         b, core = self.b, self.core
         lane = b.bitwise_and(self.tid, WARP_SIZE - 1)
         matrix = b.shr(lane, 3)
         per_row = 16 // array.dtype.itemsize
-        row = core.add(core.add(core.mul(core.add(b.bitwise_and(matrix, 1), 2 * q), 8 * (self.T // WARP_SIZE)),
-                                core.mul(b.shr(self.tid, 5), 8)), b.bitwise_and(lane, 7))
+        warp = b.shr(self.tid, 5)
+        if warps_m < self.T // WARP_SIZE:
+            warp = b.bitwise_and(warp, warps_m - 1)
+        row = core.add(core.add(core.mul(core.add(b.bitwise_and(matrix, 1), 2 * q), 8 * warps_m),
+                                core.mul(warp, 8)), b.bitwise_and(lane, 7))
         col = core.add(core.mul(b.shr(lane, 4), per_row), k0)
         return list(b.ldmatrix(array, core.add(core.add(core.mul(row, row_pitch), col), base), 4))
 
@@ -377,19 +406,24 @@ class TensorCoreDot(Part):
             scratch.before_write()
             self.staging.fill(array, a, 0, row_pitch, False, kind)
             scratch.written()
-            self.a_fragments[dot] = [[self.a_fragment(array, 0, row_pitch, q, k0)
-                                      for q in range(m // (16 * (self.T // WARP_SIZE)))] for k0 in range(0, kk, kind.k)]
+            warps_m = self.T // WARP_SIZE // self.warps_n(dot)
+            self.a_fragments[dot] = [[self.a_fragment(array, 0, row_pitch, q, k0, warps_m)
+                                      for q in range(m // (16 * warps_m))] for k0 in range(0, kk, kind.k)]
             scratch.dirty = True
 
-    def b_fragments(self, kind, plan: Staging, array, base, k0, tiles_n, lane, row_in, matrix) -> list:
-        """Each 8-column tile's B fragment for the k-step at ``k0``."""
+    def b_fragments(self, kind, plan: Staging, array, base, k0, tiles_n, lane, row_in, matrix, layout: Mma) -> list:
+        """Each of this warp's 8-column tiles' B fragment for the k-step at ``k0``: its ``p``-th
+        is the result's tile ``p * warps_n + wn`` (the warp's place along the columns)."""
         b, core = self.b, self.core
         per_row = 16 // array.dtype.itemsize
+        wn = layout.warps_n
+        first = 0 if wn == 1 else core.mul(b.bitwise_and(b.shr(self.tid, 5 + layout.warps_m.bit_length() - 1), wn - 1), 8)
         out = []
         if plan.b_rows_n or kind in (MmaKind.F16, MmaKind.BF16):
             for p in range(0, tiles_n, 2):
                 count = 4 if p + 1 < tiles_n else 2
-                tile = core.add(core.mul(b.shr(matrix, 1), 8), 8 * p) if count == 4 else 8 * p
+                tile = core.add(core.mul(b.shr(matrix, 1), 8 * wn), 8 * wn * p) if count == 4 else 8 * wn * p
+                tile = core.add(tile, first)
                 half = b.bitwise_and(matrix, 1)
                 if plan.b_rows_n:  # n rows of k: the fragment's own rows, read straight
                     row, col, order = core.add(tile, row_in), core.add(core.mul(half, per_row), k0), MatrixOrder.ROW
@@ -402,7 +436,7 @@ class TensorCoreDot(Part):
         g, t = b.shr(lane, 2), b.bitwise_and(lane, 3)
         rows = [(t, 0), (t, 4)] if kind is MmaKind.TF32 else [(core.mul(t, 4), d) for d in (0, 1, 2, 3, 16, 17, 18, 19)]
         for p in range(tiles_n):
-            col = core.add(g, 8 * p)
+            col = core.add(core.add(g, 8 * wn * p), first)
             out.append([self.scratch.load(array, core.add(core.add(core.mul(core.add(r, k0 + d), plan.b_pitch), col),
                                                           base), array.dtype) for r, d in rows])
         return out

@@ -56,8 +56,8 @@ class TileValues(Part):
             parent = layout.parent.parent
             if parent.shape == shape:
                 return parent
-            if isinstance(parent, Mma) and Mma.fits(shape, self.T):
-                return Mma(shape, self.T)
+            if isinstance(parent, Mma) and Mma.fits(shape, self.T, parent.warps_n):
+                return Mma(shape, self.T, parent.warps_n)
         return self.registers.canonical(shape)
 
     def reshape(self, op: Op) -> None:
