@@ -448,3 +448,48 @@ def test_each_kind_of_race_across_batches(which):
         far.run([np.zeros(1, np.float32), np.zeros(129, np.float32)], backend="ptx")
     blocks = {err.value.first.block[0], err.value.second.block[0]}
     assert blocks == {0, 199}
+
+
+def _one_place_kernel(value: str, threads_per_slot: int) -> str:
+    """Each lane stores ``value`` (a register of its own) to s[lane // threads_per_slot] in one
+    instruction, then after a barrier lane 0 copies s[0] out."""
+    shift = threads_per_slot.bit_length() - 1
+    return assembled(ptx_kernel("one_place", [("out", "u64")], f"""
+        mov.u32 %r1, %tid.x;
+        shr.u32 %r2, %r1, {shift};
+        shl.b32 %r2, %r2, 2;
+        mov.u32 %r3, sm;
+        add.s32 %r4, %r3, %r2;
+        and.b32 %r5, %r1, 0;
+        add.s32 %r5, %r5, 7;
+        st.shared.u32 [%r4], {value};
+        bar.sync 0;
+        ld.shared.u32 %r8, [%r3];
+        setp.ne.u32 %p1, %r1, 0;
+        @%p1 bra DONE;
+        ld.param.u64 %rd1, [out];
+        st.global.u32 [%rd1], %r8;
+    DONE:
+        ret;
+    """, extra=".shared .align 4 .b8 sm[256];\n"))
+
+
+@pytest.mark.parametrize("threads_per_slot", [2, 32])
+def test_lanes_storing_one_value_to_one_place_in_one_instruction_do_not_race(threads_per_slot):
+    """The hardware writes one of the identical values: Triton's attention at hd 128 on 4 warps
+    does this (issue 32).  Lanes of different warps doing so still race (no instruction orders them)."""
+    dev = Device()
+    out = dev.alloc(4)
+    dev.load_module(_one_place_kernel("%r5", threads_per_slot)).function("one_place").launch(1, 32, [out])
+    got = np.zeros(1, np.uint32)
+    dev.copy_from_device(got, out)
+    assert got[0] == 7
+    with pytest.raises(RaceError, match="written"):  # two warps, one place: no instruction orders them
+        dev.load_module(_one_place_kernel("%r5", 64)).function("one_place").launch(1, 64, [out])
+
+
+def test_lanes_storing_different_values_to_one_place_still_race():
+    dev = Device()
+    out = dev.alloc(4)
+    with pytest.raises(RaceError, match="between lanes of one warp"):
+        dev.load_module(_one_place_kernel("%r1", 2)).function("one_place").launch(1, 32, [out])

@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import PtxError, PtxMemoryError
 from .numerics import I64, U8, U64
-from .races import Access
+from .races import Access, distinct_writes
 
 READ, WRITE, ATOMIC = Access.READ, Access.WRITE, Access.ATOMIC
 
@@ -439,7 +439,14 @@ def shared_load(T, ids, site, addr, dtype, nvec, mask=None):
 def shared_store(T, ids, site, addr, values, dtype, nvec, mask=None):
     values = _as_stored(np.asarray(values), dtype)
     idx = shared_index(T, ids, site, addr, mask)
-    _note(T, ids, mask, site, WRITE, idx, True)
+    lanes = ids if mask is None else _lanes(ids, mask, 0)
+    stored = values if mask is None else values[mask]
+    keep = distinct_writes(T, lanes, idx, stored)  # warp-mates storing one value to one place: one write
+    if keep is None:
+        _note(T, ids, mask, site, WRITE, idx, True)
+    else:
+        lanes = np.arange(len(idx)) if lanes is None else lanes
+        _note(T, lanes[keep], None, site, WRITE, idx[keep], True)
     T.smem.view(dtype)[_typed_index(idx, dtype, nvec)] = values if mask is None else values[mask]
 
 

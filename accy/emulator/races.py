@@ -17,7 +17,9 @@ has completed together (its *count*).  Two accesses *race* when
   ``match.sync``, ``elect.sync``) whose member mask covers every running lane of its warp
   orders the warp's lanes, and nothing else orders them.
 
-The rules are the interpreter's detector's (:mod:`accy.runtime.interpreter.sanitizer`).  They do not
+The rules are the interpreter's detector's (:mod:`accy.runtime.interpreter.sanitizer`),
+but one, the hardware's: lanes of one warp storing the same value to one shared address in
+one instruction make one write (:func:`distinct_writes`), where the graph's rule sees a race.  They do not
 depend on the order the scheduler ran the threads in (:mod:`.schedule`), so a race is found
 under every schedule, lockstep included.
 
@@ -105,6 +107,30 @@ def record(T, space: str, addresses, sizes, lanes, kind, site) -> None:
     else:
         flat = _as_int64(addresses)
     races.log(T, lanes, kind, site, sizes, flat, space == "shared")
+
+
+def distinct_writes(T, lanes, flat, values) -> np.ndarray | None:
+    """Which lanes of one store instruction to report as writes: a lane writing the same
+    bytes as a lane of its warp before it in the instruction, with the same value, is the same
+    write (the hardware stores one of the identical values: no race), and is left out.  Lanes
+    of one warp writing different values there stay, and race.  ``lanes``: as :func:`record`'s
+    (None: all); ``flat``: each lane's first byte; ``values``: per lane (rows for vectors).
+    None where every lane is kept."""
+    races = getattr(T, "races", None)
+    if races is None or len(flat) < 2:
+        return None
+    bt = T.bt if lanes is None else T.bt[lanes]
+    warp = (races.first + bt) // races.tpb * 64 + (races.first + bt) % races.tpb // 32  # block, warp in it
+    rows = np.ascontiguousarray(np.asarray(values).reshape(len(flat), -1))
+    words = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    flat = np.asarray(flat, np.int64)
+    order = np.lexsort((np.arange(len(flat)), flat, warp))
+    same_place = (np.diff(warp[order]) == 0) & (np.diff(flat[order]) == 0)
+    if not same_place.any():
+        return None
+    repeat = np.zeros(len(flat), bool)
+    repeat[order[1:]] = same_place & (words[order[1:]] == words[order[:-1]])
+    return ~repeat if repeat.any() else None
 
 
 def _as_int64(a):
