@@ -144,3 +144,52 @@ def test_a_loop_known_by_hand_counts_its_hot_path():
     assert trip.count <= 10, kinds  # 9 with CUDA 13.5's ptxas: the 7 PTX instructions, the address in 2
     assert trip.loop_size > trip.count  # the report, out of the path, is in the loop's body
     assert all(not i.padding for i in trip.path)
+
+
+def test_the_same_loop_in_ptx_has_its_seven_statements_and_two_branches():
+    from accy.codegen.nvptx.sass import parse_ptx
+
+    (fn,) = parse_ptx(COUNTED)
+    trip = main_loop(fn)
+    assert [i.opcode for i in trip.path] == ["setp.ge.u32", "bra", "mul.wide.u32", "add.s64", "ld.global.f32",
+                                             "add.f32", "add.u32", "setp.lt.u32", "bra"]
+    assert trip.loop_size == 11  # the report (atom.cas, bra) is in the loop's body, off the path
+    assert trip.mix()[Kind.GLOBAL] == 1 and trip.mix()[Kind.FLOAT] == 1
+
+
+def test_a_latch_placed_before_its_head_is_still_the_loop():
+    """LLVM may place a loop's latch block before its head: the loop is found by the back edge
+    of a depth-first search, not by addresses."""
+    text = listing("""
+        BRA `(.L_x_1)
+    .L_x_2:
+        HMMA.16816.F32.BF16 R4, R8, R12, R4
+        @P0 BRA `(.L_x_1)
+        EXIT
+    .L_x_1:
+        LDSM.16.M88.4 R8, [R2]
+        BRA `(.L_x_2)
+    """)
+    trip = main_loop(parse(text)[0])
+    assert [i.base for i in trip.path] == ["LDSM", "BRA", "HMMA", "BRA"]
+
+
+@pytest.mark.skipif(toolchain.find_ptxas() is None, reason="needs ptxas: pip install nvidia-cuda-nvcc")
+def test_accy_profile_reports_a_trip_in_ptx_and_sass():
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    from tile_matmul import make_matmul
+
+    from accy import bf16
+
+    program = make_matmul(bf16, 64, 64, 32, warps=4, num_stages=2)
+    a, b = np.ones((64, 96), bf16.numpy), np.ones((96, 64), bf16.numpy)
+    loop = program.profile([np.zeros((64, 64), np.float32), a, b], arch="sm_80").loop
+    assert loop.mma_units == 16  # 64 x 64 x 32 on 4 warps: 16 m16n8k16 products per warp and trip
+    assert loop.ptx > loop.mma_units
+    if find_nvdisasm() is not None:
+        assert loop.sass > loop.mma_units and "SASS" in loop.describe()

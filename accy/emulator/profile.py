@@ -638,6 +638,8 @@ class Profile:
     async_copy_bytes: int
     dram_bytes: int
     roofline: Roofline
+    # the main loop's trip in PTX and SASS (accy.codegen.nvptx.sass.LoopTrip; None: no loop)
+    loop: object = None
 
     # -- the headline figures ---------------------------------------------------------------------------
     @property
@@ -731,6 +733,7 @@ class Profile:
             "waves": None if r.waves is None else {"busiest_sm_blocks": r.waves.busiest,
                                                    "imbalance": r.waves.imbalance,
                                                    "resident_warps": r.waves.resident_warps},
+            "loop": None if self.loop is None else self.loop.to_dict(),
         }
 
     # -- the report -------------------------------------------------------------------------------------
@@ -769,6 +772,8 @@ class Profile:
                      f"{_time(r.launch_seconds)} -> {_time(self.estimated_seconds)}, {self.bound}-bound "
                      f"({'then ' if self.bound == 'latency' else ''}{self.limiter}), {self.tflops:.4g} TFLOP/s"
                      + _waves_text(r.waves))
+        if self.loop is not None:
+            lines.append(f"  main loop      one trip of a warp: {self.loop.describe()}")
         return "\n".join(lines)
 
 

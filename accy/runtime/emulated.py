@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import threading
 
+import attrs
+
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
 from .arguments import Binding
@@ -68,6 +70,7 @@ def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None 
     GPU; None: the arch's, an A100 for sm_8x, an H200 for sm_90)."""
     import numpy as np
 
+    from ..codegen.nvptx.sass import loop_trip
     from ..emulator.profile import LaunchCounters, build_profile, default_gpu, gpu_named, run_counted
     from ..codegen.abi import STATUS_WORDS, status_error
     from .arguments import bind_arguments
@@ -101,8 +104,9 @@ def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None 
             error = status_error(graph, tuple(graph.body.walk()), words, binding.sizes, launch.extents)
             if error is not None:
                 raise error
-            return build_profile(function, counters, chosen, kernel=graph.name, arch=arch, gpu=gpu, grid=spec.grid,
-                                 block=spec.block, gmem=dev.gmem)
+            built = build_profile(function, counters, chosen, kernel=graph.name, arch=arch, gpu=gpu, grid=spec.grid,
+                                  block=spec.block, gmem=dev.gmem)
+            return attrs.evolve(built, loop=loop_trip(ptx, arch))
         finally:
             for address in staged.allocations:
                 driver.free(address)

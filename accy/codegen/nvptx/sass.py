@@ -87,6 +87,13 @@ _KINDS = [
                     "FLO", "POPC", "BREV", "SGXT", "BMSK", "R2UR", "VIADD", "VIMNMX")),
 ]
 _KIND_OF = {name: kind for kind, names in _KINDS for name in names}
+# PTX's opcodes (lower case; a load or store by its state space, below)
+_PTX_KINDS = {"mma": Kind.TENSOR, "wgmma": Kind.TENSOR, "ldmatrix": Kind.LDSM, "cp": Kind.ASYNC_COPY,
+              "bar": Kind.BARRIER, "barrier": Kind.BARRIER, "membar": Kind.BARRIER, "fence": Kind.BARRIER,
+              "cvt": Kind.CONVERT, "setp": Kind.PREDICATE, "selp": Kind.INTEGER, "bra": Kind.BRANCH,
+              "ret": Kind.BRANCH, "exit": Kind.BRANCH, "call": Kind.BRANCH}
+_PTX_FLOAT = (".f32", ".f64", ".f16", ".bf16", ".f16x2", ".bf16x2")
+_SHAPE = re.compile(r"m(\d+)n(\d+)k(\d+)")
 
 
 # the work a steady-state trip does: at a fork the path takes the side with the most of it
@@ -110,8 +117,19 @@ class Instruction:
         return self.opcode.split(".")[0]
 
     @property
+    def ptx(self) -> bool:
+        """A PTX instruction (lower-case opcodes), not SASS."""
+        return self.base.islower()
+
+    @property
     def kind(self) -> Kind:
-        return _KIND_OF.get(self.base, Kind.OTHER)
+        if not self.ptx:
+            return _KIND_OF.get(self.base, Kind.OTHER)
+        if self.base in _PTX_KINDS:
+            return _PTX_KINDS[self.base]
+        if self.base in ("ld", "st", "atom", "red"):
+            return Kind.SHARED if ".shared" in self.opcode else Kind.GLOBAL
+        return Kind.FLOAT if self.opcode.endswith(_PTX_FLOAT) else Kind.INTEGER
 
     @property
     def padding(self) -> bool:
@@ -121,6 +139,8 @@ class Instruction:
     @property
     def reports(self) -> bool:
         """Writes accy's status word (a failed check): a global compare-and-swap."""
+        if self.ptx:
+            return self.base == "atom" and ".global" in self.opcode and ".cas" in self.opcode
         return self.base == "ATOMG" and ".CAS" in self.opcode
 
     @property
@@ -129,6 +149,9 @@ class Instruction:
         a warpgroup's ``HGMMA.64xNxK`` (its four warps each issue it) 64 N K / (2048 * 4)."""
         if self.kind is not Kind.TENSOR:
             return 0.0
+        if self.ptx:  # mma.sync.aligned.m16n8k16..., wgmma.mma_async...m64n128k16 (a warpgroup's)
+            m, n, k = (int(x) for x in _SHAPE.search(self.opcode).groups())
+            return m * n * k / (16 * 8 * 16) / (4 if self.base == "wgmma" else 1)
         parts = self.opcode.split(".")
         if parts[0] == "HGMMA":
             m, n, k = (int(x) for x in parts[1].split("x"))
@@ -139,8 +162,14 @@ class Instruction:
         return 1.0
 
     @property
-    def ends_block(self) -> bool:
-        return self.base in ("BRA", "EXIT", "RET", "JMP", "BREAK")
+    def branch(self) -> bool:
+        return self.base in ("BRA", "bra")
+
+    @property
+    def unconditional_end(self) -> bool:
+        """Nothing runs after it in its block: a return, an exit or a branch without a guard."""
+        ends = self.base in ("EXIT", "RET", "JMP", "BREAK", "ret", "exit", "trap") or self.branch
+        return ends and self.guard in (None, "@PT")
 
 
 _LINE = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*(.*?)\s*;")
@@ -181,6 +210,55 @@ def parse(listing: str) -> list[Function]:
     return functions
 
 
+_PTX_LABEL = re.compile(r"^(\$?[A-Za-z_][\w$]*):$")
+_PTX_STATEMENT = re.compile(r"^(@!?%\w+\s+)?([a-z][\w.]*)\s*(.*)$", re.S)
+_PTX_TARGET = re.compile(r"^(\$?[A-Za-z_][\w$]*)$")
+
+
+def parse_ptx(ptx: str) -> list[Function]:
+    """The entry functions of a PTX module as :class:`Function` s (addresses: statement
+    numbers), for the same loop and trip analysis as SASS (:func:`main_loop`)."""
+    functions, name, statements, labels, depth = [], None, [], {}, 0
+    pending = ""
+    for raw in ptx.splitlines():
+        line = raw.split("//")[0].strip()
+        if not line:
+            continue
+        entry = re.match(r"^\.(?:visible\s+)?\.?entry\s+(\w+)|^\.visible\s+\.entry\s+(\w+)", line)
+        if entry and depth == 0:
+            name, statements, labels = entry.group(1) or entry.group(2), [], {}
+            continue
+        if name is None:
+            continue
+        if line == "{":  # a scope (an operand list's braces share a line with its registers)
+            depth += 1
+            pending = "" if depth == 1 else pending  # the parameter list's ")" ends there
+            continue
+        if line == "}":
+            depth -= 1
+            if depth == 0:
+                functions.append(Function(name, tuple(statements), dict(labels)))
+                name = None
+            continue
+        if m := _PTX_LABEL.match(line):
+            labels[m.group(1)] = len(statements)
+            continue
+        if line.startswith(".") and not pending:  # .reg, .loc, .pragma and other directives
+            continue
+        pending = f"{pending} {line}".strip()
+        if not pending.endswith(";"):
+            continue
+        m = _PTX_STATEMENT.match(pending[:-1].strip())
+        pending = ""
+        if m is None:
+            continue
+        guard, opcode, operands = m.group(1), m.group(2), m.group(3).strip()
+        target = _PTX_TARGET.match(operands) if opcode.startswith("bra") else None
+        statements.append(Instruction(len(statements), guard.strip() if guard else None, opcode, operands,
+                                      target.group(1) if target else None))
+    return functions
+
+
 @attrs.frozen
 class Trip:
     """One trip of a kernel's main loop on the in-bounds path: its instructions and, for
@@ -213,67 +291,117 @@ def _blocks(fn: Function) -> list[tuple[int, int]]:
     """Basic blocks as [start, end) index ranges."""
     leaders = {0, *fn.labels.values()}
     for i, ins in enumerate(fn.instructions):
-        if ins.base in ("BRA", "EXIT", "RET", "JMP", "BREAK", "BSSY", "BSYNC", "CALL"):
+        if ins.branch or ins.unconditional_end or ins.base in ("BSSY", "BSYNC", "CALL"):
             leaders.add(i + 1)
     starts = sorted(s for s in leaders if s < len(fn.instructions))
     return list(zip(starts, starts[1:] + [len(fn.instructions)]))
 
 
+def _cfg(fn: Function) -> tuple[list[tuple[int, int]], list[list[int]]]:
+    """Basic blocks as [start, end) index ranges, and each one's successors."""
+    blocks = _blocks(fn)
+    start_of = {s: k for k, (s, _) in enumerate(blocks)}
+    succ = []
+    for k, (s, e) in enumerate(blocks):
+        last, out = fn.instructions[e - 1], []
+        if last.branch and last.target in fn.labels and fn.labels[last.target] in start_of:
+            out.append(start_of[fn.labels[last.target]])
+        if not last.unconditional_end and e in start_of:
+            out.append(start_of[e])
+        succ.append(out)
+    return blocks, succ
+
+
+def _natural_loop(succ: list[list[int]], head: int, latch: int) -> set[int]:
+    """The blocks of the loop whose back edge goes from ``latch`` to ``head``: those that reach
+    the latch without passing the head."""
+    preds: dict[int, list[int]] = {}
+    for k, out in enumerate(succ):
+        for n in out:
+            preds.setdefault(n, []).append(k)
+    body, stack = {head}, [latch]
+    while stack:
+        k = stack.pop()
+        if k not in body:
+            body.add(k)
+            stack.extend(preds.get(k, ()))
+    return body
+
+
+def _depth_first(succ: list[list[int]], root: int, inside=lambda k: True, skip=()) -> tuple[list[int], list]:
+    """Blocks reached from ``root`` (through ``inside`` blocks, never entering ``skip``) in
+    reverse postorder (a topological order once back edges are left out), and the back edges
+    (to a block still on the search's stack)."""
+    post, back, state = [], [], {root: 1}  # 1: on the stack, 2: done
+    stack = [(root, iter(succ[root]))]
+    while stack:
+        k, it = stack[-1]
+        n = next(it, None)
+        if n is None:
+            stack.pop()
+            state[k] = 2
+            post.append(k)
+        elif n in skip or not inside(n):
+            continue
+        elif state.get(n) == 1:
+            back.append((k, n))
+        elif n not in state:
+            state[n] = 1
+            stack.append((n, iter(succ[n])))
+    return post[::-1], back
+
+
 def main_loop(fn: Function) -> Trip | None:
-    """The trip of ``fn``'s main loop (module docstring), or None if it has no loop."""
+    """The trip of ``fn``'s main loop (module docstring), or None if it has no loop.  A loop is
+    a head and the natural loops of its back edges, wherever their blocks were placed (LLVM
+    may place a latch before its head, ptxas a cold block after the loop), walked as a DAG
+    from the head to the best of its latches."""
     ins = fn.instructions
-    loops = [(fn.labels[i.target], n) for n, i in enumerate(ins)
-             if i.base == "BRA" and i.target in fn.labels and fn.labels[i.target] <= n]
-    if not loops:
+    blocks, succ = _cfg(fn)
+    _, back = _depth_first(succ, 0)
+    heads: dict[int, tuple[set, set]] = {}
+    for latch, head in back:
+        body, latches = heads.setdefault(head, (set(), set()))
+        body |= _natural_loop(succ, head, latch)
+        latches.add(latch)
+    if not heads:
         return None
 
-    def weight(loop):
-        head, latch = loop
-        body = ins[head:latch + 1]
-        return (sum(i.kind is Kind.TENSOR for i in body), -(latch - head)) if any(
-            i.kind is Kind.TENSOR for i in body) else (0, latch - head)
+    def weight(head):
+        body = heads[head][0]
+        tensor = sum(i.kind is Kind.TENSOR for b in body for i in ins[blocks[b][0]:blocks[b][1]])
+        size = sum(blocks[b][1] - blocks[b][0] for b in body)
+        return (tensor, -size) if tensor else (0, size)  # the innermost with the most tensor work
 
-    head, latch = max(loops, key=weight)
-    blocks = [b for b in _blocks(fn) if head <= b[0] <= latch]
-    start_of = {s: k for k, (s, _) in enumerate(blocks)}
-
-    def successors(k: int) -> list[int]:
-        s, e = blocks[k]
-        last = ins[e - 1]
-        out = []
-        if last.base == "BRA" and last.target in fn.labels and e - 1 != latch:
-            t = fn.labels[last.target]
-            if t in start_of and t > s:  # forward within the loop (an inner loop's back edge is not followed)
-                out.append(start_of[t])
-        unconditional = last.base in ("EXIT", "RET", "JMP", "BREAK") or (last.base == "BRA" and last.guard is None)
-        if not unconditional and e - 1 != latch and e in start_of:
-            out.append(start_of[e])
-        return out
-
-    cold = {k for k, (s, e) in enumerate(blocks) if any(i.reports for i in ins[s:e])}
+    head = max(heads, key=weight)
+    body, latches = heads[head]
+    cold = {k for k in body if any(i.reports for i in ins[blocks[k][0]:blocks[k][1]])}
+    order, _ = _depth_first(succ, head, lambda n: n in body, skip={head})
+    rank = {k: r for r, k in enumerate(order)}
+    forward = {k: [n for n in succ[k] if n in rank and rank[n] > rank[k] and n not in cold] for k in order}
     # a block's cost: minus its staple work, then its instructions (module docstring)
-    cost = [(-sum(i.kind in _STAPLE for i in ins[s:e]), sum(not i.padding for i in ins[s:e])) for s, e in blocks]
-    goal = next(k for k, (s, e) in enumerate(blocks) if s <= latch < e)
-    best, came = {0: cost[0]}, {}
-    for k in range(len(blocks)):  # forward edges only: block order is topological
+    cost = {k: (-sum(i.kind in _STAPLE for i in ins[blocks[k][0]:blocks[k][1]]),
+                sum(not i.padding for i in ins[blocks[k][0]:blocks[k][1]])) for k in order}
+    best, came = {head: cost[head]}, {}
+    for k in order:
         if k not in best or k in cold:
             continue
-        for n in successors(k):
-            if n in cold:
-                continue
+        for n in forward[k]:
             c = (best[k][0] + cost[n][0], best[k][1] + cost[n][1])
             if c < best.get(n, (1, 0)):
                 best[n], came[n] = c, k
-    if goal not in best:
+    ends = [k for k in latches if k in best]
+    if not ends:
         return None
-    path, k = [goal], goal
-    while k != 0:
+    k = min(ends, key=lambda e: best[e])
+    path = [k]
+    while k != head:
         k = came[k]
         path.append(k)
     path.reverse()
     chosen = tuple(i for k in path for i in ins[blocks[k][0]:blocks[k][1]] if not i.padding)
-    forks = sum(1 for k in path if len([n for n in successors(k) if n not in cold]) > 1)
-    loop_size = sum(not i.padding for i in ins[head:latch + 1])
+    forks = sum(1 for k in path if k not in latches and len(forward[k]) > 1)
+    loop_size = sum(not i.padding for k in body for i in ins[blocks[k][0]:blocks[k][1]])
     return Trip(chosen, loop_size, forks)
 
 
@@ -294,3 +422,36 @@ def sass_report(ptx: str, arch: str) -> SassReport:
         raise CompileError("nvdisasm listed no function")
     fn = functions[0]
     return SassReport(arch, fn.name, sum(not i.padding for i in fn.instructions), main_loop(fn))
+
+
+@attrs.frozen
+class LoopTrip:
+    """A kernel's main loop, one trip of one warp on the in-bounds path (:func:`main_loop`), in
+    its PTX and, where nvdisasm is installed, in the SASS ptxas makes of it: the SASS can be
+    far longer than the PTX suggests (64-bit address arithmetic, conversions)."""
+
+    ptx: int
+    sass: int | None  # None: ``missing`` says why
+    mma_units: float  # m16n8k16 products per trip
+    missing: str = ""
+
+    def describe(self) -> str:
+        per = lambda n: f" ({n / self.mma_units:.3g} per m16n8k16)" if self.mma_units else ""  # noqa: E731
+        sass = (f"SASS {self.sass:,}{per(self.sass)}, {self.sass / self.ptx:.2g}x the PTX" if self.sass is not None
+                else f"SASS not counted: {self.missing}")
+        return f"PTX {self.ptx:,}{per(self.ptx)}; {sass}"
+
+    def to_dict(self) -> dict:
+        return attrs.asdict(self)
+
+
+def loop_trip(ptx: str, arch: str) -> LoopTrip | None:
+    """The main loop's trip in ``ptx`` and in its SASS for ``arch``; None where it has no loop."""
+    functions = parse_ptx(ptx)
+    trip = main_loop(functions[0]) if functions else None
+    if trip is None:
+        return None
+    if find_nvdisasm() is None:
+        return LoopTrip(trip.count, None, trip.mma_units, "nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
+    sass = sass_report(ptx, arch).trip
+    return LoopTrip(trip.count, sass.count if sass else None, trip.mma_units, "" if sass else "no loop in the SASS")
