@@ -14,10 +14,8 @@ innermost loop with the most tensor-core instructions (else the most instruction
 from __future__ import annotations
 
 import enum
-import functools
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -25,17 +23,7 @@ from collections import Counter
 import attrs
 
 from ...errors import CompileError
-from .toolchain import _roots, assemble
-
-
-@functools.cache
-def find_nvdisasm() -> str | None:
-    """Path of an ``nvdisasm`` binary, or None."""
-    for root in _roots():
-        candidate = os.path.join(root, "bin", "nvdisasm")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("nvdisasm")
+from .toolchain import assemble, find_nvdisasm
 
 
 def disassemble(cubin: bytes) -> str:

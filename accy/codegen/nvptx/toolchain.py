@@ -31,14 +31,25 @@ def _roots() -> list[str]:
     return [r for r in roots if r and os.path.isdir(r)]
 
 
+def _find(tool: str) -> str | None:
+    """Path of the CUDA tool ``tool`` (in a pip wheel's, CUDA_HOME's or the PATH's bin), or None."""
+    for root in _roots():
+        candidate = os.path.join(root, "bin", tool)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which(tool)
+
+
 @functools.cache
 def find_ptxas() -> str | None:
     """Path of a ``ptxas`` binary, or None."""
-    for root in _roots():
-        candidate = os.path.join(root, "bin", "ptxas")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("ptxas")
+    return _find("ptxas")
+
+
+@functools.cache
+def find_nvdisasm() -> str | None:
+    """Path of an ``nvdisasm`` binary (PyPI ``nvidia-cuda-nvdisasm``), or None."""
+    return _find("nvdisasm")
 
 
 @functools.cache
