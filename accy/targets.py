@@ -29,7 +29,8 @@ WARP_SIZE = 32  # lanes of a warp: NVIDIA's, and the language's warp operations'
 # the front end's passes, run when a program is traced (every target's pipeline starts with them)
 FRONT_END = ("fold-constants", "cse", "hoist-loop-invariants", "cse", "dce", "verify")
 # a tile program as one SIMT block launch of warps, optimised again
-DISTRIBUTE = ("distribute-tiles", "verify", "fold-constants", "cse", "hoist-loop-invariants", "cse", "dce", "verify")
+DISTRIBUTE = ("distribute-tiles", "verify", "fold-ranges", "fold-constants", "cse", "hoist-loop-invariants", "cse",
+              "dce", "verify")
 
 
 @attrs.frozen

@@ -159,7 +159,7 @@ def main(argv=None) -> int:
         report["autotune"] = rows
     if "sass" in sections:
         print("\n== sass: the tile kernels' SASS (ptxas + nvdisasm, no GPU), accy beside Triton ==")
-        report["sass"] = sass.run()
+        report["sass"] = sass.run(estimates=not ns.quick)
     report["contention_after"] = contention()
     print(f"\nload after: {report['contention_after']}")
     if ns.json:

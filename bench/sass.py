@@ -6,6 +6,8 @@ the in-bounds path, one warp) per m16n8k16 tensor-core instruction, with the tri
 When Triton is installed (the bench extra) it compiles the same jobs, written as Triton
 users write them and specialised as Triton's JIT specialises contiguous, 16-byte-aligned
 tensors, and its figures stand beside accy's.  Triton is a yardstick here, never a source.
+Beside them, accy's kernel at the issue's launch (matmul 4096 cubed; attention B*H = 16, 4096
+tokens) as ``accy profile`` estimates it on an H200 (``--no-estimates``/``--quick`` skip it).
 
     python -m bench --sections sass        (or python -m bench.sass [--arch sm_80,sm_90])
 
@@ -35,6 +37,26 @@ class Job:
     triton: tuple | None
     per_mma_target: float
     register_target: int
+    arguments: object = None  # a factory of the issue's launch (the emulator's estimate)
+    estimate_target: float | None = None  # microseconds on an H200, Triton's PTX in the same emulator
+
+
+def _matmul_arguments():
+    import numpy as np
+
+    from accy import bf16
+    n = 4096  # the issue's matmul: 4096 cubed
+    return [np.zeros((n, n), np.float32), np.ones((n, n), bf16.numpy), np.ones((n, n), bf16.numpy)]
+
+
+def _attention_arguments(head):
+    def make():
+        import numpy as np
+
+        from accy import bf16
+        q = np.ones((16, 4096, head), bf16.numpy)  # the issue's attention: B*H = 16, 4096 tokens
+        return [np.zeros_like(q), q, q, q]
+    return make
 
 
 def _matmul(bm, bn, bk, warps, stages):
@@ -58,13 +80,13 @@ def _attention(head, block_q, block_k, warps):
 
 JOBS = (
     Job("matmul 128x128x64, 8 warps, 3 stages", _matmul(128, 128, 64, 8, 3),
-        ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201),
+        ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201, _matmul_arguments, 276),
     Job("matmul 128x128x32, 8 warps, 3 stages", _matmul(128, 128, 32, 8, 3),
         ("matmul", dict(BM=128, BN=128, BK=32), 8, 3), 4.16, 186),
     Job("attention hd 64, 64x64, 4 warps", _attention(64, 64, 64, 4),
-        ("attention", dict(BM=64, BN=64, HEAD=64), 4, 2), 5.93, 183),
+        ("attention", dict(BM=64, BN=64, HEAD=64), 4, 2), 5.93, 183, _attention_arguments(64), 188),
     Job("attention hd 128, 64x64, 4 warps (Triton 128x64, 8 warps)", _attention(128, 64, 64, 4),
-        ("attention", dict(BM=128, BN=64, HEAD=128), 8, 2), 4.38, 221),
+        ("attention", dict(BM=128, BN=64, HEAD=128), 8, 2), 4.38, 221, _attention_arguments(128), 336),
 )
 
 
@@ -153,7 +175,7 @@ def triton_row(job: Job, arch: str) -> Row | str:
     return _row("triton", target, compiled.asm["cubin"], res, compiled.metadata.shared, str(stages))
 
 
-def run(archs=("sm_80", "sm_90")) -> list[dict]:
+def run(archs=("sm_80", "sm_90"), estimates: bool = True) -> list[dict]:
     from accy.codegen.nvptx.sass import find_nvdisasm
 
     if find_nvdisasm() is None:
@@ -169,7 +191,18 @@ def run(archs=("sm_80", "sm_90")) -> list[dict]:
                         "rows": [attrs.asdict(r) | {"per_mma": r.per_mma} if isinstance(r, Row) else {"missing": r}
                                  for r in rows]})
             print_job(out[-1])
+        if job.arguments is not None and estimates:
+            out[-1]["estimate_us"] = estimate(job)
+            print(f"    accy's estimate on an H200 (sm_90 PTX on the emulator, 2 blocks sampled): "
+                  f"{out[-1]['estimate_us']:.0f} us (target <= {job.estimate_target} us, Triton's PTX in the same "
+                  f"emulator per issue 32)")
     return out
+
+
+def estimate(job: Job) -> float:
+    """accy's kernel at the issue's launch on an H200, microseconds (accy profile's model)."""
+    profile = job.accy().profile(job.arguments(), arch="sm_90", gpu="h200", sample=2)
+    return profile.estimated_seconds * 1e6
 
 
 def print_job(entry: dict) -> None:
@@ -190,8 +223,9 @@ def print_job(entry: dict) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sass", description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="sm_80,sm_90")
+    parser.add_argument("--no-estimates", action="store_true", help="skip the emulator's H200 estimates")
     ns = parser.parse_args(argv)
-    run(tuple(a for a in ns.arch.split(",") if a))
+    run(tuple(a for a in ns.arch.split(",") if a), estimates=not ns.no_estimates)
     return 0
 
 

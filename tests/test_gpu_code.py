@@ -106,3 +106,44 @@ def test_reductions_across_a_warp_grid_agree(m, n, k, warps):
     program.run([out, cols, a, b], backend="ptx")
     np.testing.assert_array_equal(out, c.sum(axis=1))
     np.testing.assert_array_equal(cols, c.max(axis=0))
+
+
+def test_comparisons_the_value_ranges_decide_are_folded():
+    """A tile box's ``row >= 0`` for rows counted from a thread number (0 .. threads - 1) is
+    always true: fold-ranges replaces it by a constant (fold-constants and dce then drop what
+    it decided); what the ranges cannot decide stays; a loop with constant bounds reaches its
+    last index, not stop - 1."""
+    import sys
+    from pathlib import Path
+
+    from accy.dsl.analysis.intervals import index_ranges
+    from accy.dsl.passes import _DECIDED, fold_decided_comparisons
+    from accy.lowering.distribute import distribute
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    from tile_matmul import make_matmul
+
+    graph = distribute(make_matmul(bf16, 64, 64, 32).graph, tensor_cores=True)
+    folded = fold_decided_comparisons(graph)
+
+    def decidable(g):
+        ranges, inf = index_ranges(g), float("inf")
+
+        def interval(v):
+            lo, hi = ranges.get(v, (None, None))
+            return (-inf if lo is None else lo), (inf if hi is None else hi)
+        return [op for op in g.body.walk() if op.opcode in _DECIDED and op.operands[0].type.is_index
+                and _DECIDED[op.opcode](interval(op.operands[0]), interval(op.operands[1])) is not None]
+
+    assert decidable(graph) and not decidable(folded)
+    assert sum(op.opcode in _DECIDED for op in folded.body.walk()) < sum(op.opcode in _DECIDED for op in graph.body.walk())
+
+    @kernel(out=tensor(f32, 1))
+    def strided(k, p):
+        @k.for_each_tile(grid=axis("i", 1), warps=1)
+        def body(t, pid):
+            total = t.fold_range(0, 4096, 64, t.zeros((64,), f32), lambda t, k0, acc: acc + t.cast(k0, f32))
+            p.out.store_tile((0,), total)
+
+    loop = next(op for op in strided.graph.body.walk() if op.opcode == "fold")
+    assert index_ranges(strided.graph)[loop.regions[0].args[0]] == (0, 4032)

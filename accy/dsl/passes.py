@@ -248,6 +248,44 @@ def fold_constants(graph: Graph) -> Graph:
     return _Rebuilder(_fold_op).graph(graph)
 
 
+# a comparison of two intervals (lo, hi; None unbounded): True, False, or None (undecided)
+_DECIDED = {
+    "lt": lambda a, b: True if a[1] < b[0] else False if a[0] >= b[1] else None,
+    "le": lambda a, b: True if a[1] <= b[0] else False if a[0] > b[1] else None,
+    "gt": lambda a, b: True if a[0] > b[1] else False if a[1] <= b[0] else None,
+    "ge": lambda a, b: True if a[0] >= b[1] else False if a[1] < b[0] else None,
+    "eq": lambda a, b: False if a[1] < b[0] or b[1] < a[0] else None,
+    "ne": lambda a, b: True if a[1] < b[0] or b[1] < a[0] else None,
+}
+
+
+def fold_decided_comparisons(graph: Graph) -> Graph:
+    """Replace an index comparison that the value ranges decide (:mod:`.analysis.intervals`: a
+    loop index within its bounds, thread numbers within the block) by its constant: a tile
+    box's ``row >= 0`` for a row counted up from 0, say.  fold-constants and dce then drop the
+    selects and branches it decided."""
+    from .analysis.intervals import index_ranges
+
+    ranges = index_ranges(graph)
+    inf = float("inf")
+
+    def interval(v: Value):
+        c = constant_of(v)
+        lo, hi = (c, c) if isinstance(c, int) and not isinstance(c, bool) else ranges.get(v, (None, None))
+        return (-inf if lo is None else lo), (inf if hi is None else hi)
+
+    def fold(rb: _Rebuilder, op: Op, operands: list[Value]):
+        decide = _DECIDED.get(op.opcode)
+        if decide is None or len(op.operands) != 2 or not all(v.type == index for v in op.operands):
+            return None
+        value = decide(interval(op.operands[0]), interval(op.operands[1]))
+        if value is None:
+            return None
+        return rb.emit("const", [], ConstAttrs(dtype=op.results[0].type, value=value), op.location).results
+
+    return _Rebuilder(fold).graph(graph)
+
+
 # ----------------------------------------------------------------------------- CSE
 
 

@@ -19,7 +19,7 @@ import attrs
 
 from ..dsl.ir import Graph
 from ..dsl.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
-                          hoist_loop_invariants, verify)
+                          fold_decided_comparisons, hoist_loop_invariants, verify)
 from ..errors import AccyError
 from ..targets import Target
 from .distribute import distribute
@@ -48,6 +48,8 @@ def _distribute(graph: Graph, target: Target) -> Graph:
 PASSES: dict[str, Pass] = {p.name: p for p in (
     Pass("fold-constants", "evaluate ops whose operands are constants; drop identities (x + 0, x * 1)",
          lambda graph, target: fold_constants(graph)),
+    Pass("fold-ranges", "replace index comparisons the value ranges decide (a loop index counted up from 0 is "
+         ">= 0) by constants", lambda graph, target: fold_decided_comparisons(graph)),
     Pass("cse", "one op for each set of equal pure ops", lambda graph, target: eliminate_common_subexpressions(graph)),
     Pass("hoist-loop-invariants", "move pure ops that do not depend on a loop out of it",
          lambda graph, target: hoist_loop_invariants(graph)),

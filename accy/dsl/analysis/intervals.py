@@ -115,7 +115,12 @@ class _Ranges:
                 region = op.regions[0]
                 start, stop = self.of(op.operands[0]), self.of(op.operands[1])
                 step = op.attrs.step
-                if step > 0:
+                if start[0] is not None and start == (start[0], start[0]) and stop[0] is not None \
+                        and stop == (stop[0], stop[0]):  # constant bounds: the last index the steps reach
+                    trips = max(0, -(-(stop[0] - start[0]) // step))
+                    last = start[0] + (trips - 1) * step
+                    self.ranges[region.args[0]] = _ok(min(start[0], last), max(start[0], last)) if trips else _UNKNOWN
+                elif step > 0:
                     self.ranges[region.args[0]] = _ok(start[0], None if stop[1] is None else stop[1] - 1)
                 else:
                     self.ranges[region.args[0]] = _ok(None if stop[0] is None else stop[0] + 1, start[1])
