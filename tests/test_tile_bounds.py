@@ -167,3 +167,56 @@ def test_a_shift_by_a_constant_narrows_an_index_range():
     for op in shifts:
         (lo, hi), n = ranges[op.operands[0]], constant_of(op.operands[1])
         assert ranges[op.result] == (lo >> n, hi >> n)
+
+
+# -- a kernel's own masks past the shape, drawn at random: every backend stops, nothing written --------
+
+
+def _wrong_mask_program(kind: str, block: tuple[int, int], slack: tuple[int, int]):
+    """A program per (row block, column block) of ``x`` touching its box where ``rows < R +
+    slack[0]`` and ``cols < C + slack[1]``: past the shape wherever a box reaches that far."""
+    br, bc = block
+    sr, sc = slack
+
+    @kernel(out=tensor(f32, 2), x=tensor(f32, 2))
+    def wrong(k, p):
+        R, C = p.x.shape
+
+        @k.for_each_tile(grid=(axis("r", cdiv(R, br)), axis("c", cdiv(C, bc))), warps=1)
+        def body(t, pid):
+            rows = pid["r"] * br + t.arange(br)
+            cols = pid["c"] * bc + t.arange(bc)
+            mask = (rows[:, None] < R + sr) & (cols[None, :] < C + sc)
+            if kind == "load":
+                p.out.store((rows[:, None], cols[None, :]), p.x.load((rows[:, None], cols[None, :]), mask=mask),
+                            mask=(rows[:, None] < R) & (cols[None, :] < C))
+            elif kind == "store":
+                p.out.store((rows[:, None], cols[None, :]), t.full((br, bc), 1.0, f32), mask=mask)
+            else:
+                p.out.atomic_add((rows[:, None], cols[None, :]), t.full((br, bc), 1.0, f32), mask=mask)
+
+    return wrong
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("kind", ["load", "store", "atomic"])
+def test_a_kernels_own_mask_past_the_shape_stops_every_backend(kind, seed):
+    rng = np.random.default_rng(seed)
+    block = (int(rng.choice([1, 2, 4, 8])), int(rng.choice([4, 8, 16])))
+    shape = (int(rng.integers(1, 12)), int(rng.integers(1, 20)))
+    slack = [0, 0]
+    slack[int(rng.integers(0, 2))] = int(rng.integers(1, 4))
+    reach = [-(-n // b) * b for n, b in zip(shape, block)]  # the boxes' extent
+    past = any(min(r, n + s) > n for r, n, s in zip(reach, shape, slack))
+    program = _wrong_mask_program(kind, block, tuple(slack))
+    base = rng.standard_normal((shape[1] + 3, shape[0] * 2)).astype(np.float32)
+    x = base[:shape[1], ::2].T  # a transposed, strided view
+    for backend in ("numpy", "llvm", "ptx"):
+        out = np.full(shape, -7.0, np.float32)
+        if past:
+            name = "x" if kind == "load" else "out"
+            with pytest.raises(OutOfBoundsError, match=f"'{name}'"):
+                program.run([out, x], backend=backend)
+            assert (out == -7.0).all(), f"{backend} wrote before it stopped"
+        else:  # every box ends inside the shape: nothing is past it, the run is an ordinary one
+            program.run([out, x], backend=backend)
