@@ -1,0 +1,203 @@
+"""32-bit index arithmetic for a launch whose indices provably fit (NVPTX).
+
+A SIMT graph computes its ``index`` values (i64) in 64-bit integer arithmetic: on a GPU every
+add and compare of an offset is two instructions and every hoisted offset two registers.
+:func:`narrow_indices` makes the same graph compute them in ``i32``, widening (one sign
+extension) only where an ``index`` is required: a memory op's index, a loop's bounds, a
+yield, any op outside the plain arithmetic.  Its values equal the original's exactly when no
+index value leaves [-2**31, 2**31 - 1], which :func:`fits_in_32_bits` proves for one launch:
+the interval analysis (:mod:`accy.dsl.analysis.intervals`) with that launch's scalars, buffer
+sizes and extents as exact values must bound every index value inside it.
+:func:`launch_graph` is the choice both device backends (``cuda``, ``ptx``) make per launch.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ..dsl.analysis.intervals import index_ranges
+from ..dsl.ir import Block, Graph, Op, Value
+from ..dsl.ops import CastAttrs, ConstAttrs
+from ..dsl.passes import (_Rebuilder, eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
+                          verify)
+from ..dsl.types import DType, i32, index
+
+# the ops that compute an index from indices exactly as i32 does while every value fits
+ARITHMETIC = frozenset({"add", "sub", "mul", "neg", "min", "max", "select", "div", "mod", "and", "or", "xor",
+                        "shl", "shr"})
+COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+_I32_LIMITS = (i32.min, i32.max)
+
+
+def _is_index(v: Value) -> bool:
+    return isinstance(v.type, DType) and v.type == index
+
+
+def _narrowable(op: Op) -> bool:
+    """Computes on i32 in the narrowed graph: index arithmetic, index comparisons, index
+    constants that fit, casts to index (from i32 they cast the narrowed value)."""
+    if op.regions or len(op.results) != 1:
+        return False
+    if op.opcode == "const":
+        return _is_index(op.result) and i32.min <= op.attrs.value <= i32.max
+    if op.opcode == "cast":
+        return _is_index(op.result) and isinstance(op.operands[0].type, DType)
+    if op.opcode in ARITHMETIC:
+        return _is_index(op.result)
+    return op.opcode in COMPARISONS and all(_is_index(v) for v in op.operands)
+
+
+class _Narrower(_Rebuilder):
+    """Copies a graph with its index arithmetic on i32.  Every index value gets both forms:
+    ``narrow`` (i32) and ``map`` (index); the one an op does not make itself is a cast right
+    after its definition, which dce drops where nothing uses it."""
+
+    def __init__(self, wide: set[Value]):
+        super().__init__()
+        self.narrow: dict[Value, Value] = {}
+        self.wide = wide  # index values that stay 64-bit: they form addresses
+
+    def copy_block(self, old: Block) -> Block:
+        new = Block([a.type for a in old.args])
+        self.map.update(zip(old.args, new.args))
+        outer, self.block = self.block, new
+        self.scopes.append(new)
+        for arg, new_arg in zip(old.args, new.args):
+            if _is_index(arg):  # a thread's or loop's index, a carry: i32 from here on
+                self.narrow[arg] = self.cast(new_arg, i32)
+        for op in old.ops:
+            self.copy_op(op)
+        self.scopes.pop()
+        self.block = outer
+        return new
+
+    def cast(self, value: Value, dtype: DType) -> Value:
+        return self.emit("cast", [value], CastAttrs(dtype=dtype), None).result
+
+    def copy_op(self, op: Op) -> None:
+        if _narrowable(op) and op.result not in self.wide:
+            if op.opcode == "const":
+                new = self.emit("const", [], ConstAttrs(dtype=i32, value=op.attrs.value), op.location).result
+            elif op.opcode == "cast":
+                source = op.operands[0]
+                operand = self.narrow[source] if _is_index(source) else self.map[source]
+                new = self.cast(operand, i32) if operand.type != i32 else operand
+            else:
+                operands = [self.narrow[v] if _is_index(v) else self.map[v] for v in op.operands]
+                new = self.emit(op.opcode, operands, op.attrs, op.location).result
+            if _is_index(op.result):
+                self.narrow[op.result] = new
+                self.map[op.result] = self.cast(new, index)
+            else:
+                self.map[op.result] = new
+            return
+        operands = [self.map[v] for v in op.operands]
+        regions = [self.copy_block(r) for r in op.regions]
+        results = self.emit(op.opcode, operands, op.attrs, op.location, regions).results
+        self.map.update(zip(op.results, results))
+        for old, new in zip(op.results, results):
+            if _is_index(old):  # a size, a loaded index, a loop's result: i32 for the arithmetic
+                self.narrow[old] = self.cast(new, i32)
+
+
+def _address_values(graph: Graph) -> set[Value]:
+    """The index values an index operand of a non-arithmetic op (a memory op, a loop bound, a
+    yield) is computed from through arithmetic: kept 64-bit, as LLVM strength-reduces their
+    loop-varying parts into pointer increments and constant offsets into the address, which a
+    sign extension in between prevents."""
+    wide: set[Value] = set()
+    for op in reversed(list(graph.body.walk())):  # every use before its definition
+        if not _narrowable(op) or op.results[0] in wide:
+            wide.update(v for v in op.operands if _is_index(v))
+    return wide
+
+
+def narrow_indices(graph: Graph) -> Graph:
+    """``graph`` with its index arithmetic on i32 (see the module); its values equal
+    ``graph``'s for a launch that :func:`fits_in_32_bits`."""
+    narrowed = _Narrower(_address_values(graph)).graph(graph)
+    for run_pass in (fold_constants, eliminate_common_subexpressions, eliminate_dead_code):
+        narrowed = run_pass(narrowed)
+    return verify(narrowed)
+
+
+def known_values(graph: Graph, scalars, sizes, extents) -> dict[Value, int]:
+    """The exact ints of one launch: its integer scalar parameters (by name), its ``size``
+    results (by buffer) and its launch's extents (in the launch op's operand order)."""
+    known: dict[Value, int] = {}
+    for param, arg in zip(graph.scalars, graph.body.args):
+        if param.dtype.is_int and param.name in scalars:
+            known[arg] = int(scalars[param.name])
+    for op in graph.body.walk():
+        if op.opcode == "size" and op.attrs.buffer in sizes:
+            known[op.result] = int(sizes[op.attrs.buffer])
+    launch = graph.launch_op
+    if launch is not None and len(extents) == len(launch.operands):
+        known.update(zip(launch.operands, (int(e) for e in extents)))
+    return known
+
+
+def narrowed_values(graph: Graph) -> set[Value]:
+    """The index values whose i32 form :func:`narrow_indices` uses: the narrowed ops' results
+    and operands (an operand from outside, a scalar or a thread's index, is truncated)."""
+    wide = _address_values(graph)
+    out: set[Value] = set()
+    for op in graph.body.walk():
+        if _narrowable(op) and op.result not in wide:
+            out.update(v for v in (*op.operands, op.result) if _is_index(v))
+    return out
+
+
+def fits_in_32_bits(graph: Graph, scalars, sizes, extents) -> bool:
+    """Every index value :func:`narrow_indices` computes in 32 bits, in every thread and trip of
+    the launch with these ``scalars`` (name -> value), buffer ``sizes`` (name -> elements) and
+    ``extents``, lies in [-2**31, 2**31 - 1]: then the narrowed graph computes what ``graph``
+    does.  (What stays 64-bit, an address computed from them, needs no bound.)"""
+    ranges = index_ranges(graph, known_values(graph, scalars, sizes, extents))
+    lo, hi = _I32_LIMITS
+    for v in _checked(graph):
+        interval = ranges.get(v)
+        if interval is None or interval[0] is None or interval[1] is None \
+                or not lo <= interval[0] <= interval[1] <= hi:
+            return False
+    return True
+
+
+# per graph (by identity: graphs are never mutated): its narrowed form, and the decision per launch
+_narrowed: "weakref.WeakKeyDictionary[Graph, Graph]" = weakref.WeakKeyDictionary()
+_decisions: "weakref.WeakKeyDictionary[Graph, dict]" = weakref.WeakKeyDictionary()
+_checks: "weakref.WeakKeyDictionary[Graph, frozenset]" = weakref.WeakKeyDictionary()
+
+
+def _checked(graph: Graph) -> frozenset:
+    found = _checks.get(graph)
+    if found is None:
+        found = _checks[graph] = frozenset(narrowed_values(graph))
+    return found
+
+
+def narrowed(graph: Graph) -> Graph:
+    """:func:`narrow_indices` of ``graph``, once per graph."""
+    found = _narrowed.get(graph)
+    if found is None:
+        found = _narrowed[graph] = narrow_indices(graph)
+    return found
+
+
+def launch_graph(graph: Graph, binding, launch) -> Graph:
+    """The graph a device launch of ``graph`` with ``binding`` and ``launch`` runs: the
+    narrowed one where :func:`fits_in_32_bits` proves it exact, else ``graph`` itself.  Only
+    block launches (a distributed tile program, a block kernel) are narrowed."""
+    if not graph.is_block_launch:
+        return graph
+    scalars = tuple(sorted((n, int(v)) for n, v in binding.scalars.items()
+                           if isinstance(v, (int, np.integer)) and not isinstance(v, bool)))
+    sizes = tuple(sorted(binding.sizes.items()))
+    key = (scalars, sizes, tuple(launch.extents))
+    decisions = _decisions.setdefault(graph, {})
+    fits = decisions.get(key)
+    if fits is None:
+        fits = decisions[key] = fits_in_32_bits(graph, dict(scalars), dict(sizes), launch.extents)
+    return narrowed(graph) if fits else graph
