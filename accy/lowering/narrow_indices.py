@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import weakref
 
+import attrs
 import numpy as np
 
 from ..dsl.analysis.intervals import index_ranges
@@ -29,6 +30,9 @@ ARITHMETIC = frozenset({"add", "sub", "mul", "neg", "min", "max", "select", "div
                         "shl", "shr"})
 COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 _I32_LIMITS = (i32.min, i32.max)
+# an address's affine part stays 64-bit (see _plan), and so does a select in it (a checked
+# access picks its offset or an error code far outside 32 bits); what they use need not
+_AFFINE = frozenset({"add", "sub", "mul", "neg", "select"})
 
 
 def _is_index(v: Value) -> bool:
@@ -49,75 +53,129 @@ def _narrowable(op: Op) -> bool:
     return op.opcode in COMPARISONS and all(_is_index(v) for v in op.operands)
 
 
+@attrs.frozen
+class _Plan:
+    """Which form each index value takes in the narrowed graph: ``wide`` ones are computed in
+    64 bits (an address's affine part), ``narrow`` ones in 32 (a value in both is computed
+    twice: one form for its address, one for its comparisons)."""
+
+    wide: frozenset
+    narrow: frozenset
+
+
+def _plan(graph: Graph) -> _Plan:
+    """An index operand of a non-arithmetic op (a memory op, a loop bound) and what it is
+    computed from through add, sub, mul, neg and select stay 64-bit: LLVM strength-reduces their
+    loop-varying parts into pointer increments and folds their constant offsets into the
+    address, which a sign extension in between would prevent.  Every other index value that
+    an i32 op or comparison uses is computed in 32 bits from its operands' own 32-bit forms."""
+    ops = list(graph.body.walk())
+    wide: set[Value] = set()
+    for op in reversed(ops):  # every use before its definition
+        if not _narrowable(op) or (op.result in wide and op.opcode in _AFFINE):
+            carried = _narrow_operands(op)
+            wide.update(v for i, v in enumerate(op.operands) if _is_index(v) and i not in carried)
+    narrow: set[Value] = set()
+    for op in reversed(ops):
+        if _narrowable(op) and (op.opcode not in _AFFINE or op.result not in wide or op.result in narrow):
+            narrow.update(v for v in (*op.operands, op.result) if _is_index(v))
+        narrow.update(op.operands[i] for i in _narrow_operands(op))
+        if op.opcode == "fold":  # its carried indices, in the loop and after it
+            narrow.update(v for v in (*op.regions[0].args[1:], *op.results) if _is_index(v))
+    return _Plan(frozenset(wide), frozenset(narrow))
+
+
+def _narrow_operands(op: Op) -> frozenset[int]:
+    """The operands of a fold or a fold's yield that are carried indices: i32 in the narrowed
+    graph (the software pipeline's stage counter, a Triton-style offset carried along)."""
+    if op.opcode == "fold":
+        return frozenset(i for i, v in enumerate(op.operands) if i >= 2 and _is_index(v))
+    parent = op.block.parent if op.block is not None else None
+    if op.opcode == "yield" and parent is not None and parent.opcode == "fold":
+        return frozenset(i for i, v in enumerate(op.operands) if _is_index(v))
+    return frozenset()
+
+
 class _Narrower(_Rebuilder):
-    """Copies a graph with its index arithmetic on i32.  Every index value gets both forms:
-    ``narrow`` (i32) and ``map`` (index); the one an op does not make itself is a cast right
-    after its definition, which dce drops where nothing uses it."""
+    """Copies a graph with its index arithmetic on i32, as :func:`_plan` says.  An index value
+    may have both forms: ``narrow`` (i32) and ``map`` (index); where only one is computed and
+    the other is asked for, a cast right after the definition makes it (dce drops the unused)."""
 
-    def __init__(self, wide: set[Value]):
+    def __init__(self, plan: _Plan):
         super().__init__()
+        self.plan = plan
         self.narrow: dict[Value, Value] = {}
-        self.wide = wide  # index values that stay 64-bit: they form addresses
 
-    def copy_block(self, old: Block) -> Block:
-        new = Block([a.type for a in old.args])
-        self.map.update(zip(old.args, new.args))
+    def copy_block(self, old: Block, types=None) -> Block:
+        new = Block(types or [a.type for a in old.args])
         outer, self.block = self.block, new
         self.scopes.append(new)
         for arg, new_arg in zip(old.args, new.args):
-            if _is_index(arg):  # a thread's or loop's index, a carry: i32 from here on
-                self.narrow[arg] = self.cast(new_arg, i32)
+            self.define(arg, new_arg)
         for op in old.ops:
             self.copy_op(op)
         self.scopes.pop()
         self.block = outer
         return new
 
+    def define(self, old: Value, new: Value) -> None:
+        """``old``'s copy is ``new``; an index gets its other form by a cast."""
+        if _is_index(old) and new.type == i32:
+            self.narrow[old], self.map[old] = new, self.cast(new, index)
+        else:
+            self.map[old] = new
+            if _is_index(old):
+                self.narrow[old] = self.cast(new, i32)
+
     def cast(self, value: Value, dtype: DType) -> Value:
         return self.emit("cast", [value], CastAttrs(dtype=dtype), None).result
 
     def copy_op(self, op: Op) -> None:
-        if _narrowable(op) and op.result not in self.wide:
-            if op.opcode == "const":
-                new = self.emit("const", [], ConstAttrs(dtype=i32, value=op.attrs.value), op.location).result
-            elif op.opcode == "cast":
-                source = op.operands[0]
-                operand = self.narrow[source] if _is_index(source) else self.map[source]
-                new = self.cast(operand, i32) if operand.type != i32 else operand
-            else:
-                operands = [self.narrow[v] if _is_index(v) else self.map[v] for v in op.operands]
-                new = self.emit(op.opcode, operands, op.attrs, op.location).result
-            if _is_index(op.result):
-                self.narrow[op.result] = new
-                self.map[op.result] = self.cast(new, index)
-            else:
-                self.map[op.result] = new
+        if not _narrowable(op):
+            carried = _narrow_operands(op)
+            operands = [self.narrow[v] if i in carried else self.map[v] for i, v in enumerate(op.operands)]
+            regions = [self.copy_block(r, self.carry_types(op)) for r in op.regions]
+            results = self.emit(op.opcode, operands, op.attrs, op.location, regions).results
+            for old, new in zip(op.results, results):
+                self.define(old, new)
             return
-        operands = [self.map[v] for v in op.operands]
-        regions = [self.copy_block(r) for r in op.regions]
-        results = self.emit(op.opcode, operands, op.attrs, op.location, regions).results
-        self.map.update(zip(op.results, results))
-        for old, new in zip(op.results, results):
-            if _is_index(old):  # a size, a loaded index, a loop's result: i32 for the arithmetic
-                self.narrow[old] = self.cast(new, i32)
+        in_wide = op.result in self.plan.wide and op.opcode in _AFFINE
+        in_narrow = not in_wide or op.result in self.plan.narrow
+        if in_wide:
+            wide = self.emit(op.opcode, [self.map[v] for v in op.operands], op.attrs, op.location).result
+            if not in_narrow:
+                self.define(op.result, wide)
+        if in_narrow:
+            new = self.narrowed(op)
+            if not _is_index(op.result):
+                self.map[op.result] = new
+            elif in_wide:
+                self.map[op.result], self.narrow[op.result] = wide, new
+            else:
+                self.define(op.result, new)
 
+    def narrowed(self, op: Op) -> Value:
+        if op.opcode == "const":
+            return self.emit("const", [], ConstAttrs(dtype=i32, value=op.attrs.value), op.location).result
+        if op.opcode == "cast":
+            source = op.operands[0]
+            operand = self.narrow[source] if _is_index(source) else self.map[source]
+            return self.cast(operand, i32) if operand.type != i32 else operand
+        operands = [self.narrow[v] if _is_index(v) else self.map[v] for v in op.operands]
+        return self.emit(op.opcode, operands, op.attrs, op.location).result
 
-def _address_values(graph: Graph) -> set[Value]:
-    """The index values an index operand of a non-arithmetic op (a memory op, a loop bound, a
-    yield) is computed from through arithmetic: kept 64-bit, as LLVM strength-reduces their
-    loop-varying parts into pointer increments and constant offsets into the address, which a
-    sign extension in between prevents."""
-    wide: set[Value] = set()
-    for op in reversed(list(graph.body.walk())):  # every use before its definition
-        if not _narrowable(op) or op.results[0] in wide:
-            wide.update(v for v in op.operands if _is_index(v))
-    return wide
+    @staticmethod
+    def carry_types(op: Op):
+        if op.opcode != "fold":
+            return None
+        region = op.regions[0]
+        return [region.args[0].type] + [i32 if _is_index(a) else a.type for a in region.args[1:]]
 
 
 def narrow_indices(graph: Graph) -> Graph:
     """``graph`` with its index arithmetic on i32 (see the module); its values equal
     ``graph``'s for a launch that :func:`fits_in_32_bits`."""
-    narrowed = _Narrower(_address_values(graph)).graph(graph)
+    narrowed = _Narrower(_plan(graph)).graph(graph)
     for run_pass in (fold_constants, eliminate_common_subexpressions, eliminate_dead_code):
         narrowed = run_pass(narrowed)
     return verify(narrowed)
@@ -139,15 +197,10 @@ def known_values(graph: Graph, scalars, sizes, extents) -> dict[Value, int]:
     return known
 
 
-def narrowed_values(graph: Graph) -> set[Value]:
-    """The index values whose i32 form :func:`narrow_indices` uses: the narrowed ops' results
-    and operands (an operand from outside, a scalar or a thread's index, is truncated)."""
-    wide = _address_values(graph)
-    out: set[Value] = set()
-    for op in graph.body.walk():
-        if _narrowable(op) and op.result not in wide:
-            out.update(v for v in (*op.operands, op.result) if _is_index(v))
-    return out
+def narrowed_values(graph: Graph) -> frozenset[Value]:
+    """The index values :func:`narrow_indices` computes or uses in 32 bits (an operand from
+    outside, a scalar or a thread's index, is truncated)."""
+    return _plan(graph).narrow
 
 
 def fits_in_32_bits(graph: Graph, scalars, sizes, extents) -> bool:
