@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from accy import axis, bf16, f32, index, kernel, scalar, tensor
+from accy import axis, bf16, f32, index, kernel, scalar, tensor, u8
 from accy.dsl.analysis.intervals import index_ranges
 from accy.dsl.passes import verify
 from accy.errors import OutOfBoundsError
@@ -253,3 +253,28 @@ def test_an_access_out_of_bounds_still_raises_naming_the_buffer_in_the_narrowed_
     with pytest.raises(OutOfBoundsError, match="src"):
         masked_copy.run([dst, src], backend="ptx")
     assert (dst == -1.0).all()
+
+
+@kernel(dst=tensor(f32, 1), src=tensor(f32, 1), skip=scalar(u8))
+def skipping_copy(k, p):
+    """Indices from a bool and a u8 cast to index: within [0, 1] and [0, 255] whatever they are."""
+    (n,) = p.src.shape
+
+    @k.for_each_tile(grid=(axis("i", 1),), warps=1)
+    def body(t, pid):
+        cols = t.arange(32)
+        at = cols + (cols == 3).cast(index) * 0 + p.skip.cast(index) - p.skip.cast(index)
+        p.dst.store((cols,), p.src.load((at,), mask=at < n), mask=cols < n)
+
+
+def test_casts_from_bool_and_unsigned_types_are_bounded_by_their_types(monkeypatch):
+    graph = graph_of(skipping_copy)
+    ranges = index_ranges(graph)
+    casts = [op for op in graph.body.walk() if op.opcode == "cast" and op.result.type == index]
+    assert {ranges[op.result] for op in casts} >= {(0, 255)}
+    src = np.arange(20, dtype=np.float32)
+    dst = np.zeros_like(src)
+    assert skipping_copy.indices_32_bit([dst, src, np.uint8(200)], ARCH)
+    ours, theirs = run_both(skipping_copy, [dst, src, np.uint8(200)], monkeypatch)
+    np.testing.assert_array_equal(ours[0], src)
+    np.testing.assert_array_equal(theirs[0], src)

@@ -195,13 +195,18 @@ class _Ranges:
         name = op.opcode
         if name == "const":
             return op.attrs["value"], op.attrs["value"]
-        if name == "cast":  # from a signed integer: its value, where the new type holds all of it
+        if name == "cast":  # from an integer or bool: its value, where the new type holds all of it
             source = op.operands[0].type
-            if not _tracked(source):
+            if not isinstance(source, DType) or not (source.is_int or source.is_bool):
                 return _UNKNOWN
-            lo, hi = self.of(op.operands[0])
-            if lo is None or hi is None:
-                lo, hi = source.min, source.max
+            if _tracked(source):
+                lo, hi = self.of(op.operands[0])
+                if lo is None or hi is None:
+                    lo, hi = source.min, source.max
+            elif source.bits < 64:  # unsigned or bool (not followed): anywhere in its type
+                lo, hi = 0, int(source.max)
+            else:
+                return _UNKNOWN
             t = op.result.type
             return (lo, hi) if t.min <= lo and hi <= t.max and source.bits <= 64 else _UNKNOWN
         args = [(-_INF if lo is None else lo, _INF if hi is None else hi) for lo, hi in map(self.of, op.operands)]
