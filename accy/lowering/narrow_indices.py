@@ -2,13 +2,17 @@
 
 A SIMT graph computes its ``index`` values (i64) in 64-bit integer arithmetic: on a GPU every
 add and compare of an offset is two instructions and every hoisted offset two registers.
-:func:`narrow_indices` makes the same graph compute them in ``i32``, widening (one sign
-extension) only where an ``index`` is required: a memory op's index, a loop's bounds, a
-yield, any op outside the plain arithmetic.  Its values equal the original's exactly when no
-index value leaves [-2**31, 2**31 - 1], which :func:`fits_in_32_bits` proves for one launch:
-the interval analysis (:mod:`accy.dsl.analysis.intervals`) with that launch's scalars, buffer
-sizes and extents as exact values must bound every index value inside it.
-:func:`launch_graph` is the choice both device backends (``cuda``, ``ptx``) make per launch.
+:func:`narrow_indices` makes the same graph compute them in ``i32`` (:func:`_plan`): index
+comparisons, the arithmetic they use, a loop's carried indices, and whatever an address is
+computed from, widened by one sign extension where an ``index`` is required.  An address's
+own affine part (add, sub, mul, neg, select) stays 64-bit, computed beside its 32-bit form
+where a comparison wants that too, so LLVM still folds constant offsets into the address and
+strength-reduces loop-varying ones into pointer increments.  The narrowed graph computes
+what the original does when every value it computes or truncates to 32 bits lies in
+[-2**31, 2**31 - 1]; :func:`fits_in_32_bits` proves that for one launch with the interval
+analysis (:mod:`accy.dsl.analysis.intervals`), given the launch's scalars, buffer sizes and
+extents as exact values.  :func:`launch_graph` is the choice both device backends (``cuda``,
+``ptx``) make per launch.
 """
 
 from __future__ import annotations
