@@ -99,6 +99,44 @@ def test_a_carry_that_grows_every_trip_stays_unbounded():
     assert not fits_in_32_bits(graph, {}, {"dst": 16, "src": 16}, (1,))
 
 
+BRANCHY = """kernel @branchy(%x: buffer<f32, ?>, %n: scalar<index>) {
+  %0 = const 0 : index
+  %1 = const 5 : index
+  %2 = const 9 : index
+  for_each_block (%3 = b<%n>) threads (%4 = thread<32>) {
+    %5 = lt %4, %1 : bool
+    %6 = if %5 -> (index) {
+      yield %1
+    } else {
+      yield %2
+    }
+    %7 = fold %0 to %0 step 1 init(%0) -> (index) {
+    ^(%8: index, %9: index):
+      %10 = add %9, %8 : index
+      yield %10
+    }
+    %11 = add %6, %7 : index
+    %12 = load %x[%11] : f32
+    store %x[%11] = %12 : f32
+  }
+}
+"""
+
+
+def test_a_branchs_index_result_is_the_union_of_its_yields_and_a_loop_without_trips_bounds_nothing():
+    from accy.dsl.parse import parse
+
+    graph = parse(BRANCHY)
+    ranges = index_ranges(graph)
+    branch, fold, total = (op for op in graph.body.walk() if op.opcode in ("if", "fold") or
+                           (op.opcode == "add" and op.block is graph.launch_op.regions[0]))
+    assert ranges[branch.result] == (5, 9)
+    assert ranges[fold.regions[0].args[0]] == (0, 0)  # never runs: any interval holds
+    assert ranges[fold.result] == (0, 0)
+    assert ranges[total.result] == (5, 9)
+    assert fits_in_32_bits(graph, {"n": 4}, {"x": 10}, (4,))
+
+
 # -- the narrowed graph -------------------------------------------------------------------------
 
 
