@@ -316,3 +316,28 @@ def test_casts_from_bool_and_unsigned_types_are_bounded_by_their_types(monkeypat
     ours, theirs = run_both(skipping_copy, [dst, src, np.uint8(200)], monkeypatch)
     np.testing.assert_array_equal(ours[0], src)
     np.testing.assert_array_equal(theirs[0], src)
+
+
+@kernel(dst=tensor(f32, 1), src=tensor(f32, 2))
+def last_positive(k, p):
+    """A row's last positive column: a max of index values across the lanes (shuffles)."""
+    R, C = p.src.shape
+
+    @k.for_each_tile(grid=(axis("r", R),), warps=1)
+    def body(t, pid):
+        cols = t.arange(64)
+        x = p.src.load((pid["r"], cols), mask=cols < C, other=-1.0)
+        best = t.max(t.where(x > 0, cols, cols * 0 - 1), axis=0)
+        at = t.arange(1) + pid["r"]
+        p.dst.store((at,), p.src.load((at, at * 0 + best), mask=best >= 0, other=0.0), mask=at < R)
+
+
+def test_a_shuffled_index_keeps_the_interval_of_the_value_every_lane_holds():
+    graph = graph_of(last_positive)
+    ranges = index_ranges(graph)
+    shuffles = [op for op in graph.body.walk() if op.opcode == "shuffle" and op.result.type == index]
+    assert shuffles
+    for op in shuffles:
+        value = ranges.get(op.operands[0], (None, None))
+        assert ranges.get(op.result, (None, None)) == value
+    assert any(None not in ranges.get(op.result, (None, None)) for op in shuffles)
