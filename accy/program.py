@@ -150,12 +150,28 @@ class Program:
 
         return profile(self, args, arch=arch, gpu=gpu, sample=sample, limits=limits)
 
-    def ptx(self, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True) -> str:
-        """The kernel's PTX for ``arch``, exactly as the cuda backend compiles it."""
+    def ptx(self, arch: str = "sm_80", *, fast_math: bool = False, checks: bool = True, args=None) -> str:
+        """The kernel's PTX for ``arch``, exactly as the cuda backend compiles it; with ``args``,
+        the PTX a launch with those arguments runs (32-bit index arithmetic where they fit)."""
         from .codegen.machine import emit_ptx
 
         graph = self.graph_for("cuda", arch)
+        if args is not None:
+            graph = self._launch_graph(graph, args)
         return emit_ptx(graph, Target.nvptx(arch, fast_math=fast_math, checks=checks), _block_of(graph, self.threads))
+
+    def _launch_graph(self, graph: Graph, args) -> Graph:
+        from .runtime.gpu import launch_graph
+
+        if self.tensors:
+            args = expand_tensor_arguments(self.graph, args)
+        binding = bind_arguments(graph, args)
+        return launch_graph(graph, binding, resolve_launch(graph, self.threads, binding, None))
+
+    def indices_32_bit(self, args, arch: str = "sm_80") -> bool:
+        """Whether a device launch with ``args`` runs the kernel's 32-bit index arithmetic."""
+        graph = self.graph_for("cuda", arch)
+        return self._launch_graph(graph, args) is not graph
 
     def llvm_ir(self, target: str = "host", *, arch: str = "sm_80", fast_math: bool = False,
                 checks: bool = True) -> str:

@@ -37,7 +37,7 @@ class Job:
     triton: tuple | None
     per_mma_target: float
     register_target: int
-    arguments: object = None  # a factory of the launch (the emulator's estimate)
+    arguments: object = None  # a factory of the launch (the variant it runs; the emulator's estimate)
     estimate_target: float | None = None  # microseconds on an H200, Triton's PTX in the same emulator
 
 
@@ -82,7 +82,7 @@ JOBS = (
     Job("matmul 128x128x64, 8 warps, 3 stages", _matmul(128, 128, 64, 8, 3),
         ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201, _matmul_arguments, 276),
     Job("matmul 128x128x32, 8 warps, 3 stages", _matmul(128, 128, 32, 8, 3),
-        ("matmul", dict(BM=128, BN=128, BK=32), 8, 3), 4.16, 186),
+        ("matmul", dict(BM=128, BN=128, BK=32), 8, 3), 4.16, 186, _matmul_arguments),
     Job("attention hd 64, 64x64, 4 warps", _attention(64, 64, 64, 4),
         ("attention", dict(BM=64, BN=64, HEAD=64), 4, 2), 5.93, 183, _attention_arguments(64), 188),
     Job("attention hd 128, 64x64, 4 warps (Triton 128x64, 8 warps)", _attention(128, 64, 64, 4),
@@ -105,6 +105,7 @@ class Row:
     tensor: int | None  # tensor-core instructions per trip
     units: float | None  # their work in m16n8k16 products (an HGMMA is many)
     mix: dict
+    variant: str = ""  # accy's index arithmetic at the job's launch: "32-bit indices" or "64-bit"
 
     @property
     def per_mma(self) -> float | None:
@@ -112,7 +113,7 @@ class Row:
         return self.trip / self.units if self.trip and self.units else None
 
 
-def _row(compiler: str, arch: str, cubin: bytes, resources, shared: int, stages: str) -> Row:
+def _row(compiler: str, arch: str, cubin: bytes, resources, shared: int, stages: str, variant: str = "") -> Row:
     from accy.codegen.nvptx.sass import disassemble, main_loop, parse
 
     fn = parse(disassemble(cubin))[0]
@@ -120,7 +121,7 @@ def _row(compiler: str, arch: str, cubin: bytes, resources, shared: int, stages:
     return Row(compiler, arch, resources.registers, resources.spill_stores + resources.spill_loads, shared, stages,
                sum(not i.padding for i in fn.instructions), trip.count if trip else None,
                trip.tensor if trip else None, trip.mma_units if trip else None,
-               {k.name.lower(): v for k, v in trip.mix().items()} if trip else {})
+               {k.name.lower(): v for k, v in trip.mix().items()} if trip else {}, variant)
 
 
 def _stages(program, arch: str) -> str:
@@ -151,10 +152,12 @@ def accy_row(job: Job, arch: str) -> Row:
     from accy.codegen.nvptx.toolchain import assemble, resources
 
     program = job.accy()
-    ptx = program.ptx(arch)
+    args = job.arguments() if job.arguments is not None else None
+    ptx = program.ptx(arch, args=args)  # the launch's variant: 32-bit indices where its values fit
     res = resources(ptx, arch)
     shared = res.shared_bytes + dynamic_shared_bytes(program.graph_for("cuda", arch))
-    return _row("accy", arch, assemble(ptx, arch), res, shared, _stages(program, arch))
+    variant = "" if args is None else "32-bit indices" if program.indices_32_bit(args, arch) else "64-bit"
+    return _row("accy", arch, assemble(ptx, arch), res, shared, _stages(program, arch), variant)
 
 
 def triton_row(job: Job, arch: str) -> Row | str:
@@ -191,7 +194,7 @@ def run(archs=("sm_80", "sm_90"), estimates: bool = True) -> list[dict]:
                         "rows": [attrs.asdict(r) | {"per_mma": r.per_mma} if isinstance(r, Row) else {"missing": r}
                                  for r in rows]})
             print_job(out[-1])
-        if job.arguments is not None and estimates:
+        if job.arguments is not None and job.estimate_target is not None and estimates:
             out[-1]["estimate_us"] = estimate(job)
             print(f"    accy's estimate on an H200 (sm_90 PTX on the emulator, 2 blocks sampled): "
                   f"{out[-1]['estimate_us']:.0f} us (target <= {job.estimate_target} us, Triton's PTX in the same "
@@ -217,7 +220,8 @@ def print_job(entry: dict) -> None:
         print(f"    {r['compiler']:6} {r['arch']:6} trip {r['trip']} SASS ({r['tensor']} mma, {r['units'] or 0:g} "
               f"m16n8k16): {per} per m16n8k16; whole kernel "
               f"{r['instructions']}; {r['registers']} regs, {r['spills']} B spilled, {r['shared'] / 1024:.1f} KiB "
-              f"shared, {r['stages']} stage(s); mix: {mix}")
+              f"shared, {r['stages']} stage(s); mix: {mix}"
+              + (f"; {r['variant']}" if r.get("variant") else ""))
 
 
 def main(argv=None) -> int:

@@ -40,7 +40,7 @@ from .arguments import ArrayInfo, Binding, device_array, host_info, refuse_host_
 from .artifacts import ArtifactFormat, BackendKind, KernelArtifact, build_artifact
 from .contract import Backend
 from .drivers import Driver, open_driver
-from .gpu import DeviceLaunch, kernel_ptx
+from .gpu import DeviceLaunch, kernel_ptx, launch_graph
 from ..targets import Target
 
 _state_lock = threading.Lock()
@@ -139,6 +139,7 @@ def execute(graph: Graph, binding: Binding, launch: Launch, *, device: int = 0,
         with state:
             state.driver.stream(stream)  # checked all the same
         return 0.0 if timing else None
+    graph = launch_graph(graph, binding, launch)  # 32-bit index arithmetic where this launch's indices fit
     per_graph = state.artifacts.setdefault(graph, {})
     artifact = per_graph.get(launch.block)
     if artifact is None:  # compile once per graph and block shape, not per launch

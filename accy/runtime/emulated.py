@@ -26,7 +26,7 @@ from ..dsl.schedule import Launch
 from .arguments import Binding
 from .contract import Backend
 from .drivers.emulator import EmulatorDriver
-from .gpu import DeviceLaunch, kernel_ptx
+from .gpu import DeviceLaunch, kernel_ptx, launch_graph
 from ..targets import Target
 from ..emulator import Device
 
@@ -45,6 +45,7 @@ def execute(graph: Graph, binding: Binding, launch: Launch, *, arch: str = "sm_8
     (:mod:`accy.emulator.schedule`; None: ``ACCY_PTX_SCHEDULE``, else lockstep)."""
     if launch.lanes == 0:
         return None
+    graph = launch_graph(graph, binding, launch)  # the cuda backend's choice, 32-bit indices where they fit
     ptx = kernel_ptx(graph, launch, arch, fast_math)
     with _lock:
         driver = EmulatorDriver(device(), arch, schedule)
@@ -91,6 +92,7 @@ def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None 
     if launch.lanes == 0:
         return build_profile(None, LaunchCounters(), (), kernel=graph.name, arch=arch, gpu=gpu, grid=launch.grid,
                              block=launch.block, gmem=dev.gmem)
+    graph = launch_graph(graph, binding, launch)
     ptx = kernel_ptx(graph, launch, arch)
     with _lock:
         driver = EmulatorDriver(dev, arch)

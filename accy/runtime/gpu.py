@@ -1,7 +1,8 @@
 """The host side of a device launch, shared by the ``cuda`` backend (a GPU through
 cuda.core or PyCUDA) and the ``ptx`` backend (the same PTX on accy's emulator).
 
-Both compile with :func:`kernel_ptx`, then one :class:`DeviceLaunch` stages the
+Both pick the graph a launch runs with :func:`launch_graph` (32-bit indices where they
+provably fit), compile it with :func:`kernel_ptx`, then one :class:`DeviceLaunch` stages the
 arguments (a device buffer per host array, every buffer at least 8 bytes as the ABI
 promises, device inputs used in place, device outputs through scratch), zeroes the
 status word, marshals the parameters in ABI order (:class:`~.drivers.KernelLaunch`),
@@ -23,6 +24,14 @@ from .drivers import Driver, KernelLaunch
 from ..targets import Target
 
 _UNSIGNED = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def launch_graph(graph: Graph, binding: Binding, launch: Launch) -> Graph:
+    """The graph a launch runs on the device: :func:`accy.lowering.narrow_indices.launch_graph`
+    (its index arithmetic in 32 bits where the launch's values prove that exact)."""
+    from ..lowering.narrow_indices import launch_graph as choose
+
+    return choose(graph, binding, launch)
 
 
 def kernel_ptx(graph: Graph, launch: Launch, arch: str, fast_math: bool = False) -> str:

@@ -1,16 +1,22 @@
 """Value ranges of index arithmetic: what a lowering can prove about an index before it runs.
 
-``index_ranges(graph)`` gives, for index values, an interval ``(lo, hi)`` (inclusive; None
-for unbounded) that holds in every thread and every loop iteration where the value
-exists: thread and block indices lie within their static extents, a loop's variable
-within its bounds while the body runs, and arithmetic follows.  An access whose whole
-range lies inside a shared array (whose size is static) needs no run-time check.
+``index_ranges(graph)`` gives, for index values (and signed integers: i32 index arithmetic
+after :mod:`accy.lowering.narrow_indices`), an interval ``(lo, hi)`` (inclusive; None for
+unbounded) that holds in every thread and every loop iteration where the value exists:
+thread and block indices lie within their static extents, a loop's variable within its
+bounds while the body runs, a loop-carried index within the fixpoint of what its body
+yields, and arithmetic follows.  An access whose whole range lies inside a shared array
+(whose size is static) needs no run-time check.  Given ``known`` (the exact values of a
+launch's run-time scalars, buffer sizes and extents) the intervals hold for that launch.
 """
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from ..ir import Graph, Op, Value, constant_of
 from ..ops import RegionKind
+from ..types import DType
 
 Interval = tuple[int | None, int | None]
 _UNKNOWN: Interval = (None, None)
@@ -81,12 +87,30 @@ class _Ints:
         return x if x in (_INF, -_INF) else x // c
 
 _INTS = _Ints()
-_WRAPS = frozenset({"add", "sub", "mul"})  # the rules whose exact result may wrap at run time
+_WRAPS = frozenset({"add", "sub", "mul", "neg", "shl"})  # the rules whose exact result may wrap at run time
+_FIXPOINT_PASSES = 8  # a loop's carried indices: passes over its body before they count as unbounded
+
+
+def _tracked(t) -> bool:
+    """Values the rules follow: index and the signed integer types (each wraps at its width)."""
+    return isinstance(t, DType) and t.is_int and t.is_signed
+
+
+def _limits(t: DType) -> tuple[int, int]:
+    """Where a value of ``t`` stops being exact: 64-bit types give up well before wrapping."""
+    return (-_LIMIT, _LIMIT) if t.bits >= 64 else (t.min, t.max)
+
+
+def _union(a: Interval, b: Interval) -> Interval:
+    if None in a or None in b:
+        return _UNKNOWN
+    return min(a[0], b[0]), max(a[1], b[1])
 
 
 class _Ranges:
-    def __init__(self, graph: Graph):
-        self.ranges: dict[Value, Interval] = {}
+    def __init__(self, graph: Graph, known: Mapping[Value, int] | None = None):
+        self.known = dict(known or {})
+        self.ranges: dict[Value, Interval] = {v: (k, k) for v, k in self.known.items()}
         launch = graph.launch_op
         if launch is None:
             return
@@ -104,7 +128,7 @@ class _Ranges:
         for op in ops:
             if op is launch:
                 region = op.regions[0]
-                extents = [constant_of(e) for e in op.operands]
+                extents = [self.exact(e) for e in op.operands]
                 if op.opdef.thread_blocks:
                     extents += [e for _, e in op.attrs.threads]
                 for arg, extent in zip(region.args, extents):
@@ -119,22 +143,74 @@ class _Ranges:
                         and stop == (stop[0], stop[0]):  # constant bounds: the last index the steps reach
                     trips = max(0, -(-(stop[0] - start[0]) // step))
                     last = start[0] + (trips - 1) * step
-                    self.ranges[region.args[0]] = _ok(min(start[0], last), max(start[0], last)) if trips else _UNKNOWN
+                    # no trip: the body never runs, so any interval holds there
+                    self.ranges[region.args[0]] = _ok(min(start[0], last), max(start[0], last)) if trips else start
                 elif step > 0:
                     self.ranges[region.args[0]] = _ok(start[0], None if stop[1] is None else stop[1] - 1)
                 else:
                     self.ranges[region.args[0]] = _ok(None if stop[0] is None else stop[0] + 1, start[1])
-                self.walk(region.ops, launch)
+                self.carried(op, launch)
                 continue
             for region in op.regions:
                 self.walk(region.ops, launch)
-            if len(op.results) == 1 and op.result.type.is_index:
+            if op.opdef.regions is RegionKind.BRANCH and len(op.regions) == 2:  # either region's yield
+                for i, r in enumerate(op.results):
+                    if _tracked(r.type):
+                        then, other = (region.terminator.operands[i] for region in op.regions)
+                        self.ranges[r] = _union(self.of(then), self.of(other))
+                continue
+            if len(op.results) == 1 and op.result in self.known:
+                continue  # a size or a launch extent the caller gave
+            if len(op.results) == 1 and _tracked(op.result.type):
                 self.ranges[op.result] = self.rule(op)
+
+    def exact(self, v: Value) -> int | None:
+        lo, hi = self.of(v)
+        return lo if lo is not None and lo == hi else None
+
+    def carried(self, op: Op, launch: Op) -> None:
+        """A loop's body, its carried values within what they start at and every trip yields:
+        from the inits, widened by the yields, until a pass changes nothing (then the intervals
+        hold in every trip) or the passes run out (then they are unbounded)."""
+        region = op.regions[0]
+        carries = [(arg, init, i) for i, (arg, init) in enumerate(zip(region.args[1:], op.operands[2:]))
+                   if _tracked(arg.type)]
+        current = {arg: self.of(init) for arg, init, _ in carries}
+        for _ in range(_FIXPOINT_PASSES if carries else 0):
+            self.ranges.update(current)
+            self.walk(region.ops, launch)
+            yielded = region.terminator.operands
+            grown = {arg: _union(current[arg], self.of(yielded[i])) for arg, _, i in carries}
+            if grown == current:
+                break
+            current = grown
+        else:
+            current = {arg: _UNKNOWN for arg in current}
+        self.ranges.update(current)
+        self.walk(region.ops, launch)  # the body's intervals with its carries' final ones
+        for arg, _, i in carries:
+            self.ranges[op.results[i]] = current[arg]
 
     def rule(self, op: Op) -> Interval:
         name = op.opcode
         if name == "const":
             return op.attrs["value"], op.attrs["value"]
+        if name == "shuffle":  # another lane's value (or its own): the value's interval holds in every lane
+            return self.of(op.operands[0])
+        if name == "cast":  # from an integer or bool: its value, where the new type holds all of it
+            source = op.operands[0].type
+            if not isinstance(source, DType) or not (source.is_int or source.is_bool):
+                return _UNKNOWN
+            if _tracked(source):
+                lo, hi = self.of(op.operands[0])
+                if lo is None or hi is None:
+                    lo, hi = source.min, source.max
+            elif source.bits < 64:  # unsigned or bool (not followed): anywhere in its type
+                lo, hi = 0, int(source.max)
+            else:
+                return _UNKNOWN
+            t = op.result.type
+            return (lo, hi) if t.min <= lo and hi <= t.max and source.bits <= 64 else _UNKNOWN
         args = [(-_INF if lo is None else lo, _INF if hi is None else hi) for lo, hi in map(self.of, op.operands)]
         if name in _WRAPS and any(abs(x) == _INF for a in args for x in a):
             return _UNKNOWN  # an unbounded operand may wrap the result past any bound
@@ -145,6 +221,13 @@ class _Ranges:
             if c != hi_c or not 0 < c < _INF:
                 return _UNKNOWN
             lo, hi = BY_CONSTANT[name](_INTS, args[0], c)
+        elif name == "neg":
+            lo, hi = -args[0][1], -args[0][0]
+        elif name == "shl":  # by a constant count n: times 2**n
+            n, hi_n = args[1]
+            if n != hi_n or not 0 <= n < 62:
+                return _UNKNOWN
+            lo, hi = RULES["mul"](_INTS, args[0], (2 ** int(n), 2 ** int(n)))
         elif name == "shr":  # by a constant count n: floor division by 2**n (an index shifts arithmetically)
             n, hi_n = args[1]
             if n != hi_n or not 0 <= n < 63:
@@ -155,14 +238,17 @@ class _Ranges:
             return (0, masks[0]) if masks else _UNKNOWN
         else:
             return _UNKNOWN
-        if name in _WRAPS and any(abs(x) > _LIMIT for x in (lo, hi) if abs(x) != _INF):
+        low, high = _limits(op.result.type)
+        if name in _WRAPS and any(not low <= x <= high for x in (lo, hi) if abs(x) != _INF):
             return _UNKNOWN  # the arithmetic could wrap
         return (None if lo == -_INF else lo), (None if hi == _INF else hi)
 
 
-def index_ranges(graph: Graph) -> dict[Value, Interval]:
-    """The intervals of a graph's index values (those not listed are unbounded)."""
-    return _Ranges(graph).ranges
+def index_ranges(graph: Graph, known: Mapping[Value, int] | None = None) -> dict[Value, Interval]:
+    """The intervals of a graph's index values (those not listed are unbounded); ``known``
+    gives values fixed for one launch (scalar parameters, ``size`` results, launch extents)
+    their exact ints."""
+    return _Ranges(graph, known).ranges
 
 
 def within(interval: Interval, size: int) -> bool:
