@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from test_tile_bounds import masked_copy  # Triton's form: its mask lets one column past the shape
 
 from accy import axis, bf16, f32, index, kernel, scalar, tensor, u8
 from accy.dsl.analysis.intervals import index_ranges
@@ -270,18 +271,6 @@ def test_large_buffers_fail_the_proof():
     m = n = k = 2**14
     sizes = {"c": m * n, "a": m * k, "b": k * n}
     assert fits_in_32_bits(graph, matmul_scalars(graph, m, n, k), sizes, (m // 64, n // 64))
-
-
-@kernel(dst=tensor(f32, 2), src=tensor(f32, 2))
-def masked_copy(k, p):
-    """Triton's form: the mask lets one column past the shape (tests/test_tile_bounds.py)."""
-    R, C = p.src.shape
-
-    @k.for_each_tile(grid=(axis("r", R),), warps=1)
-    def body(t, pid):
-        cols = t.arange(64)
-        x = p.src.load((pid["r"], cols), mask=cols < C + 1)
-        p.dst.store((pid["r"], cols), x, mask=cols < C)
 
 
 def test_an_access_out_of_bounds_still_raises_naming_the_buffer_in_the_narrowed_kernel():
