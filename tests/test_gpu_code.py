@@ -148,23 +148,3 @@ def test_comparisons_the_value_ranges_decide_are_folded():
     loop = next(op for op in strided.graph.body.walk() if op.opcode == "fold")
     assert index_ranges(strided.graph)[loop.regions[0].args[0]] == (0, 4032)
 
-
-def test_a_16_bit_dot_result_is_stored_through_shared_memory_in_whole_sectors():
-    """A tensor-core result holds 2 consecutive elements a lane: stored as it is, a bf16 row
-    piece is 4 bytes and a warp's store fills half of each sector it touches; the epilogue
-    goes through shared memory into 8-byte vectors, every sector whole."""
-    @kernel(c=tensor(bf16, 2), a=tensor(bf16, 2), b=tensor(bf16, 2))
-    def product(k, p):
-        @k.for_each_tile(grid=axis("i", 1), warps=4)
-        def body(t, pid):
-            acc = t.dot(p.a.load_tile((0, 0), (64, 32)), p.b.load_tile((0, 0), (32, 64)), t.zeros((64, 64), f32))
-            p.c.store_tile((0, 0), acc.cast(bf16))
-
-    rng = np.random.default_rng(4)
-    a = rng.integers(-3, 4, (64, 32)).astype(bf16.numpy)
-    b = rng.integers(-3, 4, (32, 64)).astype(bf16.numpy)
-    c = np.zeros((64, 64), bf16.numpy)
-    profile = product.profile([c, a, b], arch="sm_80")
-    assert profile.global_traffic["store"].sector_efficiency == 1.0
-    product.run([c, a, b], backend="ptx")
-    np.testing.assert_array_equal(c.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64))

@@ -24,20 +24,11 @@ class Scratch(Part):
         self.pool: dict[DType, list] = {}
         self.dirty = False
 
-    def _needed(self, dtype: DType, count: int) -> int:
-        """The scratch's bytes once it holds ``count`` elements of ``dtype``."""
-        entry = self.pool.get(dtype)
-        total = sum(a.count * a.dtype.itemsize for a, _ in self.pool.values() if a.dtype != dtype)
-        return total + max(count, entry[0].count if entry else 0) * dtype.itemsize
-
-    def fits(self, dtype: DType, count: int) -> bool:
-        """Would ``count`` elements of ``dtype`` keep the scratch within the limit?"""
-        return self._needed(u8 if dtype.is_bool else dtype, count) <= SHARED_LIMIT
-
     def scratch(self, dtype: DType, count: int, op: Op) -> SharedArray:
         dtype = u8 if dtype.is_bool else dtype
         entry = self.pool.get(dtype)
-        needed = self._needed(dtype, count)
+        total = sum(a.count * a.dtype.itemsize for a, _ in self.pool.values() if a.dtype != dtype)
+        needed = total + max(count, entry[0].count if entry else 0) * dtype.itemsize
         if needed > SHARED_LIMIT:
             what = f"{op.opcode} of a {', '.join(str(v.type) for v in op.operands if isinstance(v.type, TileType))}"
             raise TraceError(f"{what}: its program needs {needed} bytes of shared memory on a GPU ({count} {dtype} "

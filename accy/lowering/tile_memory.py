@@ -4,15 +4,13 @@ where the offsets' form and alignment allow it."""
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
 from ..dsl.ir import Op
 from ..dsl.ops import AlignedAttrs, AtomicAttrs, LoadAttrs, Space, StoreAttrs
 from ..dsl.traced import Traced
 from ..dsl.types import DType
-from .layouts import Expand, Layout, Mma, Permute
+from .layouts import Layout
 from .rebuild import Part, Rebuild
 from .registers import Registers, Regs
 from .scratch import Scratch
@@ -52,13 +50,6 @@ class VectorPlan:
     fast: object  # a Traced bool, or None where nothing needs checking at run time
     groups: tuple
     box: bool
-
-
-def _from_mma(layout: Layout) -> bool:
-    """Is ``layout`` a tensor-core result's (an Mma layout, reshaped or transposed)?"""
-    while isinstance(layout, (Expand, Permute)):
-        layout = layout.parent
-    return isinstance(layout, Mma)
 
 
 class MemoryAccesses(Part):
@@ -243,15 +234,6 @@ class MemoryAccesses(Part):
             self.b.if_(guard, run([g], whole), run([g], one_by_one))
 
     def tile_store(self, op: Op) -> None:
-        value = self.env[op.operands[1]]
-        if isinstance(value, Regs) and value.dtype.itemsize < 4 and _from_mma(value.layout):
-            # a tensor-core result holds 2 consecutive elements a lane: for 16-bit types half a
-            # sector per warp row; through shared memory into the canonical layout, whose vectors
-            # store whole 8- and 16-byte pieces of rows (the epilogue Triton writes)
-            canonical = self.registers.canonical(value.shape)
-            if canonical.dims[-1].per_thread > value.layout.dims[-1].per_thread and self.scratch.fits(
-                    value.dtype, math.prod(value.shape)):
-                self.env[op.operands[1]] = self.registers.regs(value, canonical, op)
         attrs_ = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, bounds=op.attrs.bounds)
         self.guarded_each(op, lambda at, v: self.core.record("store", [at, v], attrs_) and None,
                           lambda layout: self.vector_plan(op, layout))
