@@ -43,6 +43,7 @@ the order warps are scheduled in.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 
 import attrs
@@ -638,8 +639,16 @@ class Profile:
     async_copy_bytes: int
     dram_bytes: int
     roofline: Roofline
-    # the main loop's trip in PTX and SASS (accy.codegen.nvptx.sass.LoopTrip; None: no loop)
-    loop: object = None
+    ptx: str = attrs.field(default="", repr=False)  # what ran: the main loop's trip is read from it
+
+    @functools.cached_property
+    def loop(self):
+        """The main loop's trip in PTX and SASS (:class:`accy.codegen.nvptx.sass.LoopTrip`), or
+        None (no loop, or no PTX): counted when first asked, since ptxas and nvdisasm take a
+        second that an estimate (an autotuner's ranking) does not need."""
+        from ..codegen.nvptx.sass import loop_trip
+
+        return loop_trip(self.ptx, self.arch) if self.ptx else None
 
     # -- the headline figures ---------------------------------------------------------------------------
     @property

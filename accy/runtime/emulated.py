@@ -71,7 +71,6 @@ def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None 
     GPU; None: the arch's, an A100 for sm_8x, an H200 for sm_90)."""
     import numpy as np
 
-    from ..codegen.nvptx.sass import loop_trip
     from ..emulator.profile import LaunchCounters, build_profile, default_gpu, gpu_named, run_counted
     from ..codegen.abi import STATUS_WORDS, status_error
     from .arguments import bind_arguments
@@ -108,7 +107,7 @@ def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None 
                 raise error
             built = build_profile(function, counters, chosen, kernel=graph.name, arch=arch, gpu=gpu, grid=spec.grid,
                                   block=spec.block, gmem=dev.gmem)
-            return attrs.evolve(built, loop=loop_trip(ptx, arch))
+            return attrs.evolve(built, ptx=ptx)
         finally:
             for address in staged.allocations:
                 driver.free(address)
