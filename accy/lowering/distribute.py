@@ -96,11 +96,12 @@ class _Distributor:
         self.values = TileValues(core, registers)
         self.reductions = Reductions(core, registers, scratch)
         used = {v for op in graph.body.walk() for v in op.operands}
-        direct = direct_loads(graph, threads) if tensor_cores else frozenset()
+        grid = lone_dot(graph)  # may a dot's warps form a grid (see tensor_cores.warp_grid)?
+        direct = direct_loads(graph, threads, grid) if tensor_cores else frozenset()
         self.memory = memory = MemoryAccesses(core, registers, scratch, direct, used)
         staging = OperandStaging(core, registers, scratch, memory)
         self.fma = FmaDot(core, registers, scratch)
-        self.mma = TensorCoreDot(core, registers, scratch, staging, tensor_cores, grid=lone_dot(graph))
+        self.mma = TensorCoreDot(core, registers, scratch, staging, tensor_cores, grid=grid)
         self.pipeline = SoftwarePipeline(core, self, registers, scratch, staging, self.mma,
                                          self.launch.attrs.num_stages, shared_bytes)
         self.regions = Regions(core, self, registers, scratch, self.mma, self.pipeline)

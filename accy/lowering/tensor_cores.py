@@ -101,12 +101,12 @@ def mma_kind(op: Op, threads: int, grid: bool = False) -> MmaKind | None:
     return kind if warps_n is not None and Mma.fits((m, n), threads, warps_n) and k % kind.k == 0 else None
 
 
-def direct_loads(graph: Graph, threads: int) -> frozenset:
+def direct_loads(graph: Graph, threads: int, grid: bool = False) -> frozenset:
     """The tile_loads of ``graph`` whose one use (through unit reshapes, and for B a transpose)
     is an operand of a tensor-core dot in the same region, of its staged type with 0 past the
-    edges: they can go from global to shared memory without registers."""
+    edges: they can go from global to shared memory without registers (``grid``: as
+    :func:`mma_kind`'s, whether the dots' warps may form a grid)."""
     users: dict = {}
-    grid = lone_dot(graph)
     for op in graph.body.walk():
         for v in op.operands:
             users.setdefault(v, []).append(op)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 
 from ..dsl.ir import Op
-from ..dsl.ops import AlignedAttrs, AtomicAttrs, LoadAttrs, Space, StoreAttrs
+from ..dsl.ops import AlignedAttrs, Space
 from ..dsl.traced import Traced
 from ..dsl.types import DType
 from .layouts import Layout
@@ -150,8 +150,9 @@ class MemoryAccesses(Part):
         self.env[op.result] = self.load_regs(op, *operands)
 
     def load_element(self, op: Op, at) -> Traced:
-        attrs_ = LoadAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, bounds=op.attrs.bounds)
-        return Traced(self.core.record("load", [at], attrs_).result)
+        """One element of the tile ``op`` loads, at ``at``: a load with the tile access's
+        attributes (vec 1, its bounds included)."""
+        return Traced(self.core.record("load", [at], op.attrs).result)
 
     def load_regs(self, op: Op, offsets, other, mask) -> Regs:
         """The tile ``op`` loads, into registers."""
@@ -159,8 +160,7 @@ class MemoryAccesses(Part):
         layout = self.access_layout(offsets, mask)
         offs = self.registers.regs(offsets, layout, op).values
         masks = self.registers.mask(mask, layout)
-        attrs_ = LoadAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, bounds=op.attrs.bounds)
-        load = lambda at: Traced(core.record("load", [at], attrs_).result)  # noqa: E731
+        load = lambda at: self.load_element(op, at)  # noqa: E731
 
         def each(r):
             at, m = offs[r], masks[r]
@@ -171,7 +171,7 @@ class MemoryAccesses(Part):
         plan = self.vector_plan(op, layout)
         if plan is None:
             return Regs(layout, op.attrs.dtype, tuple(each(r) for r in range(layout.registers)))
-        wide = attrs.evolve(attrs_, vec=plan.vec)
+        wide = attrs.evolve(op.attrs, vec=plan.vec)
         values = [None] * layout.registers
 
         def whole(group):
@@ -218,8 +218,7 @@ class MemoryAccesses(Part):
             for r in range(layout.registers):
                 each(r)
             return
-        wide = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, vec=plan.vec,
-                          bounds=op.attrs.bounds)
+        wide = attrs.evolve(op.attrs, vec=plan.vec)
 
         def run(groups, fn):
             return lambda inner: core.within(inner, lambda: [fn(g) for g in groups] and None)
@@ -234,13 +233,12 @@ class MemoryAccesses(Part):
             self.b.if_(guard, run([g], whole), run([g], one_by_one))
 
     def tile_store(self, op: Op) -> None:
-        attrs_ = StoreAttrs(buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space, bounds=op.attrs.bounds)
-        self.guarded_each(op, lambda at, v: self.core.record("store", [at, v], attrs_) and None,
+        # a tile access's attributes are its elements' (vec 1, its bounds included)
+        self.guarded_each(op, lambda at, v: self.core.record("store", [at, v], op.attrs) and None,
                           lambda layout: self.vector_plan(op, layout))
 
     def tile_atomic(self, op: Op) -> None:
-        attrs_ = AtomicAttrs(op=op.attrs.op, buffer=op.attrs.buffer, dtype=op.attrs.dtype, space=op.attrs.space)
-        self.guarded_each(op, lambda at, v: self.core.record("atomic", [at, v], attrs_) and None)
+        self.guarded_each(op, lambda at, v: self.core.record("atomic", [at, v], op.attrs) and None)
 
     def store(self, op: Op) -> None:
         """A scalar store in a program happens once: thread 0 does it."""
