@@ -62,10 +62,10 @@ class MemoryAccess:
             if op.opdef.memory and op.attrs.get("bounds") is Bounds.SHAPE:
                 first.setdefault(op.attrs["buffer"], op)
         zero = ir.Constant(I64, 0)
+        value = lambda name: self.lw.values[graph.scalar_value(name)]  # noqa: E731  (a hidden scalar's)
         for t in tensor_parameters(graph.params):
             if t.name not in first:
                 continue
-            value = lambda name: self.lw.values[graph.scalar_value(name)]  # noqa: E731
             low = high = value(t.offset_name)
             empty = ir.Constant(I1, 0)
             for n, s in zip(map(value, t.shape_names), map(value, t.stride_names)):

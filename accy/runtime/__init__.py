@@ -62,10 +62,10 @@ def launch_for(graph, threads: ThreadBlocks, extents, limits: Limits | None) -> 
         launch = limits.check(Launch(grid=pad(extents), block=pad(block), extents=tuple(extents)))
     else:
         launch = limits.check(threads.launch(extents))
-    shared = sum(op.attrs["count"] * op.attrs["dtype"].itemsize for op in graph.shared_arrays().values())
     launch_op = graph.launch_op
     if launch_op.opdef.thread_blocks and launch_op.attrs.unit is BlockUnit.PROGRAM:
         return launch  # a distributed tile program's arrays: sized by the compiler within its target's limit
+    shared = sum(op.attrs["count"] * op.attrs["dtype"].itemsize for op in graph.shared_arrays().values())
     if shared > limits.max_shared_bytes:
         raise LaunchError(f"kernel '{graph.name}': its shared arrays take {shared} bytes per block, over the limit "
                           f"of {limits.max_shared_bytes} bytes ({', '.join(graph.shared_arrays())})")
