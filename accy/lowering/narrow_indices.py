@@ -17,8 +17,6 @@ extents as exact values.  :func:`launch_graph` is the choice both device backend
 
 from __future__ import annotations
 
-import weakref
-
 import attrs
 import numpy as np
 
@@ -222,25 +220,13 @@ def fits_in_32_bits(graph: Graph, scalars, sizes, extents) -> bool:
     return True
 
 
-# per graph (by identity: graphs are never mutated): its narrowed form, and the decision per launch
-_narrowed: "weakref.WeakKeyDictionary[Graph, Graph]" = weakref.WeakKeyDictionary()
-_decisions: "weakref.WeakKeyDictionary[Graph, dict]" = weakref.WeakKeyDictionary()
-_checks: "weakref.WeakKeyDictionary[Graph, frozenset]" = weakref.WeakKeyDictionary()
-
-
 def _checked(graph: Graph) -> frozenset:
-    found = _checks.get(graph)
-    if found is None:
-        found = _checks[graph] = frozenset(narrowed_values(graph))
-    return found
+    return graph._fact("32-bit values", lambda: frozenset(narrowed_values(graph)))
 
 
 def narrowed(graph: Graph) -> Graph:
-    """:func:`narrow_indices` of ``graph``, once per graph."""
-    found = _narrowed.get(graph)
-    if found is None:
-        found = _narrowed[graph] = narrow_indices(graph)
-    return found
+    """:func:`narrow_indices` of ``graph``, once per graph (a graph's derived fact)."""
+    return graph._fact("32-bit graph", lambda: narrow_indices(graph))
 
 
 def launch_graph(graph: Graph, binding, launch) -> Graph:
@@ -253,7 +239,7 @@ def launch_graph(graph: Graph, binding, launch) -> Graph:
                            if isinstance(v, (int, np.integer)) and not isinstance(v, bool)))
     sizes = tuple(sorted(binding.sizes.items()))
     key = (scalars, sizes, tuple(launch.extents))
-    decisions = _decisions.setdefault(graph, {})
+    decisions = graph._fact("32-bit decisions", dict)  # per launch's values
     fits = decisions.get(key)
     if fits is None:
         fits = decisions[key] = fits_in_32_bits(graph, dict(scalars), dict(sizes), launch.extents)
