@@ -193,3 +193,36 @@ def test_accy_profile_reports_a_trip_in_ptx_and_sass():
     assert loop.ptx > loop.mma_units
     if find_nvdisasm() is not None:
         assert loop.sass > loop.mma_units and "SASS" in loop.describe()
+
+
+def test_a_prefetch_by_plain_loads_is_taken_and_a_vector_load_beats_its_elements():
+    """Where no side of a fork has tensor, ldmatrix or cp.async work (a Triton-style masked
+    load copies element by element), the side that moves the most bytes is the steady state's
+    (a prefetch, not the branch around it); of sides moving as many, the shorter (one 16-byte
+    load, not eight 2-byte ones)."""
+    text = listing("""
+    .L_x_1:
+        @P0 BRA `(.L_x_2)
+        LDG.E.U16 R4, [R2.64]
+        STS.U16 [R3], R4
+    .L_x_2:
+        @P1 BRA `(.L_x_3)
+        LDG.E.128 R4, [R2.64]
+        BRA `(.L_x_4)
+    .L_x_3:
+        LDG.E.U16 R4, [R2.64]
+        LDG.E.U16 R5, [R2.64+0x2]
+        LDG.E.U16 R6, [R2.64+0x4]
+        LDG.E.U16 R7, [R2.64+0x6]
+        LDG.E.U16 R8, [R2.64+0x8]
+        LDG.E.U16 R9, [R2.64+0xa]
+        LDG.E.U16 R10, [R2.64+0xc]
+        LDG.E.U16 R11, [R2.64+0xe]
+    .L_x_4:
+        HMMA.16816.F32.BF16 R12, R8, R12, R12
+        @P2 BRA `(.L_x_1)
+        EXIT
+    """)
+    trip = main_loop(parse(text)[0])
+    assert [i.base for i in trip.path] == ["BRA", "LDG", "STS", "BRA", "LDG", "BRA", "HMMA", "BRA"]
+    assert [i.bytes for i in trip.path if i.base in ("LDG", "STS")] == [2, 2, 16]

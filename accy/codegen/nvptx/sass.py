@@ -7,7 +7,10 @@ back edge, through none of the blocks that report a failed check (those holding 
 word's atomic compare-and-swap), taking at each remaining fork the side of the steady
 state: the one with the most tensor-core, ``ldmatrix`` and asynchronous-copy instructions
 (a prefetch for a later trip is issued; a fast interior path beats an element-by-element
-edge path), and of those the one with the fewest instructions.  NOPs and
+edge path), then the one that moves the most bytes through global and shared memory (a
+prefetch by plain loads and stores, as a Triton-style masked load's, is not skipped),
+then the one with the fewest instructions (vector loads beat element loads of the same
+bytes).  NOPs and
 never-executed ``@!PT`` instructions are padding and not counted.  The main loop is the
 innermost loop with the most tensor-core instructions (else the most instructions)."""
 
@@ -82,6 +85,8 @@ _PTX_KINDS = {"mma": Kind.TENSOR, "wgmma": Kind.TENSOR, "ldmatrix": Kind.LDSM, "
               "ret": Kind.BRANCH, "exit": Kind.BRANCH, "call": Kind.BRANCH}
 _PTX_FLOAT = (".f32", ".f64", ".f16", ".bf16", ".f16x2", ".bf16x2")
 _SHAPE = re.compile(r"m(\d+)n(\d+)k(\d+)")
+_SASS_WIDTHS = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}  # a load's or store's width
+_PTX_TYPE = re.compile(r"(?:b|s|u|f|bf)(8|16|32|64)")  # .b16, .u32, .f64, .bf16: a load's or store's type
 
 
 # the work a steady-state trip does: at a fork the path takes the side with the most of it
@@ -148,6 +153,19 @@ class Instruction:
             m, n, k = int(parts[1][:2]), int(parts[1][2]), int(parts[1][3:])
             return m * n * k / (16 * 8 * 16)
         return 1.0
+
+    @property
+    def bytes(self) -> int:
+        """Bytes one lane moves through global or shared memory (0 for other instructions):
+        the width its modifiers give (SASS ``.128``, ``.U16``; PTX ``.v4``, ``.b16``), else 4."""
+        if self.kind not in (Kind.GLOBAL, Kind.SHARED):
+            return 0
+        parts = self.opcode.split(".")
+        if self.ptx:
+            lanes = next((int(p[1:]) for p in parts if p in ("v2", "v4", "v8")), 1)
+            width = next((int(m.group(1)) // 8 for p in reversed(parts) if (m := _PTX_TYPE.fullmatch(p))), 4)
+            return lanes * width
+        return next((_SASS_WIDTHS[p] for p in parts if p in _SASS_WIDTHS), 4)
 
     @property
     def branch(self) -> bool:
@@ -367,16 +385,18 @@ def main_loop(fn: Function) -> Trip | None:
     order, _ = _depth_first(succ, head, lambda n: n in body, skip={head})
     rank = {k: r for r, k in enumerate(order)}
     forward = {k: [n for n in succ[k] if n in rank and rank[n] > rank[k] and n not in cold] for k in order}
-    # a block's cost: minus its staple work, then its instructions (module docstring)
+    # a block's cost: minus its staple work, minus the bytes it moves, then its instructions
+    # (module docstring)
     cost = {k: (-sum(i.kind in _STAPLE for i in ins[blocks[k][0]:blocks[k][1]]),
+                -sum(i.bytes for i in ins[blocks[k][0]:blocks[k][1]]),
                 sum(not i.padding for i in ins[blocks[k][0]:blocks[k][1]])) for k in order}
     best, came = {head: cost[head]}, {}
     for k in order:
         if k not in best or k in cold:
             continue
         for n in forward[k]:
-            c = (best[k][0] + cost[n][0], best[k][1] + cost[n][1])
-            if c < best.get(n, (1, 0)):
+            c = tuple(a + b for a, b in zip(best[k], cost[n]))
+            if n not in best or c < best[n]:
                 best[n], came[n] = c, k
     ends = [k for k in latches if k in best]
     if not ends:
