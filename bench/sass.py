@@ -1,5 +1,6 @@
 """The SASS a GPU would run, without a GPU: the tile kernels of the examples (the matmul) and
-the library (the tile attention entry) compiled by accy for sm_80 and sm_90, assembled by
+the library (the tile attention entry), and the matmul as Triton users write it (masked loads
+through index tiles), compiled by accy for sm_80 and sm_90, assembled by
 ptxas and disassembled by nvdisasm; per kernel its registers, spills, shared bytes, the
 pipeline stages in effect, its whole SASS and its main loop's trip (accy.codegen.nvptx.sass:
 the in-bounds path, one warp) per m16n8k16 tensor-core instruction, with the trip's mix.
@@ -69,6 +70,35 @@ def _matmul(bm, bn, bk, warps, stages):
     return make
 
 
+def _masked_matmul(bm, bn, bk, warps, stages):
+    """The matmul as Triton users write it: masked loads through index tiles (bench/triton_style.py's
+    form, in bf16): the form the GPU code must also serve, not only ``load_tile``'s."""
+    def make():
+        from accy import axis, bf16, cdiv, f32, kernel, tensor
+
+        @kernel(f"masked_matmul_{bm}x{bn}x{bk}", c=tensor(f32, 2), a=tensor(bf16, 2), b=tensor(bf16, 2))
+        def matmul(k, p):
+            M, K = p.a.shape
+            N = p.b.shape[1]
+
+            @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=warps, num_stages=stages)
+            def program(t, pid):
+                rm = pid["m"] * bm + t.arange(bm)
+                rn = pid["n"] * bn + t.arange(bn)
+
+                def step(t, k0, acc):
+                    rk = k0 + t.arange(bk)
+                    a = p.a.load((rm[:, None], rk[None, :]), mask=(rm[:, None] < M) & (rk[None, :] < K))
+                    b = p.b.load((rk[:, None], rn[None, :]), mask=(rk[:, None] < K) & (rn[None, :] < N))
+                    return t.dot(a, b, acc)
+
+                acc = t.fold_range(0, K, bk, t.zeros((bm, bn), f32), step)
+                p.c.store((rm[:, None], rn[None, :]), acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+        return matmul
+    return make
+
+
 def _attention(head, block_q, block_k, warps):
     def make():
         from accy import bf16
@@ -80,6 +110,8 @@ def _attention(head, block_q, block_k, warps):
 
 JOBS = (
     Job("matmul 128x128x64, 8 warps, 3 stages", _matmul(128, 128, 64, 8, 3),
+        ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201, _matmul_arguments, 276),
+    Job("matmul 128x128x64 as Triton users write it (masked loads), 8 warps, 3 stages", _masked_matmul(128, 128, 64, 8, 3),
         ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201, _matmul_arguments, 276),
     Job("matmul 128x128x32, 8 warps, 3 stages", _matmul(128, 128, 32, 8, 3),
         ("matmul", dict(BM=128, BN=128, BK=32), 8, 3), 4.16, 186, _matmul_arguments),
