@@ -13,7 +13,7 @@ import math
 
 from llvmlite import ir
 
-from ..dsl.ir import Op
+from ..dsl.ir import Op, constant_of
 from ..dsl.ops import OPS
 from .abi import STATUS_DIV_ZERO
 from .llvm_types import I1, I64, constant, shaped
@@ -138,7 +138,9 @@ def _integer_division(lw, op: Op, args, *, remainder: bool) -> ir.Value:
     ty = a.type
     zero, one = constant(ty, 0), constant(ty, 1)
     is_zero = bld.icmp_unsigned("==", b_, zero)
-    if lw.target.checks and op not in lw.unchecked:
+    # a constant other than 0 needs no check (an element of a host tile op is no graph op)
+    divisor = constant_of(op.operands[1]) if isinstance(op, Op) else None
+    if lw.target.checks and op not in lw.unchecked and (not isinstance(divisor, int) or divisor == 0):
         wide = shaped(a, I64)
         lw.check(op, bld.not_(is_zero), STATUS_DIV_ZERO, bld.sext(a, wide) if ty != wide else a)
     if t.is_unsigned:
