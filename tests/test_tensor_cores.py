@@ -190,14 +190,14 @@ def test_a_transposed_view_and_the_fold_carry_stay_in_the_mma_layout():
     # twice: the fold is pipelined over 2 stages (for_each_tile's default num_stages)
     assert [op.attrs.count for op in shared] == [2 * (32 * 24 + 16 * 24)]
     # A and B go from global to shared memory by cp.async, one 16-byte copy a thread each (8 bf16)
-    # where the rows are aligned, else element by element (8 of A's and 8 of B's elements a thread,
-    # half the threads holding replicas of B's): in the prologue (trip 0) and in the loop (the trip
-    # ahead); the accumulator is carried in the Mma layout, never through shared memory
+    # where the rows are aligned, else element by element in a loop (each element by one thread:
+    # one store of A's and one of B's): in the prologue (trip 0) and in the loop (the trip ahead);
+    # the accumulator is carried in the Mma layout, never through shared memory
     copies = [op for op in graph.body.walk() if op.opcode == "async_copy"]
     assert len(copies) == 2 * 2 and {op.attrs.bytes for op in copies} == {16}
     stores = [op for op in graph.body.walk() if op.opcode == "store" and op.attrs.space == "shared"]
-    assert len(stores) == 2 * 16
-    fold = next(op for op in graph.body.walk() if op.opcode == "fold")
+    assert len(stores) == 2 * 2 and all(op.block.parent.opcode == "fold" for op in stores)
+    fold = next(op for op in graph.body.walk() if op.opcode == "fold" and any(o.opcode == "mma" for o in op.walk()))
     first = [op.opcode for op in fold.regions[0].ops[:2]]
     assert first == ["async_wait", "barrier"] and fold.regions[0].ops[0].attrs.pending == 0
     rng = np.random.default_rng(2)

@@ -5,12 +5,14 @@ OutOfBoundsError naming the dimension and the program, the same on every backend
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import accy
 from accy import axis, cdiv, f32
 from accy.codegen.host.tiles import TileHostLowering
+from accy.dsl.ops import Bounds
 from accy.errors import OutOfBoundsError
 from accy.lowering.tile_access import plan_accesses
 from accy.targets import Target
@@ -171,3 +173,118 @@ def test_a_reduction_down_masked_boxes_matches_numpy(backend, how, boxes, shape)
     make_column_reduce(*boxes, how).run([out, x], backend=backend)
     want = getattr(x.astype(np.float64), how)(axis=0)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+# -- the tile distribution (ptx, cuda): the guard seen through on the GPU's path ----------------
+
+
+def make_masked_matmul(bm: int, bn: int, bk: int, stages: int = 2, k_slack: int = 0, m_slack: int = 0):
+    """The matmul as Triton users write it, bf16 in and f32 out: masked loads through index
+    tiles (A's column bound loosened by ``k_slack``) and a masked store (its row bound
+    loosened by ``m_slack``)."""
+
+    @accy.kernel(c=accy.tensor(f32, 2), a=accy.tensor(accy.bf16, 2), b=accy.tensor(accy.bf16, 2))
+    def matmul(k, p):
+        M, K = p.a.shape
+        N = p.b.shape[1]
+
+        @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=4, num_stages=stages)
+        def program(t, pid):
+            rm = pid["m"] * bm + t.arange(bm)
+            rn = pid["n"] * bn + t.arange(bn)
+
+            def step(t, k0, acc):
+                rk = k0 + t.arange(bk)
+                a = p.a.load((rm[:, None], rk[None, :]), mask=(rm[:, None] < M) & (rk[None, :] < K + k_slack))
+                b = p.b.load((rk[:, None], rn[None, :]), mask=(rk[:, None] < K) & (rn[None, :] < N))
+                return t.dot(a, b, acc)
+
+            acc = t.fold_range(0, K, bk, t.zeros((bm, bn), f32), step)
+            p.c.store((rm[:, None], rn[None, :]), acc, mask=(rm[:, None] < M + m_slack) & (rn[None, :] < N))
+
+    return matmul
+
+
+def bf16_inputs(m, n, k, seed=3):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16),
+            rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16))
+
+
+def test_the_distribution_sees_through_the_guards_of_a_masked_matmul():
+    """Its operands go to shared memory by cp.async on the flat offsets, with no check of their
+    own (bounds shape), and its store is vectors: no element computes its guard's code."""
+    graph = make_masked_matmul(32, 32, 32).graph_for("cuda", "sm_80")
+    copies = [op for op in graph.body.walk() if op.opcode == "async_copy"]
+    assert {op.attrs.buffer for op in copies} == {"a", "b"}
+    assert sum(op.attrs.bounds is Bounds.SHAPE for op in copies) == 4  # A's and B's: prologue and loop
+    stores = [op for op in graph.body.walk() if op.opcode == "store" and op.attrs.get("buffer") == "c"]
+    assert any(op.attrs.vec > 1 and op.attrs.bounds is Bounds.SHAPE for op in stores)
+    # what is still checked per element is the failure's path alone: one access per guard seen
+    # through, each after the loop that finds the first element outside
+    checked = [op for op in graph.body.walk() if op.opdef.memory and op.attrs.get("buffer") in ("a", "b", "c")
+               and op.attrs.get("bounds") is not Bounds.SHAPE]
+    assert checked and all(op.block.parent.opcode == "if" for op in checked)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(40, 35, 72), (33, 48, 70), (64, 64, 64)],
+                         ids=["B misaligned", "A misaligned", "whole tiles"])
+def test_a_masked_matmul_matches_numpy(backend, shape):
+    """cp.async where a tensor's rows are 16-byte aligned, the element loop where not."""
+    m, n, k = shape
+    a, b = bf16_inputs(m, n, k)
+    c = np.full((m, n), 7.0, np.float32)
+    make_masked_matmul(32, 32, 32).run([c, a, b], backend=backend)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = k * 2.0**-23 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+    assert np.all(np.abs(c - exact) <= bound)
+
+
+MATMUL_FAILURES = {
+    "A's columns past K": (dict(k_slack=8), r"load from tensor 'a': the index in dimension 1 is outside its shape"),
+    "C's rows past M": (dict(m_slack=8), r"store to tensor 'c': the index in dimension 0 is outside its shape"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", MATMUL_FAILURES)
+@pytest.mark.parametrize("shape", [(40, 35, 72), (33, 48, 70)], ids=["A aligned", "A misaligned"])
+def test_a_masked_matmul_past_its_shape_stops_and_writes_nothing(backend, case, shape):
+    slack, message = MATMUL_FAILURES[case]
+    m, n, k = shape
+    a, b = bf16_inputs(m, n, k)
+    c = np.zeros((m, n), np.float32)
+    with pytest.raises(OutOfBoundsError, match=message):
+        make_masked_matmul(32, 32, 32, **slack).run([c, a, b], backend=backend)
+    assert (c == 0).all()
+
+
+def make_empty_boxes(rows_box: int, cols_box: int):
+    """dst = x + 1 where ``cols < limit`` (a scalar), with the row bound loosened past the shape:
+    with ``limit`` 0 the mask lets nothing through, so nothing is outside the shape."""
+
+    @accy.kernel(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2), limit=accy.scalar(accy.index))
+    def boxes(k, p):
+        R, C = p.x.shape
+
+        @k.for_each_tile(grid=(axis("r", cdiv(R, rows_box)), axis("c", cdiv(C, cols_box))))
+        def program(t, pid):
+            rows = pid["r"] * rows_box + t.arange(rows_box)
+            cols = pid["c"] * cols_box + t.arange(cols_box)
+            mask = (rows[:, None] < R + 5) & (cols[None, :] < p.limit)
+            x = p.x.load((rows[:, None], cols[None, :]), mask=mask, other=-1.0)
+            p.dst.store((rows[:, None], cols[None, :]), x + 1.0, mask=(rows[:, None] < R) & (cols[None, :] < C))
+
+    return boxes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loosened_mask_that_lets_nothing_through_fails_nothing(backend):
+    """The check of the rows fails, but no element is let through: the load gives ``other``."""
+    x = np.ones((6, 40), np.float32)
+    dst = np.full((6, 40), 9.0, np.float32)
+    make_empty_boxes(4, 32).run([dst, x, 0], backend=backend)
+    assert (dst == 0).all()
+    with pytest.raises(OutOfBoundsError, match=r"load from tensor 'x': the index in dimension 0 is outside its shape"):
+        make_empty_boxes(4, 32).run([dst, x, 3], backend=backend)

@@ -21,6 +21,8 @@ NVPTX at sm_80 and later.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from ..dsl.ir import Graph, Op, constant_of
@@ -31,7 +33,7 @@ from ..targets import WARP_SIZE
 from .fma_dot import round_to_tf32
 from .layouts import Blocked, Mma, Permute, unit_reshape
 from .rebuild import Part, Rebuild
-from .registers import Registers, Regs
+from .registers import Lazy, Registers, Regs
 from .scratch import Scratch
 from .tile_memory import Deferred, MemoryAccesses
 
@@ -190,19 +192,28 @@ class OperandStaging(Part):
         layout = Blocked(tuple(loaded), self.T, vec=vec)
         if layout.dims[-1].per_thread != vec:
             return False
-        plan = memory.vector_plan(op, layout)
+        # a tensor's shape guard seen through (accy.lowering.shape_guards): copies on its flat
+        # offsets where the check holds; where it fails, the launch stops
+        guarded = memory.shapes.guard(op.operands[0])
+        plan = memory.vector_plan(op, layout, guarded[0] if guarded is not None else None)
         if plan is None or plan.vec != vec:
             return False
-        offs = registers.regs(offsets, layout, op).values
+        seen = memory.guards.seen_through(op) if guarded is not None else None
+        if guarded is not None and seen is None:
+            return False
+        in_shape = seen.fast_attrs(op) if seen is not None else op.attrs  # an element's attributes here
+        offs = registers.regs(self.env[seen.flat] if seen is not None else offsets, layout, op).values
         masks = registers.mask(mask, layout)
         owners = registers.owners(layout)
         coords = registers.coords(layout)
         b = self.b  # the builder around the choice; each side builds in its own region (inner)
 
-        def shared_at(r):
-            c = tuple(ci for n, ci in zip(loaded, coords[r]) if n != 1)
+        def place(coords_):  # an element's position in the staging rows
+            c = tuple(ci for n, ci in zip(loaded, coords_) if n != 1)
             row, col = (c if len(c) == 2 else (0,) + c)[-2:]
             return core.add(core.add(core.mul(row, row_pitch), col), base)
+
+        shared_at = lambda r: place(coords[r])  # noqa: E731
 
         def valid_bytes(first):
             """The bytes a copy reads: none where its first element is masked off, else up to the
@@ -220,16 +231,21 @@ class OperandStaging(Part):
                 for group in plan.groups:
                     valid = valid_bytes(group[0])
                     attrs_ = AsyncCopyAttrs(shared=array.name, buffer=op.attrs.buffer, bytes=COPY_BYTES,
-                                            dtype=op.attrs.dtype, bounds=op.attrs.bounds)
+                                            dtype=op.attrs.dtype, bounds=in_shape.bounds)
                     issue = lambda g=group, v=valid: core.record(  # noqa: E731
                         "async_copy", [shared_at(g[0]), offs[g[0]], v], attrs_) and None
                     self.owned(owners[group[0]], issue)
 
+        source = self.env[seen.flat] if seen is not None else offsets
+
         def elements(inner):
             with core.region(inner):
+                if isinstance(source, Lazy) and isinstance(mask, Lazy):
+                    return self.element_loop(op, source, other, mask, in_shape, array, place)
                 for r in range(layout.registers):
-                    value = (memory.load_element(op, offs[r]) if masks[r] is None else inner.if_(
-                        masks[r], lambda inner, r=r: core.within(inner, lambda: memory.load_element(op, offs[r])),
+                    value = (memory.load_element(op, offs[r], in_shape) if masks[r] is None else inner.if_(
+                        masks[r], lambda inner, r=r: core.within(
+                            inner, lambda: memory.load_element(op, offs[r], in_shape)),
                         lambda inner: other))  # noqa: B023
                     self.owned(owners[r], lambda r=r, value=value: self.scratch.store(array, value, shared_at(r)))
 
@@ -244,11 +260,43 @@ class OperandStaging(Part):
             else:
                 cuts.append(b.eq(b.bitwise_and(low, vec - 1), 0))
         fast = core.all_of([plan.fast] + cuts)
-        if fast is None:
+        if seen is not None and seen.inside is not None:
+            def failed(inner):  # the first element outside, copied alone: its check stops the launch
+                attrs_ = AsyncCopyAttrs(shared=array.name, buffer=op.attrs.buffer, bytes=COPY_BYTES,
+                                        dtype=op.attrs.dtype, bounds=op.attrs.bounds)
+                core.within(inner, lambda: memory.guards.on_failure(op, seen, lambda at: core.record(
+                    "async_copy", [shared_at(0), at, core.const(COPY_BYTES)], attrs_)))
+
+            def inside(inner):
+                with core.region(inner):
+                    self.b.if_(fast, copies, elements) if fast is not None else copies(self.b)
+
+            b.if_(seen.inside, inside, failed)
+        elif fast is None:
             copies(b)
         else:
             b.if_(fast, copies, elements)
         return True
+
+    def element_loop(self, op: Op, offsets: Lazy, other, mask: Lazy, attrs_, array: SharedArray, place) -> None:
+        """The tile ``op`` loads staged element by element, each by one thread, in a loop: where
+        its copies cannot run (a misaligned tensor), in code that stays small and computes
+        nothing ahead of the copies' path (an unrolled fallback's addresses would be hoisted
+        and held in registers through the main loop)."""
+        core, shape = self.core, op.result.type.shape
+
+        def body(inner, e, carries):
+            with core.region(inner):
+                at = core.unflat(e, shape)
+                load = lambda: self.memory.load_element(op, offsets.at(at), attrs_)  # noqa: E731
+                if mask.constant is True:
+                    value = load()
+                else:
+                    value = self.b.if_(mask.at(at), lambda inner: core.within(inner, load), lambda inner: other)
+                self.scratch.store(array, value, place(at))
+                return ()
+
+        self.b.loop(self.tid, math.prod(shape), self.T, (), body)
 
     def owned(self, owner, fn) -> None:
         if owner is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..dsl.ir import Op
+from ..dsl.ir import Op, Value
 from ..dsl.ops import AlignedAttrs, Space
 from ..dsl.traced import Traced
 from ..dsl.types import DType
@@ -14,6 +14,7 @@ from .layouts import Layout
 from .rebuild import Part, Rebuild
 from .registers import Registers, Regs
 from .scratch import Scratch
+from .shape_guards import ShapeGuards
 from .tile_access import Shapes, conjuncts
 
 
@@ -64,6 +65,7 @@ class MemoryAccesses(Part):
         self.direct = direct
         self.used = used  # the tile graph's values that some op uses
         self.shapes = Shapes()  # the affine forms of offsets and the boxes of masks (vector accesses)
+        self.guards = ShapeGuards(core, self)
 
     def access_layout(self, *tiles) -> Layout:
         held = next((t for t in tiles if isinstance(t, Regs)), None)
@@ -82,7 +84,7 @@ class MemoryAccesses(Part):
             return self.b.mul(a, b)
         return self.env[e]
 
-    def vector_plan(self, op: Op, layout: Layout) -> VectorPlan | None:
+    def vector_plan(self, op: Op, layout: Layout, offsets: Value | None = None) -> VectorPlan | None:
         """How ``op`` (a tile_load or tile_store) may access memory ``vec`` elements at once, or None.
 
         Where its offsets are ``base + sum_d coef_d * i_d`` and each thread holds runs of
@@ -91,7 +93,9 @@ class MemoryAccesses(Part):
         group's bytes and ``base`` and every other ``coef_d`` are multiples of ``vec``: then
         every group starts at such an address.  That is checked once, where the access is (all
         of it is invariant in a loop around it); a group is taken whole only where its mask
-        holds for every element (and, storing, this thread owns them), else element by element."""
+        holds for every element (and, storing, this thread owns them), else element by element.
+        ``offsets``: the tile graph's offsets it runs on (by default its own; a shape guard's
+        ``flat`` where :meth:`seen_through`)."""
         d = layout.dims[-1]
         itemsize = op.attrs.dtype.itemsize
         vec = 1
@@ -99,8 +103,8 @@ class MemoryAccesses(Part):
             vec *= 2
         if vec == 1 or d.size % vec or op.attrs.space is not Space.GLOBAL:
             return None
-        offsets, mask = op.operands[0], op.operands[-1]
-        form = self.shapes.affine(offsets, conjuncts(mask))
+        mask = op.operands[-1]
+        form = self.shapes.affine(op.operands[0] if offsets is None else offsets, conjuncts(mask))
         if form is None:
             return None
         shape = layout.shape
@@ -149,18 +153,41 @@ class MemoryAccesses(Part):
             return
         self.env[op.result] = self.load_regs(op, *operands)
 
-    def load_element(self, op: Op, at) -> Traced:
+    def load_element(self, op: Op, at, attrs_=None) -> Traced:
         """One element of the tile ``op`` loads, at ``at``: a load with the tile access's
         attributes (vec 1, its bounds included)."""
-        return Traced(self.core.record("load", [at], op.attrs).result)
+        return Traced(self.core.record("load", [at], attrs_ or op.attrs).result)
 
     def load_regs(self, op: Op, offsets, other, mask) -> Regs:
-        """The tile ``op`` loads, into registers."""
-        core = self.core
+        """The tile ``op`` loads, into registers: where its shape guard is seen through
+        (:mod:`.shape_guards`), on its flat offsets where the check holds."""
         layout = self.access_layout(offsets, mask)
+        seen = self.guards.seen_through(op)
+        if seen is None:
+            return self.load_in(op, layout, offsets, other, mask)
+        fast = lambda: self.load_in(op, layout, self.env[seen.flat], other, mask, seen.flat,  # noqa: E731
+                                    seen.fast_attrs(op)).values
+        if seen.inside is None:
+            return Regs(layout, op.attrs.dtype, fast())
+
+        def failed():  # the launch stops (where nothing is let through, every register is other)
+            probe = self.guards.on_failure(op, seen, lambda at: self.load_element(op, at), other)
+            return (probe,) + (other,) * (layout.registers - 1)
+
+        core = self.core
+        out = self.b.if_(seen.inside, lambda inner: core.within(inner, fast),
+                         lambda inner: core.within(inner, failed))
+        return Regs(layout, op.attrs.dtype, tuple(out))
+
+    def load_in(self, op: Op, layout: Layout, offsets, other, mask, through: Value | None = None,
+                attrs_=None) -> Regs:
+        """The tile ``op`` loads, into registers of ``layout``, at ``offsets`` (the distributed
+        value of the tile graph's ``through``, by default the op's own) with ``attrs_``."""
+        core = self.core
+        attrs_ = attrs_ or op.attrs
         offs = self.registers.regs(offsets, layout, op).values
         masks = self.registers.mask(mask, layout)
-        load = lambda at: self.load_element(op, at)  # noqa: E731
+        load = lambda at: self.load_element(op, at, attrs_)  # noqa: E731
 
         def each(r):
             at, m = offs[r], masks[r]
@@ -168,10 +195,10 @@ class MemoryAccesses(Part):
                 return load(at)
             return self.b.if_(m, lambda inner: core.within(inner, lambda: load(at)), lambda inner: other)
 
-        plan = self.vector_plan(op, layout)
+        plan = self.vector_plan(op, layout, through)
         if plan is None:
             return Regs(layout, op.attrs.dtype, tuple(each(r) for r in range(layout.registers)))
-        wide = attrs.evolve(op.attrs, vec=plan.vec)
+        wide = attrs.evolve(attrs_, vec=plan.vec)
         values = [None] * layout.registers
 
         def whole(group):
@@ -194,12 +221,14 @@ class MemoryAccesses(Part):
                     values[r] = v
         return Regs(layout, op.attrs.dtype, tuple(values))
 
-    def guarded_each(self, op: Op, access, plan_for=None) -> None:
+    def guarded_each(self, op: Op, access, plan_for=None, offsets=None, attrs_=None) -> None:
         """``access(offset, value)`` for every register whose element this thread owns and whose
-        mask holds (``plan_for(layout)``: a :class:`VectorPlan` for whole groups at once)."""
+        mask holds (``plan_for(layout)``: a :class:`VectorPlan` for whole groups at once, stored
+        with ``attrs_``, by default the op's) at ``offsets`` (by default the op's own)."""
         core, registers = self.core, self.registers
-        offsets, value, mask = (self.env[v] for v in op.operands)
-        layout = self.access_layout(value, offsets, mask)
+        own, value, mask = (self.env[v] for v in op.operands)
+        offsets = own if offsets is None else offsets
+        layout = self.access_layout(value, own, mask)
         offs = registers.regs(offsets, layout, op).values
         vals = registers.regs(value, layout, op).values
         masks = registers.mask(mask, layout)
@@ -218,7 +247,7 @@ class MemoryAccesses(Part):
             for r in range(layout.registers):
                 each(r)
             return
-        wide = attrs.evolve(op.attrs, vec=plan.vec)
+        wide = attrs.evolve(attrs_ or op.attrs, vec=plan.vec)
 
         def run(groups, fn):
             return lambda inner: core.within(inner, lambda: [fn(g) for g in groups] and None)
@@ -233,9 +262,25 @@ class MemoryAccesses(Part):
             self.b.if_(guard, run([g], whole), run([g], one_by_one))
 
     def tile_store(self, op: Op) -> None:
-        # a tile access's attributes are its elements' (vec 1, its bounds included)
-        self.guarded_each(op, lambda at, v: self.core.record("store", [at, v], op.attrs) and None,
-                          lambda layout: self.vector_plan(op, layout))
+        """The tile ``op`` stores; where its shape guard is seen through (:mod:`.shape_guards`),
+        on its flat offsets where the check holds.  A tile access's attributes are its
+        elements' (vec 1, its bounds included)."""
+        def on(offsets=None, through=None, attrs_=op.attrs):
+            self.guarded_each(op, lambda at, v: self.core.record("store", [at, v], attrs_) and None,
+                              lambda layout: self.vector_plan(op, layout, through), offsets, attrs_)
+
+        seen = self.guards.seen_through(op)
+        if seen is None:
+            return on()
+        fast = lambda: on(self.env[seen.flat], seen.flat, seen.fast_attrs(op))  # noqa: E731
+        if seen.inside is None:
+            return fast()
+        core = self.core
+        dtype = op.attrs.dtype
+        value = lambda: core.const(False if dtype.is_bool else 0, dtype)  # noqa: E731  (never written)
+        self.b.if_(seen.inside, lambda inner: core.within(inner, fast) and None,
+                   lambda inner: core.within(inner, lambda: self.guards.on_failure(
+                       op, seen, lambda at: core.record("store", [at, value()], op.attrs))) and None)
 
     def tile_atomic(self, op: Op) -> None:
         self.guarded_each(op, lambda at, v: self.core.record("atomic", [at, v], op.attrs) and None)
