@@ -93,18 +93,6 @@ class ShapeGuards(Part):
         a, c = self.core.traced(a), self.core.traced(c)
         return self.b.ge(a, c) if code == "ge" else self.b.le(a, c)
 
-    def within(self, box: Box, coords) -> Traced | None:
-        """Whether the element at ``coords`` lies in ``box`` (None: always)."""
-        b, expr, traced = self.b, self.memory.expr, self.core.traced
-        conds = []
-        for c, lows, highs in zip(coords, box.lows, box.highs):
-            conds += [b.ge(traced(c), traced(expr(e))) for e in lows]
-            conds += [b.lt(traced(c), traced(expr(e))) for e in highs]
-        conds += [b.le(traced(expr(e)), 0) for e in box.zero_lows]
-        conds += [b.gt(traced(expr(e)), 0) for e in box.zero_highs]
-        conds += [self.env[f] for f in box.flags]
-        return self.core.all_of(conds)
-
     def first_outside(self, op: Op, seen: SeenThrough) -> Traced:
         """The guard's code (its digits, see :mod:`accy.dsl.tensors`) at the first element, in
         row-major order, that the mask lets through and that lies outside the shape; 0 where
@@ -121,11 +109,11 @@ class ShapeGuards(Part):
                 for digit in seen.guard.digits:  # a digit's first box holding gives its weight
                     weight = core.const(0)
                     for choice, w in reversed(digit):
-                        held = self.within(choice, coords)
+                        held = self.memory.in_box(choice, coords)
                         weight = core.const(w) if held is None else b.select(held, w, weight)
                     code = core.add(code, weight)
                 code = core.traced(code)
-                first = core.all_of([b.eq(found, 0), self.within(seen.box, coords), b.ne(code, 0)])
+                first = core.all_of([b.eq(found, 0), self.memory.in_box(seen.box, coords), b.ne(code, 0)])
                 return (b.select(first, code, found),)
 
         return b.loop(0, math.prod(shape), 1, (core.const(0),), body)[0]

@@ -215,21 +215,14 @@ class OperandStaging(Part):
 
         shared_at = lambda r: place(coords[r])  # noqa: E731
 
-        def valid_bytes(first):
-            """The bytes a copy reads: none where its first element is masked off, else up to the
-            box's upper bound along the contiguous axis (a prefix: no lower bound cuts a group)."""
-            if masks[first] is None:
-                return core.const(COPY_BYTES)
-            b = self.b
-            count = core.const(vec)
-            for high in box.highs[-1]:
-                count = b.min(count, b.sub(memory.expr(high), core.traced(coords[first][-1])))
-            return b.select(masks[first], core.mul(count, itemsize), 0)
-
         def copies(inner):
+            """16 bytes a copy, or none where its first element is masked off (the groups are
+            whole: a lower or upper bound along the contiguous axis never cuts one, see below),
+            as Triton's are: no length per copy (cp.async's source size 16 or 0)."""
             with core.region(inner):
                 for group in plan.groups:
-                    valid = valid_bytes(group[0])
+                    first = masks[group[0]]
+                    valid = core.const(COPY_BYTES) if first is None else self.b.select(first, COPY_BYTES, 0)
                     attrs_ = AsyncCopyAttrs(shared=array.name, buffer=op.attrs.buffer, bytes=COPY_BYTES,
                                             dtype=op.attrs.dtype, bounds=in_shape.bounds)
                     issue = lambda g=group, v=valid: core.record(  # noqa: E731
@@ -249,16 +242,18 @@ class OperandStaging(Part):
                         lambda inner: other))  # noqa: B023
                     self.owned(owners[r], lambda r=r, value=value: self.scratch.store(array, value, shared_at(r)))
 
-        # a copy reads a prefix of its 16 bytes, so a lower bound along the contiguous axis must
-        # not cut a group: each is a multiple of the group (the groups start at multiples of vec)
+        # no bound along the contiguous axis may cut a group (they start at multiples of vec): a
+        # lower bound is a multiple of vec, an upper one too or past the tile (a tail of K that
+        # is no multiple of 8, in a view whose rows are still aligned, goes element by element)
         cuts = []
-        for low in box.lows[-1]:
-            low = memory.expr(low)
-            if isinstance(low, int):
-                if low % vec:
+        for bound, upper in [(e, False) for e in box.lows[-1]] + [(e, True) for e in box.highs[-1]]:
+            bound = memory.expr(bound)
+            if isinstance(bound, int):
+                if bound % vec and not (upper and bound >= loaded[-1]):
                     return False
-            else:
-                cuts.append(b.eq(b.bitwise_and(low, vec - 1), 0))
+                continue
+            whole = b.eq(b.bitwise_and(bound, vec - 1), 0)
+            cuts.append(b.logical_or(whole, b.ge(bound, loaded[-1])) if upper else whole)
         fast = core.all_of([plan.fast] + cuts)
         if seen is not None and seen.inside is not None:
             def failed(inner):  # the first element outside, copied alone: its check stops the launch

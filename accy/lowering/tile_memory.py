@@ -84,6 +84,19 @@ class MemoryAccesses(Part):
             return self.b.mul(a, b)
         return self.env[e]
 
+    def in_box(self, box, coords, open_axis: int | None = None):
+        """Whether the element at ``coords`` lies in ``box`` (a traced bool; None: always),
+        leaving out the upper bounds of ``open_axis``."""
+        b, expr, traced = self.b, self.expr, self.core.traced
+        conds = []
+        for d, (c, lows, highs) in enumerate(zip(coords, box.lows, box.highs)):
+            conds += [b.ge(traced(c), traced(expr(e))) for e in lows]
+            conds += [b.lt(traced(c), traced(expr(e))) for e in highs if d != open_axis]
+        conds += [b.le(traced(expr(e)), 0) for e in box.zero_lows]
+        conds += [b.gt(traced(expr(e)), 0) for e in box.zero_highs]
+        conds += [self.env[f] for f in box.flags]
+        return self.core.all_of(conds)
+
     def vector_plan(self, op: Op, layout: Layout, offsets: Value | None = None) -> VectorPlan | None:
         """How ``op`` (a tile_load or tile_store) may access memory ``vec`` elements at once, or None.
 
