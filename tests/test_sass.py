@@ -51,6 +51,7 @@ def test_a_trip_skips_the_report_and_takes_the_prefetch():
         LDGDEPBAR
         NOP
         @!PT LDS RZ, [RZ]
+        @!UPT UIADD3 URZ, URZ, URZ, URZ
         IADD3 R0, R0, 0x1, RZ
         BAR.SYNC.DEFER_BLOCKING 0x0
         @!P2 BRA `(.L_x_1)
@@ -60,7 +61,7 @@ def test_a_trip_skips_the_report_and_takes_the_prefetch():
         NOP
     """)
     (fn,) = parse(text)
-    assert fn.name == "k" and len(fn.instructions) == 20
+    assert fn.name == "k" and len(fn.instructions) == 21
     trip = main_loop(fn)
     opcodes = [i.base for i in trip.path]
     assert opcodes == ["ISETP", "HMMA", "BRA", "ISETP", "BRA", "LDGSTS", "LDGSTS", "LDGDEPBAR", "IADD3", "BAR", "BRA"]

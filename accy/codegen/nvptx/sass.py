@@ -11,7 +11,7 @@ edge path), then the one that moves the most bytes through global and shared mem
 prefetch by plain loads and stores, as a Triton-style masked load's, is not skipped),
 then the one with the fewest instructions (vector loads beat element loads of the same
 bytes).  NOPs and
-never-executed ``@!PT`` instructions are padding and not counted.  The main loop is the
+never-executed ``@!PT`` and ``@!UPT`` instructions are padding and not counted.  The main loop is the
 innermost loop with the most tensor-core instructions (else the most instructions)."""
 
 from __future__ import annotations
@@ -126,8 +126,9 @@ class Instruction:
 
     @property
     def padding(self) -> bool:
-        """Never issued usefully: a NOP, or guarded by the always-false ``!PT``."""
-        return self.base == "NOP" or self.guard == "@!PT"
+        """Never issued usefully: a NOP, or guarded by the always-false ``!PT`` (or its uniform
+        datapath's ``!UPT``: ptxas's ``@!UPT UIADD3 URZ, ...`` filler)."""
+        return self.base == "NOP" or self.guard in ("@!PT", "@!UPT")
 
     @property
     def reports(self) -> bool:
