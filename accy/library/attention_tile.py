@@ -129,18 +129,20 @@ def _tile_program(spec: ScaledDotProduct, tiles: AttentionTiles, dtype: DType, n
                     m, l, acc = state
                     key = p.key.load_tile((b, k0, 0), (1, bk, H)).reshape((bk, H))
                     value = p.value.load_tile((b, k0, 0), (1, bk, V)).reshape((bk, V))
-                    scores = t.dot(query, key.T) * scale  # f32, whatever the inputs
+                    scores = t.dot(query, key.T)  # f32, whatever the inputs; not yet scaled
                     if masked:  # keys past the edge, and under causal past each row's query, weigh 0
                         cols = k0 + t.arange(bk)
                         visible = cols[None, :] < K
                         if spec.causal:
                             visible = visible & (cols[None, :] <= rows[:, None])
                         scores = t.where(visible, scores, minus_inf)
-                    m_new = t.maximum(m, t.max(scores, axis=1))
+                    # scale > 0 and rounding is monotonic: the row's largest scaled score is its
+                    # largest score scaled, so the scale folds into the exponent's FMA below
+                    m_new = t.maximum(m, t.max(scores, axis=1) * scale)
                     # a row with no visible key yet has m_new = -inf: shift by 0 so exp2 gives 0, not NaN
                     shift = t.where(m_new == minus_inf, 0.0, m_new)
                     alpha = t.exp2(m - shift)
-                    weights = t.exp2(scores - shift[:, None])
+                    weights = t.exp2(t.fma(scores, scale, -shift[:, None]))
                     l = l * alpha + t.sum(weights, axis=1)
                     # FA2: P in the inputs' type for P @ V (f32 accumulation either way)
                     pv = weights if dtype == f32 else weights.cast(dtype)
