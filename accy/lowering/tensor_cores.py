@@ -35,6 +35,7 @@ from .layouts import Blocked, Mma, Permute, unit_reshape
 from .rebuild import Part, Rebuild
 from .registers import Lazy, Registers, Regs
 from .scratch import Scratch
+from .tile_access import conjuncts
 from .tile_memory import Deferred, MemoryAccesses
 
 # the element type each kind's operands are staged in
@@ -202,7 +203,8 @@ class OperandStaging(Part):
         if guarded is not None and seen is None:
             return False
         in_shape = seen.fast_attrs(op) if seen is not None else op.attrs  # an element's attributes here
-        offs = registers.regs(self.env[seen.flat] if seen is not None else offsets, layout, op).values
+        offs = self.copy_offsets(op, seen, layout) or registers.regs(
+            self.env[seen.flat] if seen is not None else offsets, layout, op).values
         masks = registers.mask(mask, layout)
         owners = registers.owners(layout)
         coords = registers.coords(layout)
@@ -272,6 +274,38 @@ class OperandStaging(Part):
         else:
             b.if_(fast, copies, elements)
         return True
+
+    def copy_offsets(self, op: Op, seen, layout) -> list | None:
+        """Each register's offset from the access's affine form ``base + sum_d coef_d * i_d``,
+        with ``i_d`` this thread's part plus the register's static part: the base and the
+        thread's part once (per trip in a loop), then per copy its static part (a stride times
+        an int, the same in every trip and thread), one add a copy instead of a row's
+        multiplication.  None where there is no such form or a coordinate wraps."""
+        memory, core = self.memory, self.core
+        mask = op.operands[-1]
+        form = memory.shapes.affine(seen.flat if seen is not None else op.operands[0], conjuncts(mask))
+        if form is None or any(d.wraps(j) for r in range(layout.registers)
+                               for d, j in zip(layout.dims, layout.register_indices(r))):
+            return None
+        coefs = [memory.expr(c) for c in form.coefs]
+
+        def times(coef, c):  # coef * c, either a traced index or an int
+            if isinstance(coef, int) or isinstance(c, int):
+                return core.mul(coef, c) if isinstance(c, int) else core.mul(c, coef)
+            return self.b.mul(c, coef)
+
+        common = memory.expr(form.base)
+        for coef, d in zip(coefs, layout.dims):
+            part = self.registers.thread_part(d)
+            if part is not None:
+                common = core.add(common, times(coef, part))
+        out = []
+        for r in range(layout.registers):
+            static = 0
+            for coef, d, j in zip(coefs, layout.dims, layout.register_indices(r)):
+                static = core.add(static, times(coef, d.static(j)))
+            out.append(core.add(common, static))
+        return out
 
     def element_loop(self, op: Op, offsets: Lazy, other, mask: Lazy, attrs_, array: SharedArray, place) -> None:
         """The tile ``op`` loads staged element by element, each by one thread, in a loop: where
