@@ -246,6 +246,27 @@ class Drawn:
         return "\n".join(lines)
 
 
+class InBounds:
+    """Where the body's tensor accesses get their box origins, and their indices with the mask
+    that keeps them inside: as drawn, every one inside its tensor.  An out-of-bounds draw
+    (tests/fuzz_tiles_outside.py) overrides these hooks to make one access reach outside."""
+
+    def begin(self) -> None:
+        """A trace of the body begins (a retrace sees the same accesses in the same order)."""
+
+    def box(self, kind: str, tensor: str, origin: tuple, shape: tuple) -> tuple:
+        """The origin of a ``load_tile`` or ``store_tile`` (``kind``) box of ``tensor``."""
+        return origin
+
+    def access(self, kind: str, tensor: str) -> None:
+        """A masked ``load`` or ``store`` (``kind``) of ``tensor`` begins; :meth:`index` gives
+        each of its dimensions' indices in turn."""
+
+    def index(self, d: int, a, extent):
+        """(the index, where it is inside) for the indices ``a`` of dimension ``d`` of ``extent``."""
+        return a, (a >= 0) & (a < extent)
+
+
 class _Body:
     """The RNG-driven writer of one program body (run while the kernel is traced)."""
 
@@ -295,9 +316,10 @@ class _Body:
             handle = getattr(self.p, x.name)
             other = self.other(x.dtype)
             if kind == "box":
-                org = self.origin(t, pid)
+                org = self.fault.box("load_tile", x.name, self.origin(t, pid), self.S)
                 return self.add(handle.load_tile(org, self.S, other=other), f"{x.name}.load_tile(shifted origin, {self.S}, other={other})")
             idx, inside = [], None
+            self.fault.access("load", x.name)
             for d in range(len(self.S)):
                 a = t.arange(self.S[d])
                 form = self.pick(["plain", "reversed", "double", "shift"])
@@ -310,8 +332,7 @@ class _Body:
                 a = a + pid[f"a{d % len(self.d.grid)}"] * self.S[d]
                 if len(self.S) > 1:
                     a = a.reshape(tuple(self.S[d] if k == d else 1 for k in range(len(self.S))))
-                extent = handle.shape[d]
-                here = (a >= 0) & (a < extent)
+                a, here = self.fault.index(d, a, handle.shape[d])
                 inside = here if inside is None else inside & here
                 idx.append(a)
             mask = inside
@@ -516,8 +537,10 @@ def shape_fits(v, shape):
     return not isinstance(v, accy.dsl.traced.Tile) or v.shape == shape
 
 
-def draw(seed: int, *, big: bool = False) -> Drawn:
-    """The tile program the seed gives (``big``: larger tiles and grids, for llvm runs)."""
+def draw(seed: int, *, big: bool = False, fault: InBounds | None = None) -> Drawn:
+    """The tile program the seed gives (``big``: larger tiles and grids, for llvm runs);
+    ``fault``: the hooks its tensor accesses go through (:class:`InBounds`, as drawn)."""
+    fault = InBounds() if fault is None else fault
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(1, 4))
     sizes = [1, 2, 3, 4, 5, 7, 8] + ([16, 17, 32] if big else [])
@@ -588,7 +611,8 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
             drawn.sum_checks.clear()
             w = _Body(np.random.default_rng(body_seed), drawn, S, [x for x in tensors if not x.output and x.name not in ("da", "db")],
                       outputs, dot, hist, specials, 0)
-            w.p = p
+            w.p, w.fault = p, fault
+            fault.begin()
             lin = w.pid_linear(pid)
             sizes: dict[str, int] = {}
 
@@ -635,15 +659,16 @@ def draw(seed: int, *, big: bool = False) -> Drawn:
                 v = w.to_dtype(t, same[-1], out.dtype)
                 handle = getattr(p, out.name)
                 if w.chance(0.5):
-                    handle.store_tile(w.origin(t, pid, shift=False), v)
+                    handle.store_tile(w.fault.box("store_tile", out.name, w.origin(t, pid, shift=False), S), v)
                     w.note(f"out.store_tile(program box, {v.type})")
                 else:
                     idx, inside = [], None
+                    w.fault.access("store", out.name)
                     for d in range(len(S)):
                         a = (S[d] - 1) - t.arange(S[d]) + pid[f"a{d % len(grid)}"] * S[d]
                         if len(S) > 1:
                             a = a.reshape(tuple(S[d] if q == d else 1 for q in range(len(S))))
-                        here = (a >= 0) & (a < handle.shape[d])
+                        a, here = w.fault.index(d, a, handle.shape[d])
                         inside = here if inside is None else inside & here
                         idx.append(a)
                     mask = inside
