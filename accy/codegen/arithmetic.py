@@ -76,6 +76,25 @@ def _intrinsic(name: str):
     return lambda lw, op, args: lw.numerics.in_f32(op.result.type, lambda *xs: lw.call(f"llvm.{name}", xs), args)
 
 
+def _flush_subnormal(lw, op, args):
+    """A value of magnitude below its type's smallest normal becomes a zero of its sign (+0
+    where the type has no -0); a target may fuse it with the op before (``lw.flushed``)."""
+    fused = lw.flushed(op)
+    if fused is not None:
+        return fused
+    t = op.result.type
+    form = t.format
+
+    def flush(x):
+        small = lw.b.fcmp_ordered("<", lw.call("llvm.fabs", [x]), constant(x, math.ldexp(1.0, 1 - form.bias)))
+        zero = constant(x, 0.0)
+        if form.signed_zero:
+            zero = lw.call("llvm.copysign", [zero, x])
+        return lw.b.select(small, zero, x)
+
+    return lw.numerics.in_f32(t, flush, args)
+
+
 def _isnan(lw, op, args):
     return lw.numerics.in_f32(op.operands[0].type, lambda a: lw.b.fcmp_unordered("uno", a, a), args)
 
@@ -195,6 +214,7 @@ LOWER = {
     "abs": _abs,
     "fma": _fma,
     "copysign": _intrinsic("copysign"),
+    "flush_subnormal": _flush_subnormal,
     "floor": _intrinsic("floor"),
     "ceil": _intrinsic("ceil"),
     "round": _intrinsic("roundeven"),

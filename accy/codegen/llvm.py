@@ -241,6 +241,11 @@ class Lowering:
         self.b.position_at_end(cont)
 
     # -- the target's hooks -------------------------------------------------------------
+    def flushed(self, op) -> ir.Value | None:
+        """``flush_subnormal`` of ``op`` fused with the op that computes its operand, where the
+        target has one instruction for both; None: flushed on its own."""
+        return None
+
     def math_function(self, name: str, t: DType, args) -> ir.Value:
         """Math function ``name`` of f32 or f64 ``args``."""
         raise NotImplementedError

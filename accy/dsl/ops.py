@@ -1020,6 +1020,8 @@ OPS: dict[str, OpDef] = {
         _pointwise("fma", 3, _FLT, math=True, doc="a * b + c, rounded once"),
         _math("pow", "C's pow (powf), with its special cases", arity=2),
         _exact("copysign", "the magnitude of a with the sign of b", arity=2),
+        _exact("flush_subnormal", "x, or a zero of its sign where x is subnormal (its magnitude below its type's "
+               "smallest normal number; +0 in a type without -0): a flush-to-zero unit's reading of it"),
         # math functions (floats; f16 and bf16 compute in f32 and round once)
         _math("exp", "e**x", numpy="exp"),
         _math("exp2", "2**x", numpy="exp2"),

@@ -59,6 +59,15 @@ class NvptxLowering(Lowering):
         self.needs_libdevice = True
         return self.call(f"__nv_{MATH[name]}{t.libdevice_suffix}", args)
 
+    def flushed(self, op) -> ir.Value | None:
+        """An f32 ``exp2`` flushed: ``ex2.approx.ftz`` (what libdevice's exp2f computes, with its
+        subnormal results flushed), so the flush costs nothing and the unflushed exp2's three
+        instructions of range reduction go (an exp2 with no other use is dropped as dead)."""
+        source = getattr(op.operands[0], "op", None)
+        if source is None or source.opcode != "exp2" or op.result.type != f32:
+            return None
+        return self.call(_APPROX["exp2"], [self.value(source.operands[0])])
+
     def _approx(self, name: str, args) -> ir.Value | None:
         b = self.b
         (x, *rest) = args

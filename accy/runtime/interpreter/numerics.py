@@ -41,6 +41,22 @@ def _narrow(dtype: np.dtype) -> bool:
     return dtype.name in _IN_F32_NAMES
 
 
+_FORMATS = {t.numpy_name: t.format for t in DTYPES.values() if t.is_float}
+
+
+def flush_subnormal(x):
+    """``x``, or a zero of its sign where it is subnormal in its type (+0 where the type has
+    no -0): the smallest normal is 2**(1 - bias) of the type's format."""
+    x = np.asarray(x)
+    form = _FORMATS[x.dtype.name]
+    wide = x.astype(F32) if _narrow(x.dtype) else x
+    zero = np.zeros_like(wide)
+    if form.signed_zero:
+        zero = np.copysign(zero, wide)
+    out = np.where(np.abs(wide) < math.ldexp(1.0, 1 - form.bias), zero, wide)
+    return out.astype(x.dtype)
+
+
 def rounded(fn):
     """An op that rounds once to its (float) result type, computed in f32 for f16, bf16 and fp8."""
 

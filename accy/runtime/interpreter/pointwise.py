@@ -34,6 +34,7 @@ EVAL = {
     "abs": np.abs,
     "fma": numerics.fma,
     "copysign": _rounded(np.copysign),
+    "flush_subnormal": numerics.flush_subnormal,
     **{name: numerics.math_function(fn) for name, fn in numerics.MATH64.items()},
     "floor": _rounded(np.floor),
     "ceil": _rounded(np.ceil),
