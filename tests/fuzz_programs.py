@@ -836,7 +836,7 @@ MAX_IF_DEPTH = 3
 
 INEXACT = ("exp", "exp2", "expm1", "log", "log2", "log1p", "erf", "tanh", "sigmoid", "sin", "cos", "atan")
 INEXACT_BINARY = ("pow", "atan2")
-ROUNDING = ("floor", "ceil", "round", "trunc")
+ROUNDING = ("floor", "ceil", "round", "trunc", "flush_subnormal")  # exact, on exact operands
 # ops that keep a relative error bounded (exact_math=False lets tainted values through them)
 KEEPS_ERROR = ("neg", "abs", "max", "min", "sqrt", "rsqrt")
 
