@@ -38,11 +38,16 @@ def make_rows(block: int, extra_cols: int = 0, shift: int = 0, extra_rows: int =
     return rows
 
 
-def make_boxes(rows_box: int, cols_box: int, row_slack: int = 0):
+def make_boxes(rows_box: int, cols_box: int, row_slack: int = 0, limited: bool = False):
     """A program per box: dst = x + 1 through row and column index tiles and their mask
-    (the row bound loosened by ``row_slack``)."""
+    (the row bound loosened by ``row_slack``).  ``limited``: the load's columns bounded by a
+    scalar ``limit`` (with ``limit`` 0 it lets nothing through), its ``other`` -1 and the
+    store's mask the shape's."""
+    params = dict(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+    if limited:
+        params["limit"] = accy.scalar(accy.index)
 
-    @accy.kernel(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2))
+    @accy.kernel(**params)
     def boxes(k, p):
         R, C = p.x.shape
 
@@ -50,9 +55,10 @@ def make_boxes(rows_box: int, cols_box: int, row_slack: int = 0):
         def program(t, pid):
             rows = pid["r"] * rows_box + t.arange(rows_box)
             cols = pid["c"] * cols_box + t.arange(cols_box)
-            mask = (rows[:, None] < R + row_slack) & (cols[None, :] < C)
-            x = p.x.load((rows[:, None], cols[None, :]), mask=mask, other=0.0)
-            p.dst.store((rows[:, None], cols[None, :]), x + 1.0, mask=mask)
+            mask = (rows[:, None] < R + row_slack) & (cols[None, :] < (p.limit if limited else C))
+            x = p.x.load((rows[:, None], cols[None, :]), mask=mask, other=-1.0 if limited else 0.0)
+            shape = (rows[:, None] < R) & (cols[None, :] < C)
+            p.dst.store((rows[:, None], cols[None, :]), x + 1.0, mask=shape if limited else mask)
 
     return boxes
 
@@ -267,31 +273,12 @@ def test_a_masked_matmul_past_its_shape_stops_and_writes_nothing(backend, case, 
     assert (c == 0).all()
 
 
-def make_empty_boxes(rows_box: int, cols_box: int):
-    """dst = x + 1 where ``cols < limit`` (a scalar), with the row bound loosened past the shape:
-    with ``limit`` 0 the mask lets nothing through, so nothing is outside the shape."""
-
-    @accy.kernel(dst=accy.tensor(f32, 2), x=accy.tensor(f32, 2), limit=accy.scalar(accy.index))
-    def boxes(k, p):
-        R, C = p.x.shape
-
-        @k.for_each_tile(grid=(axis("r", cdiv(R, rows_box)), axis("c", cdiv(C, cols_box))))
-        def program(t, pid):
-            rows = pid["r"] * rows_box + t.arange(rows_box)
-            cols = pid["c"] * cols_box + t.arange(cols_box)
-            mask = (rows[:, None] < R + 5) & (cols[None, :] < p.limit)
-            x = p.x.load((rows[:, None], cols[None, :]), mask=mask, other=-1.0)
-            p.dst.store((rows[:, None], cols[None, :]), x + 1.0, mask=(rows[:, None] < R) & (cols[None, :] < C))
-
-    return boxes
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_loosened_mask_that_lets_nothing_through_fails_nothing(backend):
     """The check of the rows fails, but no element is let through: the load gives ``other``."""
     x = np.ones((6, 40), np.float32)
     dst = np.full((6, 40), 9.0, np.float32)
-    make_empty_boxes(4, 32).run([dst, x, 0], backend=backend)
+    make_boxes(4, 32, row_slack=5, limited=True).run([dst, x, 0], backend=backend)
     assert (dst == 0).all()
     with pytest.raises(OutOfBoundsError, match=r"load from tensor 'x': the index in dimension 0 is outside its shape"):
-        make_empty_boxes(4, 32).run([dst, x, 3], backend=backend)
+        make_boxes(4, 32, row_slack=5, limited=True).run([dst, x, 3], backend=backend)
