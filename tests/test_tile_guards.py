@@ -184,12 +184,17 @@ def test_a_reduction_down_masked_boxes_matches_numpy(backend, how, boxes, shape)
 # -- the tile distribution (ptx, cuda): the guard seen through on the GPU's path ----------------
 
 
-def make_masked_matmul(bm: int, bn: int, bk: int, stages: int = 2, k_slack: int = 0, m_slack: int = 0):
+def make_masked_matmul(bm: int, bn: int, bk: int, stages: int = 2, k_slack: int = 0, m_slack: int = 0,
+                       stopped: bool = False):
     """The matmul as Triton users write it, bf16 in and f32 out: masked loads through index
     tiles (A's column bound loosened by ``k_slack``) and a masked store (its row bound
-    loosened by ``m_slack``)."""
+    loosened by ``m_slack``).  ``stopped``: A's mask also holds only while ``k0 < kstop`` (a
+    scalar), so that past it A's loosened mask lets nothing through."""
+    params = dict(c=accy.tensor(f32, 2), a=accy.tensor(accy.bf16, 2), b=accy.tensor(accy.bf16, 2))
+    if stopped:
+        params["kstop"] = accy.scalar(accy.index)
 
-    @accy.kernel(c=accy.tensor(f32, 2), a=accy.tensor(accy.bf16, 2), b=accy.tensor(accy.bf16, 2))
+    @accy.kernel(**params)
     def matmul(k, p):
         M, K = p.a.shape
         N = p.b.shape[1]
@@ -201,7 +206,8 @@ def make_masked_matmul(bm: int, bn: int, bk: int, stages: int = 2, k_slack: int 
 
             def step(t, k0, acc):
                 rk = k0 + t.arange(bk)
-                a = p.a.load((rm[:, None], rk[None, :]), mask=(rm[:, None] < M) & (rk[None, :] < K + k_slack))
+                mask = (rm[:, None] < M) & (rk[None, :] < K + k_slack)
+                a = p.a.load((rm[:, None], rk[None, :]), mask=mask & (k0 < p.kstop) if stopped else mask)
                 b = p.b.load((rk[:, None], rn[None, :]), mask=(rk[:, None] < K) & (rn[None, :] < N))
                 return t.dot(a, b, acc)
 
@@ -282,3 +288,17 @@ def test_a_loosened_mask_that_lets_nothing_through_fails_nothing(backend):
     assert (dst == 0).all()
     with pytest.raises(OutOfBoundsError, match=r"load from tensor 'x': the index in dimension 0 is outside its shape"):
         make_boxes(4, 32, row_slack=5, limited=True).run([dst, x, 3], backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_staged_operand_whose_loosened_mask_lets_nothing_through_reads_zeros(backend):
+    """A's check fails in the trip at k0 = 64 (its columns reach K + 8 = 88 of 80), but its mask
+    lets nothing through there (k0 < kstop fails): the staged tile is zeros, not the stage's
+    last contents (trip 0's A, in a 2-stage pipeline)."""
+    m, n, k = 32, 32, 80
+    a, b = bf16_inputs(m, n, k, seed=1)
+    c = np.zeros((m, n), np.float32)
+    make_masked_matmul(32, 32, 32, k_slack=8, stopped=True).run([c, a, b, 64], backend=backend)
+    exact = a[:, :64].astype(np.float64) @ b[:64].astype(np.float64)
+    bound = 64 * 2.0**-23 * (np.abs(a[:, :64].astype(np.float64)) @ np.abs(b[:64].astype(np.float64)))
+    assert np.all(np.abs(c - exact) <= bound)

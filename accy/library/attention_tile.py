@@ -141,9 +141,9 @@ def _tile_program(spec: ScaledDotProduct, tiles: AttentionTiles, dtype: DType, n
                     m_new = t.maximum(m, t.max(scores, axis=1) * scale)
                     # a row with no visible key yet has m_new = -inf: shift by 0 so exp2 gives 0, not NaN
                     shift = t.where(m_new == minus_inf, 0.0, m_new)
-                    # weights below 2**-126 flush to 0 (one ex2.approx.ftz on NVPTX): each row's sum
-                    # is at least 1 (its largest score weighs 1), so a flushed weight moves the
-                    # output by under 2**-126 of it, far below its ulp
+                    # weights below 2**-126 flush to 0 (one ex2.approx.ftz on NVPTX): a row's sum is
+                    # about 1 or more (its largest score weighs about 1), so each flushed weight
+                    # moves an output by under 2**-126 (max|v| + |output|), far below its rounding
                     alpha = t.flush_subnormal(t.exp2(m - shift))
                     weights = t.flush_subnormal(t.exp2(t.fma(scores, scale, -shift[:, None])))
                     l = l * alpha + t.sum(weights, axis=1)

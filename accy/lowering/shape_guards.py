@@ -6,10 +6,10 @@ OUT_OF_SHAPE + code)`` (:class:`~accy.lowering.tile_access.Guard`): done element
 thread computes every element's code, a digit per dimension, and checks each access on its own.
 Where the mask is a box, the access runs on ``flat`` instead, with no check of its own (``bounds
 shape``: the launch checks each tensor's layout once), under one check per access that the mask's
-box lies inside the guard's, per axis.  Where that check fails, some element the mask lets through
-is outside the shape (or none is let through at all): the cold side finds the first such element in
-row-major order with a loop and does the access there alone, whose check stops the launch naming
-the tensor and the index, as the element's own access would have; nothing else is read or written."""
+box lies inside the guard's, per axis, or is empty.  Where that check fails, some element the mask
+lets through is outside the shape: the cold side finds the first such element in row-major order
+with a loop and does the access there alone, whose check stops the launch naming the tensor and
+the index, as the element's own access would have; nothing else is read or written."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from ..dsl.ir import Op, Value
 from ..dsl.ops import Bounds
 from ..dsl.tensors import OUT_OF_SHAPE
 from ..dsl.traced import Traced
+from ..dsl.types import boolean
 from .rebuild import Part, Rebuild
 from .tile_access import Box, Guard
 
@@ -50,30 +51,64 @@ class ShapeGuards(Part):
 
     def seen_through(self, op: Op) -> SeenThrough | None:
         """``op``'s guard seen through, its check recorded here; None where its offsets are no
-        guard, its mask or the guard no box, or a static bound shows the box never inside."""
+        guard, or its mask or the guard no box.  ``inside`` holds where the mask's box lies in
+        the guard's or is empty: where it does not, an element the mask lets through is outside
+        the shape, so the failure's path always stops the launch (and an empty box takes the
+        fast path, whose masked-off copies zero-fill)."""
         shapes = self.memory.shapes
         guarded = shapes.guard(op.operands[0])
         box = shapes.box(op.operands[-1]) if guarded is not None else None
         if box is None:
             return None
         flat, guard = guarded
-        inside, conds = guard.inside, []
+        inside, expr, conds = guard.inside, self.memory.expr, []
         shape = op.operands[0].type.shape
         for n, lows, highs, g_lows, g_highs in zip(shape, box.lows, box.highs, inside.lows, inside.highs):
             new_lows = [g for g in g_lows if g not in lows]  # a bound the mask has itself holds
             new_highs = [g for g in g_highs if g not in highs]
             if new_lows:
                 low = self.extreme(max, (0, *lows))
-                conds += [self.compare(low, "ge", g) for g in new_lows]
+                conds += [self.compare(low, "ge", expr(g)) for g in new_lows]
             if new_highs:
                 high = self.extreme(min, (n, *highs))
-                conds += [self.compare(high, "le", g) for g in new_highs]
-        conds += [self.compare(0, "ge", z) for z in inside.zero_lows if z not in box.zero_lows]
-        conds += [self.compare(1, "le", z) for z in inside.zero_highs if z not in box.zero_highs]
+                conds += [self.compare(high, "le", expr(g)) for g in new_highs]
+        conds += [self.compare(0, "ge", expr(z)) for z in inside.zero_lows if z not in box.zero_lows]
+        conds += [self.compare(1, "le", expr(z)) for z in inside.zero_highs if z not in box.zero_highs]
         conds += [self.env[f] for f in inside.flags if f not in box.flags]
+        holds = self.all_of(conds)
+        if holds is not True:
+            holds = self.any_of([holds, self.empty(box, shape)])
+        if holds is False:
+            holds = self.core.const(False, boolean)  # every access that lets an element through fails
+        return SeenThrough(flat, None if holds is True else holds, guard, box)
+
+    def empty(self, box: Box, shape):
+        """Whether ``box`` holds nowhere in a tile of ``shape`` (a Python bool where known)."""
+        expr, conds = self.memory.expr, []
+        for n, lows, highs in zip(shape, box.lows, box.highs):
+            if lows or highs:
+                conds.append(self.compare(self.extreme(max, (0, *lows)), "ge", self.extreme(min, (n, *highs))))
+        conds += [self.compare(1, "le", expr(z)) for z in box.zero_lows]
+        conds += [self.compare(0, "ge", expr(z)) for z in box.zero_highs]
+        conds += [self.b.logical_not(self.env[f]) for f in box.flags]
+        return self.any_of(conds)
+
+    def all_of(self, conds):
+        """The conjunction of traced bools and Python bools (a Python bool where they decide it)."""
         if any(c is False for c in conds):
-            return None
-        return SeenThrough(flat, self.core.all_of([c for c in conds if c is not True]), guard, box)
+            return False
+        traced = [c for c in conds if c is not True]
+        return self.core.all_of(traced) if traced else True
+
+    def any_of(self, conds):
+        """The disjunction of traced bools and Python bools (a Python bool where they decide it)."""
+        if any(c is True for c in conds):
+            return True
+        out = False
+        for c in conds:
+            if c is not False:
+                out = c if out is False else self.b.logical_or(out, c)
+        return out
 
     def extreme(self, pick, exprs):
         """``pick`` (max or min) of expressions, Python ints folded."""
@@ -85,9 +120,8 @@ class ShapeGuards(Part):
                 out = v if out is None else (self.b.max(out, v) if pick is max else self.b.min(out, v))
         return out
 
-    def compare(self, a, code: str, e):
-        """``a <code> e`` (code "ge" or "le"; ``e`` an expression): a Python bool where both are ints."""
-        c = self.memory.expr(e)
+    def compare(self, a, code: str, c):
+        """``a <code> c`` (code "ge" or "le"; ints or traced indices): a Python bool where both are ints."""
         if isinstance(a, int) and isinstance(c, int):
             return a >= c if code == "ge" else a <= c
         a, c = self.core.traced(a), self.core.traced(c)
@@ -124,8 +158,12 @@ class ShapeGuards(Part):
         ``default`` (a load's probe must be used, or it would be dropped as dead)."""
         code = self.first_outside(op, seen)
         core, b = self.core, self.b
-        probe = lambda inner: core.within(inner, lambda: access(b.add(code, OUT_OF_SHAPE)))  # noqa: E731
+
+        def probe(inner):
+            value = core.within(inner, lambda: access(b.add(code, OUT_OF_SHAPE)))
+            return value if default is not None else None
+
         if default is None:
-            b.if_(b.ne(code, 0), lambda inner: probe(inner) and None)
+            b.if_(b.ne(code, 0), probe)
             return None
         return b.if_(b.ne(code, 0), probe, lambda inner: default)

@@ -199,6 +199,19 @@ class OperandStaging(Part):
         plan = memory.vector_plan(op, layout, guarded[0] if guarded is not None else None)
         if plan is None or plan.vec != vec:
             return False
+        b = self.b  # the builder around the choice; each side builds in its own region (inner)
+        # no bound along the contiguous axis may cut a group (they start at multiples of vec): a
+        # lower bound is a multiple of vec, an upper one too or past the tile (a tail of K that
+        # is no multiple of 8, in a view whose rows are still aligned, goes element by element)
+        cuts = []
+        for bound, upper in [(e, False) for e in box.lows[-1]] + [(e, True) for e in box.highs[-1]]:
+            bound = memory.expr(bound)
+            if isinstance(bound, int):
+                if bound % vec and not (upper and bound >= loaded[-1]):
+                    return False
+                continue
+            whole = b.eq(b.bitwise_and(bound, vec - 1), 0)
+            cuts.append(b.logical_or(whole, b.ge(bound, loaded[-1])) if upper else whole)
         seen = memory.guards.seen_through(op) if guarded is not None else None
         if guarded is not None and seen is None:
             return False
@@ -208,7 +221,8 @@ class OperandStaging(Part):
         masks = registers.mask(mask, layout)
         owners = registers.owners(layout)
         coords = registers.coords(layout)
-        b = self.b  # the builder around the choice; each side builds in its own region (inner)
+        copy_attrs = lambda bounds: AsyncCopyAttrs(  # noqa: E731
+            shared=array.name, buffer=op.attrs.buffer, bytes=COPY_BYTES, dtype=op.attrs.dtype, bounds=bounds)
 
         def place(coords_):  # an element's position in the staging rows
             c = tuple(ci for n, ci in zip(loaded, coords_) if n != 1)
@@ -225,10 +239,8 @@ class OperandStaging(Part):
                 for group in plan.groups:
                     first = masks[group[0]]
                     valid = core.const(COPY_BYTES) if first is None else self.b.select(first, COPY_BYTES, 0)
-                    attrs_ = AsyncCopyAttrs(shared=array.name, buffer=op.attrs.buffer, bytes=COPY_BYTES,
-                                            dtype=op.attrs.dtype, bounds=in_shape.bounds)
                     issue = lambda g=group, v=valid: core.record(  # noqa: E731
-                        "async_copy", [shared_at(g[0]), offs[g[0]], v], attrs_) and None
+                        "async_copy", [shared_at(g[0]), offs[g[0]], v], copy_attrs(in_shape.bounds)) and None
                     self.owned(owners[group[0]], issue)
 
         source = self.env[seen.flat] if seen is not None else offsets
@@ -244,25 +256,11 @@ class OperandStaging(Part):
                         lambda inner: other))  # noqa: B023
                     self.owned(owners[r], lambda r=r, value=value: self.scratch.store(array, value, shared_at(r)))
 
-        # no bound along the contiguous axis may cut a group (they start at multiples of vec): a
-        # lower bound is a multiple of vec, an upper one too or past the tile (a tail of K that
-        # is no multiple of 8, in a view whose rows are still aligned, goes element by element)
-        cuts = []
-        for bound, upper in [(e, False) for e in box.lows[-1]] + [(e, True) for e in box.highs[-1]]:
-            bound = memory.expr(bound)
-            if isinstance(bound, int):
-                if bound % vec and not (upper and bound >= loaded[-1]):
-                    return False
-                continue
-            whole = b.eq(b.bitwise_and(bound, vec - 1), 0)
-            cuts.append(b.logical_or(whole, b.ge(bound, loaded[-1])) if upper else whole)
         fast = core.all_of([plan.fast] + cuts)
         if seen is not None and seen.inside is not None:
             def failed(inner):  # the first element outside, copied alone: its check stops the launch
-                attrs_ = AsyncCopyAttrs(shared=array.name, buffer=op.attrs.buffer, bytes=COPY_BYTES,
-                                        dtype=op.attrs.dtype, bounds=op.attrs.bounds)
                 core.within(inner, lambda: memory.guards.on_failure(op, seen, lambda at: core.record(
-                    "async_copy", [shared_at(0), at, core.const(COPY_BYTES)], attrs_)))
+                    "async_copy", [shared_at(0), at, core.const(COPY_BYTES)], copy_attrs(op.attrs.bounds))))
 
             def inside(inner):
                 with core.region(inner):

@@ -84,14 +84,13 @@ class MemoryAccesses(Part):
             return self.b.mul(a, b)
         return self.env[e]
 
-    def in_box(self, box, coords, open_axis: int | None = None):
-        """Whether the element at ``coords`` lies in ``box`` (a traced bool; None: always),
-        leaving out the upper bounds of ``open_axis``."""
+    def in_box(self, box, coords):
+        """Whether the element at ``coords`` lies in ``box`` (a traced bool; None: always)."""
         b, expr, traced = self.b, self.expr, self.core.traced
         conds = []
-        for d, (c, lows, highs) in enumerate(zip(coords, box.lows, box.highs)):
+        for c, lows, highs in zip(coords, box.lows, box.highs):
             conds += [b.ge(traced(c), traced(expr(e))) for e in lows]
-            conds += [b.lt(traced(c), traced(expr(e))) for e in highs if d != open_axis]
+            conds += [b.lt(traced(c), traced(expr(e))) for e in highs]
         conds += [b.le(traced(expr(e)), 0) for e in box.zero_lows]
         conds += [b.gt(traced(expr(e)), 0) for e in box.zero_highs]
         conds += [self.env[f] for f in box.flags]

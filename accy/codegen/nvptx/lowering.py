@@ -60,9 +60,11 @@ class NvptxLowering(Lowering):
         return self.call(f"__nv_{MATH[name]}{t.libdevice_suffix}", args)
 
     def flushed(self, op) -> ir.Value | None:
-        """An f32 ``exp2`` flushed: ``ex2.approx.ftz`` (what libdevice's exp2f computes, with its
-        subnormal results flushed), so the flush costs nothing and the unflushed exp2's three
-        instructions of range reduction go (an exp2 with no other use is dropped as dead)."""
+        """An f32 ``exp2`` flushed: ``ex2.approx.ftz``, libdevice's exp2f (``ex2.approx``) with
+        its subnormal results flushed, up to the approximation at the boundary (just below
+        2**-126 the unflushed one may round up to the smallest normal; both lie within its 2
+        ulp).  The flush costs nothing and the unflushed exp2's range reduction (three
+        instructions) goes: an exp2 with no other use is dropped as dead."""
         source = getattr(op.operands[0], "op", None)
         if source is None or source.opcode != "exp2" or op.result.type != f32:
             return None
