@@ -17,6 +17,7 @@ import attrs
 import llvmlite.binding as llvm
 
 from ..dsl.ir import Graph, Op
+from ..dsl.ops import BlockUnit
 from ..errors import CompileError
 from .. import cache
 from .host import code_store as host_code
@@ -248,8 +249,17 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
             for fn in module.functions:  # only the kernel stays visible
                 if not fn.is_declaration and fn.name != lowered.entry_name:
                     fn.linkage = "internal"
-        _optimise(module, machine)
+        _optimise(module, machine, unroll=not _tile_distributed(graph))
         return machine.emit_assembly(module)
+
+
+def _tile_distributed(graph: Graph) -> bool:
+    """A tile program distributed over a block's threads (accy.lowering.distribute): its loops are
+    unrolled where it wants them (the dots, reductions and accesses by hand), and LLVM's unrolling
+    of the rest (a fold's trips, the cold loops of a misaligned copy or a failed shape check)
+    only lengthens the code and the registers' live ranges, as for a host tile launch."""
+    launch = graph.launch_op
+    return launch is not None and launch.opcode == "for_each_block" and launch.attrs.unit is BlockUnit.PROGRAM
 
 
 @attrs.define(eq=False)

@@ -28,6 +28,9 @@ def round_to_tf32(b, x: Traced) -> Traced:
     return b.select(special, x, rounded)
 
 
+UNROLL = 4  # k's a trip of the dot's loop
+
+
 class FmaDot(Part):
     """A dot as FMAs: both operands copied to the scratch (widened to the accumulator's type),
     then each thread's accumulator registers updated one k at a time."""
@@ -64,20 +67,27 @@ class FmaDot(Part):
             cols.setdefault(j1, core.add(coords[r][1], m * kk))
         floats = c_type.is_float
 
-        def step(inner, k, accs):  # one k at a time: LLVM unrolls; unrolling here only lengthens live ranges
+        # LLVM does not unroll a distributed tile program's loops (accy.codegen.machine): a trip
+        # does UNROLL k's here, each k's operands loaded just before its FMAs (unrolled whole,
+        # ptxas would load every k's operands ahead of the FMAs: twice the registers)
+        unroll = next(u for u in (UNROLL, 2, 1) if kk % u == 0)
+
+        def step(inner, k0, accs):
             with core.region(inner):
                 accs = list(accs)
-                av = {j: scratch.load(array, core.add(at, k), c_type) for j, at in rows.items()}
-                kn = core.mul(k, n)
-                bv = {j: scratch.load(array, core.add(at, kn), c_type) for j, at in cols.items()}
-                for r in range(layout.registers):
-                    j0, j1 = layout.register_indices(r)
-                    if floats:
-                        accs[r] = self.b.fma(av[j0], bv[j1], accs[r])
-                    else:
-                        accs[r] = self.b.add(accs[r], self.b.mul(av[j0], bv[j1]))
+                for u in range(unroll):
+                    k = core.add(k0, u)
+                    av = {j: scratch.load(array, core.add(at, k), c_type) for j, at in rows.items()}
+                    kn = core.mul(k, n)
+                    bv = {j: scratch.load(array, core.add(at, kn), c_type) for j, at in cols.items()}
+                    for r in range(layout.registers):
+                        j0, j1 = layout.register_indices(r)
+                        if floats:
+                            accs[r] = self.b.fma(av[j0], bv[j1], accs[r])
+                        else:
+                            accs[r] = self.b.add(accs[r], self.b.mul(av[j0], bv[j1]))
                 return tuple(accs)
 
-        result = self.b.fold_range(0, kk, 1, tuple(acc.values), step)
+        result = self.b.fold_range(0, kk, unroll, tuple(acc.values), step)
         scratch.dirty = True
         self.env[op.result] = Regs(layout, c_type, tuple(result))
