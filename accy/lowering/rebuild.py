@@ -96,6 +96,14 @@ class Rebuild:
             return 0
         return self.b.mul(a, k)
 
+    def times(self, a, b):
+        """``a * b`` for ints or traced indices, Python ints folded."""
+        if isinstance(b, int):
+            return self.mul(a, b)
+        if isinstance(a, int):
+            return self.mul(b, a)
+        return self.b.mul(a, b)
+
     def divmod_(self, a, k: int):
         if isinstance(a, int):
             return divmod(a, k)

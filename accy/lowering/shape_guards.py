@@ -62,32 +62,28 @@ class ShapeGuards(Part):
             return None
         flat, guard = guarded
         inside, expr, conds = guard.inside, self.memory.expr, []
-        shape = op.operands[0].type.shape
-        for n, lows, highs, g_lows, g_highs in zip(shape, box.lows, box.highs, inside.lows, inside.highs):
-            new_lows = [g for g in g_lows if g not in lows]  # a bound the mask has itself holds
-            new_highs = [g for g in g_highs if g not in highs]
-            if new_lows:
-                low = self.extreme(max, (0, *lows))
-                conds += [self.compare(low, "ge", expr(g)) for g in new_lows]
-            if new_highs:
-                high = self.extreme(min, (n, *highs))
-                conds += [self.compare(high, "le", expr(g)) for g in new_highs]
+        # the mask's range along each axis, [low, high) within the tile (ints where no bound moves)
+        ranges = [(self.extreme(max, (0, *lows)), self.extreme(min, (n, *highs)))
+                  for n, lows, highs in zip(op.operands[0].type.shape, box.lows, box.highs)]
+        for (low, high), lows, highs, g_lows, g_highs in zip(ranges, box.lows, box.highs, inside.lows, inside.highs):
+            # a bound the mask has itself holds
+            conds += [self.compare(low, "ge", expr(g)) for g in g_lows if g not in lows]
+            conds += [self.compare(high, "le", expr(g)) for g in g_highs if g not in highs]
         conds += [self.compare(0, "ge", expr(z)) for z in inside.zero_lows if z not in box.zero_lows]
         conds += [self.compare(1, "le", expr(z)) for z in inside.zero_highs if z not in box.zero_highs]
         conds += [self.env[f] for f in inside.flags if f not in box.flags]
         holds = self.all_of(conds)
         if holds is not True:
-            holds = self.any_of([holds, self.empty(box, shape)])
+            holds = self.any_of([holds, self.empty(box, ranges)])
         if holds is False:
             holds = self.core.const(False, boolean)  # every access that lets an element through fails
         return SeenThrough(flat, None if holds is True else holds, guard, box)
 
-    def empty(self, box: Box, shape):
-        """Whether ``box`` holds nowhere in a tile of ``shape`` (a Python bool where known)."""
-        expr, conds = self.memory.expr, []
-        for n, lows, highs in zip(shape, box.lows, box.highs):
-            if lows or highs:
-                conds.append(self.compare(self.extreme(max, (0, *lows)), "ge", self.extreme(min, (n, *highs))))
+    def empty(self, box: Box, ranges):
+        """Whether ``box`` holds nowhere (a Python bool where known), with its ``ranges`` per axis."""
+        expr = self.memory.expr
+        conds = [self.compare(low, "ge", high) for (low, high), lows, highs in zip(ranges, box.lows, box.highs)
+                 if lows or highs]
         conds += [self.compare(1, "le", expr(z)) for z in box.zero_lows]
         conds += [self.compare(0, "ge", expr(z)) for z in box.zero_highs]
         conds += [self.b.logical_not(self.env[f]) for f in box.flags]
@@ -127,6 +123,26 @@ class ShapeGuards(Part):
         a, c = self.core.traced(a), self.core.traced(c)
         return self.b.ge(a, c) if code == "ge" else self.b.le(a, c)
 
+    def in_box(self, box: Box, coords) -> Traced | None:
+        """Whether the element at ``coords`` lies in ``box`` (None: always)."""
+        b, expr, traced = self.b, self.memory.expr, self.core.traced
+        conds = []
+        for c, lows, highs in zip(coords, box.lows, box.highs):
+            conds += [b.ge(traced(c), traced(expr(e))) for e in lows]
+            conds += [b.lt(traced(c), traced(expr(e))) for e in highs]
+        conds += [b.le(traced(expr(e)), 0) for e in box.zero_lows]
+        conds += [b.gt(traced(expr(e)), 0) for e in box.zero_highs]
+        conds += [self.env[f] for f in box.flags]
+        return self.core.all_of(conds)
+
+    def choose(self, seen: SeenThrough, fast, failed):
+        """``fast()`` where ``seen``'s check holds (always, where it has none), else ``failed()``,
+        each recorded in a region of its own; what the one that runs returns."""
+        if seen.inside is None:
+            return fast()
+        core = self.core
+        return self.b.if_(seen.inside, lambda inner: core.within(inner, fast), lambda inner: core.within(inner, failed))
+
     def first_outside(self, op: Op, seen: SeenThrough) -> Traced:
         """The guard's code (its digits, see :mod:`accy.dsl.tensors`) at the first element, in
         row-major order, that the mask lets through and that lies outside the shape; 0 where
@@ -143,11 +159,11 @@ class ShapeGuards(Part):
                 for digit in seen.guard.digits:  # a digit's first box holding gives its weight
                     weight = core.const(0)
                     for choice, w in reversed(digit):
-                        held = self.memory.in_box(choice, coords)
+                        held = self.in_box(choice, coords)
                         weight = core.const(w) if held is None else b.select(held, w, weight)
                     code = core.add(code, weight)
                 code = core.traced(code)
-                first = core.all_of([b.eq(found, 0), self.memory.in_box(seen.box, coords), b.ne(code, 0)])
+                first = core.all_of([b.eq(found, 0), self.in_box(seen.box, coords), b.ne(code, 0)])
                 return (b.select(first, code, found),)
 
         return b.loop(0, math.prod(shape), 1, (core.const(0),), body)[0]

@@ -216,8 +216,8 @@ class OperandStaging(Part):
         if guarded is not None and seen is None:
             return False
         in_shape = seen.fast_attrs(op) if seen is not None else op.attrs  # an element's attributes here
-        offs = self.copy_offsets(op, seen, layout) or registers.regs(
-            self.env[seen.flat] if seen is not None else offsets, layout, op).values
+        source = self.env[seen.flat] if seen is not None else offsets  # the offsets the copies run on
+        offs = self.copy_offsets(op, seen, layout) or registers.regs(source, layout, op).values
         masks = registers.mask(mask, layout)
         owners = registers.owners(layout)
         coords = registers.coords(layout)
@@ -243,8 +243,6 @@ class OperandStaging(Part):
                         "async_copy", [shared_at(g[0]), offs[g[0]], v], copy_attrs(in_shape.bounds)) and None
                     self.owned(owners[group[0]], issue)
 
-        source = self.env[seen.flat] if seen is not None else offsets
-
         def elements(inner):
             with core.region(inner):
                 if isinstance(source, Lazy) and isinstance(mask, Lazy):
@@ -257,20 +255,15 @@ class OperandStaging(Part):
                     self.owned(owners[r], lambda r=r, value=value: self.scratch.store(array, value, shared_at(r)))
 
         fast = core.all_of([plan.fast] + cuts)
-        if seen is not None and seen.inside is not None:
-            def failed(inner):  # the first element outside, copied alone: its check stops the launch
-                core.within(inner, lambda: memory.guards.on_failure(op, seen, lambda at: core.record(
-                    "async_copy", [shared_at(0), at, core.const(COPY_BYTES)], copy_attrs(op.attrs.bounds))))
 
-            def inside(inner):
-                with core.region(inner):
-                    self.b.if_(fast, copies, elements) if fast is not None else copies(self.b)
+        def staged():  # by the copies where they can run, else element by element
+            copies(self.b) if fast is None else self.b.if_(fast, copies, elements)
 
-            b.if_(seen.inside, inside, failed)
-        elif fast is None:
-            copies(b)
-        else:
-            b.if_(fast, copies, elements)
+        if seen is None:
+            staged()
+        else:  # where the check fails, the first element outside, copied alone: its check stops the launch
+            memory.guards.choose(seen, staged, lambda: memory.guards.on_failure(op, seen, lambda at: core.record(
+                "async_copy", [shared_at(0), at, core.const(COPY_BYTES)], copy_attrs(op.attrs.bounds))))
         return True
 
     def copy_offsets(self, op: Op, seen, layout) -> list | None:
@@ -286,22 +279,16 @@ class OperandStaging(Part):
                                for d, j in zip(layout.dims, layout.register_indices(r))):
             return None
         coefs = [memory.expr(c) for c in form.coefs]
-
-        def times(coef, c):  # coef * c, either a traced index or an int
-            if isinstance(coef, int) or isinstance(c, int):
-                return core.mul(coef, c) if isinstance(c, int) else core.mul(c, coef)
-            return self.b.mul(c, coef)
-
         common = memory.expr(form.base)
         for coef, d in zip(coefs, layout.dims):
             part = self.registers.thread_part(d)
             if part is not None:
-                common = core.add(common, times(coef, part))
+                common = core.add(common, core.times(part, coef))
         out = []
         for r in range(layout.registers):
             static = 0
             for coef, d, j in zip(coefs, layout.dims, layout.register_indices(r)):
-                static = core.add(static, times(coef, d.static(j)))
+                static = core.add(static, core.times(d.static(j), coef))
             out.append(core.add(common, static))
         return out
 

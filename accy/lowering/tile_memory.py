@@ -77,24 +77,8 @@ class MemoryAccesses(Part):
             return e
         if isinstance(e, tuple):
             a, b = self.expr(e[1]), self.expr(e[2])
-            if e[0] == "add":
-                return self.core.add(a, b)
-            if isinstance(a, int) or isinstance(b, int):
-                return self.core.mul(b, a) if isinstance(a, int) else self.core.mul(a, b)
-            return self.b.mul(a, b)
+            return self.core.add(a, b) if e[0] == "add" else self.core.times(a, b)
         return self.env[e]
-
-    def in_box(self, box, coords):
-        """Whether the element at ``coords`` lies in ``box`` (a traced bool; None: always)."""
-        b, expr, traced = self.b, self.expr, self.core.traced
-        conds = []
-        for c, lows, highs in zip(coords, box.lows, box.highs):
-            conds += [b.ge(traced(c), traced(expr(e))) for e in lows]
-            conds += [b.lt(traced(c), traced(expr(e))) for e in highs]
-        conds += [b.le(traced(expr(e)), 0) for e in box.zero_lows]
-        conds += [b.gt(traced(expr(e)), 0) for e in box.zero_highs]
-        conds += [self.env[f] for f in box.flags]
-        return self.core.all_of(conds)
 
     def vector_plan(self, op: Op, layout: Layout, offsets: Value | None = None) -> VectorPlan | None:
         """How ``op`` (a tile_load or tile_store) may access memory ``vec`` elements at once, or None.
@@ -179,17 +163,12 @@ class MemoryAccesses(Part):
             return self.load_in(op, layout, offsets, other, mask)
         fast = lambda: self.load_in(op, layout, self.env[seen.flat], other, mask, seen.flat,  # noqa: E731
                                     seen.fast_attrs(op)).values
-        if seen.inside is None:
-            return Regs(layout, op.attrs.dtype, fast())
 
         def failed():  # the launch stops (where nothing is let through, every register is other)
             probe = self.guards.on_failure(op, seen, lambda at: self.load_element(op, at), other)
             return (probe,) + (other,) * (layout.registers - 1)
 
-        core = self.core
-        out = self.b.if_(seen.inside, lambda inner: core.within(inner, fast),
-                         lambda inner: core.within(inner, failed))
-        return Regs(layout, op.attrs.dtype, tuple(out))
+        return Regs(layout, op.attrs.dtype, tuple(self.guards.choose(seen, fast, failed)))
 
     def load_in(self, op: Op, layout: Layout, offsets, other, mask, through: Value | None = None,
                 attrs_=None) -> Regs:
@@ -284,15 +263,11 @@ class MemoryAccesses(Part):
         seen = self.guards.seen_through(op)
         if seen is None:
             return on()
-        fast = lambda: on(self.env[seen.flat], seen.flat, seen.fast_attrs(op))  # noqa: E731
-        if seen.inside is None:
-            return fast()
-        core = self.core
         dtype = op.attrs.dtype
-        value = lambda: core.const(False if dtype.is_bool else 0, dtype)  # noqa: E731  (never written)
-        self.b.if_(seen.inside, lambda inner: core.within(inner, fast) and None,
-                   lambda inner: core.within(inner, lambda: self.guards.on_failure(
-                       op, seen, lambda at: core.record("store", [at, value()], op.attrs))) and None)
+        value = lambda: self.core.const(False if dtype.is_bool else 0, dtype)  # noqa: E731  (never written)
+        self.guards.choose(seen, lambda: on(self.env[seen.flat], seen.flat, seen.fast_attrs(op)),
+                           lambda: self.guards.on_failure(
+                               op, seen, lambda at: self.core.record("store", [at, value()], op.attrs)))
 
     def tile_atomic(self, op: Op) -> None:
         self.guarded_each(op, lambda at, v: self.core.record("atomic", [at, v], op.attrs) and None)
