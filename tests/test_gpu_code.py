@@ -117,7 +117,7 @@ def test_comparisons_the_value_ranges_decide_are_folded():
     from pathlib import Path
 
     from accy.dsl.analysis.intervals import index_ranges
-    from accy.dsl.passes import _DECIDED, fold_decided_comparisons
+    from accy.dsl.passes import DECIDED, fold_decided_comparisons
     from accy.lowering.distribute import distribute
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -132,11 +132,11 @@ def test_comparisons_the_value_ranges_decide_are_folded():
         def interval(v):
             lo, hi = ranges.get(v, (None, None))
             return (-inf if lo is None else lo), (inf if hi is None else hi)
-        return [op for op in g.body.walk() if op.opcode in _DECIDED and op.operands[0].type.is_index
-                and _DECIDED[op.opcode](interval(op.operands[0]), interval(op.operands[1])) is not None]
+        return [op for op in g.body.walk() if op.opcode in DECIDED and op.operands[0].type.is_index
+                and DECIDED[op.opcode](interval(op.operands[0]), interval(op.operands[1])) is not None]
 
     assert decidable(graph) and not decidable(folded)
-    assert sum(op.opcode in _DECIDED for op in folded.body.walk()) < sum(op.opcode in _DECIDED for op in graph.body.walk())
+    assert sum(op.opcode in DECIDED for op in folded.body.walk()) < sum(op.opcode in DECIDED for op in graph.body.walk())
 
     @kernel(out=tensor(f32, 1))
     def strided(k, p):

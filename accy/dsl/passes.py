@@ -248,8 +248,8 @@ def fold_constants(graph: Graph) -> Graph:
     return _Rebuilder(_fold_op).graph(graph)
 
 
-# a comparison of two intervals (lo, hi; None unbounded): True, False, or None (undecided)
-_DECIDED = {
+# each comparison op: of two intervals (lo, hi; None unbounded), True, False, or None (undecided)
+DECIDED = {
     "lt": lambda a, b: True if a[1] < b[0] else False if a[0] >= b[1] else None,
     "le": lambda a, b: True if a[1] <= b[0] else False if a[0] > b[1] else None,
     "gt": lambda a, b: True if a[0] > b[1] else False if a[1] <= b[0] else None,
@@ -275,7 +275,7 @@ def fold_decided_comparisons(graph: Graph) -> Graph:
         return (-inf if lo is None else lo), (inf if hi is None else hi)
 
     def fold(rb: _Rebuilder, op: Op, operands: list[Value]):
-        decide = _DECIDED.get(op.opcode)
+        decide = DECIDED.get(op.opcode)
         if decide is None or len(op.operands) != 2 or not all(v.type == index for v in op.operands):
             return None
         value = decide(interval(op.operands[0]), interval(op.operands[1]))

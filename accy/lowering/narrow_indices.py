@@ -23,14 +23,14 @@ import numpy as np
 from ..dsl.analysis.intervals import index_ranges
 from ..dsl.ir import Block, Graph, Op, Value
 from ..dsl.ops import CastAttrs, ConstAttrs
-from ..dsl.passes import (_Rebuilder, eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
-                          verify)
+from ..dsl.passes import (DECIDED, _Rebuilder, eliminate_common_subexpressions, eliminate_dead_code,
+                          fold_constants, verify)
 from ..dsl.types import DType, i32, index
 
 # the ops that compute an index from indices exactly as i32 does while every value fits
 ARITHMETIC = frozenset({"add", "sub", "mul", "neg", "min", "max", "select", "div", "mod", "and", "or", "xor",
                         "shl", "shr"})
-COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+COMPARISONS = frozenset(DECIDED)  # the six comparison ops
 _I32_LIMITS = (i32.min, i32.max)
 # an address's affine part stays 64-bit (see _plan), and so does a select in it (a checked
 # access picks its offset or an error code far outside 32 bits); what they use need not
