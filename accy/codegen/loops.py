@@ -7,7 +7,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..dsl.ir import Block, Op, Value
-from .llvm_types import I64, constant, llvm_type
+from ..dsl.types import i32
+from .llvm_types import I32, I64, constant, llvm_type
 
 
 class ControlFlow:
@@ -113,25 +114,45 @@ class ControlFlow:
         count = b.add(b.udiv(b.sub(span, constant(span, 1)), constant(span, abs(step))), constant(span, 1))
         return b.select(nonempty, count, constant(span, 0))
 
+    def _narrow_bounds(self, op: Op) -> tuple[ir.Value, ir.Value] | None:
+        """A fold's bounds as i32 where both are i32 values made index (a 32-bit launch's loop,
+        :mod:`accy.lowering.narrow_indices`) or constants that fit: then its trips are counted
+        in 32 bits (unsigned, as many as 2**32 - 1), one instruction a trip where 64 bits take
+        two, and the exit test likewise."""
+        if abs(op.attrs["step"]) >= 2**31:
+            return None
+        bounds = []
+        for v in op.operands[:2]:
+            source = v.op
+            if source is not None and source.opcode == "const" and -2**31 <= source.attrs["value"] < 2**31:
+                bounds.append(ir.Constant(I32, source.attrs["value"]))
+            elif source is not None and source.opcode == "cast" and source.operands[0].type == i32 \
+                    and self.lw.value(source.operands[0]).type == I32:
+                bounds.append(self.lw.value(source.operands[0]))
+            else:
+                return None
+        return tuple(bounds)
+
     def fold(self, op: Op) -> None:
         b = self.b
         start, stop, *inits = (self.lw.value(v) for v in op.operands)
         step = op.attrs["step"]
         (region,) = op.regions
-        trips = self.trip_count(start, stop, step)
+        narrow = self._narrow_bounds(op)
+        trips = self.trip_count(*(narrow or (start, stop)), step)
         tag = self.lw.ordinals[op]
         if self.lw.target.checks:
-            self.prove_loads(region, start, trips, step)
+            self.prove_loads(region, start, trips if narrow is None else b.zext(trips, I64), step)
         preheader = b.block
         header = b.append_basic_block(f"fold_{tag}_header")
         body = b.append_basic_block(f"fold_{tag}_body")
         exit_ = b.append_basic_block(f"fold_{tag}_exit")
         b.branch(header)
         b.position_at_end(header)
-        counter = b.phi(I64, name=f"trip_{tag}")
+        counter = b.phi(trips.type, name=f"trip_{tag}")
         iv = b.phi(I64, name=f"i_{tag}")
         accs = [b.phi(llvm_type(a.type)) for a in region.args[1:]]
-        counter.add_incoming(ir.Constant(I64, 0), preheader)
+        counter.add_incoming(ir.Constant(trips.type, 0), preheader)
         iv.add_incoming(start, preheader)
         for phi, init in zip(accs, inits):
             phi.add_incoming(init, preheader)
@@ -142,7 +163,7 @@ class ControlFlow:
             self.lw.values[arg] = phi
         self.lw.lower_block(region)
         latch = b.block
-        counter.add_incoming(b.add(counter, ir.Constant(I64, 1)), latch)
+        counter.add_incoming(b.add(counter, ir.Constant(trips.type, 1)), latch)
         iv.add_incoming(b.add(iv, ir.Constant(I64, step)), latch)  # wraps harmlessly after the last trip
         for phi, v in zip(accs, region.terminator.operands):
             phi.add_incoming(self.lw.value(v), latch)
