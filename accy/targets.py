@@ -30,7 +30,7 @@ WARP_SIZE = 32  # lanes of a warp: NVIDIA's, and the language's warp operations'
 FRONT_END = ("fold-constants", "cse", "hoist-loop-invariants", "cse", "dce", "verify")
 # a tile program as one SIMT block launch of warps, optimised again
 DISTRIBUTE = ("distribute-tiles", "verify", "fold-ranges", "fold-constants", "cse", "hoist-loop-invariants", "cse",
-              "dce", "verify")
+              "strength-reduce", "dce", "verify")
 
 
 @attrs.frozen

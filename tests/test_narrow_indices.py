@@ -60,43 +60,56 @@ def matmul_scalars(graph, m, n, k):
 def test_known_run_time_values_bound_every_index_and_the_pipeline_stage_carry_converges():
     graph = graph_of(make_matmul(bf16, 64, 64, 32, warps=4, num_stages=3))
     fold = next(op for op in graph.body.walk() if op.opcode == "fold" and any(o.opcode == "mma" for o in op.walk()))
-    stage = fold.regions[0].args[-1]
-    assert stage.type == index  # the software pipeline's stage counter
+    region = fold.regions[0]
+    # the software pipeline's stage counter: the carry it yields by a select (0 after the last stage)
+    ((k, stage),) = [(k, arg) for k, (arg, grown) in enumerate(zip(region.args[1:], region.terminator.operands))
+                     if grown.op is not None and grown.op.opcode == "select"]
+    assert stage.type == index
     static = index_ranges(graph)
     scalars = matmul_scalars(graph, 100, 90, 70)
     known = known_values(graph, scalars, {"c": 9000, "a": 7000, "b": 6300}, (2, 2))
     ranges = index_ranges(graph, known)
     lo, hi = ranges[stage]
     assert lo is not None and hi is not None and 0 <= lo <= hi <= 3
-    assert ranges[fold.results[-1]] == ranges[stage]
+    assert ranges[fold.results[k]] == ranges[stage]
     assert all(None not in ranges.get(v, (None, None)) for v in index_values(graph))
     # without the launch's values the strides and shapes are unknown: so are the offsets
     assert any(None in static.get(v, (None, None)) for v in index_values(graph))
 
 
-@kernel(dst=tensor(f32, 1), src=tensor(f32, 1))
-def counting(k, p):
-    """A carried index that grows every trip: no fixpoint within the passes, so unbounded."""
-    (n,) = p.src.shape
+def _carrying(grow):
+    @kernel(dst=tensor(f32, 1), src=tensor(f32, 1))
+    def carrying(k, p):
+        (n,) = p.src.shape
 
-    @k.for_each_tile(grid=(axis("i", 1),), warps=1)
-    def body(t, pid):
-        def step(t, j, carry):
-            return carry + 3
+        @k.for_each_tile(grid=(axis("i", 1),), warps=1)
+        def body(t, pid):
+            total = t.fold_range(0, 40, 1, pid["i"] * 0, lambda t, j, carry: grow(carry))
+            cols = t.arange(16)
+            p.dst.store((cols,), p.src.load((cols + total - 120,), mask=cols < n), mask=cols < n)
 
-        total = t.fold_range(0, 40, 1, pid["i"] * 0, step)
-        cols = t.arange(16)
-        p.dst.store((cols,), p.src.load((cols + total - 120,), mask=cols < n), mask=cols < n)
+    return carrying
 
 
-def test_a_carry_that_grows_every_trip_stays_unbounded():
-    graph = graph_of(counting)
-    folds = [op for op in graph.body.walk() if op.opcode == "fold" and any(r.type == index for r in op.results)]
-    assert folds
+def _carry_ranges(program):
+    graph = graph_of(program)
+    fold = next(op for op in graph.body.walk() if op.opcode == "fold" and any(r.type == index for r in op.results))
     known = known_values(graph, {}, {"dst": 16, "src": 16}, (1,))
     ranges = index_ranges(graph, known)
-    carry = folds[0].regions[0].args[1]
-    assert ranges.get(carry, (None, None)) == (None, None)
+    return graph, ranges.get(fold.regions[0].args[1], (None, None)), ranges.get(fold.results[0], (None, None))
+
+
+def test_a_carry_that_grows_by_a_step_is_bounded_by_the_trips():
+    """``carry + 3`` over 40 trips (a carried offset, a strength-reduced product): 0 to 117
+    inside the loop, at most 120 after it."""
+    _, inside, after = _carry_ranges(_carrying(lambda carry: carry + 3))
+    assert inside == (0, 117) and after == (0, 120)
+
+
+def test_a_carry_that_grows_otherwise_stays_unbounded():
+    """``2 * carry + 1``: no step, no fixpoint within the passes: unbounded, and the launch 64-bit."""
+    graph, inside, after = _carry_ranges(_carrying(lambda carry: carry * 2 + 1))
+    assert inside == (None, None) and after == (None, None)
     assert not fits_in_32_bits(graph, {}, {"dst": 16, "src": 16}, (1,))
 
 

@@ -234,6 +234,6 @@ def test_dump_passes_writes_every_stage(tmp_path, monkeypatch):
     program.graph_for("ptx")
     names = sorted(p.name for p in tmp_path.iterdir())
     assert "row_sum.reference.00-trace.txt" in names and "row_sum.reference.06-verify.txt" in names
-    assert "row_sum.nvptx.07-distribute-tiles.txt" in names and "row_sum.nvptx.15-verify.txt" in names
-    assert (tmp_path / "row_sum.nvptx.15-verify.txt").read_text().rstrip("\n") == program.graph_for("ptx").text().rstrip("\n")
+    assert "row_sum.nvptx.07-distribute-tiles.txt" in names and "row_sum.nvptx.16-verify.txt" in names
+    assert (tmp_path / "row_sum.nvptx.16-verify.txt").read_text().rstrip("\n") == program.graph_for("ptx").text().rstrip("\n")
 

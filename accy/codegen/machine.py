@@ -249,8 +249,33 @@ def _build_ptx(graph: Graph, target: Target, block) -> str:
             for fn in module.functions:  # only the kernel stays visible
                 if not fn.is_declaration and fn.name != lowered.entry_name:
                     fn.linkage = "internal"
-        _optimise(module, machine, unroll=not _tile_distributed(graph))
-        return machine.emit_assembly(module)
+        distributed = _tile_distributed(graph)
+        _optimise(module, machine, unroll=not distributed)
+        with _without_lsr() if distributed and _stages_copies(graph) else contextlib.nullcontext():
+            return machine.emit_assembly(module)
+
+
+def _stages_copies(graph: Graph) -> bool:
+    """The program copies operands into shared memory by cp.async, each copy with a cold
+    element-by-element fallback (accy.lowering.tensor_cores)."""
+    return graph._fact("stages copies", lambda: any(op.opcode == "async_copy" for op in graph.body.walk()))
+
+
+@contextlib.contextmanager
+def _without_lsr():
+    """LLVM's loop strength reduction off while the PTX of a tile program that stages its
+    operands is generated (the option is the process's: callers hold ``_lock``).  The tile
+    pipeline's ``strength-reduce`` has made the copies' stride products carried adds already;
+    LSR would add 64-bit pointers of its own for the cold paths' addresses (a misaligned copy's
+    element loop), a register pair each carried through the hot loop: at sm_90 the attention at
+    head dim 128 holds 225 registers with it, 213 without.  A program that loads its operands
+    into registers (an FMA dot) keeps it: there it saves registers (136 to 126 in a 64x64 f32
+    matmul)."""
+    llvm.set_option("", "-disable-lsr=true")
+    try:
+        yield
+    finally:
+        llvm.set_option("", "-disable-lsr=false")
 
 
 def _tile_distributed(graph: Graph) -> bool:

@@ -23,6 +23,7 @@ from ..dsl.passes import (eliminate_common_subexpressions, eliminate_dead_code, 
 from ..errors import AccyError
 from ..targets import Target
 from .distribute import distribute
+from .strength_reduce import strength_reduce
 from .tile_access import describe_plans
 
 
@@ -58,6 +59,8 @@ PASSES: dict[str, Pass] = {p.name: p for p in (
     Pass("verify", "check every op's types, attributes and regions", lambda graph, target: verify(graph)),
     Pass("distribute-tiles", "a tile program as a SIMT block launch of warps: a layout per tile, reductions "
          "across threads, dot on tensor cores where the target has them", _distribute),
+    Pass("strength-reduce", "a loop's index products by a stride as values it carries, one add a trip",
+         lambda graph, target: strength_reduce(graph)),
     Pass("plan-tile-accesses", "analysis: which tile loads and stores run row by row from an affine form, "
          "and which masks are ranges", _analysis, lambda graph, target: describe_plans(graph)),
 )}

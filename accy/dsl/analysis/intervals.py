@@ -175,6 +175,11 @@ class _Ranges:
         region = op.regions[0]
         carries = [(arg, init, i) for i, (arg, init) in enumerate(zip(region.args[1:], op.operands[2:]))
                    if _tracked(arg.type)]
+        inductions = self.inductions(op, carries)
+        carries = [c for c in carries if c[0] not in inductions]
+        for arg, (within, after, i) in inductions.items():
+            self.ranges[arg] = within
+            self.ranges[op.results[i]] = after
         current = {arg: self.of(init) for arg, init, _ in carries}
         for _ in range(_FIXPOINT_PASSES if carries else 0):
             self.ranges.update(current)
@@ -190,6 +195,33 @@ class _Ranges:
         self.walk(region.ops, launch)  # the body's intervals with its carries' final ones
         for arg, _, i in carries:
             self.ranges[op.results[i]] = current[arg]
+
+    def inductions(self, op: Op, carries) -> dict:
+        """The carries that add one value from outside the loop each trip (``x + d``, a carried
+        offset, a strength-reduced product): bounded by the trips the loop's bounds allow,
+        ``init + n * d`` for n below them inside the loop and up to them after it; each
+        ``arg -> (inside, after, result index)``."""
+        region = op.regions[0]
+        (start_lo, start_hi), (stop_lo, stop_hi) = self.of(op.operands[0]), self.of(op.operands[1])
+        step = op.attrs.step
+        reach = (None if stop_hi is None or start_lo is None else stop_hi - start_lo) if step > 0 else \
+            (None if start_hi is None or stop_lo is None else start_hi - stop_lo)
+        if reach is None:
+            return {}
+        trips = max(0, -(-reach // abs(step)))
+        inside = set(region.args) | {r for o in region.walk() for r in o.results}
+        found = {}
+        for arg, init, i in carries:
+            grown = region.terminator.operands[i].op
+            if grown is None or grown.opcode != "add" or arg not in grown.operands:
+                continue
+            d = grown.operands[1] if grown.operands[0] is arg else grown.operands[0]
+            (d_lo, d_hi), (lo, hi) = self.of(d), self.of(init)
+            if d in inside or None in (d_lo, d_hi, lo, hi):
+                continue
+            reached = lambda n: _ok(lo + min(0, d_lo * n), hi + max(0, d_hi * n))  # noqa: E731
+            found[arg] = (reached(max(trips - 1, 0)), reached(trips), i)
+        return found
 
     def rule(self, op: Op) -> Interval:
         name = op.opcode
