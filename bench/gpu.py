@@ -1,14 +1,15 @@
 """The GPU half of the benchmark and of the GPU check (scripts/gpu_check.sh).
 
     python -m bench.gpu [--json results.json]            # the f32 attention entries on cuda vs torch SDPA
-    python -m bench.gpu --tile-bench [--json out.json]   # tile matmul vs cuBLAS, tile attention vs flash SDPA
+    python -m bench.gpu --tile-bench [--json out.json]   # tile matmul vs cuBLAS and Triton, attention vs flash SDPA and Triton
     python -m bench.gpu --estimates [--json out.json]    # accy profile's estimate of each --tile-bench kernel
     python -m bench.gpu --compare [--json out.json]      # every library entry: cuda vs ptx vs numpy
     python -m bench.gpu --tiles [--json out.json]        # every tile kernel: cuda vs ptx vs numpy
     python -m bench.gpu --compare --backends numpy,ptx   # the same without a GPU (a dry run)
 
 The timing uses CUDA events around the kernel alone, on inputs already on the device (torch
-CUDA tensors, which accy runs in place); torch runs the baselines on the same GPU.  The
+CUDA tensors, which accy runs in place); torch and, where it is importable, Triton (its kernels
+for the same jobs, bench.triton_kernels) run the baselines on the same GPU.  The
 estimates run on the CPU (the emulator) and need no GPU.  Every JSON file is rewritten after
 each case, so a step cut short by its time limit keeps what it finished.
 """
@@ -351,7 +352,8 @@ def _check_attention(torch, dst, q, k, v, sdpa) -> dict:
 def bench_tile_case(case, repeats: int = 20) -> dict:
     """One benchmark kernel on the GPU: the first call (compile and load), the kernel's median
     time over ``repeats`` CUDA-event timings on device-resident inputs, its accuracy, and the
-    same job in torch (cuBLAS's bf16 matmul; SDPA with the flash backend) timed the same way."""
+    same job in torch (cuBLAS's bf16 matmul; SDPA with the flash backend) and in Triton
+    (:func:`bench_triton`) timed the same way."""
     import torch
     import torch.nn.attention as sdpa
 
@@ -380,6 +382,9 @@ def bench_tile_case(case, repeats: int = 20) -> dict:
                 return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4)
 
         baseline = "torch SDPA, flash backend"
+    result["triton"] = bench_triton(torch, sdpa, case, tensors, repeats)
+    if "kernel_ms_median" in result["triton"]:
+        result["fraction_of_triton"] = result["triton"]["kernel_ms_median"] / ms
     try:
         torch_ms = _time_torch(torch, fn, repeats)
     except RuntimeError as e:  # e.g. no flash kernel for this GPU or shape
@@ -391,6 +396,38 @@ def bench_tile_case(case, repeats: int = 20) -> dict:
     result["target"] = TARGET
     result["meets_target"] = result["fraction_of_torch"] >= TARGET
     return result
+
+
+def bench_triton(torch, sdpa, case, tensors, repeats: int = 20) -> dict:
+    """The same job by Triton's kernel (bench.triton_kernels: written as Triton users write it, at
+    Triton's own tiling for it), on the same device tensors, timed and checked as accy's is; or
+    why there is none (Triton not importable, not a bf16 job, its launch failed)."""
+    if case.shapes[1][1] != bf16:
+        return {"error": "Triton's kernels here are the bf16 jobs only"}
+    try:
+        from . import triton_kernels
+    except Exception as e:  # not installed (the bench extra), or no driver it can use
+        return {"error": f"Triton not importable: {type(e).__name__}: {e}"}
+    out = torch.zeros_like(tensors[0])
+    if case.kind == "matmul":
+        _, a, b = tensors
+        fn, tiles = (lambda: triton_kernels.launch_matmul(a, b, out)), triton_kernels.MATMUL_TILES
+    else:
+        _, q, k, v = tensors
+        fn, tiles = (lambda: triton_kernels.launch_attention(q, k, v, out)), triton_kernels.ATTENTION_TILES[q.shape[-1]]
+    try:
+        first = time.perf_counter()
+        fn()  # compiles
+        torch.cuda.synchronize()
+        first = time.perf_counter() - first
+        triton_ms = _time_torch(torch, fn, repeats)
+    except Exception as e:  # a compile or launch failure leaves accy's and torch's figures
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    accuracy = _check_matmul(torch, out, a, b) if case.kind == "matmul" else \
+        _check_attention(torch, out, q, k, v, sdpa)
+    constants, warps, stages = tiles
+    return {"kernel_ms_median": triton_ms, "tflops": case.flops / (triton_ms * 1e-3) / 1e12, "first_call_s": first,
+            "accuracy": accuracy, "tiles": {**constants, "warps": warps, "stages": stages}}
 
 
 def tile_benchmark(path=None, keys=None, repeats: int = 20) -> dict:
@@ -405,10 +442,13 @@ def tile_benchmark(path=None, keys=None, repeats: int = 20) -> dict:
         if "error" in result:
             print(f"{key:28s} FAILED: {result['error']}", flush=True)
         else:
-            t = result.get("torch", {})
+            t, tri = result.get("torch", {}), result.get("triton", {})
             vs = (f"; {t['baseline']} {t['kernel_ms_median']:.3f} ms, {t['tflops']:.1f} TFLOP/s: accy at "
                   f"{result['fraction_of_torch']:.2f}x (target {TARGET}x)") if "kernel_ms_median" in t else \
                 f"; torch: {t.get('error')}"
+            vs += (f"; Triton {tri['kernel_ms_median']:.3f} ms, {tri['tflops']:.1f} TFLOP/s, accuracy "
+                   f"{'ok' if tri['accuracy']['ok'] else 'WRONG'}: accy at {result['fraction_of_triton']:.2f}x") \
+                if "kernel_ms_median" in tri else f"; Triton: {tri.get('error')}"
             print(f"{key:28s} {result['kernel_ms_median']:.3f} ms, {result['tflops']:.1f} TFLOP/s, accuracy "
                   f"{'ok' if result['accuracy']['ok'] else 'WRONG'}{vs}", flush=True)
         _write(path, results)

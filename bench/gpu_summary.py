@@ -59,8 +59,8 @@ def tiles_section(tiles: dict | None):
 
 
 def bench_section(bench: dict | None, estimates: dict | None, gpu: str | None) -> dict | None:
-    """Per benchmark kernel: its measured time and TFLOP/s, torch's, the fraction of torch's
-    throughput against the target, and accy profile's estimate (for the device's GPU, else an
+    """Per benchmark kernel: its measured time and TFLOP/s, torch's and Triton's, the fractions of
+    their throughput (torch's against the target), and accy profile's estimate (for the device's GPU, else an
     H200's) with the measured time over it."""
     keys = list(dict.fromkeys([*(estimates or {}), *(bench or {})]))
     if not keys:
@@ -77,7 +77,8 @@ def bench_section(bench: dict | None, estimates: dict | None, gpu: str | None) -
             row["measured"] = {"kernel_ms": measured["kernel_ms_median"], "tflops": measured["tflops"],
                                "accuracy_ok": measured["accuracy"]["ok"]}
             row["torch"] = measured.get("torch")
-            for k in ("fraction_of_torch", "target", "meets_target"):
+            row["triton"] = measured.get("triton")
+            for k in ("fraction_of_torch", "fraction_of_triton", "target", "meets_target"):
                 row[k] = measured.get(k)
         if estimate is not None and "error" in estimate:
             row["estimate"] = {"error": estimate["error"]}
@@ -168,6 +169,8 @@ def headline(s: dict) -> str:
             text += f"{m['kernel_ms']:.3f} ms, {m['tflops']:.1f} TFLOP/s"
             if row.get("fraction_of_torch") is not None:
                 text += f", {row['fraction_of_torch']:.2f}x torch (target {row['target']})"
+            if row.get("fraction_of_triton") is not None:
+                text += f", {row['fraction_of_triton']:.2f}x Triton"
         else:
             text += "not measured" + (f" ({m['error']})" if m else "")
         if e and "error" in e:

@@ -8,6 +8,7 @@ arguments of contiguous, 16-byte-aligned tensors whose sizes are multiples of 16
 
 from __future__ import annotations
 
+import math
 import os
 
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default (it warns when unset)
@@ -80,6 +81,36 @@ _SIGNATURES = {
                    "stride_qb": "i32", "stride_qn": "i32", "stride_kb": "i32", "stride_kn": "i32", "stride_vb": "i32",
                    "stride_vn": "i32", "stride_ob": "i32", "stride_on": "i32"}, {}),
 }
+
+
+# Triton's tilings of the issue's jobs (issue 32's table), as the GPU check launches them:
+# (constants, warps, stages); the attention's by head dimension
+MATMUL_TILES = (dict(BM=128, BN=128, BK=64), 8, 3)
+ATTENTION_TILES = {64: (dict(BM=64, BN=64, HEAD=64), 4, 2), 128: (dict(BM=128, BN=64, HEAD=128), 8, 2)}
+
+
+def launch_matmul(a, b, c) -> None:
+    """``c = a @ b`` by :func:`matmul` at :data:`MATMUL_TILES` (torch tensors on one GPU; on the
+    CPU under ``TRITON_INTERPRET=1``): bf16 ``a`` (M, K) and ``b`` (K, N), f32 ``c``."""
+    constants, warps, stages = MATMUL_TILES
+    (m, k), n = a.shape, b.shape[1]
+    grid = (triton.cdiv(m, constants["BM"]), triton.cdiv(n, constants["BN"]))
+    matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                 **constants, num_warps=warps, num_stages=stages)
+
+
+def launch_attention(q, k, v, o) -> None:
+    """``o = softmax(q k^T / sqrt(d)) v`` by :func:`attention` at :data:`ATTENTION_TILES`, over
+    (batch*heads, tokens, d) bf16 tensors with as many keys as queries, a multiple of the tile."""
+    constants, warps, stages = ATTENTION_TILES[q.shape[-1]]
+    batch, tokens = q.shape[0], q.shape[1]
+    if k.shape[1] != tokens or tokens % constants["BM"] or tokens % constants["BN"]:
+        raise ValueError(f"Triton's attention here takes as many keys as queries, a multiple of "
+                         f"{constants['BM']} and {constants['BN']}: got {tokens} queries, {k.shape[1]} keys")
+    scale = math.log2(math.e) / math.sqrt(q.shape[-1])  # its scores are in base 2
+    grid = (tokens // constants["BM"], batch)
+    attention[grid](q, k, v, o, tokens, scale, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
+                    v.stride(1), o.stride(0), o.stride(1), **constants, num_warps=warps, num_stages=stages)
 
 
 def compile_for(name: str, constants: dict, warps: int, stages: int, capability: int):

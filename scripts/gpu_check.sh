@@ -12,6 +12,7 @@
 #      the small launches of steps 5-6 (bench.gpu --estimates, bench.gpu_probe emulator);
 #   3. the GPU benchmark (issue 19 §5): accy's bf16 tile matmul at 4096^3 against torch.matmul (cuBLAS)
 #      and its tile attention (B*H = 16, 4096 tokens, head dim 64 and 128) against torch's flash SDPA,
+#      and against Triton's kernels for the same jobs (bench/triton_kernels.py, where Triton is importable),
 #      CUDA events on device-resident inputs, TFLOP/s and the ratios (target: 0.5x torch);
 #   4. every tile kernel (matmuls in bf16, f16, tf32, i8 and f32; the tile attention entry in bf16, f16,
 #      f32, causal and not) on cuda against ptx (the same PTX on the emulator) and numpy, within the dot
@@ -189,7 +190,7 @@ emu_pid=$bg_pid
 
 if [ "$dry" != 1 ]; then
   # 3. the GPU benchmark
-  step "GPU benchmark: tile matmul vs cuBLAS, tile attention vs flash SDPA" 100 \
+  step "GPU benchmark: tile matmul vs cuBLAS and Triton, tile attention vs flash SDPA and Triton" 130 \
     "$py" -m bench.gpu --tile-bench --json "$out/tile_bench.json"
   tile_bench_rc=$?
 fi

@@ -262,3 +262,42 @@ def test_a_tool_past_its_time_is_stopped_with_its_process_group():
     start = time.monotonic()
     code, _ = gpu_probe._run(["bash", "-c", "sleep 30 & sleep 30"], timeout=0.5)
     assert code == "timed out" and time.monotonic() - start < 10
+
+
+TRITON_LAUNCHES = """
+import math, os, sys
+os.environ["TRITON_INTERPRET"] = "1"  # Triton's interpreter: its kernels on the CPU, on torch CPU tensors
+sys.path.insert(0, sys.argv[1])
+import torch
+from bench import triton_kernels as T
+g = torch.Generator().manual_seed(0)
+# f16: the interpreter computes in NumPy, which has no bf16 (the GPU check launches bf16)
+a, b = torch.randn(130, 70, generator=g).half(), torch.randn(70, 150, generator=g).half()
+c = torch.zeros(130, 150)
+T.launch_matmul(a, b, c)
+assert (c - a.float() @ b.float()).abs().max() < 1e-3, "matmul"
+for head in (64, 128):
+    q, k, v = (torch.randn(2, 128, head, generator=g).half() for _ in range(3))
+    o = torch.zeros_like(q)
+    T.launch_attention(q, k, v, o)
+    want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    assert (o.float() - want).abs().max() < 2e-3, head
+print("ok")
+"""
+
+
+def test_the_triton_baselines_launch_and_compute_the_jobs():
+    """The GPU check's Triton kernels (bench.triton_kernels), launched as the benchmark launches
+    them, on Triton's CPU interpreter: the grid and the arguments are right (a matmul with edges
+    and both attention tilings)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    run = subprocess.run([sys.executable, "-c", TRITON_LAUNCHES, str(ROOT)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+
+
+def test_a_job_triton_has_no_kernel_for_is_a_reason_not_a_crash():
+    torch = pytest.importorskip("torch")
+    case = matmul_case(64, 64, 32, 4, 64, 64, 64, dtype=f16)
+    assert gpu.bench_triton(torch, None, case, []) == {"error": "Triton's kernels here are the bf16 jobs only"}
