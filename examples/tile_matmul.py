@@ -1,9 +1,11 @@
-"""Matrix multiply as a tile program: each program computes one 64x64 tile of ``c``.
+"""Matrix multiply as a tile program: each program computes one tile of ``c``.
 
-The program for output tile (m, n) walks along K in steps of 32: it loads a 64x32 tile
-of ``a`` and a 32x64 tile of ``b`` (zeros past the edges, so odd sizes need no special
-case), and accumulates their product with ``t.dot`` into a 64x64 f32 tile carried by
-``fold_range``; then it stores the tile (elements past the edges are not written).
+The program for output tile (m, n) walks along K: in f32 it loads a 64x32 tile of ``a`` and
+a 32x64 tile of ``b`` a trip (zeros past the edges, so odd sizes need no special case), and
+accumulates their product with ``t.dot`` into a 64x64 f32 tile carried by ``fold_range``;
+then it stores the tile (elements past the edges are not written).  In bf16 the tiles are
+128x128 walking K 64 at a time, on 8 warps with 3 buffers per operand: the tiling a GPU's
+tensor cores want (``TILES``).
 bf16 inputs accumulate in f32, as on tensor cores. ``a`` and ``b`` may have any layout:
 a transposed view ``b.T`` runs through the same compiled kernel.
 Run with ``python examples/tile_matmul.py``.
@@ -14,9 +16,20 @@ import numpy as np
 from accy import axis, bf16, cdiv, f32, kernel, tensor
 
 
-def make_matmul(dtype=f32, bm: int = 64, bn: int = 64, bk: int = 32, warps: int = 4, num_stages: int = 2):
+# each input type's tiling by default: (bm, bn, bk, warps, num_stages).  bf16 runs on a GPU's
+# tensor cores, where 128x128 tiles on 8 warps walking K 64 at a time with 3 buffers per operand
+# (two trips' copies in flight) are Triton's choice for this kernel, and accy's code for them meets
+# Triton's (python -m bench.sass); f32 runs on FMAs, whose operands are loaded into registers
+TILES = {f32: (64, 64, 32, 4, 2), bf16: (128, 128, 64, 8, 3)}
+
+
+def make_matmul(dtype=f32, bm: int | None = None, bn: int | None = None, bk: int | None = None,
+                warps: int | None = None, num_stages: int | None = None):
     """c (f32) = a @ b for ``dtype`` inputs (f32 or bf16), one bm x bn tile of c per program
-    (``warps`` and ``num_stages``: the GPU's threads per program / 32 and its copies in flight)."""
+    (``warps`` and ``num_stages``: the GPU's threads per program / 32 and the buffers of each
+    operand, ``num_stages - 1`` trips' copies in flight); what is not given is ``TILES[dtype]``'s."""
+    given = (bm, bn, bk, warps, num_stages)
+    bm, bn, bk, warps, num_stages = (g if g is not None else d for g, d in zip(given, TILES[dtype]))
 
     name = "tile_matmul" if dtype == f32 else f"tile_matmul_{dtype}"
 

@@ -222,8 +222,9 @@ def test_info_counts_the_mma_instructions_of_a_tile_matmul(capsys):
     example = pathlib.Path(__file__).resolve().parent.parent / "examples" / "tile_matmul.py"
     assert main(["info", f"{example}:tile_matmul_bf16", "--arch", "sm_80"]) == 0
     row = capsys.readouterr().out.splitlines()[2].split()
-    # 64 x 64 x 32 tiles on 4 warps: a warp's 16 rows x 8 column tiles x 2 k-steps of m16n8k16
-    assert row[0] == "sm_80" and row[-2] == "16" and row[2] == "0/0"
+    # 128 x 128 x 64 tiles on 8 warps, 2 x 4 of them: a warp's 64 x 32 of c, 4 row tiles x 4 column
+    # tiles x 4 k-steps of m16n8k16
+    assert row[0] == "sm_80" and row[-2] == "64" and row[2] == "0/0"
 
 
 def test_occupancy_follows_the_cuda_rules():

@@ -268,7 +268,7 @@ def test_tile_matmul_profile_numbers(tile_matmul_profile):
     p = tile_matmul_profile
     assert p.mma_instructions == 128 ** 3 // 2048
     assert p.global_traffic["load"].requests == 0  # both operands by cp.async (no element loads)
-    assert p.async_copy_bytes == 2 * 2 * 128 * 128 * 2  # each of the 4 programs copies a and b panels
+    assert p.async_copy_bytes == 2 * 128 * 128 * 2  # its one 128x128 program copies all of a and b
     assert p.dram_bytes == 2 * 128 * 128 * 2 + 4 * 128 * 128
     assert p.estimated_seconds == pytest.approx(p.roofline.estimated_seconds)
 
@@ -278,7 +278,7 @@ def test_tile_matmul_profile_numbers(tile_matmul_profile):
 
 def test_sampling_matches_the_full_run_on_a_uniform_grid():
     program = load_kernel(str(ROOT / "examples" / "tile_matmul.py") + ":tile_matmul_bf16")
-    M = N = 256
+    M = N = 512  # 16 programs of 128x128
     K = 64
     args = [np.zeros((M, N), np.float32), _bf16((M, K)), _bf16((K, N), 1)]
     full = program.profile(args)
@@ -374,11 +374,11 @@ def test_profile_report_and_dict(tile_matmul_profile):
 
 def test_cli_profile_prints_and_exits_0(capsys):
     kernel = str(ROOT / "examples" / "tile_matmul.py") + ":tile_matmul_bf16"
-    assert main(["profile", kernel, "--size", "64", "--gpu", "h100"]) == 0
+    assert main(["profile", kernel, "--size", "128", "--gpu", "h100"]) == 0  # one 128x128 program
     out = capsys.readouterr().out
     assert "profile tile_matmul_bf16: sm_90 PTX" in out and "NVIDIA H100 SXM5" in out
     assert re.search(r"(compute|memory|latency)-bound", out)
-    assert main(["profile", kernel, "--size", "64", "--json", "--arch", "sm_80"]) == 0
+    assert main(["profile", kernel, "--size", "128", "--json", "--arch", "sm_80"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["gpu"] == "a100" and data["mma_instructions"] == 64 ** 3 // 2048
+    assert data["gpu"] == "a100" and data["mma_instructions"] == 128 ** 3 // 2048
 
