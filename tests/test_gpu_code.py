@@ -148,3 +148,37 @@ def test_comparisons_the_value_ranges_decide_are_folded():
     loop = next(op for op in strided.graph.body.walk() if op.opcode == "fold")
     assert index_ranges(strided.graph)[loop.regions[0].args[0]] == (0, 4032)
 
+
+
+@kernel(dst=tensor(bf16, 2), src=tensor(f32, 2))
+def scale_rows(k, p):
+    R, C = p.src.shape
+
+    @k.for_each_tile(grid=(axis("r", (R + 31) // 32), axis("c", (C + 31) // 32)), warps=2)
+    def body(t, pid):
+        r0, c0 = pid["r"] * 32, pid["c"] * 32
+        p.dst.store_tile((r0, c0), (p.src.load_tile((r0, c0), (32, 32)) * 2.0).cast(bf16))
+
+
+def test_a_tile_store_at_the_edges_is_predicated_stores_not_branches():
+    """A tile store's vector groups, whole where the mask holds and element by element where
+    not, are predicated stores (accy.codegen.nvptx.control_flow), no branch around each."""
+    import re
+
+    ptx = scale_rows.ptx("sm_80")
+    assert re.search(r"@%p\d+ st\.global\.v\d\.b16", ptx) and re.search(r"@%p\d+ st\.global\.b16", ptx)
+
+
+@pytest.mark.parametrize("shift", [0, 1], ids=["aligned", "misaligned"])
+@pytest.mark.parametrize("rows, cols", [(64, 64), (45, 37), (1, 3)])
+def test_predicated_tile_stores_write_what_the_mask_lets_through_and_nothing_else(rows, cols, shift):
+    """On the emulator: the tile's edges (partial groups), a misaligned output (no group whole)
+    and the elements past the shape left as they were."""
+    src = np.random.default_rng(rows * cols).standard_normal((rows, cols)).astype(np.float32)
+    out = np.full((rows + 1, cols + 3), 7.0, ml_dtypes.bfloat16)
+    view = out[:rows, shift:shift + cols]
+    scale_rows.run([view, src], backend="ptx")
+    assert view.astype(np.float32).tobytes() == (src * 2).astype(ml_dtypes.bfloat16).astype(np.float32).tobytes()
+    untouched = np.ones(out.shape, bool)
+    untouched[:rows, shift:shift + cols] = False
+    assert (out[untouched].astype(np.float32) == 7.0).all()

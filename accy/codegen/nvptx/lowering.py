@@ -18,6 +18,7 @@ from ...dsl.analysis.intervals import within
 from ...dsl.ir import Graph, Op
 from ...dsl.ops import MatrixOrder, MmaKind
 from ...dsl.types import DType, bf16, f32
+from .control_flow import NvptxControlFlow
 from .debug_lines import DebugLines
 from ..arithmetic import MATH
 from ..llvm import LoweredModule, Lowering
@@ -41,6 +42,7 @@ class NvptxLowering(Lowering):
     """Lowers one graph into a PTX kernel's LLVM module."""
 
     target: NvptxTarget
+    control_class = NvptxControlFlow
 
     def math_function(self, name: str, t: DType, args) -> ir.Value:
         """libdevice, or the approximate instructions with ``fast_math``."""
