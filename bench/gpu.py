@@ -1,7 +1,7 @@
 """The GPU half of the benchmark and of the GPU check (scripts/gpu_check.sh).
 
     python -m bench.gpu [--json results.json]            # the f32 attention entries on cuda vs torch SDPA
-    python -m bench.gpu --tile-bench [--json out.json]   # tile matmul vs cuBLAS and Triton, attention vs flash SDPA and Triton
+    python -m bench.gpu --tile-bench [--json out.json]   # tile kernels vs cuBLAS, flash SDPA and Triton
     python -m bench.gpu --estimates [--json out.json]    # accy profile's estimate of each --tile-bench kernel
     python -m bench.gpu --compare [--json out.json]      # every library entry: cuda vs ptx vs numpy
     python -m bench.gpu --tiles [--json out.json]        # every tile kernel: cuda vs ptx vs numpy
