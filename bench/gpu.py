@@ -414,7 +414,10 @@ def bench_triton(torch, sdpa, case, tensors, repeats: int = 20) -> dict:
         fn, tiles = (lambda: triton_kernels.launch_matmul(a, b, out)), triton_kernels.MATMUL_TILES
     else:
         _, q, k, v = tensors
-        fn, tiles = (lambda: triton_kernels.launch_attention(q, k, v, out)), triton_kernels.ATTENTION_TILES[q.shape[-1]]
+        tiles = triton_kernels.ATTENTION_TILES.get(q.shape[-1])
+        if tiles is None:
+            return {"error": f"no Triton tiling here for head dim {q.shape[-1]}"}
+        fn = lambda: triton_kernels.launch_attention(q, k, v, out)  # noqa: E731
     try:
         first = time.perf_counter()
         fn()  # compiles

@@ -104,9 +104,12 @@ def launch_attention(q, k, v, o) -> None:
     (batch*heads, tokens, d) bf16 tensors with as many keys as queries, a multiple of the tile."""
     constants, warps, stages = ATTENTION_TILES[q.shape[-1]]
     batch, tokens = q.shape[0], q.shape[1]
-    if k.shape[1] != tokens or tokens % constants["BM"] or tokens % constants["BN"]:
-        raise ValueError(f"Triton's attention here takes as many keys as queries, a multiple of "
-                         f"{constants['BM']} and {constants['BN']}: got {tokens} queries, {k.shape[1]} keys")
+    if k.shape[1] != tokens or v.shape[1] != tokens or tokens % constants["BM"] or tokens % constants["BN"]:
+        raise ValueError(f"Triton's attention here takes as many keys and values as queries, a multiple of "
+                         f"{constants['BM']} and {constants['BN']}: got {tokens} queries, {k.shape[1]} keys, "
+                         f"{v.shape[1]} values")
+    if any(t.stride(-1) != 1 for t in (q, k, v, o)):
+        raise ValueError("Triton's attention here takes tensors contiguous along the head dimension")
     scale = math.log2(math.e) / math.sqrt(q.shape[-1])  # its scores are in base 2
     grid = (tokens // constants["BM"], batch)
     attention[grid](q, k, v, o, tokens, scale, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),

@@ -13,6 +13,7 @@ from test_tile_bounds import masked_copy  # Triton's form: its mask lets one col
 
 from accy import axis, bf16, f32, index, kernel, scalar, tensor, u8
 from accy.dsl.analysis.intervals import index_ranges
+from accy.dsl.parse import parse
 from accy.dsl.passes import verify
 from accy.errors import OutOfBoundsError
 from accy.library.attention import ScaledDotProduct
@@ -138,8 +139,6 @@ BRANCHY = """kernel @branchy(%x: buffer<f32, ?>, %n: scalar<index>) {
 
 
 def test_a_branchs_index_result_is_the_union_of_its_yields_and_a_loop_without_trips_bounds_nothing():
-    from accy.dsl.parse import parse
-
     graph = parse(BRANCHY)
     ranges = index_ranges(graph)
     branch, fold, total = (op for op in graph.body.walk() if op.opcode in ("if", "fold") or
@@ -343,3 +342,67 @@ def test_a_shuffled_index_keeps_the_interval_of_the_value_every_lane_holds():
         value = ranges.get(op.operands[0], (None, None))
         assert ranges.get(op.result, (None, None)) == value
     assert any(None not in ranges.get(op.result, (None, None)) for op in shuffles)
+
+
+# an i32 carried by acc + 2**30 over 4 trips wraps at the third: no interval may hold it (the
+# comparison acc >= 0 is false at trip 2, so fold-ranges must not decide it)
+WRAPPING = """kernel @w(%dst: buffer<f32, ?>) {
+  %0 = const 0 : index
+  %1 = const 4 : index
+  %2 = const 0 : i32
+  %3 = const 1073741824 : i32
+  %4 = const 1 : index
+  %5 = const 1.0 : f32
+  %6 = const 0.0 : f32
+  for_each_block (%7 = b<%4>) threads (%8 = thread<1>) {
+    %9, %10 = fold %0 to %1 step 1 init(%2, %6) -> (i32, f32) {
+    ^(%11: index, %12: i32, %13: f32):
+      %14 = add %12, %3 : i32
+      %15 = cast %12 : i32 -> index
+      %16 = ge %15, %0 : bool
+      %17 = select %16, %5, %6 : f32
+      %18 = add %13, %17 : f32
+      yield %14, %18
+    }
+    store %dst[%8] = %10 : f32
+  }
+}
+"""
+
+
+def test_a_carry_that_would_wrap_in_its_type_stays_unbounded_and_its_comparisons_undecided():
+    from accy.dsl.passes import fold_decided_comparisons
+
+    graph = parse(WRAPPING)
+    fold = next(op for op in graph.body.walk() if op.opcode == "fold")
+    assert index_ranges(graph).get(fold.regions[0].args[1], (None, None)) == (None, None)
+    assert fold_decided_comparisons(graph).text() == graph.text()
+
+
+# a loop bound loaded from memory: the launch need not bound it to run its 32-bit variant
+LOADED_BOUND = """kernel @k(%dst: buffer<f32, ?>, %m: buffer<index, ?>) {
+  %0 = const 0 : index
+  %1 = const 1 : index
+  %2 = const 0.0 : f32
+  %3 = const 1.0 : f32
+  for_each_block (%4 = b<%1>) threads (%5 = t<4>) {
+    %6 = load %m[%0] : index
+    %7 = fold %0 to %6 step 1 init(%2) -> (f32) {
+    ^(%8: index, %9: f32):
+      %10 = add %9, %3 : f32
+      yield %10
+    }
+    %11 = lt %5, %1 : bool
+    %12 = select %11, %7, %2 : f32
+    store %dst[%5] = %12 : f32
+  }
+}
+"""
+
+
+def test_a_loop_bound_loaded_from_memory_stays_64_bit_and_the_launch_32_bit():
+    graph = parse(LOADED_BOUND)
+    assert fits_in_32_bits(graph, {}, {"dst": 4, "m": 1}, (1,))
+    narrowed = narrow_indices(graph)
+    fold = next(op for op in narrowed.body.walk() if op.opcode == "fold")
+    assert fold.operands[1].op.opcode == "load"  # the bound as loaded: no 32-bit form of it

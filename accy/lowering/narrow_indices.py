@@ -82,8 +82,11 @@ def _plan(graph: Graph) -> _Plan:
         if _narrowable(op) and (op.opcode not in _AFFINE or op.result not in wide or op.result in narrow):
             narrow.update(v for v in (*op.operands, op.result) if _is_index(v))
         narrow.update(op.operands[i] for i in _narrow_operands(op))
-        if op.opcode == "fold":  # its bounds (its trips counted in 32 bits), its carried indices
-            narrow.update(v for v in (*op.operands[:2], *op.regions[0].args[1:], *op.results) if _is_index(v))
+        if op.opcode == "fold":  # its carried indices, and its bounds where computed by index
+            # arithmetic from the launch's values (its trips then counted in 32 bits; a bound
+            # loaded from memory stays 64-bit, so the launch need not bound it)
+            narrow.update(v for v in (*op.regions[0].args[1:], *op.results) if _is_index(v))
+            narrow.update(v for v in op.operands[:2] if _is_index(v) and (v.op is None or _narrowable(v.op)))
     return _Plan(frozenset(wide), frozenset(narrow))
 
 
@@ -136,8 +139,9 @@ class _Narrower(_Rebuilder):
         if not _narrowable(op):
             carried = _narrow_operands(op)
             operands = [self.narrow[v] if i in carried else self.map[v] for i, v in enumerate(op.operands)]
-            if op.opcode == "fold":  # its bounds as 32-bit values made index: the code counts its trips in 32 bits
-                operands[:2] = [self.cast(self.narrow[v], index) for v in op.operands[:2]]
+            if op.opcode == "fold":  # its 32-bit bounds made index: the code counts its trips in 32 bits
+                operands[:2] = [self.cast(self.narrow[v], index) if v in self.plan.narrow else self.map[v]
+                                for v in op.operands[:2]]
             regions = [self.copy_block(r, self.carry_types(op)) for r in op.regions]
             results = self.emit(op.opcode, operands, op.attrs, op.location, regions).results
             for old, new in zip(op.results, results):

@@ -120,7 +120,7 @@ class _Reducer(_Rebuilder):
         keys = list(dict.fromkeys(p.carried for p in self.plans[op]))
         firsts, deltas = [], []
         for k, s in keys:
-            first = start if k is None else self.emit("add", [start, self.map[k]], NoAttrs(), op.location).result
+            first = start if k is None else self.plus(start, self.map[k], op)
             firsts.append(self.emit("mul", [first, self.map[s]], NoAttrs(), op.location).result)
             deltas.append(self.emit("mul", [step, self.map[s]], NoAttrs(), op.location).result)
         region = op.regions[0]
@@ -150,6 +150,12 @@ class _Reducer(_Rebuilder):
             results = self.emit(op.opcode, operands, op.attrs, op.location,
                                 [self.copy_block(r) for r in op.regions]).results
         self.map.update(zip(op.results, results))
+
+    def plus(self, a: Value, b: Value, op: Op) -> Value:
+        """``a + b``, a constant where both are (a loop from 0, a row offset)."""
+        if _is_constant(a) and _is_constant(b):
+            return self.const(a.op.attrs.value + b.op.attrs.value)
+        return self.emit("add", [a, b], NoAttrs(), op.location).result
 
     def const(self, value: int) -> Value:
         return self.emit("const", [], ConstAttrs(dtype=index, value=value), None).result

@@ -220,7 +220,11 @@ class _Ranges:
             if d in inside or None in (d_lo, d_hi, lo, hi):
                 continue
             reached = lambda n: _ok(lo + min(0, d_lo * n), hi + max(0, d_hi * n))  # noqa: E731
-            found[arg] = (reached(max(trips - 1, 0)), reached(trips), i)
+            after = reached(trips)
+            low, high = _limits(arg.type)
+            if None in after or not low <= after[0] <= after[1] <= high:
+                continue  # it may wrap in its type: the fixpoint decides (unbounded)
+            found[arg] = (reached(max(trips - 1, 0)), after, i)
         return found
 
     def rule(self, op: Op) -> Interval:
