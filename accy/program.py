@@ -44,11 +44,20 @@ class Program:
     parameters: tuple[Param, ...] = attrs.field(converter=parameters)
     body: Callable
     schedule: ThreadBlocks | None = None
+    # a single-use f32/f64 product and the add or sub using it as one fma (accy.dsl.contraction)
+    fp_fusion: bool = attrs.field(default=True, kw_only=True)
 
     def with_schedule(self, schedule: ThreadBlocks) -> "Program":
         if not isinstance(schedule, ThreadBlocks):
             raise TraceError(f"with_schedule: expected schedule.thread_blocks(...), got {schedule!r}")
         return attrs.evolve(self, schedule=schedule)
+
+    def with_fp_fusion(self, fused: bool) -> "Program":
+        """This program with multiply-add contraction on (the default) or off: off, each
+        product is rounded before the add that uses it, as the body says."""
+        if not isinstance(fused, bool):
+            raise TraceError(f"with_fp_fusion: expected True or False, got {fused!r}")
+        return attrs.evolve(self, fp_fusion=fused)
 
     withSchedule = with_schedule
 
@@ -72,12 +81,16 @@ class Program:
 
     @functools.cached_property
     def graph(self) -> Graph:
-        """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal."""
-        build = lambda: run_passes(self.traced_graph, Target.reference(), FRONT_END)  # noqa: E731 (trace verifies)
+        """The optimised graph: constant folding, CSE, loop-invariant hoisting, dead-code removal,
+        multiply-add contraction (unless :meth:`with_fp_fusion` turned it off)."""
+        passes = FRONT_END if self.fp_fusion else tuple(p for p in FRONT_END if p != "contract")
+        build = lambda: run_passes(self.traced_graph, Target.reference(), passes)  # noqa: E731 (trace verifies)
+        key = None if self._trace_key is None else (*self._trace_key, self.fp_fusion)
         name = body_name(self.body)
         if name is not None:
-            return OPTIMISED.get(self._trace_key, lambda: stored_graph(name, self.name, self.parameters, build))
-        return OPTIMISED.get(self._trace_key, build)
+            stored = name if self.fp_fusion else f"{name} (fp_fusion off)"
+            return OPTIMISED.get(key, lambda: stored_graph(stored, self.name, self.parameters, build))
+        return OPTIMISED.get(key, build)
 
     def stored_buffers(self) -> frozenset[str]:
         """The parameters the kernel stores to (its outputs)."""
@@ -205,15 +218,18 @@ def _block_of(graph: Graph, threads: ThreadBlocks) -> tuple[int, int, int]:
     return ThreadBlocks(*graph.block_shape).block if graph.is_block_launch else threads.block
 
 
-def kernel(name: str | None = None, /, **declared) -> Callable[[Callable], Program]:
+def kernel(name: str | None = None, /, *, fp_fusion: bool = True, **declared) -> Callable[[Callable], Program]:
     """``@accy.kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(f32), n=scalar(index))`` over
     ``def name(k, args)`` makes the :class:`Program` ``name``; ``@accy.kernel("gelu_f16", ...)``
-    names it explicitly (it names the GPU entry point)."""
+    names it explicitly (it names the GPU entry point); ``fp_fusion=False`` keeps every product
+    rounded before the add that uses it (:meth:`Program.with_fp_fusion`)."""
     params = parameters(declared)
+    if not isinstance(fp_fusion, bool):
+        raise TraceError(f"@kernel: fp_fusion must be True or False, got {fp_fusion!r}")
 
     def make(body: Callable) -> Program:
         if not callable(body):
             raise TraceError(f"@kernel must decorate a function (k, args), got {body!r}")
-        return Program(name or body.__name__, params, body)
+        return Program(name or body.__name__, params, body, fp_fusion=fp_fusion)
 
     return make

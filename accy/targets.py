@@ -27,7 +27,7 @@ VECTOR_WIDTHS = (0, 2, 4, 8, 16, 32, 64)  # host threads per vector (LLVM mislow
 WARP_SIZE = 32  # lanes of a warp: NVIDIA's, and the language's warp operations' on every target
 
 # the front end's passes, run when a program is traced (every target's pipeline starts with them)
-FRONT_END = ("fold-constants", "cse", "hoist-loop-invariants", "cse", "dce", "verify")
+FRONT_END = ("fold-constants", "cse", "hoist-loop-invariants", "cse", "dce", "contract", "verify")
 # a tile program as one SIMT block launch of warps, optimised again
 DISTRIBUTE = ("distribute-tiles", "verify", "fold-ranges", "fold-constants", "cse", "hoist-loop-invariants", "cse",
               "strength-reduce", "dce", "verify")

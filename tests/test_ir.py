@@ -103,9 +103,8 @@ kernel @dot(%dst: buffer<f32, ?>, %x: buffer<f32, ?>, %y: buffer<f32, ?>) {
       %9 = add %5, %7 : index
       %10 = load %x[%9] : f32
       %11 = load %y[%7] : f32
-      %12 = mul %10, %11 : f32
-      %13 = add %8, %12 : f32
-      yield %13
+      %12 = fma %10, %11, %8 : f32
+      yield %12
     }
     store %dst[%4] = %6 : f32
   }

@@ -189,7 +189,7 @@ def test_stages_and_their_positions():
     assert names[0] == "trace" and names[1:] == list(target.passes)
     assert [s.name for s in stages(target, tile=False)][1:] == list(FRONT_END)
     assert find_stage(target, True, "cse").position == 2  # a pass that runs twice: its first run
-    assert find_stage(target, True, "11").name == "cse"
+    assert find_stage(target, True, "12").name == "cse"
     with pytest.raises(AccyError, match="no pass 'nope'.*distribute-tiles"):
         find_stage(target, True, "nope")
 
@@ -233,7 +233,7 @@ def test_dump_passes_writes_every_stage(tmp_path, monkeypatch):
     program = row_sum(32)  # a new Program: traced and lowered here
     program.graph_for("ptx")
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert "row_sum.reference.00-trace.txt" in names and "row_sum.reference.06-verify.txt" in names
-    assert "row_sum.nvptx.07-distribute-tiles.txt" in names and "row_sum.nvptx.16-verify.txt" in names
-    assert (tmp_path / "row_sum.nvptx.16-verify.txt").read_text().rstrip("\n") == program.graph_for("ptx").text().rstrip("\n")
+    assert "row_sum.reference.00-trace.txt" in names and "row_sum.reference.07-verify.txt" in names
+    assert "row_sum.nvptx.08-distribute-tiles.txt" in names and "row_sum.nvptx.17-verify.txt" in names
+    assert (tmp_path / "row_sum.nvptx.17-verify.txt").read_text().rstrip("\n") == program.graph_for("ptx").text().rstrip("\n")
 

@@ -238,8 +238,10 @@ def _late_fault():
     at trip 6 and m=0 n=0 at trip 7; ``y`` (a later load of the body) in program m=1 n=0 at trip
     ``y_trip``; every program stores to ``out`` before the fold."""
 
+    # fp_fusion off: acc + a * b stays a sum of terms, which the interpreter runs for every trip at
+    # once (fused, fma(a, b, acc) is a chain it runs trip by trip)
     @accy.kernel(out=accy.dynamic_buffer(f32), x=accy.dynamic_buffer(f32), y=accy.dynamic_buffer(f32),
-                 y_trip=accy.scalar(index))
+                 y_trip=accy.scalar(index), fp_fusion=False)
     def late_fault(k, p):
         @k.for_each_tile(grid=(axis("m", 4), axis("n", 2)))
         def body(t, pid):

@@ -8,14 +8,15 @@ op by existing values.  Maps are keyed by the values and ops themselves.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 import attrs
 
 from ..errors import VerificationError
 from .ir import Block, Graph, Op, Value, constant_of
-from .ops import OPS, ConstAttrs, OpTypeError, RegionKind, ShuffleMode, Space, infer
-from .types import TileType, index
+from .ops import OPS, ConstAttrs, NoAttrs, OpTypeError, RegionKind, ShuffleMode, Space, infer
+from .types import DType, TileType, index
 
 # ----------------------------------------------------------------------------- verify
 
@@ -363,6 +364,53 @@ def hoist_loop_invariants(graph: Graph) -> Graph:
     return _Rebuilder(_hoist).graph(graph)
 
 
+# ----------------------------------------------------------------------------- contraction
+
+
+_FUSED = frozenset({"f32", "f64"})  # f16 and bf16 arithmetic rounds through f32 on most targets: left alone
+
+
+def _fusible(v: Value) -> bool:
+    t = v.type.dtype if isinstance(v.type, TileType) else v.type
+    return isinstance(t, DType) and t.name in _FUSED
+
+
+def contract_multiply_adds(graph: Graph) -> Graph:
+    """Multiply-add contraction, on by default as Triton's ``enable_fp_fusion``: an ``add`` or
+    ``sub`` of f32 or f64 values (scalars or tiles) one of whose operands is a ``mul`` of the
+    same type that nothing else uses becomes one ``fma``, rounded once: ``a * b + c`` and
+    ``c + a * b`` are ``fma(a, b, c)``, ``a * b - c`` is ``fma(a, b, -c)`` and ``c - a * b``
+    is ``fma(-a, b, c)`` (negation is exact); where both operands qualify, the first is fused.
+    The result differs from the unfused one by at most the product's rounding, and every
+    backend computes the same bits: they all run this graph.  ``Program.with_fp_fusion(False)``
+    (``@accy.kernel(..., fp_fusion=False)``) skips it."""
+    uses = Counter(v for op in graph.body.walk() for v in op.operands)
+
+    def product(v: Value) -> Op | None:
+        op = v.op
+        single = op is not None and op.opcode == "mul" and uses[v] == 1 and v.type == op.operands[0].type
+        return op if single else None
+
+    def fuse(rb: _Rebuilder, op: Op, operands: list[Value]):
+        if op.opcode not in ("add", "sub") or not _fusible(op.result):
+            return None
+        x, y = op.operands
+        neg = lambda v: rb.emit("neg", [v], NoAttrs(), op.location).result  # noqa: E731
+        fma = lambda a, b, c: [rb.emit("fma", [a, b, c], NoAttrs(), op.location).result]  # noqa: E731
+        if product(x) is not None:
+            a, b = (rb.map[v] for v in x.op.operands)
+            return fma(a, b, operands[1] if op.opcode == "add" else neg(operands[1]))
+        if product(y) is not None:
+            a, b = (rb.map[v] for v in y.op.operands)
+            return fma(a if op.opcode == "add" else neg(a), b, operands[0])
+        return None
+
+    if not any(op.opcode in ("add", "sub") and _fusible(op.result) and any(product(v) for v in op.operands)
+               for op in graph.body.walk()):
+        return graph  # nothing to fuse: no copy
+    return eliminate_dead_code(_Rebuilder(fuse).graph(graph))
+
+
 # ----------------------------------------------------------------------------- DCE
 
 
@@ -402,6 +450,6 @@ def optimize(graph: Graph, *, verified: bool = False) -> Graph:
     if not verified:
         verify(graph)
     for run_pass in (fold_constants, eliminate_common_subexpressions, hoist_loop_invariants,
-                     eliminate_common_subexpressions, eliminate_dead_code):
+                     eliminate_common_subexpressions, eliminate_dead_code, contract_multiply_adds):
         graph = run_pass(graph)
     return verify(graph)

@@ -18,7 +18,7 @@ from typing import Callable
 import attrs
 
 from ..dsl.ir import Graph
-from ..dsl.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
+from ..dsl.passes import (contract_multiply_adds, eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
                           fold_decided_comparisons, hoist_loop_invariants, verify)
 from ..errors import AccyError
 from ..targets import Target
@@ -56,6 +56,8 @@ PASSES: dict[str, Pass] = {p.name: p for p in (
          lambda graph, target: hoist_loop_invariants(graph)),
     Pass("dce", "drop ops whose results nothing uses and that have no effect",
          lambda graph, target: eliminate_dead_code(graph)),
+    Pass("contract", "a single-use f32/f64 product and the add or sub that uses it as one fma, rounded once "
+         "(Program.with_fp_fusion(False) skips it)", lambda graph, target: contract_multiply_adds(graph)),
     Pass("verify", "check every op's types, attributes and regions", lambda graph, target: verify(graph)),
     Pass("distribute-tiles", "a tile program as a SIMT block launch of warps: a layout per tile, reductions "
          "across threads, dot on tensor cores where the target has them", _distribute),
