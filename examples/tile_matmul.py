@@ -13,23 +13,24 @@ Run with ``python examples/tile_matmul.py``.
 
 import numpy as np
 
-from accy import axis, bf16, cdiv, f32, kernel, tensor
+from accy import axis, bf16, cdiv, f16, f32, kernel, tensor
 
 
 # each input type's tiling by default: (bm, bn, bk, warps, num_stages).  bf16 runs on a GPU's
 # tensor cores, where 128x128 tiles on 8 warps walking K 64 at a time with 3 buffers per operand
 # (two trips' copies in flight) are Triton's choice for this kernel, and accy's code for them meets
 # Triton's (python -m bench.sass); f32 runs on FMAs, whose operands are loaded into registers
-TILES = {f32: (64, 64, 32, 4, 2), bf16: (128, 128, 64, 8, 3)}
+# (f16 as bf16; any other type as f32)
+TILES = {f32: (64, 64, 32, 4, 2), bf16: (128, 128, 64, 8, 3), f16: (128, 128, 64, 8, 3)}
 
 
 def make_matmul(dtype=f32, bm: int | None = None, bn: int | None = None, bk: int | None = None,
                 warps: int | None = None, num_stages: int | None = None):
-    """c (f32) = a @ b for ``dtype`` inputs (f32 or bf16), one bm x bn tile of c per program
+    """c (f32) = a @ b for ``dtype`` inputs (f32, bf16 or f16), one bm x bn tile of c per program
     (``warps`` and ``num_stages``: the GPU's threads per program / 32 and the buffers of each
     operand, ``num_stages - 1`` trips' copies in flight); what is not given is ``TILES[dtype]``'s."""
     given = (bm, bn, bk, warps, num_stages)
-    bm, bn, bk, warps, num_stages = (g if g is not None else d for g, d in zip(given, TILES[dtype]))
+    bm, bn, bk, warps, num_stages = (g if g is not None else d for g, d in zip(given, TILES.get(dtype, TILES[f32])))
 
     name = "tile_matmul" if dtype == f32 else f"tile_matmul_{dtype}"
 

@@ -186,9 +186,9 @@ def test_a_transposed_view_and_the_fold_carry_stay_in_the_mma_layout():
     program = matmul(bf16, f32, 32, 16, 16, 2)
     graph = program.distributed(tensor_cores=True)
     shared = [op for op in graph.body.walk() if op.opcode == "shared"]
-    # A and B staged at odd 16-byte pitches (a 32 x 16 A at 24 elements, 48 bytes, a 16 x 16 B at 24),
+    # A and B staged in rows of 16 bf16, 32 bytes, unpadded and swizzled (a 32 x 16 A, a 16 x 16 B),
     # twice: the fold is pipelined over 2 stages (for_each_tile's default num_stages)
-    assert [op.attrs.count for op in shared] == [2 * (32 * 24 + 16 * 24)]
+    assert [op.attrs.count for op in shared] == [2 * (32 * 16 + 16 * 16)]
     # A and B go from global to shared memory by cp.async, one 16-byte copy a thread each (8 bf16)
     # where the rows are aligned, else element by element in a loop (each element by one thread:
     # one store of A's and one of B's): in the prologue (trip 0) and in the loop (the trip ahead);
@@ -305,3 +305,23 @@ def test_a_mask_that_starts_inside_a_16_byte_group_falls_back_to_element_loads(b
         moved[:, shift:] = a[:, shift:].astype(np.float64)
         exact = moved @ b.astype(np.float64)
         assert np.all(np.abs(c - exact) <= 32 * 2.0**-23 * (np.abs(moved) @ np.abs(b.astype(np.float64)))), shift
+
+
+@pytest.mark.parametrize("bk, swizzled", [(16, True), (32, True), (64, False)])
+def test_staged_rows_of_two_or_four_units_are_swizzled_and_copies_and_ldmatrix_meet_no_bank_conflict(bk, swizzled):
+    """A's rows are bk bf16: 32 and 64 bytes unpadded and XOR-swizzled (padded, a cp.async
+    phase's 8 lanes wrote two 16-byte units into one bank group), 128 bytes padded to 144."""
+    from accy.lowering.tensor_cores import staged_rows
+
+    rows = staged_rows(bk, 2)
+    assert (rows.units != 0) == swizzled and rows.pitch == (bk if swizzled else bk + 8)
+    program = matmul(bf16, f32, 64, 64, bk, 4)
+    rng = np.random.default_rng(bk)
+    a, b = _inputs(bf16, (64, 2 * bk), rng), _inputs(bf16, (2 * bk, 64), rng)
+    c = np.zeros((64, 64), np.float32)
+    profile = program.profile([c, a, b], arch="sm_80")
+    for kind in ("async_copy", "ldmatrix"):
+        traffic = profile.shared_traffic[kind]
+        assert traffic.requests > 0 and traffic.bank_conflicts == 0 and traffic.wavefronts == traffic.ideal, kind
+    program.run([c, a, b], backend="ptx")
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-5)

@@ -72,7 +72,7 @@ class SoftwarePipeline(Part):
         """For a fold whose dots take operands loaded per trip (Deferred, computed from the
         trip's index and values from before the loop alone): (stages, the staging array's
         element type, the stage's size, per dot its staging plan and offset in a stage, per
-        deferred operand (dot, role, load, its steps, base, row pitch)); None where nothing
+        deferred operand (dot, role, load, its steps, base, its staged rows)); None where nothing
         is to be pipelined or only one stage fits."""
         stages = self.num_stages
         region = op.regions[0]
@@ -87,13 +87,13 @@ class SoftwarePipeline(Part):
         for dot, kind, plan, a, b_ in dots:
             if dot.block is not region:
                 continue
-            mine = [(role, x, base, row_pitch) for role, x, base, row_pitch in (
-                (0, a, plan.a_base, plan.a_pitch), (1, b_, plan.b_base, plan.b_pitch))
+            mine = [(role, x, base, rows) for role, x, base, rows in (
+                (0, a, plan.a_base, plan.a_rows), (1, b_, plan.b_base, plan.b_rows))
                 if isinstance(x, Deferred) and prefetchable(x.op, region, carries)]
             if not mine:
                 continue
             offsets[dot] = (size, plan)
-            operands += [(dot, role, x, size + base, row_pitch) for role, x, base, row_pitch in mine]
+            operands += [(dot, role, x, size + base, rows) for role, x, base, rows in mine]
             size += -(-plan.size * el.itemsize // 16) * 16 // el.itemsize  # stages start 16-byte aligned
         if not operands:
             return None
@@ -118,11 +118,11 @@ class SoftwarePipeline(Part):
             loads = {x.op for _, _, x, _, _ in operands}
             for o in sorted({o for load in loads for o in computing(load, region)}, key=region.ops.index):
                 self.walker.op(o)
-            for dot, role, x, base, row_pitch in operands:
+            for dot, role, x, base, rows in operands:
                 fresh = Deferred(x.op, tuple(core.env[v] for v in x.op.operands), x.steps, x.shape, x.transposed)
                 at = core.add(core.mul(stage, size), base)
-                if not staging.copy(fresh, array, at, row_pitch):
-                    staging.fill(array, staging.load_now(fresh), at, row_pitch, x.transposed, STAGED_KIND[el])
+                if not staging.copy(fresh, array, at, rows):
+                    staging.fill(array, staging.load_now(fresh), at, rows, x.transposed, STAGED_KIND[el])
         finally:
             core.scopes = scopes
             core.env.clear()

@@ -4,7 +4,8 @@ NVPTX at sm_80 and later.
 - The accumulator lives in the :class:`~accy.lowering.layouts.Mma` layout (``mma.sync``
   m16n8's C fragments), and so does the result.
 - The operands are staged in shared memory, each row padded to an odd number of 16-byte
-  units so that the 8 rows an ``ldmatrix`` reads fall in distinct banks, and read into
+  units so that the 8 rows an ``ldmatrix`` reads fall in distinct banks (rows of 2 or 4
+  units unpadded and XOR-swizzled instead, :func:`staged_rows`), and read into
   fragments by ``ldmatrix``: A as m rows of k; B as k rows of n through ``.trans`` (16-bit
   types), or as n rows of k read straight (a transposed operand such as attention's
   ``key.T``, staged as its rows lie in memory); a tf32 or i8 B in k rows of n by plain loads
@@ -45,15 +46,45 @@ COPY_BYTES = 16
 
 
 @attrs.frozen
+class StagedRows:
+    """How an operand's rows lie in its staging array: ``pitch`` elements apart and, where
+    ``units`` is not 0, each row's ``units`` 16-byte units XOR-swizzled: unit ``u`` of row ``r``
+    at ``u ^ (r // (8 // units) % units)`` (:func:`staged_rows`)."""
+
+    pitch: int
+    units: int = 0
+    per_unit: int = 8  # elements in a 16-byte unit
+
+    def at(self, b, core, row, col, row_low=None):
+        """The offset of element (``row``, ``col``) from the rows' start (``row_low``: ``row``
+        mod 8, where the caller has it apart: the swizzle depends on it alone, and the rows an
+        ldmatrix lane gives differ by multiples of 8 from tile to tile, one swizzle for all)."""
+        start = core.mul(row, self.pitch)
+        if not self.units:
+            return core.add(start, col)
+        shift = (8 // self.units).bit_length() - 1
+        low = row if row_low is None else row_low
+        swizzle = low // (8 // self.units) % self.units if isinstance(low, int) else \
+            b.bitwise_and(b.shr(low, shift), self.units - 1)
+        if isinstance(col, int):
+            unit, within = divmod(col, self.per_unit)
+        else:
+            unit = b.shr(col, self.per_unit.bit_length() - 1)
+            within = b.bitwise_and(col, self.per_unit - 1)
+        moved = unit ^ swizzle if isinstance(unit, int) and isinstance(swizzle, int) else b.bitwise_xor(unit, swizzle)
+        return core.add(core.add(start, core.mul(moved, self.per_unit)), within)
+
+
+@attrs.frozen
 class Staging:
-    """Where a dot's operands sit in shared memory: A's ``m`` rows of ``a_pitch`` elements from
-    ``a_base`` (none when A is held in registers), B's rows (``k`` rows of n, or ``n`` rows of
-    k where ``b_rows_n``) of ``b_pitch`` from ``b_base``; ``size`` elements in all."""
+    """Where a dot's operands sit in shared memory: A's ``m`` rows (``a_rows``) from ``a_base``
+    (none when A is held in registers), B's rows (``k`` rows of n, or ``n`` rows of k where
+    ``b_rows_n``) from ``b_base``; ``size`` elements in all."""
 
     a_base: int
-    a_pitch: int
+    a_rows: StagedRows
     b_base: int
-    b_pitch: int
+    b_rows: StagedRows
     b_rows_n: bool
     size: int
 
@@ -63,6 +94,18 @@ def pitch(elements: int, itemsize: int) -> int:
     ldmatrix reads (or 8 consecutive rows at one column) fall in distinct banks."""
     units = -(-elements * itemsize // 16)
     return (units + (units % 2 == 0)) * 16 // itemsize
+
+
+def staged_rows(elements: int, itemsize: int) -> StagedRows:
+    """Rows of ``elements``: of 2 or 4 16-byte units, unpadded and XOR-swizzled (padded, the 8
+    lanes of a cp.async phase would write two or four rows, two of their units in one bank
+    group; swizzled, they write 128 bytes in a row, and the 8 rows an ldmatrix reads at one
+    unit still fall in distinct bank groups); else padded to an odd number of units
+    (:func:`pitch`), which is conflict-free both ways."""
+    units, rest = divmod(elements * itemsize, 16)
+    if not rest and units in (2, 4):
+        return StagedRows(elements, units, 16 // itemsize)
+    return StagedRows(pitch(elements, itemsize))
 
 
 def warp_grid(m: int, n: int, warps: int) -> int | None:
@@ -143,11 +186,11 @@ class OperandStaging(Part):
         self.scratch = scratch
         self.memory = memory
 
-    def fill(self, array: SharedArray, x, base, row_pitch: int, rows_n: bool, kind: MmaKind) -> bool:
-        """Stage the operand ``x`` at ``base`` (rows of ``row_pitch``; a B with ``rows_n`` as n
-        rows of k); True where it went by asynchronous copies (to be waited for)."""
+    def fill(self, array: SharedArray, x, base, rows: StagedRows, rows_n: bool, kind: MmaKind) -> bool:
+        """Stage the operand ``x`` at ``base`` (as ``rows``; a B with ``rows_n`` as n rows of k);
+        True where it went by asynchronous copies (to be waited for)."""
         if isinstance(x, Deferred):
-            if self.copy(x, array, base, row_pitch):
+            if self.copy(x, array, base, rows):
                 return True
             x = self.load_now(x)
         x = self.registers.regs(x)
@@ -160,7 +203,7 @@ class OperandStaging(Part):
 
         def place(c):
             row, col = (c[1], c[0]) if rows_n else (c[0], c[1])
-            return core.add(core.add(core.mul(row, row_pitch), col), base)
+            return core.add(rows.at(self.b, core, row, col), base)
 
         self.registers.stage(array, x, place, convert)
         return False
@@ -176,9 +219,9 @@ class OperandStaging(Part):
                 regs = self.registers.transpose(regs, step[1])
         return regs
 
-    def copy(self, x: Deferred, array: SharedArray, base, row_pitch: int) -> bool:
-        """``cp.async`` of the loaded tile's rows into ``array`` (row ``r`` at ``base + r *
-        row_pitch``), 16 bytes a copy, where the rows are contiguous in memory and each copy's
+    def copy(self, x: Deferred, array: SharedArray, base, rows: StagedRows) -> bool:
+        """``cp.async`` of the loaded tile's rows into ``array`` (from ``base``, as ``rows``
+        lie), 16 bytes a copy, where the rows are contiguous in memory and each copy's
         source is 16-byte aligned (checked when it runs, element loads otherwise); False
         where the load's form does not allow it at all."""
         core, registers, memory = self.core, self.registers, self.memory
@@ -227,7 +270,7 @@ class OperandStaging(Part):
         def place(coords_):  # an element's position in the staging rows
             c = tuple(ci for n, ci in zip(loaded, coords_) if n != 1)
             row, col = (c if len(c) == 2 else (0,) + c)[-2:]
-            return core.add(core.add(core.mul(row, row_pitch), col), base)
+            return core.add(rows.at(self.b, core, row, col), base)
 
         shared_at = lambda r: place(coords[r])  # noqa: E731
 
@@ -354,15 +397,15 @@ class TensorCoreDot(Part):
         a_held = self.held_a(op, kind, a) or op in self.a_fragments
         b_rows_n = (isinstance(b_, Deferred) and b_.transposed) or (hasattr(b_, "layout")
                                                                      and isinstance(b_.layout, Permute))
-        a_pitch = pitch(kk, el.itemsize)
+        a_rows = staged_rows(kk, el.itemsize)
         if b_rows_n:
-            b_pitch, b_rows = pitch(kk, el.itemsize), n
+            b_rows, b_count = staged_rows(kk, el.itemsize), n
         elif kind is MmaKind.TF32:  # B read a word a lane: rows 8 words apart mod 32 banks
-            b_pitch, b_rows = n + (8 - n) % 32, kk
+            b_rows, b_count = StagedRows(n + (8 - n) % 32), kk
         else:
-            b_pitch, b_rows = pitch(n, el.itemsize), kk
-        b_base = 0 if a_held else m * a_pitch
-        return Staging(0, a_pitch, b_base, b_pitch, b_rows_n, b_base + b_rows * b_pitch)
+            b_rows, b_count = staged_rows(n, el.itemsize), kk
+        b_base = 0 if a_held else m * a_rows.pitch
+        return Staging(0, a_rows, b_base, b_rows, b_rows_n, b_base + b_count * b_rows.pitch)
 
     def held_a(self, op: Op, kind: MmaKind, a) -> bool:
         (m, kk) = op.operands[0].type.shape
@@ -384,12 +427,12 @@ class TensorCoreDot(Part):
         pipelined = self.pipelined.get(op)
         if pipelined is not None:  # the copies of this trip's Deferred operands have landed
             array, a_base, b_base = pipelined
-            filled = [(x, base, row_pitch, rows_n) for x, base, row_pitch, rows_n in (
-                (a, a_base, plan.a_pitch, False), (b_, b_base, plan.b_pitch, plan.b_rows_n))
+            filled = [(x, base, rows, rows_n) for x, base, rows, rows_n in (
+                (a, a_base, plan.a_rows, False), (b_, b_base, plan.b_rows, plan.b_rows_n))
                 if not isinstance(x, Deferred) and not (x is a and a_held)]
             if filled:
-                for x, base, row_pitch, rows_n in filled:
-                    staging.fill(array, x, base, row_pitch, rows_n, kind)
+                for x, base, rows, rows_n in filled:
+                    staging.fill(array, x, base, rows, rows_n, kind)
                 scratch.written()
         else:
             array = scratch.scratch(STAGED[kind], plan.size, op)
@@ -397,8 +440,8 @@ class TensorCoreDot(Part):
             scratch.before_write()
             copied = False
             if not a_held:
-                copied |= staging.fill(array, a, a_base, plan.a_pitch, False, kind)
-            copied |= staging.fill(array, b_, b_base, plan.b_pitch, plan.b_rows_n, kind)
+                copied |= staging.fill(array, a, a_base, plan.a_rows, False, kind)
+            copied |= staging.fill(array, b_, b_base, plan.b_rows, plan.b_rows_n, kind)
             if copied:
                 self.b.async_commit()
                 self.b.async_wait(0)
@@ -422,7 +465,7 @@ class TensorCoreDot(Part):
                                                                          (2, 1), (3, 1))]
                     frags_a.append([a.values[a.layout.register(j)] for j in js])
                     continue
-                frags_a.append(self.a_fragment(array, a_base, plan.a_pitch, q, k0, layout.warps_m))
+                frags_a.append(self.a_fragment(array, a_base, plan.a_rows, q, k0, layout.warps_m))
             frags_b = self.b_fragments(kind, plan, array, b_base, k0, tiles_n, lane, row_in, matrix, layout)
             for q in range(tiles_m):
                 for p in range(tiles_n):
@@ -433,7 +476,7 @@ class TensorCoreDot(Part):
         scratch.dirty = True
         self.env[op.result] = Regs(layout, acc.dtype, tuple(values))
 
-    def a_fragment(self, array: SharedArray, base, row_pitch: int, q: int, k0: int, warps_m: int) -> list:
+    def a_fragment(self, array: SharedArray, base, rows: StagedRows, q: int, k0: int, warps_m: int) -> list:
         """This lane's elements of A's fragment for its warp's ``q``-th 16-row tile and the
         k-step at ``k0`` (the warps split the rows ``warps_m`` ways): one ldmatrix.x4 (row
         halves, then column halves)."""
@@ -444,10 +487,11 @@ class TensorCoreDot(Part):
         warp = b.shr(self.tid, 5)
         if warps_m < self.T // WARP_SIZE:
             warp = b.bitwise_and(warp, warps_m - 1)
+        row_in = b.bitwise_and(lane, 7)
         row = core.add(core.add(core.mul(core.add(b.bitwise_and(matrix, 1), 2 * q), 8 * warps_m),
-                                core.mul(warp, 8)), b.bitwise_and(lane, 7))
+                                core.mul(warp, 8)), row_in)
         col = core.add(core.mul(b.shr(lane, 4), per_row), k0)
-        return list(b.ldmatrix(array, core.add(core.add(core.mul(row, row_pitch), col), base), 4))
+        return list(b.ldmatrix(array, core.add(rows.at(b, core, row, col, row_in), base), 4))
 
     def hoist_fragments(self, region) -> None:
         """For each tensor-core dot of a fold's body whose A comes from before the loop (attention's
@@ -463,13 +507,13 @@ class TensorCoreDot(Part):
                 continue
             a = self.registers.regs(a)
             (m, kk) = a.shape
-            row_pitch = pitch(kk, STAGED[kind].itemsize)
-            array = scratch.scratch(STAGED[kind], m * row_pitch, dot)
+            rows = staged_rows(kk, STAGED[kind].itemsize)
+            array = scratch.scratch(STAGED[kind], m * rows.pitch, dot)
             scratch.before_write()
-            self.staging.fill(array, a, 0, row_pitch, False, kind)
+            self.staging.fill(array, a, 0, rows, False, kind)
             scratch.written()
             warps_m = self.T // WARP_SIZE // self.warps_n(dot)
-            self.a_fragments[dot] = [[self.a_fragment(array, 0, row_pitch, q, k0, warps_m)
+            self.a_fragments[dot] = [[self.a_fragment(array, 0, rows, q, k0, warps_m)
                                       for q in range(m // (16 * warps_m))] for k0 in range(0, kk, kind.k)]
             scratch.dirty = True
 
@@ -491,7 +535,7 @@ class TensorCoreDot(Part):
                     row, col, order = core.add(tile, row_in), core.add(core.mul(half, per_row), k0), MatrixOrder.ROW
                 else:  # k rows of n: transposed on the way
                     row, col, order = core.add(core.add(core.mul(half, 8), row_in), k0), tile, MatrixOrder.TRANS
-                got = b.ldmatrix(array, core.add(core.add(core.mul(row, plan.b_pitch), col), base), count, order)
+                got = b.ldmatrix(array, core.add(plan.b_rows.at(b, core, row, col, row_in), base), count, order)
                 each = len(got) * 2 // count  # the elements of one 8-column tile
                 out.extend(list(got[i:i + each]) for i in range(0, len(got), each))
             return out
@@ -499,6 +543,6 @@ class TensorCoreDot(Part):
         rows = [(t, 0), (t, 4)] if kind is MmaKind.TF32 else [(core.mul(t, 4), d) for d in (0, 1, 2, 3, 16, 17, 18, 19)]
         for p in range(tiles_n):
             col = core.add(core.add(g, 8 * wn * p), first)
-            out.append([self.scratch.load(array, core.add(core.add(core.mul(core.add(r, k0 + d), plan.b_pitch), col),
-                                                          base), array.dtype) for r, d in rows])
+            out.append([self.scratch.load(array, core.add(plan.b_rows.at(b, core, core.add(r, k0 + d), col), base),
+                                          array.dtype) for r, d in rows])
         return out

@@ -272,6 +272,10 @@ class _Ranges:
         elif name == "and":  # with a non-negative constant mask m: within [0, m]
             masks = [lo for lo, hi in args if lo == hi and lo >= 0]
             return (0, masks[0]) if masks else _UNKNOWN
+        elif name in ("or", "xor"):  # of non-negative values: within their bits (a swizzle's unit)
+            if any(lo < 0 or hi == _INF for lo, hi in args):
+                return _UNKNOWN
+            return 0, (1 << int(max(hi for _, hi in args)).bit_length()) - 1
         else:
             return _UNKNOWN
         low, high = _limits(op.result.type)
