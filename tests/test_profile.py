@@ -264,6 +264,16 @@ def test_tensor_core_kernels_ldmatrix_and_global_loads(which, request):
     assert p.mma_instructions > 0
 
 
+def test_the_attention_output_goes_through_shared_memory_to_whole_sectors(tile_attention_profile):
+    """The bf16 output, held in the mma layout (4 bytes a run), is restaged through shared memory
+    (padded rows: no bank conflict) so that each thread stores 16 bytes and a warp 512: every
+    32-byte sector written whole, a quarter of the store requests of storing the fragments."""
+    p = tile_attention_profile
+    store = p.global_traffic["store"]
+    assert store.bytes == 128 * 64 * 2 and store.sectors * 32 == store.bytes and store.requests * 512 == store.bytes
+    assert all(t.bank_conflicts == 0 for t in p.shared_traffic.values())
+
+
 def test_tile_matmul_profile_numbers(tile_matmul_profile):
     p = tile_matmul_profile
     assert p.mma_instructions == 128 ** 3 // 2048

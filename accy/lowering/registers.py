@@ -178,25 +178,33 @@ class Registers(Part):
             else:
                 self.b.if_(cond, lambda inner, items=items: self.core.within(inner, lambda: put(items)))
 
-    def convert(self, x: Regs, layout: Layout, op: Op | None, source_of=None) -> Regs:
+    def convert(self, x: Regs, layout: Layout, op: Op | None, source_of=None, row_pitch: int | None = None) -> Regs:
         """``x`` in ``layout`` through shared memory: each register is written at its element's
         row-major position, then read back where ``layout`` wants it (``source_of`` maps a
-        coordinate of the new tile to one of ``x``, for broadcasts and reshapes)."""
-        key = ("convert", x, layout.dims, source_of is None)
+        coordinate of the new tile to one of ``x``, for broadcasts and reshapes; ``row_pitch``:
+        the rows of a tile of one row axis and one column axis, axes of 1 aside, that many
+        elements apart instead, padded so that neither side meets a bank conflict)."""
+        key = ("convert", x, layout.dims, source_of is None, row_pitch)
         found = self.core.lookup(key) if source_of is None else None
         if found is not None:
             return found
-        scratch, flat = self.scratch, self.core.flat
-        array = scratch.scratch(x.dtype, math.prod(x.shape), op or self.core.current_op)
+        scratch, core = self.scratch, self.core
+        if row_pitch is None:
+            count, at = math.prod(x.shape), lambda c: core.flat(c, x.shape)  # noqa: E731
+        else:
+            rows = math.prod(x.shape[:-1])
+            count = rows * row_pitch
+            at = lambda c: core.add(core.mul(core.flat(c[:-1], x.shape[:-1]), row_pitch), c[-1])  # noqa: E731
+        array = scratch.scratch(x.dtype, count, op or core.current_op)
         scratch.before_write()
-        self.store_owned(array, x, lambda c: flat(c, x.shape))
+        self.store_owned(array, x, at)
         scratch.written()
         values = []
         for c in self.coords(layout):
             src = c if source_of is None else source_of(c)
-            values.append(scratch.load(array, flat(src, x.shape), x.dtype))
+            values.append(scratch.load(array, at(src), x.dtype))
         out = Regs(layout, x.dtype, tuple(values))
-        return self.core.remember(key, out) if source_of is None else out
+        return core.remember(key, out) if source_of is None else out
 
     def stage(self, array: SharedArray, x: Regs, place, convert=lambda v: v) -> None:
         """Each element of ``x`` this thread owns into ``array`` at ``place(coords)`` (a replica's

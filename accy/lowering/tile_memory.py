@@ -10,7 +10,7 @@ from ..dsl.ir import Op, Value
 from ..dsl.ops import AlignedAttrs, Space
 from ..dsl.traced import Traced
 from ..dsl.types import DType
-from .layouts import Layout
+from .layouts import Blocked, Expand, Layout, Mma
 from .rebuild import Part, Rebuild
 from .registers import Registers, Regs
 from .scratch import Scratch
@@ -212,12 +212,31 @@ class MemoryAccesses(Part):
                     values[r] = v
         return Regs(layout, op.attrs.dtype, tuple(values))
 
-    def guarded_each(self, op: Op, access, plan_for=None, offsets=None, attrs_=None) -> None:
+    def restaged(self, op: Op, value):
+        """``value`` as a global store of it is best made: a 16-bit tile held in the mma layout
+        (each thread's runs 4 bytes, so a warp's store fills half of each 32-byte sector it
+        writes) through shared memory, its rows padded to an odd number of 16-byte units
+        (conflict-free both ways), into the layout where each thread holds 16 contiguous bytes:
+        16-byte stores, a warp's whole rows, every sector full; any other tile as it is."""
+        if not isinstance(value, Regs) or op.attrs.space is not Space.GLOBAL or value.dtype.itemsize != 2:
+            return value
+        held = value.layout.parent if isinstance(value.layout, Expand) else value.layout
+        vec, columns = 16 // value.dtype.itemsize, value.shape[-1]
+        layout = Blocked(tuple(value.shape), self.T, vec=vec)
+        if not isinstance(held, Mma) or columns % vec or layout.dims[-1].per_thread != vec:
+            return value
+        units = columns * value.dtype.itemsize // 16
+        return self.registers.convert(value, layout, op, row_pitch=(units + (units % 2 == 0)) * vec)
+
+    def guarded_each(self, op: Op, access, plan_for=None, offsets=None, attrs_=None, restage=False) -> None:
         """``access(offset, value)`` for every register whose element this thread owns and whose
         mask holds (``plan_for(layout)``: a :class:`VectorPlan` for whole groups at once, stored
-        with ``attrs_``, by default the op's) at ``offsets`` (by default the op's own)."""
+        with ``attrs_``, by default the op's) at ``offsets`` (by default the op's own); with
+        ``restage``, the value :meth:`restaged` first."""
         core, registers = self.core, self.registers
         own, value, mask = (self.env[v] for v in op.operands)
+        if restage:
+            value = self.restaged(op, value)
         offsets = own if offsets is None else offsets
         layout = self.access_layout(value, own, mask)
         offs = registers.regs(offsets, layout, op).values
@@ -258,7 +277,7 @@ class MemoryAccesses(Part):
         elements' (vec 1, its bounds included)."""
         def on(offsets=None, through=None, attrs_=op.attrs):
             self.guarded_each(op, lambda at, v: self.core.record("store", [at, v], attrs_) and None,
-                              lambda layout: self.vector_plan(op, layout, through), offsets, attrs_)
+                              lambda layout: self.vector_plan(op, layout, through), offsets, attrs_, restage=True)
 
         seen = self.guards.seen_through(op)
         if seen is None:

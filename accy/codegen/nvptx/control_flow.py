@@ -46,7 +46,7 @@ class NvptxControlFlow(ControlFlow):
         dtype, vec = store.attrs.dtype, store.attrs.get("vec", 1)
         bits = 8 if dtype.is_bool else dtype.itemsize * 8
         return (store.attrs.get("space", "global") == "global" and not self.lw.memory.checked(store)
-                and bits in _REGISTERS and vec in (1, 2, 4) and vec * bits <= 128)
+                and bits in _REGISTERS and vec in (1, 2, 4, 8) and vec * bits <= 128 and (vec < 8 or bits == 16))
 
     def _predicate(self, op: Op, outer: ir.Value | None) -> None:
         """``op``'s stores, each under ``outer`` (None: always) and its side's condition."""
@@ -74,6 +74,12 @@ class NvptxControlFlow(ControlFlow):
             if v.type != carrier:  # a bool or an 8-bit value rides in a 16-bit register
                 v = b.zext(v, carrier)
             values.append(v)
+        if vec == 8:  # 16-bit values in pairs, one 32-bit register each: st.global.v4.b32
+            letter, carrier, name = _REGISTERS[32]
+            pairs = [b.bitcast(b.insert_element(b.insert_element(ir.Constant(ir.VectorType(I16, 2), None), lo,
+                                                                 ir.Constant(I32, 0)), hi, ir.Constant(I32, 1)), I32)
+                     for lo, hi in zip(values[::2], values[1::2])]
+            values, vec = pairs, 4
         shape = f".v{vec}" if vec > 1 else ""
         operands = ", ".join(f"${k + 2}" for k in range(vec))
         text = f"@$0 st.global{shape}.{name} [$1], {'{' + operands + '}' if vec > 1 else operands};"
