@@ -8,7 +8,8 @@ When Triton is installed (the bench extra) it compiles the same jobs, written as
 users write them and specialised as Triton's JIT specialises contiguous, 16-byte-aligned
 tensors, and its figures stand beside accy's.  Triton is a yardstick here, never a source.
 Beside them, accy's kernel at the issue's launch (matmul 4096 cubed; attention B*H = 16, 4096
-tokens) as ``accy profile`` estimates it on an H200 (``--no-estimates``/``--quick`` skip it).
+tokens) as ``accy profile`` estimates it on an H200, and Triton's sm_80 PTX for the job on the
+same emulator and model (``--no-estimates``/``--quick`` skip them).
 
     python -m bench --sections sass        (or python -m bench.sass [--arch sm_80,sm_90])
 
@@ -228,10 +229,23 @@ def run(archs=("sm_80", "sm_90"), estimates: bool = True) -> list[dict]:
             print_job(out[-1])
         if job.arguments is not None and job.estimate_target is not None and estimates:
             out[-1]["estimate_us"] = estimate(job)
+            theirs = triton_estimate(job)
+            out[-1]["triton_estimate_us"] = theirs if isinstance(theirs, float) else None
+            versus = f"Triton's sm_80 PTX on the same emulator: {theirs:.2f} us" if isinstance(theirs, float) \
+                else f"Triton's: {theirs}"
             print(f"    accy's estimate on an H200 (sm_90 PTX on the emulator, 2 blocks sampled): "
-                  f"{out[-1]['estimate_us']:.0f} us (target <= {job.estimate_target} us, Triton's PTX in the same "
-                  f"emulator per issue 32)")
+                  f"{out[-1]['estimate_us']:.2f} us; {versus} (issue 32's figure for it: {job.estimate_target} us)")
     return out
+
+
+def triton_estimate(job: Job) -> float | str:
+    """Triton's PTX for the job on the emulator (bench.triton_kernels.emulated_estimate), or why none."""
+    try:
+        from . import triton_kernels
+    except ImportError:
+        return "Triton not installed (pip install '.[bench]')"
+    name, constants, warps, stages = job.triton
+    return triton_kernels.emulated_estimate(name, constants, warps, stages)
 
 
 def estimate(job: Job) -> float:

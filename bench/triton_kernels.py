@@ -128,3 +128,38 @@ def compile_for(name: str, constants: dict, warps: int, stages: int, capability:
     source = ASTSource(fn, sig, {**unit, **constants}, specialised)
     return triton.compile(source, target=GPUTarget("cuda", capability, 32),
                           options={"num_warps": warps, "num_stages": stages})
+
+
+def emulated_estimate(name: str, constants: dict, warps: int, stages: int) -> float:
+    """Triton's sm_80 PTX for the job ``name`` at issue 32's launch (matmul 4096 cubed; attention
+    B*H = 16, 4096 tokens) on accy's emulator, 2 blocks sampled, through the H200 roofline:
+    microseconds, the figure ``bench.sass`` sets beside accy's (Triton's sm_90 PTX is wgmma,
+    which the emulator does not run).  Its inputs are zeros: the counts do not depend on them."""
+    from accy.emulator import Device
+    from accy.emulator.profile import build_profile, gpu_named, run_counted
+
+    compiled = compile_for(name, constants, warps, stages, 80)
+    device = Device()
+    function = device.load_module(compiled.asm["ptx"]).function(compiled.metadata.name)
+
+    def zeros(nbytes):
+        address = device.alloc(nbytes)
+        device.memset(address, 0, nbytes)
+        return address
+
+    if name == "matmul":
+        m = n = k = 4096
+        values = [zeros(m * k * 2), zeros(k * n * 2), zeros(m * n * 4), m, n, k, k, n, n]
+        grid = (m // constants["BM"], n // constants["BN"], 1)
+    else:
+        batch, tokens, head = 16, 4096, constants["HEAD"]
+        size = batch * tokens * head
+        values = [zeros(size * 2) for _ in range(4)] + [tokens, math.log2(math.e) / math.sqrt(head)]
+        values += [tokens * head, head] * 4
+        grid = (tokens // constants["BM"], batch, 1)
+    values += [0] * (len(function.param_types) - len(values))  # Triton's scratch pointers: none needed
+    block = (warps * 32, 1, 1)
+    counters, chosen = run_counted(function, grid, block, values, compiled.metadata.shared, 2)
+    profile = build_profile(function, counters, chosen, kernel=compiled.metadata.name, arch="sm_80",
+                            gpu=gpu_named("h200"), grid=grid, block=block, gmem=device.gmem)
+    return profile.estimated_seconds * 1e6

@@ -227,3 +227,21 @@ def test_a_prefetch_by_plain_loads_is_taken_and_a_vector_load_beats_its_elements
     trip = main_loop(parse(text)[0])
     assert [i.base for i in trip.path] == ["BRA", "LDG", "STS", "BRA", "LDG", "BRA", "HMMA", "BRA"]
     assert [i.bytes for i in trip.path if i.base in ("LDG", "STS")] == [2, 2, 16]
+
+
+@pytest.mark.full
+def test_the_bench_sets_tritons_ptx_on_the_same_emulator_beside_accys():
+    """bench.sass's yardstick for issue 32's estimates: Triton's sm_80 PTX for a job, launched on
+    accy's emulator at the issue's size and priced by the same H200 model (zeros in: the counts
+    do not depend on them)."""
+    pytest.importorskip("triton")
+    import sys as _sys
+
+    root = str(__import__("pathlib").Path(__file__).resolve().parent.parent)
+    if root not in _sys.path:
+        _sys.path.append(root)
+    from bench import sass
+
+    (job,) = [j for j in sass.JOBS if j.name.startswith("attention hd 64")]
+    theirs = sass.triton_estimate(job)
+    assert isinstance(theirs, float) and 100 < theirs < 400
