@@ -14,6 +14,13 @@ from .rebuild import Part, Rebuild
 SHARED_LIMIT = Limits.default.max_shared_bytes
 
 
+def pitch(elements: int, itemsize: int) -> int:
+    """A shared row's length in elements: an odd number of 16-byte units, so the 8 rows an
+    ldmatrix reads (or 8 consecutive rows at one column) fall in distinct banks."""
+    units = -(-elements * itemsize // 16)
+    return (units + (units % 2 == 0)) * 16 // itemsize
+
+
 class Scratch(Part):
     """The program's scratch arrays (``pool``: element type -> [array, its ``shared`` op]) and
     the barriers around their reuse: ``dirty`` holds where a thread may have read the scratch

@@ -35,7 +35,7 @@ from .fma_dot import round_to_tf32
 from .layouts import Blocked, Mma, Permute, unit_reshape
 from .rebuild import Part, Rebuild
 from .registers import Lazy, Registers, Regs
-from .scratch import Scratch
+from .scratch import Scratch, pitch
 from .tile_access import conjuncts
 from .tile_memory import Deferred, MemoryAccesses
 
@@ -87,13 +87,6 @@ class Staging:
     b_rows: StagedRows
     b_rows_n: bool
     size: int
-
-
-def pitch(elements: int, itemsize: int) -> int:
-    """A shared row's length in elements: an odd number of 16-byte units, so the 8 rows an
-    ldmatrix reads (or 8 consecutive rows at one column) fall in distinct banks."""
-    units = -(-elements * itemsize // 16)
-    return (units + (units % 2 == 0)) * 16 // itemsize
 
 
 def staged_rows(elements: int, itemsize: int) -> StagedRows:

@@ -13,7 +13,7 @@ from ..dsl.types import DType
 from .layouts import Blocked, Expand, Layout, Mma
 from .rebuild import Part, Rebuild
 from .registers import Registers, Regs
-from .scratch import Scratch
+from .scratch import Scratch, pitch
 from .shape_guards import ShapeGuards
 from .tile_access import Shapes, conjuncts
 
@@ -225,8 +225,7 @@ class MemoryAccesses(Part):
         layout = Blocked(tuple(value.shape), self.T, vec=vec)
         if not isinstance(held, Mma) or columns % vec or layout.dims[-1].per_thread != vec:
             return value
-        units = columns * value.dtype.itemsize // 16
-        return self.registers.convert(value, layout, op, row_pitch=(units + (units % 2 == 0)) * vec)
+        return self.registers.convert(value, layout, op, row_pitch=pitch(columns, value.dtype.itemsize))
 
     def guarded_each(self, op: Op, access, plan_for=None, offsets=None, attrs_=None, restage=False) -> None:
         """``access(offset, value)`` for every register whose element this thread owns and whose
