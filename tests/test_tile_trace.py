@@ -99,7 +99,8 @@ def test_tile_values_read_like_arrays():
     (lambda t, pid, p: t.zeros((p.n, 4)), "tile sizes are static"),
     (lambda t, pid, p: t.zeros((256, 256)), r"65536 elements, over the limit of 16384"),
     (lambda t, pid, p: t.zeros((2, 2, 2, 2)), "1 to 3 dimensions"),
-    (lambda t, pid, p: p.x.store(t.arange(4), t.zeros((4,), f16)), "value is tile<f16, 4>, but 'x' holds f32"),
+    (lambda t, pid, p: p.x.store(t.arange(4), t.zeros((4,), f16), mask=t.zeros((4,), f32)),
+     "store: mask must be bool"),
     (lambda t, pid, p: t.sum(t.zeros((4, 4)), axis=2), "axis 2 is out of range"),
     (lambda t, pid, p: t.shared(f32, 4), "a tile program has no threads of its own"),
     (lambda t, pid, p: t.barrier(), "a tile program has no threads of its own"),
@@ -109,7 +110,7 @@ def test_tile_values_read_like_arrays():
     (lambda t, pid, p: p.x.load_tile((0, 0), (4, 4)), "'x' has 1 dimension, the origin gives 2"),
     (lambda t, pid, p: t.zeros((4, 4)).reshape(3, 4), r"cannot reshape a tile of shape \(4, 4\)"),
     (lambda t, pid, p: t.zeros((4, 4))[1], "indexed only with ':', None"),
-    (lambda t, pid, p: p.x.load(t.arange(4).cast(i32)), "indices must be index values"),
+    (lambda t, pid, p: p.x.load(t.arange(4).cast(f32)), "indices are integers, got tile<f32, 4>"),
     (lambda t, pid, p: t.sum(t.arange(4) < 2), "bool elements"),
     (lambda t, pid, p: t.for_each_1d(axis("i", 4), lambda i, j: None), "top level"),
 ])

@@ -33,7 +33,8 @@ from .traced import (
     _describe, _error, _unknown, axis,
 )
 from .tiles import TileOps
-from .types import INDEX_MAX, DType, as_dtype, boolean, f32, from_numpy, index
+from .promotion import computation_type, is_weak, mixed_signedness, true_division_type
+from .types import INDEX_MAX, DType, as_dtype, boolean, element_type, f32, from_numpy, index
 
 class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
     """Records ops into one block. ``parent`` is the builder of the enclosing region."""
@@ -249,27 +250,80 @@ class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
         raise _error(f"{opcode}: operand {x!r} is neither a traced value nor a number")
 
     def _operands(self, opcode: str, *xs) -> list[Value]:
-        like = next((x.type for x in xs if isinstance(x, Traced)), None)
-        return [self._lift(x, like, opcode) for x in xs]
+        """``xs`` as values of the type they compute in (accy.dsl.promotion): Python numbers
+        become constants of it and values of other types are cast to it."""
+        traced = [element_type(x.type) for x in xs if isinstance(x, Traced)]
+        target = computation_type(traced, [x for x in xs if is_weak(x)])
+        return [self._converted(x, target, opcode) for x in xs]
+
+    def _converted(self, x, dtype: DType | None, opcode: str) -> Value:
+        """``x`` (traced, or a number) as a value of ``dtype``: cast where it is another type."""
+        fraction = is_weak(x) and not isinstance(x, numbers.Integral)
+        like = f32 if fraction and dtype is not None and not dtype.is_float else dtype  # then cast, as stores do
+        v = self._lift(x, like, opcode)
+        if dtype is not None and element_type(v.type) != dtype:
+            v = self.cast(Traced(v), dtype).value
+        return v
 
     def _op(self, opcode: str, *xs) -> Traced:
         return self._traced(self._record(opcode, self._operands(opcode, *xs)))
 
     # -- ops with rules of their own ------------------------------------------------
     def true_div(self, a, b) -> Traced:
-        """``a / b``: floats only (integers divide with ``//``)."""
+        """``a / b``: true division; integers divide as f32 (as Triton's ``/``; ``//`` is floor
+        division)."""
         a, b = self._operands("div", a, b)
-        if a.type.is_int and b.type.is_int:
-            raise _error(f"{a.type} / {b.type}: use // for {a.type} (floor) division, or cast to a float first")
+        wanted = true_division_type(element_type(a.type))
+        a, b = (self._converted(Traced(v), wanted, "div") for v in (a, b))
         return self._traced(self._record("div", (a, b)))
 
     def floor_div(self, a, b) -> Traced:
         """``a // b``: integers only (floor division, as Python's)."""
+        self._same_signedness("//", a, b)
         a, b = self._operands("div", a, b)
         if a.type.is_float or b.type.is_float:
             raise _error(f"{a.type} // {b.type}: // is integer division; use / for floats "
                          "(and floor(a / b) for a rounded quotient)")
         return self._traced(self._record("div", (a, b)))
+
+    def mod(self, a, b) -> Traced:
+        """``a % b``: the remainder with the divisor's sign (Python's; ``fmod`` is C's)."""
+        self._same_signedness("%", a, b)
+        return self._op("mod", a, b)
+
+    rem = mod
+
+    def truncdiv(self, a, b) -> Traced:
+        """C's integer division: the quotient rounded toward zero (``//`` rounds toward -inf)."""
+        self._same_signedness("truncdiv", a, b)
+        a, b = (Traced(v) for v in self._operands("truncdiv", a, b))
+        if not a.type.is_int:
+            raise _error(f"truncdiv({a.type}, {b.type}): integers only; for floats write trunc(a / b)")
+        if a.type.is_unsigned:
+            return self.floor_div(a, b)
+        floor = self.floor_div(a, b)
+        inexact = self.ne(self.mod(a, b), 0) & self.ne(self.lt(a, 0), self.lt(b, 0))
+        return self.add(floor, self.cast(inexact, element_type(a.type)))
+
+    def fmod(self, a, b) -> Traced:
+        """C's remainder (``fmod``, and ``%`` in C and Triton): the sign of the dividend ``a``
+        (``%`` takes the divisor's); exact for floats, as ``math.fmod``."""
+        self._same_signedness("fmod", a, b)
+        a, b = (Traced(v) for v in self._operands("fmod", a, b))
+        if a.type.is_float:  # |a| mod |b| is the same both ways: only the sign differs
+            return self.copysign(self.mod(self.abs(a), self.abs(b)), a)
+        rest = self.mod(a, b)
+        if a.type.is_unsigned:
+            return rest
+        other_sign = self.ne(rest, 0) & self.ne(self.lt(a, 0), self.lt(b, 0))
+        return self.select(other_sign, self.sub(rest, b), rest)
+
+    @staticmethod
+    def _same_signedness(symbol: str, a, b) -> None:
+        types = [element_type(x.type) for x in (a, b) if isinstance(x, Traced)]
+        if mixed_signedness(types):
+            raise _error(f"{types[0]} {symbol} {types[1]}: operands of different signedness; cast one so both are "
+                         "signed or both unsigned (floor division and remainder differ between the two)")
 
     def pow(self, a, b) -> Traced:
         """``a ** b``: C's pow for floats; an integer to a constant power ``>= 0`` multiplies out."""

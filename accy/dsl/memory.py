@@ -11,7 +11,7 @@ from .ir import Value
 from .ops import AtomicAttrs, LoadAttrs, SharedAttrs, SizeAttrs, StoreAttrs
 from .tensors import TensorHandle
 from .traced import BufferHandle, MemoryHandle, SharedArray, Traced, _LaunchInfo, _error
-from .types import as_dtype, index
+from .types import as_dtype, element_type, index
 
 
 class Memory:
@@ -43,7 +43,13 @@ class Memory:
     def _index(self, opcode: str, idx) -> Value:
         if isinstance(idx, tuple):
             raise _error(f"{opcode}: buffers are 1-D; compute a flat index (row * columns + column)")
-        return self._lift(idx, index, opcode)
+        v = self._lift(idx, index, opcode)
+        t = element_type(v.type)
+        if t.is_int and not t.is_index:  # any integer indexes (as Triton's offsets): converted here
+            v = self.cast(Traced(v), index).value
+        elif not t.is_index:
+            raise _error(f"{opcode}: indices are integers, got {v.type}")
+        return v
 
     def load(self, buffer: BufferHandle, idx) -> Traced:
         buffer, idx = self._element(buffer, idx)
@@ -61,11 +67,7 @@ class Memory:
                 "store inside a for_each body"
             )
         idx = self._index("store", idx)
-        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_, numbers.Integral)) \
-                and not buffer.dtype.is_float:
-            raise _error(f"store to '{buffer.name}': {float(value)!r} is a float but the buffer holds "
-                         f"{buffer.dtype}; convert it: cast(value, {buffer.dtype})")
-        value = self._lift(value, buffer.dtype, "store")
+        value = self._converted(value, buffer.dtype, "store")  # a store converts, as cast does
         self._record("store", (idx, value), StoreAttrs(buffer=buffer.name, dtype=buffer.dtype, space=buffer.space))
 
     def shared(self, dtype, count: int, name: str | None = None) -> SharedArray:
@@ -113,7 +115,7 @@ class Memory:
         if not self.in_launch:
             raise _error(f"atomic_{kind} on '{target.name}' outside the launch; call it inside a launch body")
         operands = [self._index(f"atomic_{kind}", idx)]
-        operands += [self._lift(v, target.dtype, f"atomic_{kind}") for v in values]
+        operands += [self._converted(v, target.dtype, f"atomic_{kind}") for v in values]
         attrs_ = AtomicAttrs(op=kind, buffer=target.name, dtype=target.dtype, space=target.space)
         return self._traced(self._record("atomic", operands, attrs_))
 

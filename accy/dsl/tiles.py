@@ -23,7 +23,7 @@ from .ops import (
 )
 from .tensors import OUT_OF_SHAPE
 from .traced import Tile, Traced, _error
-from .types import MAX_TILE_RANK, DType, TileType, as_dtype, boolean, element_type, index, shape_of
+from .types import MAX_TILE_RANK, DType, TileType, as_dtype, boolean, element_type, shape_of
 
 # the most elements one tile may hold: a GPU program keeps a tile in its threads' registers
 # (16384 f32 over 128 threads is 128 registers each)
@@ -94,9 +94,7 @@ class TileOps:
 
     # -- broadcasting ----------------------------------------------------------------
     def _operands(self, opcode: str, *xs) -> list:
-        like = next((element_type(x.type) for x in xs if isinstance(x, Traced)), None)
-        values = [self._lift(x, like, opcode) for x in xs]
-        return self._broadcast_together(opcode, values)
+        return self._broadcast_together(opcode, super()._operands(opcode, *xs))
 
     def _broadcast_together(self, opcode: str, values: list) -> list:
         shapes = [shape_of(v.type) for v in values]
@@ -120,9 +118,8 @@ class TileOps:
 
     def select(self, cond, if_true, if_false) -> Traced:
         """``if_true`` where ``cond`` holds, else ``if_false``, elementwise, all broadcast together."""
-        cond = self._lift(cond, boolean, "where")
-        a, b = (self._lift(x, next((element_type(y.type) for y in (if_true, if_false) if isinstance(y, Traced)),
-                                   None), "where") for x in (if_true, if_false))
+        cond = self._converted(cond, boolean, "where")  # a number is true where it is not 0, as Triton's
+        a, b = super()._operands("where", if_true, if_false)
         cond, a, b = self._broadcast_together("where", [cond, a, b])
         return Traced(self._record("select", (cond, a, b)).result)
 
@@ -295,10 +292,7 @@ class TileOps:
         if len(idx) != len(shape):
             raise _error(f"{what}: '{handle.name}' has {len(shape)} dimension{'s' * (len(shape) != 1)}, got "
                          f"{len(idx)} index{'es' * (len(idx) != 1)}")
-        values = [Traced(self._lift(i, index, what)) for i in idx]
-        for v in values:
-            if not element_type(v.type).is_index:
-                raise _error(f"{what}: indices must be index values (cast(i, index)), got {v.type}")
+        values = [Traced(self._index(what, i)) for i in idx]
         broadcast_shapes(*(shape_of(v.type) for v in values), what=f"{what}: indices")
         if strides is None:
             return values[0], None
@@ -342,9 +336,10 @@ class TileOps:
         offsets, mask = self._access(handle, idx, mask, what, inside_known)
         if other is None:  # a Python 0 would be an index constant where the parameter holds bools
             other = False if handle.dtype.is_bool else 0
-        other = self._lift(other, handle.dtype, what)
+        other = self._converted(other, handle.dtype, what)
         if other.type != handle.dtype:
-            raise _error(f"{what}: other is {other.type}, but '{handle.name}' holds {handle.dtype}")
+            raise _error(f"{what}: other is a {other.type}, but '{handle.name}' holds {handle.dtype} (other is one "
+                         "value, which every masked-off element reads)")
         # a box inside the shape (load_tile) needs no check of its own on the backends that skip it
         bounds = Bounds.SHAPE if inside_known else Bounds.CHECKED
         attrs_ = LoadAttrs(buffer=handle.name, dtype=handle.dtype)
@@ -362,9 +357,7 @@ class TileOps:
         where ``mask`` holds; elements where it does not are never touched."""
         what = f"{handle.name}.store"
         offsets, mask = self._access(handle, idx, mask, what, inside_known)
-        v = self._lift(value, handle.dtype, what)
-        if element_type(v.type) != handle.dtype:
-            raise _error(f"{what}: value is {v.type}, but '{handle.name}' holds {handle.dtype}; cast it first")
+        v = self._converted(value, handle.dtype, what)  # a store converts, as cast does
         shape = shape_of(offsets.type)
         if not shape:
             if shape_of(v.type):
@@ -418,11 +411,9 @@ class TileOps:
     def _tile_atomic(self, kind: str, handle, idx, value, mask) -> Traced | None:
         what = f"{handle.name}.atomic_{kind}"
         offsets, mask = self._access(handle, idx, mask, what)
-        v = self._lift(value, handle.dtype, what)
+        v = self._converted(value, handle.dtype, what)
         shape = shape_of(offsets.type) or shape_of(v.type)
         if not shape:  # every index and the value scalars: one atomic per program, as a scalar store is
-            if element_type(v.type) != handle.dtype:
-                raise _error(f"{what}: value is {v.type}, but '{handle.name}' holds {handle.dtype}; cast it first")
             attrs_ = AtomicAttrs(op=kind, buffer=handle.name, dtype=handle.dtype)
             if mask is None:
                 return Traced(self._record("atomic", (offsets, v), attrs_).result)
