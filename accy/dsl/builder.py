@@ -33,10 +33,11 @@ from .traced import (
     _describe, _error, _unknown, axis,
 )
 from .tiles import TileOps
+from .random import RandomOps
 from .promotion import computation_type, is_weak, mixed_signedness, true_division_type
 from .types import INDEX_MAX, DType, as_dtype, boolean, element_type, f32, from_numpy, index
 
-class Builder(ControlFlow, Memory, Cooperation, BuilderBase):
+class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
     """Records ops into one block. ``parent`` is the builder of the enclosing region."""
 
     def __init__(self, block: Block, parent: "Builder | None" = None):
