@@ -239,7 +239,7 @@ def test_tiles_fit_the_spec_and_the_tile_limit():
     wide = ScaledDotProduct(1, 512, 512, 512, 512)
     fitted = AttentionTiles().fitted(wide)
     assert fitted == AttentionTiles(8, 8, 8)
-    assert all(r * c <= accy.dsl.tiles.MAX_TILE_ELEMENTS for r, c in fitted.tile_shapes(wide).values())
+    assert all(r * c <= accy.library.attention_tile.TILE_ELEMENTS for r, c in fitted.tile_shapes(wide).values())
     assert all(4 * n <= DOT_STAGING_BYTES for n in fitted.dot_operands(wide).values())
     with pytest.raises(ValueError, match="do not fit"):
         AttentionTiles().fitted(ScaledDotProduct(1, 4, 4, 20000, 4))

@@ -32,10 +32,10 @@ from .traced import (
     _METHOD_NAMES, AxisIndex, BuilderBase, LaunchIndex, RuntimeAxis, SharedArray, Traced, _LaunchInfo, _NO_CTX,
     _describe, _error, _unknown, axis,
 )
-from .tiles import TileOps
+from .tiles import TileOps, too_many
 from .random import RandomOps
 from .promotion import computation_type, is_weak, mixed_signedness, true_division_type
-from .types import INDEX_MAX, DType, as_dtype, boolean, element_type, f32, from_numpy, index
+from .types import INDEX_MAX, MAX_TILE_ELEMENTS, DType, TileType, as_dtype, boolean, element_type, f32, from_numpy, index
 
 class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
     """Records ops into one block. ``parent`` is the builder of the enclosing region."""
@@ -133,6 +133,9 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         except OpTypeError as e:
             types = ", ".join(str(v.type) for v in operands)
             raise _error(f"{opcode}({types}): {e}{self._literal_init_hint(operands)}") from None
+        for t in result_types:  # however a tile is made (a broadcast, a dot), the same limit
+            if isinstance(t, TileType) and t.size > MAX_TILE_ELEMENTS:
+                raise _error(f"{opcode}: its result is {too_many(t.shape)}")
         op = Op(opcode, operands, attrs, result_types, regions, context.user_location(), self.block)
         self.block.ops.append(op)
         return op

@@ -33,7 +33,7 @@ from .ir import Param, ParamKind
 from .traced import BufferHandle, TileAccess, Traced, _error
 from .types import DType, as_dtype, index
 
-MAX_NDIM = 4
+MAX_NDIM = 5
 
 # a reserved hidden-scalar name: <tensor>__shape<d>, <tensor>__stride<d>, <tensor>__offset
 _HIDDEN = re.compile(r"(?P<base>.+?)__(?:(?:shape|stride)(?P<dim>\d+)|offset)\Z")

@@ -23,11 +23,8 @@ from .ops import (
 )
 from .tensors import OUT_OF_SHAPE
 from .traced import Tile, Traced, _error
-from .types import MAX_TILE_RANK, DType, TileType, as_dtype, boolean, element_type, shape_of
+from .types import MAX_TILE_ELEMENTS, MAX_TILE_RANK, DType, TileType, as_dtype, boolean, element_type, shape_of
 
-# the most elements one tile may hold: a GPU program keeps a tile in its threads' registers
-# (16384 f32 over 128 threads is 128 registers each)
-MAX_TILE_ELEMENTS = 1 << 14
 
 
 def cdiv(a, b):
@@ -61,10 +58,13 @@ def _static_shape(shape, what: str) -> tuple[int, ...]:
     if len(shape) > MAX_TILE_RANK:
         raise _error(f"{what}: tiles have 1 to {MAX_TILE_RANK} dimensions, got {len(shape)} ({shape})")
     if math.prod(shape) > MAX_TILE_ELEMENTS:
-        raise _error(f"{what}: a tile of shape {shape} holds {math.prod(shape)} elements, over the limit "
-                     f"of {MAX_TILE_ELEMENTS} per tile (a GPU program keeps its tiles in registers); use smaller "
-                     "tiles and loop over them with fold_range")
+        raise _error(f"{what}: {too_many(shape)}")
     return shape
+
+
+def too_many(shape: tuple[int, ...]) -> str:
+    return (f"a tile of shape {shape} holds {math.prod(shape)} elements, over the limit of {MAX_TILE_ELEMENTS} "
+            "(2**20) per tile; use smaller tiles and loop over them with fold_range")
 
 
 def _axis(axis, rank: int, what: str) -> int:
@@ -375,8 +375,9 @@ class TileOps:
         bounds = Bounds.SHAPE if inside_known else Bounds.CHECKED  # as load_at's
         self._record("tile_store", (offsets, v, mask), StoreAttrs(buffer=handle.name, dtype=handle.dtype, bounds=bounds))
 
-    def _tile_box(self, handle, origin, shape, what: str):
-        """Per-dimension index tiles of the box at ``origin`` of ``shape``, and where it is inside."""
+    def _tile_box(self, handle, origin, shape, what: str, steps=None):
+        """Per-dimension index tiles of the box at ``origin`` of ``shape`` (element ``j`` of axis
+        ``d`` at ``origin[d] + j * steps[d]``), and where it is inside."""
         tensor_shape = self._layout(handle, what)[0]
         origin = tuple(origin) if isinstance(origin, (tuple, list)) else (origin,)
         if len(origin) != len(tensor_shape):
@@ -385,28 +386,52 @@ class TileOps:
         if len(shape) != len(tensor_shape):
             raise _error(f"{what}: the tile shape {shape} must have one size per dimension of '{handle.name}' "
                          f"({len(tensor_shape)})")
+        steps = self._steps(steps, len(shape), what)
         idx, inside = [], None
-        for d, (o, n, extent) in enumerate(zip(origin, shape, tensor_shape)):
+        for d, (o, n, extent, step) in enumerate(zip(origin, shape, tensor_shape, steps)):
             axis_shape = tuple(n if k == d else 1 for k in range(len(shape)))
-            i = self.reshape(self.arange(n), axis_shape) + o if len(shape) > 1 else self.arange(n) + o
+            i = self.arange(n) if isinstance(step, int) and step == 1 else self.arange(n) * step
+            i = self.reshape(i, axis_shape) + o if len(shape) > 1 else i + o
             here = (i >= 0) & (i < extent)
             inside = here if inside is None else inside & here
             idx.append(i)
         return idx, inside
 
-    def load_tile(self, handle, origin, shape, other=None) -> Tile:
-        """``p.x.load_tile(origin, shape, other=None)``: the box of ``shape`` at element offsets
-        ``origin``; positions past the tensor's edges read ``other`` (as :meth:`load_at`'s)."""
+    def load_tile(self, handle, origin, shape, other=None, steps=None) -> Tile:
+        """``p.x.load_tile(origin, shape, other=None, steps=None)``: the box of ``shape`` at
+        element offsets ``origin``, ``steps[d]`` elements apart along axis ``d`` (1 by default:
+        a stride or dilation otherwise); positions past the tensor's edges read ``other`` (as
+        :meth:`load_at`'s)."""
         shape = _static_shape(shape, f"{handle.name}.load_tile")
-        idx, inside = self._tile_box(handle, origin, shape, f"{handle.name}.load_tile")
+        idx, inside = self._tile_box(handle, origin, shape, f"{handle.name}.load_tile", steps)
         return self.load_at(handle, tuple(idx), inside, other, inside_known=True)
 
-    def store_tile(self, handle, origin, value) -> None:
-        """``p.x.store_tile(origin, value)``: write the tile at element offsets ``origin``;
-        positions past the tensor's edges are not written."""
+    def store_tile(self, handle, origin, value, steps=None) -> None:
+        """``p.x.store_tile(origin, value, steps=None)``: write the tile at element offsets
+        ``origin`` (``steps`` apart, as :meth:`load_tile`'s); positions past the tensor's edges
+        are not written."""
         v = self._tile(value, f"{handle.name}.store_tile")
-        idx, inside = self._tile_box(handle, origin, v.shape, f"{handle.name}.store_tile")
+        idx, inside = self._tile_box(handle, origin, v.shape, f"{handle.name}.store_tile", steps)
         self.store_at(handle, tuple(idx), v, inside, inside_known=True)
+
+    def _steps(self, steps, rank: int, what: str) -> tuple:
+        """A box's steps: one per axis, each a non-zero Python int or an integer scalar."""
+        if steps is None:
+            return (1,) * rank
+        steps = tuple(steps) if isinstance(steps, (tuple, list)) else (steps,)
+        if len(steps) != rank:
+            raise _error(f"{what}: steps gives {len(steps)} value{'s' * (len(steps) != 1)} for a box of {rank} "
+                         f"dimension{'s' * (rank != 1)}")
+        out = []
+        for s in steps:
+            if isinstance(s, Traced) and not isinstance(s, Tile) and element_type(s.type).is_int:
+                out.append(s if s.type.is_index else self.cast(s, "index"))
+            elif isinstance(s, numbers.Integral) and not isinstance(s, (bool, np.bool_)) and s != 0:
+                out.append(int(s))
+            else:
+                raise _error(f"{what}: each step is a non-zero Python int or an integer scalar, got "
+                             f"{s.type if isinstance(s, Traced) else repr(s)}")
+        return tuple(out)
 
     def _tile_atomic(self, kind: str, handle, idx, value, mask) -> Traced | None:
         what = f"{handle.name}.atomic_{kind}"

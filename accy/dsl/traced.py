@@ -533,11 +533,11 @@ class TileAccess:
         else:
             builder.store(self, value, idx)
 
-    def load_tile(self, origin, shape, other=None):
-        return self._tile_builder("load_tile")[0].load_tile(self, origin, shape, other)
+    def load_tile(self, origin, shape, other=None, steps=None):
+        return self._tile_builder("load_tile")[0].load_tile(self, origin, shape, other, steps)
 
-    def store_tile(self, origin, value) -> None:
-        self._tile_builder("store_tile")[0].store_tile(self, origin, value)
+    def store_tile(self, origin, value, steps=None) -> None:
+        self._tile_builder("store_tile")[0].store_tile(self, origin, value, steps)
 
     def _atomic(kind: str):
         def call(self, *args, mask=None):

@@ -298,7 +298,10 @@ class TileType:
         return f"tile<{self.dtype}, {'x'.join(map(str, self.shape))}>"
 
 
-MAX_TILE_RANK = 3
+MAX_TILE_RANK = 5
+# the most elements one tile may hold (Triton's limit), wherever the tile is made; a GPU program
+# holds at most accy.lowering.distribute.MAX_ELEMENTS_PER_THREAD of them per thread
+MAX_TILE_ELEMENTS = 1 << 20
 
 
 def element_type(t) -> DType:

@@ -23,7 +23,7 @@ import attrs
 from ..dsl.ir import Axis
 from ..dsl.schedule import positive_int
 from ..dsl.tensors import tensor
-from ..dsl.tiles import MAX_TILE_ELEMENTS, cdiv
+from ..dsl.tiles import cdiv
 from ..dsl.traced import axis
 from ..dsl.types import DType, as_dtype, bf16, f16, f32
 from ..graph_store import name_body
@@ -33,6 +33,9 @@ from .entry import Category, Entry, Layer, TileGrid, TileReuse, Shape
 
 DTYPES = (f32, bf16, f16)
 LOG2_E = math.log2(math.e)
+# the most elements a tile of the entry holds: what a GPU program keeps in registers (16384 f32 over
+# 128 threads is 128 registers each)
+TILE_ELEMENTS = 1 << 14
 MIN_FITTED_TILE = 16  # fitting never shrinks a tile below this (the size of a tensor-core operand)
 # a GPU program stages both operands of a dot in shared memory (accy/lowering/distribute.py: f32 for
 # FMA, 16-bit inputs as they are for tensor cores); 32 KiB of its 48 KiB leaves room for the
@@ -71,13 +74,13 @@ class AttentionTiles:
 
     def fits(self, spec: ScaledDotProduct, dtype: DType = f32) -> bool:
         staged = DOT_STAGING_BYTES // _staged_itemsize(dtype)
-        return (all(r * c <= MAX_TILE_ELEMENTS for r, c in self.tile_shapes(spec).values())
+        return (all(r * c <= TILE_ELEMENTS for r, c in self.tile_shapes(spec).values())
                 and all(n <= staged for n in self.dot_operands(spec).values()))
 
     def fitted(self, spec: ScaledDotProduct, dtype: DType = f32) -> "AttentionTiles":
         """These tiles for ``spec`` and ``dtype`` inputs: a tile no taller than the power of two
         covering its extent (but not below 16), then the larger of the two halved (keys on a tie)
-        until every tile holds at most ``MAX_TILE_ELEMENTS`` and each dot's operands fit
+        until every tile holds at most ``TILE_ELEMENTS`` and each dot's operands fit
         ``DOT_STAGING_BYTES`` (what a GPU program stages in shared memory: 16-bit inputs as
         they are, f32 as f32).  Warps left None become 8 for f32 and, for 16-bit inputs, one
         per 16 query rows up to 4 (each warp a whole tensor-core tile of rows)."""
@@ -92,7 +95,7 @@ class AttentionTiles:
                 tiles = attrs.evolve(tiles, block_q=tiles.block_q // 2)
             else:
                 raise ValueError(f"attention tiles: head dimensions h={spec.qk}, v={spec.value} do not fit even "
-                                 f"1 x 1 query and key tiles (at most {MAX_TILE_ELEMENTS} elements a tile and "
+                                 f"1 x 1 query and key tiles (at most {TILE_ELEMENTS} elements a tile and "
                                  f"{DOT_STAGING_BYTES} bytes for a dot's operands)")
         if tiles.warps is None:
             warps = min(4, max(1, tiles.block_q // 16)) if _staged_itemsize(dtype) == 2 else 8

@@ -47,6 +47,7 @@ from __future__ import annotations
 import attrs
 
 from ..dsl.ir import Graph, Op
+from ..errors import TraceError
 from ..dsl.ops import BlockUnit
 from ..dsl.trace import trace
 from ..dsl.traced import Traced, axis
@@ -67,6 +68,9 @@ from .tile_values import TileValues
 # tiles (a 64x64 f32 tile is 32 registers a thread at 4 warps), so the SIMT level's 512 (128
 # registers) spills them (layer norm, flash attention); 256 leave ptxas up to 255 a thread
 RESIDENT_THREADS = 256
+# the most elements of one tile a thread holds (in registers, each op unrolled over them): a tile
+# of 16384 on one warp, 65536 on four
+MAX_ELEMENTS_PER_THREAD = 512
 
 
 def distribute(graph: Graph, tensor_cores: bool = False, shared_bytes: int = STATIC_SHARED_BYTES) -> Graph:
@@ -76,7 +80,23 @@ def distribute(graph: Graph, tensor_cores: bool = False, shared_bytes: int = STA
     per-block limit: past 48 KiB the launch opts into dynamic shared memory)."""
     if not graph.is_tile_launch:
         raise ValueError(f"distribute: kernel '{graph.name}' is not a tile launch")
+    _check_per_thread(graph)
     return _Distributor(graph, tensor_cores, shared_bytes).run()
+
+
+def _check_per_thread(graph: Graph) -> None:
+    """A TraceError at the first op making a tile of more than MAX_ELEMENTS_PER_THREAD elements a
+    thread: its registers (and the code unrolled over them) would not fit."""
+    warps = graph.launch_op.attrs.warps
+    most = MAX_ELEMENTS_PER_THREAD * warps * WARP_SIZE
+    for op in graph.body.walk():
+        for v in op.results:
+            if isinstance(v.type, TileType) and v.type.size > most:
+                raise TraceError(
+                    f"{op.opcode}: a {v.type} is {v.type.size // (warps * WARP_SIZE)} elements for each of the "
+                    f"{warps * WARP_SIZE} threads of a GPU program of {warps} warps, over the "
+                    f"{MAX_ELEMENTS_PER_THREAD} a thread holds; use more warps (up to 32) or smaller tiles (the "
+                    "numpy and llvm backends take tiles of up to 2**20 elements)", op.location)
 
 
 class _Distributor:

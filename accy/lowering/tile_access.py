@@ -68,6 +68,19 @@ def mul(a: Expr, b: Expr) -> Expr:
     return ("mul", a, b)
 
 
+def constant_factor(e: Expr) -> tuple[int, Expr | None]:
+    """``e`` as a constant times the rest (None when it is all constant): a tensor's stride times
+    a box's step is ``(step, stride)``."""
+    if _is_int(e):
+        return e, None
+    if isinstance(e, tuple) and e[0] == "mul":
+        for k, rest in ((e[1], e[2]), (e[2], e[1])):
+            if _is_int(k):
+                inner, left = constant_factor(rest)
+                return k * inner, left
+    return 1, e
+
+
 def neg(a: Expr) -> Expr:
     return mul(-1, a)
 

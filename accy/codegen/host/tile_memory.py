@@ -11,12 +11,17 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...dsl.ir import Op
-from ...lowering.tile_access import AccessPlan, Box
+from ...lowering.tile_access import AccessPlan, Box, constant_factor
 from ..abi import STATUS_LOAD_OOB, STATUS_STORE_OOB
 from ..llvm import Lowering
 from ..llvm_types import I1, I64, memory_type
 from .tile_guards import ShapeGuards
 from .tile_vectors import Fused, Tail, Tile
+
+
+# the largest constant step along a row accessed as one contiguous masked access (a wider one reads
+# mostly elements it throws away: a gather does better)
+MAX_SPREAD = 4
 
 
 class TileMemoryEmitter:
@@ -139,6 +144,10 @@ class TileMemoryEmitter:
         if out is not None and op.result in self.lw.tails:
             upto = self.lw.tail_start(lo, hi, uniform)
 
+        # a step of 2 to 4 along the row, known where the code runs: each chunk's lanes as one
+        # contiguous access, spread (set by at_step below, before the rows are written)
+        spread = None
+
         def rows(contiguous: bool) -> None:
             def row(r, idx):
                 row_base = base
@@ -188,6 +197,8 @@ class TileMemoryEmitter:
                         ok = b.icmp_unsigned("<", offsets, self.v.splat(count))
                         self.lw.fail_lanes(op, b.and_(m, b.not_(ok)), offsets, kind)
                         m = b.and_(m, ok)
+                    if spread is not None and (out is not None or value is not None):
+                        return spread_chunk(row_base, first, j, m)
                     pointers = self.v.addresses(ptr, mem, offsets)
                     if out is not None:
                         self.v.store(out, b.add(first, j), self.v.from_memory(self.v.gather(pointers, m, passthru, align), dtype))
@@ -213,6 +224,8 @@ class TileMemoryEmitter:
                 first = b.mul(r, ir.Constant(I64, n))
 
                 def chunk(j, valid, cs):
+                    if spread is not None:
+                        return spread_chunk(row_base, first, j, valid)
                     where = b.gep(ptr, [b.add(row_base, j)], source_etype=mem)
                     if out is not None:
                         v = b.load(where, typ=self.v.vec(mem), align=align) if valid is None else \
@@ -228,6 +241,19 @@ class TileMemoryEmitter:
 
             if out is not None or value is not None:
                 self.v.rows(shape[:-1], row)
+
+        def spread_chunk(row_base, first, j, valid) -> list:
+            """A whole chunk at a constant step: the lanes' span in one access, masked to the lanes."""
+            lanes = valid if valid is not None else ir.Constant(self.v.vec(I1), [ir.Constant(I1, 1)] * self.v.L)
+            wide_mask = self.v.spread(lanes, spread, ir.Constant(lanes.type, None))
+            where = b.gep(ptr, [b.add(row_base, b.mul(j, ir.Constant(I64, spread)))], source_etype=mem)
+            if out is not None:
+                wide = self.v.masked_load(where, wide_mask, self.v.spread(passthru, spread), align)
+                self.v.store(out, b.add(first, j), self.v.from_memory(self.v.every(wide, spread), dtype))
+            else:
+                wide = self.v.spread(self.v.to_memory(self.v.load(value, b.add(first, j)), dtype), spread)
+                self.v.masked_store(wide, where, wide_mask, align)
+            return []
 
         def whole_tile() -> ir.Value:
             """Every element active and (with checks) the tile's lowest and highest offsets inside."""
@@ -287,15 +313,27 @@ class TileMemoryEmitter:
             b.branch(done)
             b.position_at_end(done)
             return
-        static = plan.offsets.coefs[-1]
-        if isinstance(static, int):
-            unit_rows() if static == 1 else rows(False)
+        def at_step(k: int) -> None:
+            """The accesses where the step along the row is the constant ``k``."""
+            nonlocal spread
+            spread = k if 2 <= k <= MAX_SPREAD else None
+            if k == 1:
+                unit_rows()
+            elif spread is not None and box is not None:
+                split(whole_rows, lambda: rows(False))
+            else:
+                rows(False)
+            spread = None
+
+        factor, stride = constant_factor(plan.offsets.coefs[-1])
+        if stride is None:
+            at_step(factor)
             return upto
-        # a run-time stride along the last axis (a tensor's): vector accesses where it is 1
+        # a run-time stride along the last axis (a tensor's): tested for 1, where the step is the factor
         unit, strided, done = (b.append_basic_block(n) for n in ("unit_stride", "strided", "strided_done"))
-        b.cbranch(b.icmp_signed("==", step, ir.Constant(I64, 1)), unit, strided)
+        b.cbranch(b.icmp_signed("==", self.expr(stride), ir.Constant(I64, 1)), unit, strided)
         b.position_at_end(unit)
-        unit_rows()
+        at_step(factor)
         b.branch(done)
         b.position_at_end(strided)
         rows(False)

@@ -102,6 +102,20 @@ class TileVectors:
         one = self.lw.b.insert_element(ir.Constant(self.vec(x.type, n), None), x, ir.Constant(I32, 0))
         return self.lw.b.shuffle_vector(one, ir.Constant(one.type, None), ir.Constant(self.vec(I32, n), None))
 
+    def spread(self, v: ir.Value, step: int, fill: ir.Value | None = None) -> ir.Value:
+        """``v``'s lanes ``step`` lanes apart in a vector ``step`` times as long (a strided access
+        as one contiguous one); the lanes between hold ``fill``'s first lane (else ``v``'s)."""
+        n = v.type.count
+        between = n if fill is not None else 0
+        order = [k // step if k % step == 0 else between for k in range(n * step)]
+        return self.lw.b.shuffle_vector(v, fill if fill is not None else v,
+                                        ir.Constant(self.vec(I32, n * step), order))
+
+    def every(self, v: ir.Value, step: int) -> ir.Value:
+        """Every ``step``-th lane of ``v`` (the inverse of :meth:`spread`)."""
+        n = v.type.count // step
+        return self.lw.b.shuffle_vector(v, v, ir.Constant(self.vec(I32, n), [k * step for k in range(n)]))
+
     def extract(self, v: ir.Value, k) -> ir.Value:
         return self.lw.b.extract_element(v, ir.Constant(I32, k) if isinstance(k, int) else k)
 

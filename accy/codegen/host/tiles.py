@@ -61,6 +61,7 @@ from ...lowering.tile_access import AccessPlan, liveness, plan_accesses, plan_st
 from ...lowering.tile_fusion import plan_fusion, plan_tails
 
 GROUP = 4  # programs along axis 0 that run together (see _decode)
+STACK_TILE_BYTES = 1 << 19  # a program's tile arrays past this live on the heap (see _tile_arrays)
 
 
 class TileHostLowering(Lowering):
@@ -121,9 +122,28 @@ class TileHostLowering(Lowering):
         self.tiles.clear()
         self.program = None
         self._bind_params(fn)
-        self.slots = [self._stack_array(size) for size in self.storage.slot_bytes]
+        self.slots = self._tile_arrays(self.storage.slot_bytes)
         self.lower_top_level()
         return self.b
+
+    def _tile_arrays(self, sizes: list[int]) -> list[ir.Value]:
+        """The program's tile arrays: on the stack, or past STACK_TILE_BYTES in one heap block
+        that :meth:`_release` frees (a worker thread's stack is a few MiB; a tile up to 4 MiB)."""
+        self.heap = None
+        if sum(sizes) <= STACK_TILE_BYTES:
+            return [self._stack_array(size) for size in sizes]
+        b = self.allocas
+        offsets, total = [], 0
+        for size in sizes:
+            offsets.append(total)
+            total += -(-size // 64) * 64
+        self.heap = b.call(self.declare("malloc", ir.PointerType(), [I64]), [ir.Constant(I64, total + 63)])
+        base = b.and_(b.add(b.ptrtoint(self.heap, I64), ir.Constant(I64, 63)), ir.Constant(I64, -64))
+        return [b.inttoptr(b.add(base, ir.Constant(I64, k)), ir.PointerType()) for k in offsets]
+
+    def _release(self) -> None:
+        if self.heap is not None:
+            self.b.call(self.declare("free", VOID, [ir.PointerType()]), [self.heap])
 
     def _programs(self, begin: ir.Value, end: ir.Value) -> None:
         """Programs ``[begin, end)``, numbered with the first grid axis fastest."""
@@ -180,6 +200,7 @@ class TileHostLowering(Lowering):
         begin, end = fn.args[-2:]
         begin.name, end.name = "unit_begin", "unit_end"
         self._programs(begin, end)
+        self._release()
         b.ret_void()
         self.allocas.branch(fn.blocks[1])
         return fn
@@ -197,6 +218,7 @@ class TileHostLowering(Lowering):
         out.name = "extents"
         for k, extent in enumerate(self.extents):
             b.store(extent, b.gep(out, [ir.Constant(I64, k)], source_etype=I64, inbounds=True))
+        self._release()
         if not self.check_pass:
             b.ret(ir.Constant(I1, 0 if self.target.checks else 1))
         else:
@@ -216,6 +238,7 @@ class TileHostLowering(Lowering):
         begin, end = fn.args[-2:]
         begin.name, end.name = "unit_begin", "unit_end"
         self._programs(begin, end)
+        self._release()
         b.ret_void()
         self.allocas.branch(fn.blocks[1])
         self._mode(check_only=False)
