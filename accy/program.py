@@ -54,7 +54,8 @@ class Program:
     schedule: ThreadBlocks | None = None
     # a single-use f32/f64 product and the add or sub using it as one fma (accy.dsl.contraction)
     fp_fusion: bool = attrs.field(default=True, kw_only=True)
-    constexprs: tuple[Constexpr, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
+    constexprs: tuple[Constexpr, ...] = attrs.field(default=(), kw_only=True, converter=tuple,
+                                                    validator=lambda program, _, value: _check_constexprs(program, value))
     constants: tuple[tuple[str, object], ...] = attrs.field(default=(), kw_only=True, converter=tuple)
 
     def with_schedule(self, schedule: ThreadBlocks) -> "Program":
@@ -308,6 +309,17 @@ class Program:
         return KernelCallArtifact((artifact,), backend_state)
 
     createKernelCallArtifact = create_kernel_call_artifact
+
+
+def _check_constexprs(program: Program, constexprs: tuple) -> None:
+    taken = {p.name for p in program.parameters}
+    for c in constexprs:
+        if not isinstance(c, Constexpr):
+            raise TraceError(f"program '{program.name}': constexprs= takes the Constexpr declarations "
+                             f"accy.dsl.trace.declarations makes, got {c!r}")
+        if c.name in taken:
+            raise TraceError(f"program '{program.name}': '{c.name}' is declared twice")
+        taken.add(c.name)
 
 
 def _constants_key(constants) -> tuple:

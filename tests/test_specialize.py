@@ -178,6 +178,8 @@ def test_declaration_errors():
         kernel(x=tensor(f32, 1), param=constexpr(int))
     with pytest.raises(TraceError, match="parameter 'w': a constexpr parameter is declared with @accy.kernel"):
         accy.Program("p", {"x": tensor(f32, 1), "w": constexpr(int)}, lambda k, p: None)
+    with pytest.raises(TraceError, match="program 'p': 'window' is declared twice"):
+        accy.Program("p", MAX_POOL.parameters, MAX_POOL.body, constexprs=MAX_POOL.constexprs[:1] * 2)
 
 
 def specialised_scalar_kernel():
