@@ -18,6 +18,7 @@ from .dsl import (
     axis,
     buffer,
     cdiv,
+    constexpr,
     dynamic_buffer,
     dynamicBuffer,
     parse,
@@ -49,7 +50,7 @@ def __getattr__(name):  # accy.Profile without importing the emulator with accy
 
 __all__ = [
     "errors", "logical", "math", "Graph", "Launch", "Limits", "Program", "ThreadBlocks", "axis", "buffer", "cdiv",
-    "dynamic_buffer", "dynamicBuffer", "kernel", "parse", "scalar", "schedule", "thread_blocks", "AccyError",
+    "constexpr", "dynamic_buffer", "dynamicBuffer", "kernel", "parse", "scalar", "schedule", "thread_blocks", "AccyError",
     "autotune", "compare", "CompareReport", "Profile", "tensor", "TensorSpec", "TensorHandle",
     *(t.export_name for t in DTYPES.values()),
 ]

@@ -14,8 +14,13 @@ the outputs, keeps the fastest, and stores the choice through the compile cache
 - ``ptx``: the emulator's wall time says nothing about a GPU, so configs are ranked by
   ``Program.profile``'s estimate for the run's ``arch`` (the ptx backend's sm_80 unless given).
 
-The store's key is every config's traced graph text, the key's values, the backend and its
-options, the device (the CPU for numpy and llvm, the arch for ptx and cuda) and accy's version.
+A kernel with constexpr parameters (``BLOCK=accy.constexpr(int)``) takes a config's entries
+that name them as their values (as Triton's ``triton.Config({"BLOCK": 64})``); the others come
+with each run, and their values always key the choice (each value is a kernel of its own).
+
+The store's key is every config's traced graph text (specialised on the run's constexpr
+values), the key's values, the backend and its options, the device (the CPU for numpy and
+llvm, the arch for ptx and cuda) and accy's version.
 A record that cannot be read back is tuned again.  ``ACCY_AUTOTUNE=0`` takes the first config
 without timing anything.
 
@@ -45,8 +50,7 @@ from typing import Callable, Mapping, Sequence
 import attrs
 import numpy as np
 
-from .dsl.tensors import declared_parameters
-from .errors import AccyError, AutotuneError
+from .errors import AccyError, ArgumentError, AutotuneError
 from .program import Program
 from .runtime import get_backend
 from .time_limit import time_limit as run_limit
@@ -177,23 +181,28 @@ def _check_body_takes(body: Callable, names, kernel: str) -> None:
                             f"no config gives: add it to every config (or give it a default in the body)")
 
 
-def _checked_key(key, program: Program) -> tuple[str, ...]:
+def _checked_key(key, program: Program, config_names) -> tuple[str, ...]:
+    """The key's names, checked, and after them the constexpr parameters no config binds: each
+    value of one is a kernel of its own, so it always keys the choice."""
     if isinstance(key, str):
         key = (key,)
-    declared = [p.name for p in declared_parameters(program.parameters)]
+    declared = [p.name for p in program.call_order]
     key = tuple(key)
     for name in key:
         if name not in declared:
             raise AutotuneError(f"autotune: key {name!r} is not a parameter of '{program.name}' "
                                 f"(its parameters: {', '.join(declared)})")
-    return key
+        if name in config_names:
+            raise AutotuneError(f"autotune: key {name!r} is a constexpr parameter every config sets, so its "
+                                f"value cannot key the choice")
+    return key + tuple(c.name for c in program.constexprs if c.name not in key and c.name not in config_names)
 
 
 # -- the arguments: named, the key's values, scratch outputs ---------------------------------------
 
 
-def _named(args, program: Program) -> dict:
-    params = declared_parameters(program.parameters)
+def _named(args, program) -> dict:
+    params = program.call_order
     if isinstance(args, Mapping):
         return dict(args)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence) or len(args) != len(params):
@@ -382,12 +391,11 @@ class _Timed:
         return seconds
 
 
-def _measure(program: Program, args: dict, scratch: dict, reset: Callable[[], None], backend: str, limits,
-             options: dict, limit: _Limit):
+def _measure(program: Program, config: dict, args: dict, scratch: dict, reset: Callable[[], None], backend: str,
+             limits, options: dict, limit: _Limit):
     """One config made ready: on ptx its result (the profile's estimate, for ``args``: the profile
     writes to scratch itself), elsewhere a :class:`_Timed` on the ``scratch`` arguments after its
     warm-up run (which compiles), or a failed result; run under ``limit``, and its time given to it."""
-    config = program.body.keywords
     start = time.perf_counter()
     try:  # any error a config raises, accy's or the body's own, is that config's failure (Ctrl-C is not)
         with limit(config):
@@ -461,8 +469,10 @@ def _ranking(backend: str, options: Mapping) -> tuple[str, str]:
 class Autotuned:
     """A kernel with several configs, run with the fastest for each key (see the module's doc).
 
-    ``programs[i]`` is the :class:`~accy.Program` of ``configs[i]``; ``run``, ``best_config`` and
-    ``tuning_log`` tune on first use for a key and backend, then reuse the choice."""
+    ``programs[i]`` is the :class:`~accy.Program` of ``configs[i]`` (a config's entries that name
+    constexpr parameters are bound, :meth:`~accy.Program.specialized`; the others are the body's
+    keywords); ``run``, ``best_config`` and ``tuning_log`` tune on first use for a key and
+    backend, then reuse the choice."""
 
     program: Program  # as @accy.kernel made it: its body takes the config's keywords
     configs: tuple[dict, ...]
@@ -476,9 +486,14 @@ class Autotuned:
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
 
     def __attrs_post_init__(self):
-        self.programs = tuple(attrs.evolve(self.program, body=functools.partial(self.program.body, **config))
-                              for config in self.configs)
-        declared = [p.name for p in declared_parameters(self.program.parameters)]
+        programs = []
+        for i, config in enumerate(self.configs):
+            try:
+                programs.append(_config_program(self.program, config))
+            except ArgumentError as e:  # a value a constexpr parameter does not take
+                raise AutotuneError(f"autotune: config {i} {config!r}: {e}") from None
+        self.programs = tuple(programs)
+        declared = [p.name for p in self.call_order]
         self._positions = tuple(declared.index(name) for name in self.key)
 
     @property
@@ -489,9 +504,27 @@ class Autotuned:
     def parameters(self):
         return self.program.parameters
 
+    @property
+    def constexprs(self):
+        """The constexpr parameters no config binds: a run passes their values."""
+        return self.programs[0].constexprs
+
+    @property
+    def call_order(self):
+        """What a run passes one argument for, in order (:attr:`accy.Program.call_order`; not
+        the constexprs the configs bind)."""
+        return self.programs[0].call_order
+
     def stored_buffers(self) -> frozenset[str]:
         """The parameters any config stores to (a config may write fewer)."""
         return frozenset().union(*(p.stored_buffers() for p in self.programs))
+
+    def _specialised(self, named: dict) -> tuple[tuple[Program, ...], dict]:
+        """Each config's program specialised on the run's constexpr values, and the other arguments."""
+        if not self.constexprs:
+            return self.programs, named
+        specialised = [p.specialized_for(named) for p in self.programs]
+        return tuple(p for p, _ in specialised), specialised[0][1]
 
     def run(self, args, backend: str = "numpy", *, limits=None, **options):
         """Run with the best config for these arguments' key on ``backend`` (tuning first when
@@ -520,7 +553,7 @@ class Autotuned:
         """How the config for these arguments' key on ``backend`` was chosen (tuning first if needed)."""
         checked = {k: v for k, v in options.items() if k not in RUN_OPTIONS}  # the backend's own options
         options = dict(options, **get_backend(backend).checked_options(checked))
-        named = _named(args, self.program)
+        named = _named(args, self)
         key = {name: _key_text(named[name]) for name in self.key}
         untuned = _untuned()
         deciding = {k: v for k, v in options.items() if k not in UNDECIDING_OPTIONS}
@@ -538,27 +571,29 @@ class Autotuned:
         if untuned:
             return TuningRecord(self.name, backend, key, device, "untuned", "ACCY_AUTOTUNE=0: the first config, "
                                 "nothing timed", 0, tuple(ConfigResult(c) for c in self.configs))
-        store_key = _store_key(self.programs, key, backend, dict(deciding, limits=repr(limits)), device)
+        programs, named = self._specialised(named)
+        store_key = _store_key(programs, key, backend, dict(deciding, limits=repr(limits)), device)
         record = _load(store_key, self.configs)
         if record is None:
-            record = self._tune(named, key, backend, limits, options, device)
+            record = self._tune(programs, named, key, backend, limits, options, device)
             _save(store_key, record)
         return record
 
-    def _tune(self, named: dict, key: dict, backend: str, limits, options: dict, device: str) -> TuningRecord:
+    def _tune(self, programs: tuple[Program, ...], named: dict, key: dict, backend: str, limits, options: dict,
+              device: str) -> TuningRecord:
         method, ranking = _ranking(backend, options)
         limit = _Limit(*_time_limits(self.time_limit, self.time_factor))
-        written = _outputs(self.programs)
+        written = _outputs(programs)
         outputs = {name: a for name, a in named.items() if name in written}
         estimated = get_backend(backend).estimate is not None  # a profile writes to scratch itself
         scratch = named if estimated else dict(named, **{n: _scratch(n, a) for n, a in outputs.items()})
         reset = _restorer(scratch, outputs)
-        progress = _Progress(self.name, len(self.programs))
+        progress = _Progress(self.name, len(programs))
         start = time.perf_counter()
-        results, ready = [None] * len(self.programs), {}
-        for i, program in enumerate(self.programs):
+        results, ready = [None] * len(programs), {}
+        for i, program in enumerate(programs):
             progress.show(i, _config_text(self.configs[i]))
-            outcome = _measure(program, named, scratch, reset, backend, limits, options, limit)
+            outcome = _measure(program, self.configs[i], named, scratch, reset, backend, limits, options, limit)
             if isinstance(outcome, ConfigResult):
                 results[i] = outcome
             else:
@@ -573,6 +608,15 @@ class Autotuned:
                               tuning_seconds=time.perf_counter() - start)
         progress.close(record)
         return record
+
+
+def _config_program(program: Program, config: dict) -> Program:
+    """``program`` for ``config``: its entries that name constexpr parameters bound, the others
+    passed to the body as keywords."""
+    constexprs = {c.name for c in program.constexprs}
+    keywords = {k: v for k, v in config.items() if k not in constexprs}
+    bound = attrs.evolve(program, body=functools.partial(program.body, **keywords))
+    return bound.specialized(**{k: v for k, v in config.items() if k in constexprs})
 
 
 def autotune(configs, key=(), *, time_limit: float | None = None,
@@ -593,8 +637,9 @@ def autotune(configs, key=(), *, time_limit: float | None = None,
     def make(program: Program) -> Autotuned:
         if not isinstance(program, Program):
             raise AutotuneError(f"@autotune goes above @accy.kernel(...): it takes a Program, got {program!r}")
-        _check_body_takes(program.body, list(configs[0]), program.name)
-        return Autotuned(program, configs, _checked_key(key, program), time_limit, time_factor)
+        bound = {c.name for c in program.constexprs} & set(configs[0])
+        _check_body_takes(program.body, [n for n in configs[0] if n not in bound], program.name)
+        return Autotuned(program, configs, _checked_key(key, program, bound), time_limit, time_factor)
 
     return make
 

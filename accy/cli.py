@@ -86,6 +86,9 @@ def _add_shape(parser: argparse.ArgumentParser, defaults: dict) -> None:
 def _add_kernel(parser: argparse.ArgumentParser, defaults: dict) -> None:
     parser.add_argument("kernel", type=_kernel_name, metavar="KERNEL",
                         help="'attention', or FILE.py:NAME for a Program or library entry in your module")
+    parser.add_argument("--constexpr", type=_scalar_assignment, action="append", default=[], metavar="NAME=VALUE",
+                        help="FILE.py:NAME: the value of a constexpr parameter (the kernel is specialised on it); "
+                             "repeatable")
     _add_shape(parser, defaults)
 
 
@@ -132,7 +135,31 @@ def load_kernel(spec: str):
 
 
 def _kernel(ns):
-    return _attention(ns) if ns.kernel == "attention" else load_kernel(ns.kernel)
+    kernel = _attention(ns) if ns.kernel == "attention" else load_kernel(ns.kernel)
+    kernel = specialised(kernel, dict(ns.constexpr)) if ns.constexpr else kernel
+    unbound = [c.name for c in getattr(kernel, "constexprs", ())]
+    if unbound:
+        raise AccyError(f"{ns.kernel} has constexpr parameters without a value ({', '.join(unbound)}): give each "
+                        f"with --constexpr NAME=VALUE")
+    return kernel
+
+
+def specialised(kernel, texts: dict[str, str]):
+    """``kernel`` specialised on constexpr values given as text (``--constexpr NAME=VALUE``),
+    each read as the Python type its parameter takes."""
+    constexprs = {c.name: c for c in getattr(kernel, "constexprs", ())}
+    values = {}
+    for name, text in texts.items():
+        if name not in constexprs:
+            raise AccyError(f"--constexpr {name}: no such constexpr parameter (the kernel's: "
+                            f"{', '.join(constexprs) or 'none'})")
+        kind = constexprs[name].spec.kind
+        try:
+            values[name] = {"True": True, "False": False}[text] if kind is bool else kind(text)
+        except (KeyError, ValueError):
+            raise AccyError(f"--constexpr {name}={text}: expected {'True or False' if kind is bool else kind.__name__}"
+                            ) from None
+    return kernel.specialized(**values)
 
 
 def _program(ns):

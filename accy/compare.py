@@ -20,7 +20,6 @@ from .runtime import BACKENDS
 from .codegen.nvptx import toolchain
 from .runtime.arguments import as_host_array
 from .dsl.ops import OPS
-from .dsl.tensors import declared_parameters
 from .errors import AccyError, ArgumentError, BackendUnavailableError, CompileError
 
 FIRST = 5  # disagreeing elements listed per output and pair
@@ -163,11 +162,12 @@ def compare(kernel, args, backends: Sequence[str] = BACKENDS, *, rtol: float = 1
     ``options`` gives per-backend run options, e.g. ``{"llvm": {"checks": False}}``.
     """
     program, run, shapes = _program_and_shapes(kernel)
-    named = _named(args, declared_parameters(program.parameters))  # a tensor is one argument
+    named = _named(args, program.call_order)  # a tensor is one argument
+    program, arrays = program.specialized_for(named)  # the graph of the constexpr values passed
     outputs = sorted(program.graph.stored_buffers())
     results, skipped, failed = {}, {}, {}
     for backend in backends:
-        copies = {n: _copy(n, a) for n, a in named.items()}
+        copies = {n: _copy(n, a) if n in arrays else a for n, a in named.items()}  # a constexpr as it was
         try:
             run(copies, backend=backend, **(options or {}).get(backend, {}))
         except AccyError as e:

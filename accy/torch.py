@@ -3,7 +3,8 @@ mutates_args=("dst",))``.
 
 The op takes the program's declared parameters in their order: a ``torch.Tensor`` for each
 buffer or tensor parameter, a Python ``int``, ``float`` or ``bool`` for each scalar (by its
-type).  The parameters named in ``mutates_args`` are its outputs, written in place; the op
+type) and each constexpr parameter (by the type it takes: each value runs the program
+specialised on it, :meth:`accy.Program.specialized`).  The parameters named in ``mutates_args`` are its outputs, written in place; the op
 returns None, as ``torch.library.custom_op`` requires of an op that mutates its arguments
 and returns nothing (returning new tensors would mean allocating them, and accy's programs
 write into arrays their caller owns).  CPU tensors run on ``llvm``, CUDA tensors on
@@ -25,6 +26,7 @@ from typing import Iterable
 import attrs
 
 from .runtime import get_backend
+from .dsl.constexpr import Constexpr
 from .dsl.ir import Param
 from .dsl.tensors import declared_parameters, tensor_parameters
 from .dsl.types import DType
@@ -73,14 +75,25 @@ def _check_mutates(program, mutates: tuple[str, ...]) -> tuple[str, ...]:
         if name not in buffers:
             raise AccyError(f"custom_op: mutates_args names {name!r}, which is not a buffer or tensor parameter of "
                             f"'{program.name}' (those are {', '.join(buffers) or 'none'})")
-    unlisted = sorted(program.stored_buffers() - set(mutates))
-    if unlisted:
-        raise AccyError(f"custom_op: '{program.name}' stores to {', '.join(map(repr, unlisted))}, so mutates_args "
-                        "must name it (torch must know every argument an op writes)")
+    if not program.constexprs:  # else what it stores to is known per value, and checked at each call
+        _check_stores(program, mutates)
     return mutates
 
 
-def _annotation(p: Param):
+def _check_stores(program, mutates: tuple[str, ...], args=None) -> None:
+    """Every buffer ``program`` stores to (with the constexpr values among ``args``) is in ``mutates``."""
+    programs = getattr(program, "programs", (program,))  # an autotuned kernel: any config's
+    stored = frozenset().union(*((p if args is None else p.specialized_for(args)[0]).stored_buffers()
+                                 for p in programs))
+    unlisted = sorted(stored - set(mutates))
+    if unlisted:
+        raise AccyError(f"custom_op: '{program.name}' stores to {', '.join(map(repr, unlisted))}, so mutates_args "
+                        "must name it (torch must know every argument an op writes)")
+
+
+def _annotation(p: Param | Constexpr):
+    if isinstance(p, Constexpr):
+        return p.spec.kind
     if not p.is_scalar:
         import torch
 
@@ -88,7 +101,7 @@ def _annotation(p: Param):
     return bool if p.dtype.is_bool else float if p.dtype.is_float else int
 
 
-def _signature(params: tuple[Param, ...]) -> inspect.Signature:
+def _signature(params: tuple[Param | Constexpr, ...]) -> inspect.Signature:
     """The op's Python signature, from which torch infers its schema."""
     return inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                 annotation=_annotation(p)) for p in params], return_annotation=None)
@@ -97,12 +110,15 @@ def _signature(params: tuple[Param, ...]) -> inspect.Signature:
 def _register(qualname: str, program, mutates: tuple[str, ...]):
     import torch
 
-    params = declared_parameters(program.parameters)
+    params = program.call_order
     signature = _signature(params)
 
     def run(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
-        run_on_tensors(program, [bound.arguments[p.name] for p in params])
+        arguments = [bound.arguments[p.name] for p in params]
+        if program.constexprs:
+            _check_stores(program, mutates, arguments)
+        run_on_tensors(program, arguments)
 
     def fake(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
@@ -170,7 +186,7 @@ def run_on_tensors(program, args: list) -> None:
     """Run ``program`` on the op's arguments (in parameter order) where the tensors are."""
     import torch
 
-    params = declared_parameters(program.parameters)
+    params = program.call_order
     tensors = {p.name: a for p, a in zip(params, args) if isinstance(a, torch.Tensor)}
     check_signature(program, dict(zip((p.name for p in params), args)))
     backend, device = backend_for(tensors)

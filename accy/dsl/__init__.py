@@ -2,6 +2,7 @@
 
 from . import schedule
 from .builder import Builder
+from .constexpr import ConstexprSpec, constexpr
 from .traced import AxisIndex, BufferHandle, LaunchIndex, RuntimeAxis, Traced, axis
 from .ir import Axis, Block, Graph, Op, Param, ParamKind, SourceLocation, Value
 from .ops import OPS, OpDef
@@ -26,7 +27,7 @@ __all__ = [
     "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "hoist_loop_invariants",
     "optimize", "verify", "Launch", "Limits", "ThreadBlocks", "thread_blocks", "BufferSpec", "KernelArgs",
     "ScalarSpec", "buffer", "cdiv", "dynamic_buffer", "dynamicBuffer", "scalar", "trace", "DTYPES", "DType",
-    "TensorHandle", "TensorSpec", "tensor",
+    "TensorHandle", "TensorSpec", "tensor", "ConstexprSpec", "constexpr",
 ]
 
 # every scalar type of the table, by its export name (accy.dsl.f32, accy.dsl.boolean)

@@ -9,12 +9,13 @@ import linecache
 import re
 import sys
 import threading
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import attrs
 
 from ..errors import TraceError
 from .builder import Builder
+from .constexpr import Constexpr, ConstexprSpec, specialised_scalar, value_text
 from .traced import BufferHandle, Traced
 from .context import _is_machinery, user_location
 from .ir import Block, Graph, Param, ParamKind, SourceLocation
@@ -67,27 +68,21 @@ def scalar(dtype) -> ScalarSpec:
 dynamicBuffer = dynamic_buffer
 
 
-def parameters(declared: Mapping[str, BufferSpec | ScalarSpec | TensorSpec]) -> tuple[Param, ...]:
-    """Check declarations by name and turn them into graph parameters: a tensor becomes its
-    buffer followed by its hidden shape, stride and offset scalars (:mod:`accy.dsl.tensors`)."""
-    if isinstance(declared, tuple) and all(isinstance(p, Param) for p in declared):
-        return declared
-    params = []
+def declarations(declared: Mapping[str, BufferSpec | ScalarSpec | TensorSpec | ConstexprSpec],
+                 specialize: Sequence[str] = ()) -> tuple[tuple[Param, ...], tuple[Constexpr, ...]]:
+    """Check declarations by name and split them: the graph parameters (a tensor becomes its
+    buffer followed by its hidden shape, stride and offset scalars, :mod:`accy.dsl.tensors`),
+    and the constexpr ones (:mod:`accy.dsl.constexpr`), the scalars ``specialize`` names among them."""
+    params, constexprs = [], []
     declared = dict(declared)
-    for name, spec in declared.items():
-        if not isinstance(name, str) or not _IDENT.match(name):
-            raise TraceError(f"parameter name {name!r} is not an identifier", user_location())
-        if name.startswith("__") or name == "_handles" or hasattr(KernelArgs, name):
-            # args.<name> would find the arguments object's own attribute, never the parameter
-            raise TraceError(f"parameter name {name!r} is taken: args.{name} is the kernel arguments' own "
-                             f"{'method' if inspect.isfunction(getattr(KernelArgs, name, None)) else 'attribute'}; "
-                             "rename the parameter", user_location())
-        base = reserved_name(name, declared) if isinstance(name, str) else None
-        if base is not None:
-            raise TraceError(f"parameter name {name!r} is reserved: <name>__shape<d>, <name>__stride<d> and "
-                             f"<name>__offset name a tensor parameter's hidden shape, strides and offset, and "
-                             f"'{base}' is a parameter; rename the parameter", user_location())
-        if isinstance(spec, ScalarSpec):
+    _check_specialize(specialize, declared)
+    for position, (name, spec) in enumerate(declared.items()):
+        _check_name(name, declared)
+        if isinstance(spec, ScalarSpec) and name in specialize:
+            spec = specialised_scalar(name, spec.dtype)
+        if isinstance(spec, ConstexprSpec):
+            constexprs.append(Constexpr(name, spec, position - len(constexprs)))
+        elif isinstance(spec, ScalarSpec):
             params.append(Param(name, spec.dtype, kind=ParamKind.scalar))
         elif isinstance(spec, BufferSpec):
             params.append(Param(name, spec.dtype, spec.count))
@@ -95,21 +90,62 @@ def parameters(declared: Mapping[str, BufferSpec | ScalarSpec | TensorSpec]) -> 
             params.extend(expand(name, spec))
         else:
             raise TraceError(f"parameter '{name}': expected dynamic_buffer(dtype), buffer(dtype, n), "
-                             f"tensor(dtype, ndim) or scalar(dtype), got {spec!r}", user_location())
-    return tuple(params)
+                             f"tensor(dtype, ndim), scalar(dtype) or constexpr(type), got {spec!r}", user_location())
+    return tuple(params), tuple(constexprs)
+
+
+def _check_specialize(specialize, declared: dict) -> None:
+    if isinstance(specialize, str) or not isinstance(specialize, (tuple, list)):
+        raise TraceError(f"@kernel: specialize= takes a tuple of scalar parameter names, got {specialize!r}",
+                         user_location())
+    for name in specialize:
+        if not isinstance(declared.get(name), ScalarSpec):
+            scalars = [n for n, s in declared.items() if isinstance(s, ScalarSpec)]
+            raise TraceError(f"@kernel: specialize= names {name!r}, which is not a scalar parameter (the scalars: "
+                             f"{', '.join(scalars) or 'none'})", user_location())
+
+
+def _check_name(name, declared: dict) -> None:
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise TraceError(f"parameter name {name!r} is not an identifier", user_location())
+    if name.startswith("__") or name == "_handles" or hasattr(KernelArgs, name):
+        # args.<name> would find the arguments object's own attribute, never the parameter
+        raise TraceError(f"parameter name {name!r} is taken: args.{name} is the kernel arguments' own "
+                         f"{'method' if inspect.isfunction(getattr(KernelArgs, name, None)) else 'attribute'}; "
+                         "rename the parameter", user_location())
+    base = reserved_name(name, declared)
+    if base is not None:
+        raise TraceError(f"parameter name {name!r} is reserved: <name>__shape<d>, <name>__stride<d> and "
+                         f"<name>__offset name a tensor parameter's hidden shape, strides and offset, and "
+                         f"'{base}' is a parameter; rename the parameter", user_location())
+
+
+def parameters(declared: Mapping[str, BufferSpec | ScalarSpec | TensorSpec]) -> tuple[Param, ...]:
+    """The graph parameters of declarations that have no constexpr among them (see
+    :func:`declarations`); a tuple of parameters is taken as it is."""
+    if isinstance(declared, tuple) and all(isinstance(p, Param) for p in declared):
+        return declared
+    params, constexprs = declarations(declared)
+    if constexprs:
+        raise TraceError(f"parameter '{constexprs[0].name}': a constexpr parameter is declared with "
+                         f"@accy.kernel(...), or given to Program(..., constexprs=...) apart from the graph's "
+                         f"parameters", user_location())
+    return params
 
 
 class KernelArgs:
     """The parameters as a kernel body sees them: ``args.dst`` (a buffer), ``args.x`` (a
     tensor's :class:`~accy.dsl.tensors.TensorHandle`), ``args.n`` (a scalar's traced value),
-    ``args.param("dst")``, ``args["dst"]``.  A tensor's hidden scalars are not among them."""
+    ``args.window`` (a constexpr's Python value), ``args.param("dst")``, ``args["dst"]``.  A
+    tensor's hidden scalars are not among them."""
 
-    def __init__(self, params: tuple[Param, ...], scalars: tuple):
+    def __init__(self, params: tuple[Param, ...], scalars: tuple, constants: tuple[tuple[str, object], ...] = ()):
         values = iter(scalars)
         handles = {p.name: Traced(next(values)) if p.is_scalar else BufferHandle(p) for p in params}
         for t in tensor_parameters(tuple(params)):
             hidden = [handles.pop(n) for n in t.hidden]
             handles[t.name] = TensorHandle(handles[t.name], hidden[:t.ndim], hidden[t.ndim:2 * t.ndim], hidden[-1])
+        handles.update(constants)
         self._handles = handles
 
     def param(self, name: str) -> BufferHandle | TensorHandle | Traced:
@@ -163,8 +199,10 @@ def _traceback_frames(tb) -> list:
     return frames
 
 
-def trace(name: str, params: tuple[Param, ...], body: Callable) -> Graph:
-    """Call ``body(k, args)`` once and return the verified graph it recorded."""
+def trace(name: str, params: tuple[Param, ...], body: Callable,
+          constants: tuple[tuple[str, object], ...] = ()) -> Graph:
+    """Call ``body(k, args)`` once and return the verified graph it recorded; ``constants``
+    are the constexpr parameters' values, which the body sees as they are."""
     active = _tracing.__dict__.setdefault("bodies", [])
     if any(b is body for b in active):  # the body asked for its own graph: it would trace itself forever
         raise TraceError(f"kernel '{name}': its body uses its own program's graph (.graph, .traced_graph, "
@@ -175,14 +213,15 @@ def trace(name: str, params: tuple[Param, ...], body: Callable) -> Graph:
     active.append(body)
     try:
         with k:
-            body(k, KernelArgs(params, block.args))
+            body(k, KernelArgs(params, block.args, constants))
     except RecursionError as e:
         raise TraceError(f"kernel '{name}': the body recursed past Python's limit of {sys.getrecursionlimit()} "
                          "frames while accy traced it (a helper calling itself without end? a traced value "
                          "cannot stop a Python recursion)", _user_frame(_traceback_frames(e.__traceback__))) from None
     except Exception as e:
         if not isinstance(e, TraceError):
-            e.add_note(f"(raised by the body of kernel '{name}' while accy traced it)")
+            given = f" with {value_text(constants)}" if constants else ""
+            e.add_note(f"(raised by the body of kernel '{name}' while accy traced it{given})")
         raise
     finally:
         active.pop()
