@@ -14,6 +14,7 @@ import pytest
 from accy import axis, cdiv, f32, i32, index, kernel, scalar, tensor
 from accy.dsl.schedule import Limits, axes_on_x, gpu_grid
 from accy.errors import LaunchError, OutOfBoundsError, TraceError
+from accy.lowering import narrow_indices as narrowing
 
 NAMES = "abcdef"
 
@@ -110,6 +111,18 @@ def test_every_block_of_a_block_grid_of_many_axes_runs_once_with_its_own_indices
 def test_grids_with_extents_of_zero_and_one(backend, extents):
     """A zero extent anywhere launches nothing (and divides by nothing); ones fold to nothing."""
     out, runs = run_coordinates(coordinates_tile_kernel(len(extents)), extents, backend)
+    expected_out, expected_runs = expected_coordinates(extents)
+    np.testing.assert_array_equal(runs, expected_runs)
+    np.testing.assert_array_equal(out, expected_out)
+
+
+@pytest.mark.parametrize("make", [coordinates_tile_kernel, coordinates_block_kernel], ids=["tile", "block"])
+def test_the_64_bit_ptx_decodes_the_folded_axes_too(make, monkeypatch):
+    """The ptx backend runs the 32-bit variant where a launch's indices fit (all of these do):
+    here the 64-bit PTX, whose decode divides 64-bit values."""
+    monkeypatch.setattr(narrowing, "launch_graph", lambda graph, binding, launch: graph)
+    extents = (2, 3, 1, 4, 3)
+    out, runs = run_coordinates(make(len(extents)), extents, "ptx")
     expected_out, expected_runs = expected_coordinates(extents)
     np.testing.assert_array_equal(runs, expected_runs)
     np.testing.assert_array_equal(out, expected_out)
