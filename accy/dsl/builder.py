@@ -427,10 +427,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         names = [a.name for a in axes]
         if len(set(names)) != len(names):
             raise _error(f"for_each: axis names must differ, got {names}")
-        static = [a.extent for a in axes if isinstance(a, Axis)]
-        if len(static) == len(axes) and math.prod(static) > INDEX_MAX:
-            raise _error(f"for_each: {' * '.join(map(str, axes))} = {math.prod(static)} threads "
-                         "overflows the index range")
+        _check_index_range("for_each", axes, "threads")
         extents = [self._extent(a) for a in axes]
         self._launched = True
         block = Block([index] * len(axes))
@@ -464,8 +461,9 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         """Launch ``grid`` blocks of ``threads`` threads: ``body(inner, block, thread)`` runs once
         per thread, with the block's and the thread's indices (``block["row"]``, ``thread.x``).
 
-        ``grid`` is one axis or a tuple of 1 to 3 (extents may be run-time values); ``threads``
-        one axis or a tuple of 1 to 3 with static extents: the block shape.  The threads of a
+        ``grid`` is one axis or a tuple of them (extents may be run-time values; past three axes
+        the first ones fold onto the GPU's x dimension, see docs/ir.md); ``threads`` one axis or
+        a tuple of 1 to 3 with static extents: the block shape.  The threads of a
         block may share memory (``inner.shared``), wait for each other (``inner.barrier()``) and
         exchange values within a warp of 32 (``inner.shuffle``).  Also a decorator.
         """
@@ -475,7 +473,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
             raise _error("for_each_block: a kernel opens exactly one launch; this one already has one")
         if grid is None or threads is None:
             raise _error("for_each_block needs grid=axis(...) (or a tuple of axes) and threads=axis(...)")
-        grid_axes, thread_axes = _axis_tuple("grid", grid), _axis_tuple("threads", threads)
+        grid_axes, thread_axes = _axis_tuple("grid", grid), _axis_tuple("threads", threads, most=3)
         for a in thread_axes:
             if not isinstance(a, Axis):
                 raise _error(f"for_each_block: thread axis '{a.name}' has a run-time extent; the block shape "
@@ -493,6 +491,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         names = [a.name for a in grid_axes + thread_axes]
         if len(set(names)) != len(names):
             raise _error(f"for_each_block: axis names must differ, got {names}")
+        _check_index_range("for_each_block", grid_axes, "blocks")
         extents = [self._extent(a) for a in grid_axes]
         self._launched = True
         block = Block([index] * len(names))
@@ -512,7 +511,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
     # -- the tile level -------------------------------------------------------------
     def for_each_tile(self, grid=None, warps: int = 4, body=None, *, num_stages: int = 2):
         """Run ``body(t, pid)`` once per program: one per point of ``grid`` (one axis or a tuple of
-        1 to 3, extents may be run-time values), with the tile builder ``t`` and the program's
+        any number, extents may be run-time values), with the tile builder ``t`` and the program's
         indices (``pid["m"]``).  A program computes on whole tiles (``t.arange``, ``p.x.load_tile``,
         ``t.dot``, ``t.sum``); the compiler spreads each over ``warps`` * 32 GPU threads (on the
         CPU a program runs on one core and ``warps`` is a hint).  ``num_stages`` (1 to 8): on a
@@ -524,7 +523,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         if self._launched:
             raise _error("for_each_tile: a kernel opens exactly one launch; this one already has one")
         if grid is None:
-            raise _error("for_each_tile needs grid=axis(...) (or a tuple of 1 to 3 axes)")
+            raise _error("for_each_tile needs grid=axis(...) (or a tuple of axes)")
         if isinstance(warps, (bool, np.bool_)) or warps not in (1, 2, 4, 8, 16, 32):
             raise _error(f"for_each_tile: warps must be 1, 2, 4, 8, 16 or 32 (threads per program / 32), "
                          f"got {warps!r}")
@@ -542,6 +541,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         names = [a.name for a in axes]
         if len(set(names)) != len(names):
             raise _error(f"for_each_tile: axis names must differ, got {names}")
+        _check_index_range("for_each_tile", axes, "programs")
         extents = [self._extent(a) for a in axes]
         self._launched = True
         block = Block([index] * len(axes))
@@ -609,12 +609,25 @@ def _check_extent_source(name: str, value: Value) -> None:
         todo.extend(op.operands)
 
 
-def _axis_tuple(role: str, axes, launch: str = "for_each_block") -> list:
+def _axis_tuple(role: str, axes, launch: str = "for_each_block", most: int | None = None) -> list:
+    """``axes``, one axis or a tuple of them (a grid may have any number: past three, the GPU
+    launch folds them onto its three dimensions; a block's threads at most three)."""
     axes = list(axes) if isinstance(axes, (tuple, list)) and not (
         len(axes) == 2 and isinstance(axes[0], str)) else [axes]
-    if not 1 <= len(axes) <= 3:
-        raise _error(f"{launch}: {role} takes 1 to 3 axes, got {len(axes)}")
+    if not axes:
+        raise _error(f"{launch}: {role} takes one axis or more, got none")
+    if most is not None and len(axes) > most:
+        raise _error(f"{launch}: {role} takes 1 to {most} axes, got {len(axes)}")
     return [_as_axis(a) for a in axes]
+
+
+def _check_index_range(launch: str, axes, unit: str) -> None:
+    """The launch's threads, blocks or programs must be countable in an index: a product of
+    static extents past its range is refused here (run-time extents, as the launch is sized)."""
+    static = [a.extent for a in axes if isinstance(a, Axis)]
+    if len(static) == len(axes) and math.prod(static) > INDEX_MAX:
+        raise _error(f"{launch}: {' * '.join(map(str, axes))} = {math.prod(static)} {unit} "
+                     "overflows the index range")
 
 
 def _as_axis(a):

@@ -68,6 +68,22 @@ def thread_blocks(x: int = 1, y: int = 1, z: int = 1) -> ThreadBlocks:
 
 threadBlocks = thread_blocks
 
+
+def axes_on_x(rank: int) -> int:
+    """How many of a block or tile launch's ``rank`` grid axes the GPU's x dimension carries.
+    Up to three axes, one: axis i is dimension i.  Past three, the first ``rank - 2``, folded
+    into one number with the first fastest (x's limit, 2^31 - 1, is the largest), and the last
+    two are y and z: blocks are still numbered with axis 0 fastest."""
+    return 1 if rank <= 3 else rank - 2
+
+
+def gpu_grid(extents: Sequence[int]) -> tuple[int, int, int]:
+    """The GPU grid (x, y, z) of a block or tile launch over ``extents`` (see :func:`axes_on_x`)."""
+    on_x = axes_on_x(len(extents))
+    dimensions = (math.prod(extents[:on_x]),) + tuple(extents[on_x:])
+    return dimensions + (1,) * (3 - len(dimensions))
+
+
 DEFAULT_THREADS = {1: ThreadBlocks(256), 2: ThreadBlocks(16, 16), 3: ThreadBlocks(8, 8, 4)}
 
 

@@ -17,7 +17,7 @@ import importlib
 from typing import Mapping
 
 from ..dsl.ops import BlockUnit
-from ..dsl.schedule import Launch, Limits, ThreadBlocks
+from ..dsl.schedule import Launch, Limits, ThreadBlocks, axes_on_x, gpu_grid
 from ..errors import ArgumentError, BackendUnavailableError, LaunchError
 from .arguments import Binding, bind_arguments
 from .contract import NOT_HANDLED, Backend
@@ -57,9 +57,10 @@ def launch_for(graph, threads: ThreadBlocks, extents, limits: Limits | None) -> 
     _check_limits(limits)
     limits = limits or Limits.default
     if graph.is_block_launch or graph.is_tile_launch:  # the extents count blocks (programs); its own shape
-        pad = lambda values: tuple(values) + (1,) * (3 - len(values))  # noqa: E731
         block = graph.block_shape if graph.is_block_launch else (graph.launch_op.attrs.warps * WARP_SIZE,)
-        launch = limits.check(Launch(grid=pad(extents), block=pad(block), extents=tuple(extents)))
+        grid = gpu_grid(extents)
+        _check_folded_axes(graph, extents, grid[0], limits)
+        launch = limits.check(Launch(grid=grid, block=block + (1,) * (3 - len(block)), extents=tuple(extents)))
     else:
         launch = limits.check(threads.launch(extents))
     launch_op = graph.launch_op
@@ -70,6 +71,17 @@ def launch_for(graph, threads: ThreadBlocks, extents, limits: Limits | None) -> 
         raise LaunchError(f"kernel '{graph.name}': its shared arrays take {shared} bytes per block, over the limit "
                           f"of {limits.max_shared_bytes} bytes ({', '.join(graph.shared_arrays())})")
     return launch
+
+
+def _check_folded_axes(graph, extents, blocks: int, limits: Limits) -> None:
+    """A grid of more than three axes folds its first ones onto the GPU's x dimension: their
+    product must fit x's limit (said here in the axes' names; Limits.check says the rest)."""
+    folded = axes_on_x(len(extents))
+    if folded > 1 and blocks > limits.max_grid[0]:
+        names = ", ".join(f"'{name}'" for name in graph.launch_op.attrs.axes[:folded])
+        product = " * ".join(str(e) for e in extents[:folded])
+        raise LaunchError(f"kernel '{graph.name}': grid axes {names} fold onto the GPU's x dimension: {product} = "
+                          f"{blocks} blocks, over its limit of {limits.max_grid[0]}")
 
 
 def run(program, args, *, backend: str = "numpy", limits: Limits | None = None,

@@ -304,7 +304,7 @@ def run_graph(graph: Graph, binding: Binding, launch: Launch, *, checks: bool = 
     scalars = scalar_words(graph, binding.scalars)
     arrays = [binding.flat[p.name] for p in graph.buffers]
     status = np.zeros(STATUS_WORDS, np.int64)
-    extents = np.zeros(3, np.int64)
+    extents = np.zeros(len(graph.axes), np.int64)  # prepare writes one per grid axis
     pointers = [_address(a) for a in arrays]
     counts = [a.size for a in arrays]
     fits = kernel.prepare(pointers, counts, scalars, status.ctypes.data, extents.ctypes.data)
@@ -416,7 +416,7 @@ class FastLauncher:
             return NOT_HANDLED
         pointers = [_address(a) for a in arrays]
         counts = [a.size for a in arrays]
-        status = np.zeros(STATUS_WORDS + 3, np.int64)  # the status word, then the extents
+        status = np.zeros(STATUS_WORDS + self.rank, np.int64)  # the status word, then the extents
         status_address = _address(status)
         fits = self.kernel.prepare(pointers, counts, scalars, status_address, status_address + 8 * STATUS_WORDS)
         if status[0]:

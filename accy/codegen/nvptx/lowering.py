@@ -17,6 +17,7 @@ from ...dsl.analysis import uniformity
 from ...dsl.analysis.intervals import within
 from ...dsl.ir import Graph, Op
 from ...dsl.ops import MatrixOrder, MmaKind
+from ...dsl.schedule import axes_on_x
 from ...dsl.types import DType, bf16, f32
 from .control_flow import NvptxControlFlow
 from .debug_lines import DebugLines
@@ -333,7 +334,7 @@ class NvptxLowering(Lowering):
         self.lower_top_level()
         launch = self.graph.launch_op
         sreg = lambda reg, dim: b.zext(self.call(f"llvm.nvvm.read.ptx.sreg.{reg}.{dim}", [], ty=I32), I64)  # noqa: E731
-        blocks = [sreg("ctaid", dim) for dim in "xyz"[:len(self.extents)]]
+        blocks = self._block_indices(sreg)
         threads = [sreg("tid", dim) for dim in "xyz"[:len(self.graph.block_shape)]]
         inside = ir.Constant(I1, 1)
         for idx, extent in zip(blocks, self.extents):  # a grid larger than the extents does nothing
@@ -361,6 +362,19 @@ class NvptxLowering(Lowering):
         self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)),
                        min_blocks=launch.attrs.min_blocks or max(1, 512 // per_block))
         return fn
+
+    def _block_indices(self, sreg) -> list[ir.Value]:
+        """The block's index along each grid axis: axis i is ctaid along dimension i, but a grid of
+        more than three axes has its first ones folded onto x (:func:`~accy.dsl.schedule.axes_on_x`),
+        the first fastest: ctaid.x's digits in their extents (no division where nothing folds)."""
+        b = self.b
+        on_x = axes_on_x(len(self.extents))
+        indices, rest = [], sreg("ctaid", "x")
+        for extent in self.extents[:on_x - 1]:
+            indices.append(b.urem(rest, extent))
+            rest = b.udiv(rest, extent)
+        indices.append(rest)
+        return indices + [sreg("ctaid", dim) for dim in "yz"[:len(self.extents) - on_x]]
 
     def _entry(self) -> ir.Function:
         """The kernel function, its builder at its entry, and its debug lines (each op's source
