@@ -40,6 +40,7 @@ import numpy as np
 
 import accy
 from accy import axis, bf16, boolean, f16, f32, f64, i8, i32, index, u8
+from accy.dsl.promotion import computation_type, mixed_signedness
 from accy.dsl.types import TileType
 
 FLOATS = (f32, f16, bf16, f64)
@@ -317,7 +318,9 @@ class _Body:
             other = self.other(x.dtype)
             if kind == "box":
                 org = self.fault.box("load_tile", x.name, self.origin(t, pid), self.S)
-                return self.add(handle.load_tile(org, self.S, other=other), f"{x.name}.load_tile(shifted origin, {self.S}, other={other})")
+                steps = tuple(int(self.pick([1, 1, 1, 2, 3, -1])) for _ in self.S) if self.chance(0.3) else None
+                return self.add(handle.load_tile(org, self.S, other=other, steps=steps),
+                                f"{x.name}.load_tile(shifted origin, {self.S}, other={other}, steps={steps})")
             idx, inside = [], None
             self.fault.access("load", x.name)
             for d in range(len(self.S)):
@@ -389,7 +392,11 @@ class _Body:
         values = [v for v in self.pool if self.broadcastable(t, v) is not None]
         a = self.pick(values)
         dt = a.dtype
-        kind = self.pick(["binary", "binary", "binary", "unary", "cast", "compare", "where"])
+        kind = self.pick(["binary", "binary", "binary", "unary", "cast", "compare", "where", "random", "bitcast"])
+        if kind == "random":
+            return self.random(t, a)
+        if kind == "bitcast":
+            return self.bitcast(t, a)
         if kind == "unary":
             if dt.is_float:
                 op = self.pick(["neg", "abs", "sqrt", "floor", "ceil", "round", "trunc", "isnan"])
@@ -404,7 +411,11 @@ class _Body:
         b = self.pick(values)
         bb = self.broadcastable(t, b)
         aa = self.broadcastable(t, a)
-        if isinstance(bb, accy.dsl.traced.Traced) and bb.dtype != dt:
+        promoted = isinstance(bb, accy.dsl.traced.Traced) and bb.dtype != dt and self.chance(0.4)
+        if promoted:  # the builder converts them (docs/ir.md, "Type promotion")
+            dt = computation_type([dt, bb.dtype])
+            self.note(f"{a.dtype} meets {bb.dtype}: {dt}")
+        elif isinstance(bb, accy.dsl.traced.Traced) and bb.dtype != dt:
             bb = bb.cast(dt)
         if kind == "compare":
             op = self.pick(["lt", "le", "gt", "ge", "eq", "ne"]) if not dt.is_bool else self.pick(["eq", "ne"])
@@ -418,17 +429,41 @@ class _Body:
         if dt.is_bool:
             op = self.pick(["logical_and", "logical_or", "logical_xor"])
         elif dt.is_float:
-            op = self.pick(["add", "sub", "mul", "div", "maximum", "minimum", "mod", "copysign", "fma"])
+            op = self.pick(["add", "sub", "mul", "div", "maximum", "minimum", "mod", "copysign", "fma", "fmod"])
         else:
             op = self.pick(["add", "sub", "mul", "bitwise_and", "bitwise_or", "bitwise_xor", "maximum", "minimum",
-                            "shl", "shr", "floor_div", "mod"])
-        if op in ("floor_div", "mod") and not dt.is_float:
-            bb = t.where(bb == 0, t.full((), 1, dt) if False else bb * 0 + 1, bb)  # never a zero divisor
+                            "shl", "shr", "floor_div", "mod", "fmod", "truncdiv"])
+        if op in ("floor_div", "mod", "fmod", "truncdiv") and promoted and mixed_signedness([a.dtype, bb.dtype]):
+            aa, bb = self.to_dtype(t, aa, dt), self.to_dtype(t, bb, dt)  # refused mixed: converted first
+        if op in ("floor_div", "mod", "fmod", "truncdiv") and not dt.is_float:
+            bb = t.where(bb == 0, bb * 0 + 1, bb)  # never a zero divisor
         if op == "copysign":  # a NaN's sign is no part of the rules (backends make NaNs of either sign)
-            bb = t.where(t.isnan(bb), 1.0, bb)
+            bb = t.where(t.isnan(bb), 1.0, bb) if bb.dtype.is_float else bb
         if op == "fma":
             return self.add(t.fma(aa, bb, aa), f"fma({self.name(a)}, {self.name(b)}, {self.name(a)})")
         return self.add(getattr(t, op)(aa, bb), f"{op}({self.name(a)}, {self.name(b)})")
+
+    def random(self, t, a):
+        """Philox draws (bit-exact: randint, and rand's conversion and product) at offsets made of
+        ``a``, under a seed of 64 bits or the program's index."""
+        offsets = self.broadcastable(t, a)
+        if offsets.dtype.is_float or offsets.dtype.is_bool:
+            offsets = self.to_dtype(t, offsets, i32)
+        seed = self.pick([0, 12345, -7, 2**40 + 5, None])
+        seed_text = seed if seed is not None else "pid"
+        seed = seed if seed is not None else self.pid_linear(self.pid) * 7 + 1
+        if self.chance(0.5):
+            return self.add(t.rand(seed, offsets), f"rand({seed_text}, {self.name(a)})")
+        word = int(self.rng.integers(4))
+        return self.add(t.randint4x(seed, offsets)[word].cast(i32), f"randint4x({seed_text}, {self.name(a)})[{word}]")
+
+    def bitcast(self, t, a):
+        partner = {"f32": i32, "i32": f32, "f64": index, "index": f64, "i8": u8, "u8": i8}.get(a.dtype.name)
+        if partner is None:
+            return None
+        if a.dtype.is_float:  # a NaN's payload is no part of the rules: its bits are not compared
+            a = t.where(t.isnan(a), 0.0, a)
+        return self.add(t.bitcast(a, partner), f"bitcast({self.name(a)}, {partner})")
 
     def reshape(self, t):
         tiles = self.tiles()
@@ -542,7 +577,7 @@ def draw(seed: int, *, big: bool = False, fault: InBounds | None = None) -> Draw
     ``fault``: the hooks its tensor accesses go through (:class:`InBounds`, as drawn)."""
     fault = InBounds() if fault is None else fault
     rng = np.random.default_rng(seed)
-    rank = int(rng.integers(1, 4))
+    rank = int(rng.choice([1, 1, 2, 2, 3, 3, 4, 5]))
     sizes = [1, 2, 3, 4, 5, 7, 8] + ([16, 17, 32] if big else [])
     limit = 512 if big else 64
     while True:
@@ -611,7 +646,7 @@ def draw(seed: int, *, big: bool = False, fault: InBounds | None = None) -> Draw
             drawn.sum_checks.clear()
             w = _Body(np.random.default_rng(body_seed), drawn, S, [x for x in tensors if not x.output and x.name not in ("da", "db")],
                       outputs, dot, hist, specials, 0)
-            w.p, w.fault = p, fault
+            w.p, w.fault, w.pid = p, fault, pid
             fault.begin()
             lin = w.pid_linear(pid)
             sizes: dict[str, int] = {}

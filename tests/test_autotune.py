@@ -256,7 +256,7 @@ def test_ptx_ranks_by_the_profiles_estimate():
 
 
 def test_a_config_that_fails_is_recorded_and_skipped():
-    too_big = dict(BLOCK=1 << 15, reps=1, warps=1)  # over the largest tile
+    too_big = dict(BLOCK=1 << 21, reps=1, warps=1)  # over the largest tile (2**20)
     kernel = doubled([too_big, FAST])
     dst, x = inputs(1000)
     kernel.run([dst, x], backend="numpy")

@@ -170,3 +170,35 @@ def test_fmod_and_truncdiv_are_cs_and_percent_and_floor_division_pythons(backend
         if not t.is_float:  # C's quotient: a - fmod(a, b) divided exactly by b, wrapping at min / -1
             np.testing.assert_array_equal(q, ((a.astype(np.int64) - np.fmod(a, b)) // np.where(b == 0, 1, b))
                                           .astype(t.numpy))
+
+
+@pytest.mark.parametrize("src, dst", [("f32", "i32"), ("f32", "u32"), ("i32", "f32"), ("f16", "i16"),
+                                      ("bf16", "u16"), ("u16", "bf16"), ("f64", "i64"), ("index", "f64"),
+                                      ("f8e4m3", "u8"), ("i8", "f8e5m2")])
+def test_bitcast_keeps_the_bits(backend, src, dst):
+    s, d = DTYPES[src], DTYPES[dst]
+
+    @kernel(out=tensor(d, 1), scalar_out=tensor(d, 1), x=tensor(s, 1))
+    def bits(k, p):
+        @k.for_each_tile(grid=axis("i", 1), warps=1)
+        def program(t, pid):
+            x = p.x.load_tile((0,), (64,))
+            p.out.store_tile((0,), x.cast(d, bitcast=True))
+            p.scalar_out.store(0, t.bitcast(p.x.load(3), d))
+
+    rng = np.random.default_rng(4)
+    raw = rng.integers(0, 256, 64 * s.itemsize, dtype=np.uint8)
+    if s.is_float:  # keep NaNs out: their payloads may be quieted on the way through a register
+        raw = np.linspace(-3, 3, 64).astype(s.numpy).view(np.uint8)
+    x = raw.view(s.numpy).copy()
+    out, scalar_out = np.zeros(64, d.numpy), np.zeros(64, d.numpy)
+    bits.run([out, scalar_out, x], backend=backend)
+    np.testing.assert_array_equal(out.view(np.uint8), x.view(np.uint8))
+    assert scalar_out[:1].view(np.uint8).tolist() == x[3:4].view(np.uint8).tolist()
+
+
+def test_a_bitcast_between_widths_is_a_trace_error():
+    with pytest.raises(TraceError, match=r"a bitcast keeps the bits: f32 \(32 bits\) and i16 \(16 bits\)"):
+        _trace(lambda x: x.cast(accy.i16, bitcast=True), "f32")
+    with pytest.raises(TraceError, match=r"bool excepted"):
+        _trace(lambda x: x.cast(accy.boolean, bitcast=True), "u8")

@@ -179,7 +179,7 @@ def test_bad_runtime_extents_are_trace_errors(body, message):
 
 def test_kernel_decorator_checks_its_declarations():
     with pytest.raises(TraceError, match=r"parameter 'x': expected dynamic_buffer\(dtype\), buffer\(dtype, n\), "
-                                         r"tensor\(dtype, ndim\) or scalar\(dtype\), got 3"):
+                                         r"tensor\(dtype, ndim\), scalar\(dtype\) or constexpr\(type\), got 3"):
         kernel(x=3)
     with pytest.raises(TraceError, match="unknown dtype 'f128'"):
         scalar("f128")

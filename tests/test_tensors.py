@@ -353,10 +353,10 @@ def test_a_name_like_a_hidden_scalar_of_no_parameter_is_fine():
 
 
 @pytest.mark.parametrize("args, message", [
-    ((f32, 0), r"tensor: ndim must be an int from 1 to 4, got 0"),
-    ((f32, 5), r"tensor: ndim must be an int from 1 to 4, got 5"),
-    ((f32, 2.0), r"tensor: ndim must be an int from 1 to 4, got 2\.0"),
-    ((f32, True), r"tensor: ndim must be an int from 1 to 4, got True"),
+    ((f32, 0), r"tensor: ndim must be an int from 1 to 5, got 0"),
+    ((f32, 6), r"tensor: ndim must be an int from 1 to 5, got 6"),
+    ((f32, 2.0), r"tensor: ndim must be an int from 1 to 5, got 2\.0"),
+    ((f32, True), r"tensor: ndim must be an int from 1 to 5, got True"),
     (("f99", 2), r"tensor: .*f99"),
 ])
 def test_a_bad_tensor_declaration_is_a_trace_error(args, message):

@@ -16,7 +16,7 @@ from llvmlite import ir
 from ..dsl.ir import Op, constant_of
 from ..dsl.ops import OPS
 from .abi import STATUS_DIV_ZERO
-from .llvm_types import I1, I64, constant, shaped
+from .llvm_types import I1, I64, constant, llvm_type, shaped
 
 
 def _by_kind(int_method: str, float_method: str):
@@ -202,6 +202,14 @@ def _cast(lw, op, args):
     return lw.numerics.convert(args[0], op.operands[0].type, op.result.type)
 
 
+def _bitcast(lw, op, args):
+    (a,) = args
+    ty = llvm_type(op.result.type)
+    if isinstance(a.type, ir.VectorType):
+        ty = ir.VectorType(ty, a.type.count)
+    return a if a.type == ty else lw.b.bitcast(a, ty)
+
+
 LOWER = {
     "add": _by_kind("add", "fadd"),
     "sub": _by_kind("sub", "fsub"),
@@ -230,6 +238,7 @@ LOWER = {
     "shr": _shift(left=False),
     "select": _select,
     "cast": _cast,
+    "bitcast": _bitcast,
 }
 # math functions: libdevice's name for each (__nv_<name>[f]; the host inlines vecmath's
 # routine of the op's name); None where the target's lowering composes it (math_function)

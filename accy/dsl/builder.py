@@ -356,18 +356,31 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
 
     where = select
 
-    def cast(self, value, dtype, *, saturate: bool = False) -> Traced:
+    def bitcast(self, value, dtype) -> Traced:
+        """The bits of ``value`` read as ``dtype``, a type of the same width (``f32`` and ``i32``
+        or ``u32``, ``f16``/``bf16`` and ``i16``, ...; Triton's ``x.to(dtype, bitcast=True)``)."""
+        value = self._lift(value, None, "bitcast")
+        dtype = self._dtype(dtype, "bitcast")
+        return self._traced(self._record("bitcast", (value,), CastAttrs(dtype=dtype)))
+
+    @staticmethod
+    def _dtype(dtype, what: str) -> DType:
+        try:
+            return as_dtype(dtype)
+        except TypeError as e:
+            raise _error(f"{what}: {e}") from None
+
+    def cast(self, value, dtype, *, saturate: bool = False, bitcast: bool = False) -> Traced:
         """Convert to ``dtype`` (see docs/ir.md): float to float and int to float round to
         nearest even; float to int truncates toward zero, saturating, NaN giving 0; int to
         int wraps; to bool is ``!= 0``.  ``saturate=True`` (a float ``dtype``): a value past
         the largest finite ``dtype`` value, an infinity included, becomes that value (NaN
         stays NaN), as PTX's ``.satfinite``; it is recorded as compares and selects around
         the cast."""
+        if bitcast:
+            return self.bitcast(value, dtype)
         value = self._lift(value, None, "cast")
-        try:
-            dtype = as_dtype(dtype)
-        except TypeError as e:
-            raise _error(f"cast: {e}") from None
+        dtype = self._dtype(dtype, "cast")
         if not isinstance(saturate, (bool, np.bool_)):
             raise _error(f"cast: saturate must be True or False, got {saturate!r}")
         result = self._traced(self._record("cast", (value,), CastAttrs(dtype=dtype)))

@@ -523,6 +523,15 @@ def _cast(op, types, attrs_):
     return (attrs_.dtype,)
 
 
+def _bitcast(op, types, attrs_):
+    (t,), dst = types, attrs_.dtype
+    t = t.dtype if isinstance(t, TileType) else t
+    if t.is_bool or dst.is_bool or t.bits != dst.bits:
+        raise OpTypeError(f"a bitcast keeps the bits: {t} ({t.bits} bits) and {dst} ({dst.bits} bits) must be "
+                          "types of one width, bool excepted")
+    return (dst,)
+
+
 def _const(op, types, attrs_):
     return (attrs_.dtype,)
 
@@ -940,6 +949,8 @@ OPS: dict[str, OpDef] = {
         _def("const", _const, ConstAttrs, " {value} : {dtype}", constant=True),
         _def("size", _size, SizeAttrs, " %{buffer} : $type"),  # a buffer's element count
         _def("cast", _cast, CastAttrs, " $0 : $0:type -> {dtype}", fold=lambda t, a: a),
+        # the same bits read as another type of their width (f32 <-> i32/u32, f16/bf16 <-> i16, ...)
+        _def("bitcast", _bitcast, CastAttrs, " $0 : $0:type -> {dtype}"),
         _def("select", _select, arity=3, methods=("select", "where"), math=True,
              fold=lambda t, c, a, b: a if c else b,
              doc="if_true where the condition holds, else if_false; both are evaluated"),
@@ -1091,7 +1102,7 @@ def infer(opcode: str, types, attrs_) -> tuple:
     before it records)."""
     opdef, types = OPS[opcode], tuple(types)
     tiles = [t for t in types if isinstance(t, TileType)]
-    if tiles and (opdef.pointwise or opcode == "cast"):
+    if tiles and (opdef.pointwise or opcode in ("cast", "bitcast")):
         shapes = {t.shape for t in tiles}
         if len(shapes) > 1 or len(tiles) != len(types):
             raise OpTypeError(f"operands {', '.join(map(str, types))} differ in shape; broadcast them first")

@@ -23,7 +23,7 @@ from .ops import (
 )
 from .tensors import OUT_OF_SHAPE
 from .traced import Tile, Traced, _error
-from .types import MAX_TILE_ELEMENTS, MAX_TILE_RANK, DType, TileType, as_dtype, boolean, element_type, shape_of
+from .types import MAX_TILE_ELEMENTS, MAX_TILE_RANK, TileType, boolean, element_type, shape_of
 
 
 
@@ -160,13 +160,6 @@ class TileOps:
         """A tile of zeros of ``dtype`` (f32 unless given)."""
         dtype = self._dtype(dtype if dtype is not None else "f32", "zeros")
         return self.full(shape, False if dtype.is_bool else 0, dtype)
-
-    @staticmethod
-    def _dtype(dtype, what: str) -> DType:
-        try:
-            return as_dtype(dtype)
-        except TypeError as e:
-            raise _error(f"{what}: {e}") from None
 
     def broadcast_to(self, x, shape) -> Tile:
         shape = _static_shape(shape, "broadcast_to")

@@ -242,17 +242,15 @@ class TileMemoryEmitter:
             if out is not None or value is not None:
                 self.v.rows(shape[:-1], row)
 
-        def spread_chunk(row_base, first, j, valid) -> list:
-            """A whole chunk at a constant step: the lanes' span in one access, masked to the lanes."""
-            lanes = valid if valid is not None else ir.Constant(self.v.vec(I1), [ir.Constant(I1, 1)] * self.v.L)
-            wide_mask = self.v.spread(lanes, spread, ir.Constant(lanes.type, None))
+        def spread_chunk(row_base, first, j, lanes) -> list:
+            """A chunk at a constant step: its lanes' span in one access, masked to the lanes."""
+            lanes = lanes if lanes is not None else self.v.below(self.v.L)
             where = b.gep(ptr, [b.add(row_base, b.mul(j, ir.Constant(I64, spread)))], source_etype=mem)
             if out is not None:
-                wide = self.v.masked_load(where, wide_mask, self.v.spread(passthru, spread), align)
-                self.v.store(out, b.add(first, j), self.v.from_memory(self.v.every(wide, spread), dtype))
+                got = self.v.spread_load(where, spread, lanes, passthru, align)
+                self.v.store(out, b.add(first, j), self.v.from_memory(got, dtype))
             else:
-                wide = self.v.spread(self.v.to_memory(self.v.load(value, b.add(first, j)), dtype), spread)
-                self.v.masked_store(wide, where, wide_mask, align)
+                self.v.spread_store(self.v.to_memory(self.v.load(value, b.add(first, j)), dtype), where, spread, lanes, align)
             return []
 
         def whole_tile() -> ir.Value:
@@ -317,12 +315,7 @@ class TileMemoryEmitter:
             """The accesses where the step along the row is the constant ``k``."""
             nonlocal spread
             spread = k if 2 <= k <= MAX_SPREAD else None
-            if k == 1:
-                unit_rows()
-            elif spread is not None and box is not None:
-                split(whole_rows, lambda: rows(False))
-            else:
-                rows(False)
+            unit_rows() if k == 1 else split(whole_rows, lambda: rows(False)) if spread and box else rows(False)
             spread = None
 
         factor, stride = constant_factor(plan.offsets.coefs[-1])

@@ -116,6 +116,16 @@ class TileVectors:
         n = v.type.count // step
         return self.lw.b.shuffle_vector(v, v, ir.Constant(self.vec(I32, n), [k * step for k in range(n)]))
 
+    def spread_load(self, where: ir.Value, step: int, lanes: ir.Value, passthru: ir.Value, align: int) -> ir.Value:
+        """The elements ``step`` apart from ``where`` in the ``lanes``: one masked load of their span."""
+        wide = self.masked_load(where, self.spread(lanes, step, ir.Constant(lanes.type, None)),
+                                self.spread(passthru, step), align)
+        return self.every(wide, step)
+
+    def spread_store(self, v: ir.Value, where: ir.Value, step: int, lanes: ir.Value, align: int) -> None:
+        """``v``'s ``lanes`` stored ``step`` elements apart from ``where``: one masked store."""
+        self.masked_store(self.spread(v, step), where, self.spread(lanes, step, ir.Constant(lanes.type, None)), align)
+
     def extract(self, v: ir.Value, k) -> ir.Value:
         return self.lw.b.extract_element(v, ir.Constant(I32, k) if isinstance(k, int) else k)
 

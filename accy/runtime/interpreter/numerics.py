@@ -284,6 +284,11 @@ def _int_to_narrow_float(x, src: DType, dst: DType):
     return np.where(fix, bits + step, bits).astype(np.int32).view(F32).astype(dst.numpy)
 
 
+def bitcast(x, dst: DType):
+    """The bits of ``x`` read as ``dst`` (a type of the same width)."""
+    return np.ascontiguousarray(x).view(dst.numpy)
+
+
 def cast(x, src: DType, dst: DType):
     x = np.asarray(x)
     if src == dst:
@@ -301,4 +306,4 @@ def cast(x, src: DType, dst: DType):
 
 
 __all__ = ["rounded", "math_function", "MATH64", "maximum", "minimum", "fma", "shift_left", "shift_right",
-           "python_mod", "cast"]
+           "python_mod", "cast", "bitcast"]

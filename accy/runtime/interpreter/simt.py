@@ -55,7 +55,7 @@ from .simt_memory import SimtMemory
 DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
 
 # ops the interpreter runs with its own state (methods op_<name> of the Interpreter or of its parts)
-STRUCTURAL = frozenset({"const", "size", "aligned", "cast", "load", "store", "fold", "if", "for_each", "yield",
+STRUCTURAL = frozenset({"const", "size", "aligned", "cast", "bitcast", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle", "ldmatrix", "mma", "async_copy",
                         "async_commit", "async_wait"})
 CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
@@ -237,6 +237,9 @@ class Interpreter(ScalarOps):
     def op_cast(self, op: Op) -> None:
         (value,) = op.operands
         self.env[op.result] = numerics.cast(self.env[value], value.type, op.result.type)
+
+    def op_bitcast(self, op: Op) -> None:
+        self.env[op.result] = numerics.bitcast(self.env[op.operands[0]], op.result.type)
 
     def _integer_division(self, op: Op, integer_op, float_op) -> None:
         a, b = (self.env[v] for v in op.operands)

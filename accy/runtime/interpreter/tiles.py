@@ -194,6 +194,9 @@ class TileInterpreter(ScalarOps):
         (value,) = op.operands
         self.env[op.result] = numerics.cast(self.env[value], element_type(value.type), element_type(op.result.type))
 
+    def op_bitcast(self, op: Op) -> None:
+        self.env[op.result] = numerics.bitcast(self.env[op.operands[0]], element_type(op.result.type))
+
     def _division(self, op: Op, integer_op, float_op) -> None:
         if not element_type(op.result.type).is_int:
             if not numerics._narrow(element_type(op.operands[1].type).numpy):
