@@ -462,7 +462,7 @@ class Liveness:
 
 
 # the ops with an emitter of their own on the host (the others with a tile result are pointwise)
-SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "reduce",
+SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "slice", "cat", "reduce",
                     "argreduce", "scan", "dot", "tile_load", "tile_store", "tile_atomic"})
 
 
