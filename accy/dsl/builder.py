@@ -33,6 +33,7 @@ from .traced import (
     _describe, _error, _unknown, axis,
 )
 from .shapes import ShapeOps
+from .user_combines import CombineOps
 from .tiles import TileOps
 from .promotion import computation_type, is_weak, mixed_signedness, true_division_type
 from .types import INDEX_MAX, DType, as_dtype, boolean, element_type, f32, from_numpy, index
@@ -577,7 +578,7 @@ for _opdef in OPS.values():
             setattr(Builder, _method, _pointwise_method(_opdef.name, _method, _opdef.arity))
 
 
-class TileBuilder(ShapeOps, TileOps, Builder):
+class TileBuilder(CombineOps, ShapeOps, TileOps, Builder):
     """The builder of a ``for_each_tile`` program and the regions inside it: the scalar
     builder's methods, on tiles as on scalars, and the tile level's own."""
 

@@ -196,6 +196,14 @@ class Tile(Traced):
     def __matmul__(self, other):
         return context.current().dot(self, other)
 
+    def reduce(self, axis, combine, keepdims: bool = False):
+        """``t.reduce(x, axis, combine)`` on this tile."""
+        return context.current().reduce(self, axis, combine, keepdims)
+
+    def associative_scan(self, axis, combine, reverse: bool = False):
+        """``t.associative_scan(x, axis, combine, reverse)`` on this tile."""
+        return context.current().associative_scan(self, axis, combine, reverse)
+
     def permute(self, *dims) -> "Tile":
         return context.current().permute(self, *dims)
 
@@ -211,13 +219,14 @@ class Tile(Traced):
 
 
 def _reduction(name: str):
-    def call(self, *args, axis=None, keepdims: bool = False):
+    def call(self, *args, axis=None, keepdims: bool = False, **options):
         builder, args = _builder_and_args(args)
         if name in ("max", "min") and args and not isinstance(args[0], (int, type(None))):
             return getattr(builder, name)(self, *args)  # x.max(y): elementwise, as on scalars
         if args:
             (axis,) = args
-        return getattr(builder, name)(self, axis=axis, keepdims=keepdims)
+        # options: sum's dtype=, max's and min's return_indices=
+        return getattr(builder, name)(self, axis=axis, keepdims=keepdims, **options)
 
     call.__name__ = name
     call.__doc__ = f"``t.{name}(x, axis, keepdims)`` on this tile."
@@ -225,8 +234,8 @@ def _reduction(name: str):
 
 
 def _scan(name: str):
-    def call(self, axis=None) -> "Tile":
-        return getattr(context.current(), name)(self, axis)
+    def call(self, axis=None, reverse: bool = False) -> "Tile":
+        return getattr(context.current(), name)(self, axis, reverse=reverse)
 
     call.__name__ = name
     call.__doc__ = f"``t.{name}(x, axis)`` on this tile."
