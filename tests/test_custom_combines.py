@@ -84,6 +84,24 @@ def test_a_scalar_result_keeps_signed_zero_and_nan(backend):
     assert np.isnan(got["m"]).all()
 
 
+def test_scalar_results_of_every_kind_of_element(backend):
+    """A reduction to a scalar (axis None) of bool, index, f16 and i8 tiles."""
+    x = np.random.default_rng(12).integers(-50, 50, (4, 6)).astype(np.int8)
+
+    def fn(t, x):
+        return {"all": t.full((1,), t.reduce(x > -40, None, lambda a, b: a & b)),
+                "last": t.full((1,), t.reduce(t.arange(24).reshape(4, 6), None, lambda a, b: b)),
+                "half": t.full((1,), t.reduce(t.cast(x, accy.f16), None, t.minimum)),
+                "xor": t.full((1,), t.reduce(x, None, lambda a, b: a ^ b))}
+
+    got = _run(backend, fn, {"x": x}, {"all": ((1,), accy.boolean), "last": ((1,), index),
+                                       "half": ((1,), accy.f16), "xor": ((1,), i8)})
+    _same(got["all"], np.array([(x > -40).all()]))
+    _same(got["last"], np.array([23], np.int64))
+    _same(got["half"], np.array([x.min()], np.float16))
+    _same(got["xor"], np.array([np.bitwise_xor.reduce(x.ravel())], np.int8))
+
+
 def _argmax_combine(t):
     def combine(a, b):
         (va, ia), (vb, ib) = a, b

@@ -100,6 +100,27 @@ def test_slices_of_index_tiles_gather_from_memory(backend):
     _same(out, x[rows // 2] + np.concatenate([rows[16:], rows[:16]]).astype(np.float32))
 
 
+def test_sliced_aranges_are_affine_offsets(backend):
+    """Offsets made by slicing aranges keep their affine form (the host and ptx access them row by
+    row: vector loads where the step is 1), and read the right elements."""
+    x = _data((64,))
+
+    @accy.kernel(out=accy.tensor(f32, 2), x=accy.dynamic_buffer(f32))  # a buffer: no shape guard
+    def kern(k, p):
+        @k.for_each_tile(grid=axis("g", 1))
+        def body(t, pid):
+            down = p.x.load(t.arange(64)[62::-2])  # 62, 60, ..., 0
+            middle = p.x.load(t.arange(64)[16:48])
+            p.out.store((t.arange(2)[:, None], t.arange(32)[None, :]), t.join(down, middle).T)
+
+    out = np.zeros((2, 32), np.float32)
+    kern.run(dict(out=out, x=x), backend=backend)
+    _same(out, np.stack([x[62::-2], x[16:48]]))
+    from accy.lowering.tile_access import describe_plans
+    plans = describe_plans(kern.graph).splitlines()[1:]
+    assert "62 + [-2] . i" in plans[0] and "16 + [1] . i (contiguous)" in plans[1], plans
+
+
 @pytest.mark.parametrize("axis_", [0, 1, 2, -1])
 def test_cat_along_each_axis(backend, axis_):
     x = _data((4, 8, 16), seed=1)
