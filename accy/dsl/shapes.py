@@ -163,12 +163,10 @@ class ShapeOps:
         return self.trans(x, tuple(_axis(d, x.ndim, "permute") for d in dims))
 
     def flip(self, x, axis=None) -> Tile:
-        """The elements in reverse order along ``axis`` (every axis for None, as ``np.flip``)."""
+        """The elements in reverse order along ``axis``, the last for None (as ``tl.flip``; every
+        axis is ``x[::-1, ::-1]``)."""
         x = self._tile(x, "flip")
-        axes = range(x.ndim) if axis is None else (_axis(axis, x.ndim, "flip"),)
-        starts, steps = [0] * x.ndim, [1] * x.ndim
-        for d in axes:
-            starts[d], steps[d] = x.shape[d] - 1, -1
-        if all(x.shape[d] == 1 for d in axes):
+        d = x.ndim - 1 if axis is None else _axis(axis, x.ndim, "flip")
+        if x.shape[d] == 1:
             return x
-        return self._slice(x, starts, steps, x.shape)
+        return self._along(x, d, x.shape[d] - 1, -1, x.shape[d])
