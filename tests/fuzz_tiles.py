@@ -10,9 +10,11 @@ few programs, and a body the seeded RNG writes while the kernel is traced:
   the program indices;
 * elementwise chains of the ops that are bit-exact on every backend (no inexact math
   function), broadcasting through ``x[:, None]``-style reshapes, keepdims reductions and
-  scalars; casts between every dtype; ``where``; ``reshape`` and ``trans``;
+  scalars; casts between every dtype; ``where``; ``reshape`` and ``trans``; static slices (any
+  step, int indices), ``cat``, ``join``/``split``/``interleave``, ``flip``, ``permute``, ``ravel``;
 * reductions (sum, max, min, argmax, argmin, integer prod) along random axes or all,
-  keepdims or not; scans (cumsum, cummax, cummin, integer cumprod);
+  keepdims or not; scans (cumsum, cummax, cummin, integer cumprod); ``t.reduce`` and
+  ``t.associative_scan`` (reverse or not) with exact combines, a float + and a (value, index) argmax;
 * a ``fold_range`` with a tile carry and a trip count the program's index decides; an
   ``if_`` on a scalar returning tiles;
 * a dot (f32 ieee or tf32, f64, f16, bf16, i8, u8) walking K in a fold (three quarters of the f16,
@@ -491,21 +493,27 @@ class _Body:
         return self.add(v.reshape(shape), f"{self.name(v)}.reshape({shape})")
 
     def reduction(self, t, sink):
-        tiles = self.tiles(lambda v: not v.dtype.is_bool)  # bool: cast first (a TraceError)
+        tiles = self.tiles()
         if not tiles:
             return None
         x = self.pick(tiles)
         axis_ = None if self.chance(0.25) else int(self.rng.integers(x.ndim))
         keep = self.chance(0.3)
         dt = x.dtype
-        ops = ["max", "min", "argmax", "argmin"] + (["sum"] if not dt.is_bool else [])
+        ops = ["max", "min", "argmax", "argmin", "sum", "max_indices", "min_indices"]
         if dt.is_int or dt.is_index:
-            ops += ["prod"]
+            ops += ["prod", "wide_sum"]
         if dt.is_bool:
-            ops = ["argmax", "argmin"]
+            ops = ["sum"]  # a bool tile sums as an i32 count (max and argmax refuse bools)
         op = self.pick(ops)
-        r = getattr(t, op)(x, axis=axis_, keepdims=keep)
         what = f"{op}({self.name(x)}, axis={axis_}, keepdims={keep})"
+        if op.endswith("_indices"):
+            values, indices = getattr(t, op[:3])(x, axis=axis_, keepdims=keep, return_indices=True)
+            self.add(values, what + "[0]")
+            return self.add(indices, what + "[1]")
+        if op == "wide_sum":
+            return self.add(t.sum(x, axis=axis_, keepdims=keep, dtype=self.pick([i32, index])), what)
+        r = getattr(t, op)(x, axis=axis_, keepdims=keep)
         if op == "sum" and dt.is_float:
             terms = sink(x)
             start = sink(r)
@@ -522,8 +530,9 @@ class _Body:
         axis_ = None if self.chance(0.2) else int(self.rng.integers(x.ndim))
         ops = ["cumsum", "cummax", "cummin"] + (["cumprod"] if not x.dtype.is_float else [])
         op = self.pick(ops)
-        r = getattr(t, op)(x, axis_)
-        what = f"{op}({self.name(x)}, axis={axis_})"
+        reverse = not (op == "cumsum" and x.dtype.is_float) and self.chance(0.3)  # a bounded cumsum runs forward
+        r = getattr(t, op)(x, axis_, reverse=reverse)
+        what = f"{op}({self.name(x)}, axis={axis_}, reverse={reverse})"
         if op == "cumsum" and x.dtype.is_float:
             terms = sink(x)
             start = sink(r)
@@ -531,6 +540,87 @@ class _Body:
             self.note(f"{what} (bounded) -> probe_{x.dtype.name}[{start}]")
             return None
         return self.add(r, what)
+
+    def shape_op(self, t):
+        """A static slice (any steps), an int index, cat, join/split/interleave, flip, permute or ravel."""
+        tiles = self.tiles()
+        if not tiles:
+            return None
+        v = self.pick(tiles)
+        kind = self.pick(["slice", "slice", "index", "cat", "join", "interleave", "flip", "permute", "ravel"])
+        if kind in ("slice", "index"):
+            key = []
+            for n in v.shape:
+                step = int(self.pick([1, 1, 2, 3, -1, -2]))
+                a, b = sorted(int(e) for e in self.rng.integers(0, n + 1, 2))
+                if a == b:
+                    a, b = 0, n
+                key.append(slice(a, b, step) if step > 0 else slice(b - 1, None if a == 0 else a - 1, step))
+            if kind == "index":
+                d = int(self.rng.integers(v.ndim))
+                key[d] = int(self.rng.integers(-v.shape[d], v.shape[d]))
+            return self.add(v[tuple(key)], f"{self.name(v)}[{', '.join(map(str, key))}]")
+        if kind == "cat":
+            d = int(self.rng.integers(v.ndim))
+            part = v[tuple(slice(None, None, -1) if k == d else slice(None) for k in range(v.ndim))]
+            part = part[tuple(slice(0, max(1, v.shape[d] // 2)) if k == d else slice(None) for k in range(v.ndim))]
+            first, second = (v, part) if self.chance(0.5) else (part, v)
+            return self.add(t.cat(first, second, axis=d), f"cat({self.name(v)} and its reversed half, axis={d})")
+        if kind in ("join", "interleave") and v.ndim < 3:  # a join adds an axis (rank 3 at most)
+            w = self.pick([u for u in tiles if u.type == v.type])
+            if kind == "interleave":
+                return self.add(t.interleave(v, w), f"interleave({self.name(v)}, {self.name(w)})")
+            a, b = t.split(t.join(v, w))
+            self.add(t.join(b, a), f"join(split(join({self.name(v)}, {self.name(w)})) swapped)")
+            return self.add(a, f"split(join({self.name(v)}, ...))[0]")
+        if kind == "flip":
+            d = None if self.chance(0.3) else int(self.rng.integers(v.ndim))
+            return self.add(t.flip(v, d), f"flip({self.name(v)}, {d})")
+        if kind == "permute" and v.ndim > 1:
+            perm = tuple(int(p) for p in self.rng.permutation(v.ndim))
+            return self.add(t.permute(v, *perm), f"permute({self.name(v)}, {perm})")
+        return self.add(t.ravel(v), f"ravel({self.name(v)})")
+
+    def custom_combine(self, t):
+        """``t.reduce`` or ``t.associative_scan`` with an exact combine (max, min, integer +, *, ^,
+        a float + (one order on every backend), a (value, index) argmax) along an axis or all."""
+        tiles = self.tiles(lambda v: not v.dtype.is_bool)
+        if not tiles:
+            return None
+        x = self.pick(tiles)
+        axis_ = None if self.chance(0.2) else int(self.rng.integers(x.ndim))
+        names = ["maximum", "minimum", "add", "argmax"] + (["mul", "bitwise_xor"] if not x.dtype.is_float else [])
+        name = self.pick(names)
+        scan = self.chance(0.5)
+        reverse = self.chance(0.5)
+        if name == "argmax":
+            n = x.size if axis_ is None else x.shape[axis_]
+            at = t.arange(n)
+            if axis_ is not None and x.ndim > 1:
+                at = t.broadcast_to(at.reshape(tuple(n if k == axis_ else 1 for k in range(x.ndim))), x.shape)
+            elif x.ndim > 1:
+                at = at.reshape(x.shape)
+
+            def combine(a, b):
+                (va, ia), (vb, ib) = a, b
+                first = (va > vb) | ((va == vb) & (ia < ib)) | (t.isnan(va) if x.dtype.is_float else False)
+                return t.where(first, va, vb), t.where(first, ia, ib)
+
+            operand = (x, at)
+        else:
+            def combine(a, b):
+                return getattr(t, name)(a, b)
+
+            operand = x
+        if scan:
+            r = t.associative_scan(operand, axis_, combine, reverse=reverse)
+            what = f"associative_scan({self.name(x)}, axis={axis_}, {name}, reverse={reverse})"
+        else:
+            r = t.reduce(operand, axis_, combine, keepdims=reverse)
+            what = f"reduce({self.name(x)}, axis={axis_}, {name}, keepdims={reverse})"
+        for k, value in enumerate(r if isinstance(r, tuple) else (r,)):
+            self.add(value, f"{what}[{k}]")
+        return r
 
     def fold(self, t, pid):
         tiles = self.tiles(lambda v: not v.dtype.is_bool)
@@ -669,13 +759,18 @@ def draw(seed: int, *, big: bool = False, fault: InBounds | None = None) -> Draw
                 w.source(t, pid)
             for _ in range(steps):
                 kind = w.pick(["source", "elementwise", "elementwise", "elementwise", "elementwise", "reshape",
-                               "reduction", "reduction", "reduction", "scan", "scan", "fold", "branch"])
+                               "reduction", "reduction", "reduction", "scan", "scan", "fold", "branch", "shape",
+                               "shape", "combine"])
                 if kind == "source":
                     w.source(t, pid)
                 elif kind == "elementwise":
                     w.elementwise(t)
                 elif kind == "reshape":
                     w.reshape(t)
+                elif kind == "shape":
+                    w.shape_op(t)
+                elif kind == "combine":
+                    w.custom_combine(t)
                 elif kind == "reduction":
                     w.reduction(t, sink)
                 elif kind == "scan":

@@ -32,8 +32,10 @@ from .traced import (
     _METHOD_NAMES, AxisIndex, BuilderBase, LaunchIndex, RuntimeAxis, SharedArray, Traced, _LaunchInfo, _NO_CTX,
     _describe, _error, _unknown, axis,
 )
-from .tiles import TileOps, too_many
 from .random import RandomOps
+from .shapes import ShapeOps
+from .tiles import TileOps, too_many
+from .user_combines import CombineOps
 from .promotion import computation_type, is_weak, mixed_signedness, true_division_type
 from .types import INDEX_MAX, MAX_TILE_ELEMENTS, DType, TileType, as_dtype, boolean, element_type, f32, from_numpy, index
 
@@ -593,7 +595,7 @@ for _opdef in OPS.values():
             setattr(Builder, _method, _pointwise_method(_opdef.name, _method, _opdef.arity))
 
 
-class TileBuilder(TileOps, Builder):
+class TileBuilder(CombineOps, ShapeOps, TileOps, Builder):
     """The builder of a ``for_each_tile`` program and the regions inside it: the scalar
     builder's methods, on tiles as on scalars, and the tile level's own."""
 

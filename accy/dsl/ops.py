@@ -416,6 +416,35 @@ class PermAttrs(OpAttrs):
     perm: tuple[int, ...] = _field(tf.INTS, _perm)
 
 
+def _ints(instance, field, value):
+    if not isinstance(value, tuple) or not 1 <= len(value) <= MAX_TILE_RANK or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in value):
+        _fail(instance, field, f"a tuple of 1 to {MAX_TILE_RANK} ints", value)
+
+
+def _steps(instance, field, value):
+    _ints(instance, field, value)
+    if 0 in value:
+        _fail(instance, field, "steps other than 0", value)
+
+
+@_schema
+class SliceAttrs(OpAttrs):
+    """slice: result element ``i`` is the operand's ``starts + steps * i`` (per axis), for ``i``
+    in ``shape``: a static box of the operand, strided, reversed where a step is negative."""
+
+    starts: tuple[int, ...] = _field(tf.INTS, _ints)
+    steps: tuple[int, ...] = _field(tf.INTS, _steps)
+    shape: tuple[int, ...] = _field(tf.SHAPE, _shape)
+
+
+@_schema
+class CatAttrs(OpAttrs):
+    """cat: the second operand follows the first along ``axis``."""
+
+    axis: int = _field(tf.INT, _axis)
+
+
 @_schema
 class ArangeAttrs(OpAttrs):
     n: int = _field(tf.INT, _count)
@@ -634,6 +663,29 @@ def _trans(op, types, attrs_):
     if sorted(attrs_.perm) != list(range(t.rank)):
         raise OpTypeError(f"perm {attrs_.perm} is not a permutation of the {t.rank} axes of {t}")
     return (TileType(t.dtype, tuple(t.shape[k] for k in attrs_.perm)),)
+
+
+def _slice(op, types, attrs_):
+    t = _tile(types[0], "the operand")
+    starts, steps, shape = attrs_.starts, attrs_.steps, attrs_.shape
+    if not len(starts) == len(steps) == len(shape) == t.rank:
+        raise OpTypeError(f"a slice of a rank-{t.rank} tile needs {t.rank} starts, steps and sizes, got "
+                          f"{len(starts)}, {len(steps)} and {len(shape)}")
+    for d, (n, start, step, size) in enumerate(zip(t.shape, starts, steps, shape)):
+        last = start + step * (size - 1)
+        if not (0 <= start < n and 0 <= last < n):
+            raise OpTypeError(f"axis {d} of {t}: positions {start} to {last} (step {step}) are not all in [0, {n})")
+    return (TileType(t.dtype, shape),)
+
+
+def _cat(op, types, attrs_):
+    a, b = _tile(types[0], "the first operand"), _tile(types[1], "the second operand")
+    axis = attrs_.axis
+    if a.dtype != b.dtype or a.rank != b.rank or axis >= a.rank or \
+            any(m != n for d, (m, n) in enumerate(zip(a.shape, b.shape)) if d != axis):
+        raise OpTypeError(f"cat along axis {axis} takes two tiles of one element type and rank whose other axes "
+                          f"match, got {a} and {b}")
+    return (TileType(a.dtype, a.shape[:axis] + (a.shape[axis] + b.shape[axis],) + a.shape[axis + 1:]),)
 
 
 def _arange(op, types, attrs_):
@@ -1000,6 +1052,8 @@ OPS: dict[str, OpDef] = {
         _def("broadcast", _broadcast, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),
         _def("reshape", _reshape, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),
         _def("trans", _trans, PermAttrs, " $0 perm {perm} : $0:type", tiles=True),
+        _def("slice", _slice, SliceAttrs, " $0 start {starts} step {steps} to {shape} : $0:type", tiles=True),
+        _def("cat", _cat, CatAttrs, " $0, $1 axis {axis} : $0:type, $1:type", tiles=True),
         _def("arange", _arange, ArangeAttrs, " {n}", tiles=True),
         _def("reduce", _reduce, ReduceAttrs, " {op} $0 axis {axis} : $0:type -> $type", tiles=True),
         _def("argreduce", _argreduce, ArgReduceAttrs, " {op} $0 axis {axis} : $0:type -> $type", tiles=True),

@@ -122,7 +122,7 @@ DTYPE_LIST = Codec(rf"{TYPE}(?:, {TYPE})*", lambda ts: ", ".join(map(str, ts)),
                    lambda text, _: tuple(_dtype(t) for t in split_types(text)))
 SHAPE = Codec(r"\d+(?:x\d+)*", lambda shape: "x".join(map(str, shape)),
               lambda text, _: tuple(int(d) for d in text.split("x")))
-INTS = Codec(r"\d+(?:,\d+)*", lambda ints: ",".join(map(str, ints)),
+INTS = Codec(r"-?\d+(?:,-?\d+)*", lambda ints: ",".join(map(str, ints)),
              lambda text, _: tuple(int(d) for d in text.split(",")))
 LITERAL = Codec(r"\S+", const_text, _literal)  # a const's value; its field follows ``dtype``
 

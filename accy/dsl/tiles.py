@@ -237,11 +237,13 @@ class TileOps:
             raise _error("min: t.min(x, axis) reduces a tile; t.min(a, b) (or t.minimum) compares two values")
         return self._reduce("reduce", Combine.MIN, x, axis, keepdims, ReduceAttrs)
 
-    def _scan(self, combine: Combine, x, axis) -> Tile:
+    def _scan(self, combine: Combine, x, axis, reverse: bool = False) -> Tile:
         x = self._tile(x, f"cum{combine}")
         if axis is None:
             x, axis = self._flat(x), 0
         axis = _axis(axis, x.ndim, f"cum{combine}")
+        if reverse:  # from the end: the flipped tile's scan, flipped back (flip: accy.dsl.shapes)
+            return self.flip(self._scan(combine, self.flip(x, axis), axis), axis)
         return Traced(self._record("scan", (x,), ReduceAttrs(op=combine, axis=axis)).result)
 
     # -- dot ----------------------------------------------------------------------------
@@ -458,8 +460,8 @@ def _reduction(rule: CombineRule, opcode: str, attrs_cls, name: str):
 
 
 def _scan_method(rule: CombineRule):
-    def method(self, x, axis=None) -> Tile:
-        return self._scan(rule.combine, x, axis)
+    def method(self, x, axis=None, reverse: bool = False) -> Tile:
+        return self._scan(rule.combine, x, axis, reverse)
     method.__name__ = method.__qualname__ = rule.scan
     return method
 
@@ -482,7 +484,7 @@ def _spell_combines() -> None:
         if rule.scan:
             method = _scan_method(rule)
             method.__doc__ = (f"The inclusive running {rule.combine} along ``axis`` (flattened for None), as "
-                              f"``np.{rule.ufunc.__name__}.accumulate``.")
+                              f"``np.{rule.ufunc.__name__}.accumulate``; from the end for ``reverse``.")
             setattr(TileOps, rule.scan, method)
 
 

@@ -180,24 +180,9 @@ class Tile(Traced):
                      "(reduce them with t.sum(x, axis), or index memory with tiles of indices)")
 
     def __getitem__(self, key):
-        """``x[:, None]``, ``x[None, :]``, ``x[..., None]``: the same elements with axes of length 1 added."""
-        keys = key if isinstance(key, tuple) else (key,)
-        if any(k is not None and k is not Ellipsis and k != slice(None) for k in keys) or \
-                sum(k is Ellipsis for k in keys) > 1:
-            raise _error(f"a {self.type} is indexed only with ':', None and '...' (x[:, None] adds an axis); "
-                         "gather elements from memory with p.x.load(indices) instead")
-        axes = sum(k is not None and k is not Ellipsis for k in keys)
-        if axes > self.ndim:
-            raise _error(f"too many axes in [{', '.join(map(_key_text, keys))}] for a {self.type}")
-        if Ellipsis in keys:
-            at = keys.index(Ellipsis)
-            keys = keys[:at] + (slice(None),) * (self.ndim - axes) + keys[at + 1:]
-        else:
-            keys = keys + (slice(None),) * (self.ndim - axes)
-        dims, shape = iter(self.shape), []
-        for k in keys:
-            shape.append(1 if k is None else next(dims))
-        return context.current().reshape(self, tuple(shape))
+        """``x[:, None]`` adds an axis, ``x[:, :32]`` and ``x[::-1]`` slice (static ranges, any step),
+        ``x[3]`` picks a position: as NumPy's basic indexing (see :meth:`accy.dsl.shapes.ShapeOps.index_tile`)."""
+        return context.current().index_tile(self, key)
 
     @property
     def T(self) -> "Tile":
@@ -211,19 +196,37 @@ class Tile(Traced):
     def __matmul__(self, other):
         return context.current().dot(self, other)
 
+    def reduce(self, axis, combine, keepdims: bool = False):
+        """``t.reduce(x, axis, combine)`` on this tile."""
+        return context.current().reduce(self, axis, combine, keepdims)
+
+    def associative_scan(self, axis, combine, reverse: bool = False):
+        """``t.associative_scan(x, axis, combine, reverse)`` on this tile."""
+        return context.current().associative_scan(self, axis, combine, reverse)
+
+    def permute(self, *dims) -> "Tile":
+        return context.current().permute(self, *dims)
+
+    def ravel(self) -> "Tile":
+        return context.current().ravel(self)
+
+    def split(self):
+        return context.current().split(self)
+
     def __rmatmul__(self, other):
         return context.current().dot(other, self)
 
 
 
 def _reduction(name: str):
-    def call(self, *args, axis=None, keepdims: bool = False):
+    def call(self, *args, axis=None, keepdims: bool = False, **options):
         builder, args = _builder_and_args(args)
         if name in ("max", "min") and args and not isinstance(args[0], (int, type(None))):
             return getattr(builder, name)(self, *args)  # x.max(y): elementwise, as on scalars
         if args:
             (axis,) = args
-        return getattr(builder, name)(self, axis=axis, keepdims=keepdims)
+        # options: sum's dtype=, max's and min's return_indices=
+        return getattr(builder, name)(self, axis=axis, keepdims=keepdims, **options)
 
     call.__name__ = name
     call.__doc__ = f"``t.{name}(x, axis, keepdims)`` on this tile."
@@ -231,8 +234,8 @@ def _reduction(name: str):
 
 
 def _scan(name: str):
-    def call(self, axis=None) -> "Tile":
-        return getattr(context.current(), name)(self, axis)
+    def call(self, axis=None, reverse: bool = False) -> "Tile":
+        return getattr(context.current(), name)(self, axis, reverse=reverse)
 
     call.__name__ = name
     call.__doc__ = f"``t.{name}(x, axis)`` on this tile."

@@ -127,7 +127,8 @@ class _Distributor:
         self.regions = Regions(core, self, registers, scratch, self.mma, self.pipeline)
         self.handlers = {
             "splat": self.values.splat, "arange": self.values.arange, "broadcast": self.values.broadcast,
-            "reshape": self.values.reshape, "trans": self.values.trans,
+            "reshape": self.values.reshape, "trans": self.values.trans, "slice": self.values.slice,
+            "cat": self.values.cat,
             "reduce": self.reductions.reduce, "argreduce": self.reductions.argreduce, "scan": self.reductions.scan,
             "tile_load": memory.tile_load, "tile_store": memory.tile_store, "tile_atomic": memory.tile_atomic,
             "store": memory.store, "atomic": memory.atomic,

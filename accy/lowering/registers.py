@@ -206,6 +206,19 @@ class Registers(Part):
         out = Regs(layout, x.dtype, tuple(values))
         return core.remember(key, out) if source_of is None else out
 
+    def cat(self, a: Regs, b: Regs, axis: int, layout: Layout, op: Op) -> Regs:
+        """``a`` then ``b`` along ``axis``, in ``layout``: both written into one scratch array at
+        their elements' row-major positions in the result, then read back."""
+        core, shape = self.core, layout.shape
+        shift = a.shape[axis]
+        array = self.scratch.scratch(a.dtype, math.prod(shape), op)
+        self.scratch.before_write()
+        self.store_owned(array, a, lambda c: core.flat(c, shape))
+        self.store_owned(array, b, lambda c: core.flat(c[:axis] + (core.add(c[axis], shift),) + c[axis + 1:], shape))
+        self.scratch.written()
+        values = tuple(self.scratch.load(array, core.flat(c, shape), a.dtype) for c in self.coords(layout))
+        return Regs(layout, a.dtype, values)
+
     def stage(self, array: SharedArray, x: Regs, place, convert=lambda v: v) -> None:
         """Each element of ``x`` this thread owns into ``array`` at ``place(coords)`` (a replica's
         thread stores nothing: two threads writing one element would race)."""

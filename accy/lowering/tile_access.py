@@ -2,7 +2,7 @@
 access's offsets and mask are built, which tiles it must hold in memory, and where they live.
 
 * Offsets: a ``tile_load``/``tile_store`` whose offsets are ``base + sum_d coef_d * i_d`` (i_d the
-  element's position along axis d), read off the arange/splat/broadcast/reshape/trans/add/sub/mul
+  element's position along axis d), read off the arange/splat/broadcast/reshape/trans/slice/add/sub/mul
   chain that built them (:class:`Affine`), runs row by row over the tile; with ``coef`` 1 along
   the last axis a row is consecutive elements: vector loads.  The offsets tile itself is then
   never built.
@@ -202,6 +202,14 @@ class Shapes:
             if mapping is None:
                 return None
             return Affine(x.base, tuple(0 if m is None else x.coefs[m] for m in mapping))
+        if code == "slice":  # position i of the result is starts + steps * i of the operand
+            x = self.affine(op.operands[0])
+            if x is None:
+                return None
+            base = x.base
+            for c, start in zip(x.coefs, op.attrs.starts):
+                base = add(base, mul(c, start))
+            return Affine(base, tuple(mul(c, step) for c, step in zip(x.coefs, op.attrs.steps)))
         if code in ("add", "sub", "mul"):
             x, y = (self.affine(o) for o in op.operands)
             if x is None or y is None:
@@ -475,7 +483,7 @@ class Liveness:
 
 
 # the ops with an emitter of their own on the host (the others with a tile result are pointwise)
-SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "reduce",
+SHAPED = frozenset({"fold", "if", "yield", "splat", "arange", "broadcast", "reshape", "trans", "slice", "cat", "reduce",
                     "argreduce", "scan", "dot", "tile_load", "tile_store", "tile_atomic"})
 
 

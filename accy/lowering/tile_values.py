@@ -14,7 +14,7 @@ from .tile_memory import Deferred
 
 class TileValues(Part):
     """The ops that make tiles (``splat``, ``arange``), move them (``broadcast``, ``reshape``,
-    ``trans``) and compute them element by element: lazy while every operand is, in registers
+    ``trans``, ``slice``, ``cat``) and compute them element by element: lazy while every operand is, in registers
     otherwise, moving data only where the layouts differ."""
 
     def __init__(self, core: Rebuild, registers: Registers):
@@ -93,6 +93,24 @@ class TileValues(Part):
             self.env[op.result] = Lazy(shape, x.dtype, lambda c: x.at(source(c)), x.constant)
             return
         self.env[op.result] = self.registers.transpose(x, perm)
+
+    def slice(self, op: Op) -> None:
+        x = self.env[op.operands[0]]
+        shape = op.attrs.shape
+        pairs = tuple(zip(op.attrs.starts, op.attrs.steps))
+
+        def source(c):
+            return tuple(self.core.add(start, self.core.mul(ci, step)) for (start, step), ci in zip(pairs, c))
+
+        if isinstance(x, Lazy):
+            self.env[op.result] = Lazy(shape, x.dtype, lambda c: x.at(source(c)), x.constant)
+        else:
+            self.env[op.result] = self.registers.convert(self.registers.regs(x), self.registers.canonical(shape), op,
+                                                         source)
+
+    def cat(self, op: Op) -> None:
+        a, b = (self.registers.regs(self.env[v]) for v in op.operands)
+        self.env[op.result] = self.registers.cat(a, b, op.attrs.axis, self.registers.canonical(op.result.type.shape), op)
 
     def pointwise(self, op: Op) -> None:
         xs = [self.env[v] for v in op.operands]

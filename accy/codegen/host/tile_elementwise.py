@@ -1,7 +1,8 @@
 """Elementwise tile ops and the ops that only move elements, for :mod:`.tiles`: a pointwise op or
 cast lowered by the scalar op table on vectors of elements (so every element rounds as the
 scalar op does), splat and arange; broadcast, reshape and transpose (2-D by L x L blocks in
-registers, else by gathers)."""
+registers, else by gathers), static slices (vector loads along unit-step rows, else gathers) and
+cat (each operand's rows stored into the result's)."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ class ElementwiseEmitter:
 
 
 class ShapeEmitter:
-    """Broadcast, reshape and transpose: elements moved, none computed."""
+    """Broadcast, reshape, transpose, slice and cat: elements moved, none computed."""
 
     def __init__(self, lw: Lowering):
         self.lw = lw  # the TileHostLowering: its builder, values, tiles and checks
@@ -179,23 +180,58 @@ class ShapeEmitter:
                                                            name="trans_c"), [])[1], name="trans_r")
             return
         strides = _strides(src.shape)
-        along = [strides[p] for p in perm]  # the source stride of each result axis
+        self.copy_affine(src, out, 0, [strides[p] for p in perm])
+
+    def slice(self, op: Op) -> None:
+        src = self.lw.tile(op.operands[0])
+        strides = _strides(src.shape)
+        base = sum(start * s for start, s in zip(op.attrs.starts, strides))
+        self.copy_affine(src, self.lw.new_tile(op.result), base, [step * s for step, s in zip(op.attrs.steps, strides)])
+
+    def cat(self, op: Op) -> None:
+        """Each operand's rows written into the result's, the second's shifted along the axis."""
+        out = self.lw.new_tile(op.result)
+        axis, b = op.attrs.axis, self.lw.b
+        out_strides = _strides(out.shape)
+        shift = 0
+        for v in op.operands:
+            src = self.lw.tile(v)
+            n = src.shape[-1]
+
+            def row(r, idx, src=src, n=n, base=shift * out_strides[axis]):
+                to = ir.Constant(I64, base)
+                for i, s in zip(idx, out_strides):
+                    to = b.add(to, b.mul(i, ir.Constant(I64, s)))
+                first = b.mul(r, ir.Constant(I64, n))
+                self.v.chunks(n, lambda j, valid, cs: (self.v.store(out, b.add(to, j), self.v.load(src, b.add(first, j)),
+                                                                    valid), [])[1])
+
+            self.v.rows(src.shape[:-1], row)
+            shift += src.shape[axis]
+
+    def copy_affine(self, src: Tile, out: Tile, base: int, along: list[int]) -> None:
+        """``out``'s element ``i`` read from ``src``'s flat position ``base + along . i``: vector
+        loads along a row where ``along[-1]`` is 1, gathers otherwise."""
         n = out.shape[-1]
         b = self.lw.b
         all_lanes = self.v.below(self.L)
 
         def row(r, idx):
-            offset = ir.Constant(I64, 0)
+            offset = ir.Constant(I64, base)
             for d, i in enumerate(idx):
                 offset = b.add(offset, b.mul(i, ir.Constant(I64, along[d])))
             first = b.mul(r, ir.Constant(I64, n))
 
             def chunk(j, valid, cs):
-                at = b.add(self.v.splat(b.add(offset, b.mul(j, ir.Constant(I64, along[-1])))),
-                           b.mul(self.v.iota(), self.v.splat(ir.Constant(I64, along[-1]))))
-                passthru = ir.Constant(self.v.vec(src.mem), [ir.Constant(src.mem, 0)] * self.L)
-                v = self.v.gather(self.v.addresses(src.ptr, src.mem, at), valid or all_lanes, passthru, src.dtype.itemsize)
-                self.v.store(out, b.add(first, j), self.v.from_memory(v, src.dtype))
+                if along[-1] == 1:
+                    v = self.v.load(src, b.add(offset, j), valid)
+                else:
+                    at = b.add(self.v.splat(b.add(offset, b.mul(j, ir.Constant(I64, along[-1])))),
+                               b.mul(self.v.iota(), self.v.splat(ir.Constant(I64, along[-1]))))
+                    passthru = ir.Constant(self.v.vec(src.mem), [ir.Constant(src.mem, 0)] * self.L)
+                    v = self.v.from_memory(self.v.gather(self.v.addresses(src.ptr, src.mem, at), valid or all_lanes,
+                                                         passthru, src.dtype.itemsize), src.dtype)
+                self.v.store(out, b.add(first, j), v)
                 return []
 
             self.v.chunks(n, chunk)

@@ -94,6 +94,7 @@ class TileHostLowering(Lowering):
             "fold": self.op_fold, "if": self.op_if,
             "splat": elementwise.splat, "arange": elementwise.arange,
             "broadcast": shapes.broadcast, "reshape": shapes.reshape, "trans": shapes.trans,
+            "slice": shapes.slice, "cat": shapes.cat,
             "reduce": reductions.reduce, "argreduce": reductions.argreduce, "scan": reductions.scan,
             "dot": DotEmitter(self).dot,
             "tile_load": memory.load, "tile_store": memory.store, "tile_atomic": memory.atomic,

@@ -268,6 +268,20 @@ class TileInterpreter(ScalarOps):
         else:
             self.env[op.result] = np.transpose(self.env[op.operands[0]], (0,) + tuple(k + 1 for k in perm))
 
+    def op_slice(self, op: Op) -> None:
+        x = self.env[op.operands[0]]
+        boxes = [slice(None)]
+        for start, step, size in zip(op.attrs.starts, op.attrs.steps, op.attrs.shape):
+            stop = start + step * size
+            boxes.append(slice(start, stop if stop >= 0 else None, step))  # -1 would count from the end
+        self.env[op.result] = x[tuple(boxes)]
+
+    def op_cat(self, op: Op) -> None:
+        a, b = (self.env[v] for v in op.operands)
+        programs = max(a.shape[0], b.shape[0])  # one may be the same in every program
+        a, b = (np.broadcast_to(x, (programs,) + x.shape[1:]) for x in (a, b))
+        self.env[op.result] = np.concatenate((a, b), axis=op.attrs.axis + 1)
+
     def op_arange(self, op: Op) -> None:
         self.lazy[op.result] = Affine(np.int64(0), (1,), (op.attrs.n,))
 
