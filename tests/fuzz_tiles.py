@@ -20,7 +20,11 @@ few programs, and a body the seeded RNG writes while the kernel is traced:
 * a dot (f32 ieee or tf32, f64, f16, bf16, i8, u8) walking K in a fold (three quarters of the f16,
   bf16, i8 and tf32 ones at tiles tensor cores take: mma.sync, ldmatrix, cp.async on ptx), stored with
   ``store_tile`` into an output tensor of random layout;
-* tile atomics (i32 add/max/min histograms).
+* tile atomics (i32 add/max/min histograms);
+* the language issue's additions: operands of different types left to promotion, ``fmod`` and
+  ``truncdiv``, Philox draws (``rand``, ``randint4x``), bitcasts, strided boxes
+  (``steps=``), tiles of 4 and 5 dimensions and grids of 4 and 5 axes; slices, ``cat`` and
+  the user's combines (``_Body.shape_op``, ``_Body.custom_combine``).
 
 Every exact value the body makes may be sunk into a *probe*: one flat output buffer per
 dtype, each program writing its values at ``pid * stride + offset`` (the stride a run-time
@@ -302,7 +306,7 @@ class _Body:
 
     # the program's origin of the main box
     def origin(self, t, pid, shift=True):
-        return tuple(pid[f"a{d % len(self.d.grid)}"] * self.S[d] + (int(self.rng.integers(-1, 2)) if shift else 0)
+        return tuple(program_along(pid, self.d.grid, len(self.S), d) * self.S[d] + (int(self.rng.integers(-1, 2)) if shift else 0)
                      for d in range(len(self.S)))
 
     def pid_linear(self, pid):
@@ -334,7 +338,7 @@ class _Body:
                     a = a * 2
                 elif form == "shift":
                     a = a + int(self.rng.integers(-3, 4))
-                a = a + pid[f"a{d % len(self.d.grid)}"] * self.S[d]
+                a = a + program_along(pid, self.d.grid, len(self.S), d) * self.S[d]
                 if len(self.S) > 1:
                     a = a.reshape(tuple(self.S[d] if k == d else 1 for k in range(len(self.S))))
                 a, here = self.fault.index(d, a, handle.shape[d])
@@ -658,6 +662,22 @@ class _Body:
         return self.add(out, f"if_(scalar, {self.name(a)} doubled, {self.name(b)})")
 
 
+def axes_along(grid, rank: int, d: int) -> list[int]:
+    """The grid axes whose indices place a program's box along dimension ``d``: one (cycling)
+    where the grid has no more axes than the box, else every axis ``j`` with ``j % rank == d``,
+    so that two programs never share a box."""
+    return [d % len(grid)] if len(grid) <= rank else [j for j in range(len(grid)) if j % rank == d]
+
+
+def program_along(pid, grid, rank: int, d: int):
+    """The program's box index along dimension ``d`` (its axes of :func:`axes_along`, linearised)."""
+    index, scale = None, 1
+    for j in axes_along(grid, rank, d):
+        term = pid[f"a{j}"] * scale if scale != 1 else pid[f"a{j}"]
+        index, scale = term if index is None else index + term, scale * grid[j]
+    return index
+
+
 def shape_fits(v, shape):
     return not isinstance(v, accy.dsl.traced.Tile) or v.shape == shape
 
@@ -675,11 +695,13 @@ def draw(seed: int, *, big: bool = False, fault: InBounds | None = None) -> Draw
         if math.prod(S) <= limit:
             break
     grid = tuple(int(rng.integers(1, 4)) for _ in range(int(rng.integers(1, min(rank, 2) + 1))))
+    if rng.random() < 0.15:  # more than three axes: folded onto the GPU's three
+        grid = tuple(int(rng.integers(1, 3)) for _ in range(int(rng.integers(4, 6))))
     specials = rng.random() < 0.5
     tensors: list[TensorArg] = []
 
     def covering(d):  # an extent near the grid's coverage: some edges ragged, some past
-        g = grid[d % len(grid)]
+        g = math.prod(grid[j] for j in axes_along(grid, rank, d))
         return max(1, g * S[d] + int(rng.integers(-S[d], 2)))
 
     n_in = int(rng.integers(1, 4))
@@ -795,7 +817,7 @@ def draw(seed: int, *, big: bool = False, fault: InBounds | None = None) -> Draw
                     idx, inside = [], None
                     w.fault.access("store", out.name)
                     for d in range(len(S)):
-                        a = (S[d] - 1) - t.arange(S[d]) + pid[f"a{d % len(grid)}"] * S[d]
+                        a = (S[d] - 1) - t.arange(S[d]) + program_along(pid, grid, len(S), d) * S[d]
                         if len(S) > 1:
                             a = a.reshape(tuple(S[d] if q == d else 1 for q in range(len(S))))
                         a, here = w.fault.index(d, a, handle.shape[d])

@@ -224,3 +224,34 @@ def test_mistakes_are_refused_at_the_users_line():
     _refused(lambda t, x: t.associative_scan(x, 2, t.maximum), "out of range")
     _refused(lambda t, x: t.reduce(x, 0, lambda a, b: t.zeros((3,))), "returned a tile<f32, 3>")
     _refused(lambda t, x: t.max(x, x, return_indices=True), "return_indices is for a reduction")
+
+
+def test_a_tritons_flat_combine_and_max_with_a_positional_axis(backend):
+    """Triton's combine of a tuple takes its values flat (``combine(v0, i0, v1, i1)``); and
+    ``t.max(x, 1)``, Triton's reduction along axis 1, is refused rather than read as the
+    elementwise maximum with 1."""
+    @accy.kernel(best=accy.tensor(index, 1), x=accy.tensor(f32, 2))
+    def argmax(k, p):
+        @k.for_each_tile(grid=axis("r", 1))
+        def program(t, pid):
+            def first_largest(va, ia, vb, ib):
+                keep = (va > vb) | ((va == vb) & (ia < ib))
+                return t.where(keep, va, vb), t.where(keep, ia, ib)
+
+            x = p.x.load_tile((0, 0), (4, 8))
+            _, at = t.reduce((x, t.broadcast_to(t.arange(8)[None, :], (4, 8))), 1, first_largest)
+            p.best.store_tile((0,), at)
+
+    x = np.random.default_rng(9).integers(0, 4, (4, 8)).astype(np.float32)
+    best = np.zeros(4, np.int64)
+    argmax.run([best, x], backend=backend)
+    np.testing.assert_array_equal(best, x.argmax(axis=1))
+
+    @accy.kernel(dst=accy.tensor(f32, 1), x=accy.tensor(f32, 2))
+    def ambiguous(k, p):
+        @k.for_each_tile(grid=axis("r", 1))
+        def program(t, pid):
+            p.dst.store_tile((0,), t.max(p.x.load_tile((0, 0), (4, 8)), 1))
+
+    with pytest.raises(TraceError, match=r"max\(tile, 1\): write t\.max\(x, axis=1\) for the reduction"):
+        ambiguous.graph

@@ -223,6 +223,7 @@ class TileOps:
         """``t.max(x, axis)``: the largest element along ``axis`` (NaN propagates);
         ``t.max(a, b)``: the elementwise maximum, as the scalar builder's."""
         if others:
+            self._not_an_axis("max", "maximum", x, others)
             return self._op("max", x, *others)
         if not isinstance(x, Tile):
             raise _error("max: t.max(x, axis) reduces a tile; t.max(a, b) (or t.maximum) compares two values")
@@ -232,10 +233,20 @@ class TileOps:
         """``t.min(x, axis)``: the smallest element along ``axis`` (NaN propagates);
         ``t.min(a, b)``: the elementwise minimum, as the scalar builder's."""
         if others:
+            self._not_an_axis("min", "minimum", x, others)
             return self._op("min", x, *others)
         if not isinstance(x, Tile):
             raise _error("min: t.min(x, axis) reduces a tile; t.min(a, b) (or t.minimum) compares two values")
         return self._reduce("reduce", Combine.MIN, x, axis, keepdims, ReduceAttrs)
+
+    def _not_an_axis(self, name: str, word: str, x, others) -> None:
+        """``t.max(x, 1)`` reduces along axis 1 in Triton and would be the elementwise maximum
+        with 1 here: refused rather than either silently."""
+        if isinstance(x, Tile) and len(others) == 1 and isinstance(others[0], numbers.Integral) \
+                and not isinstance(others[0], (bool, np.bool_)):
+            k = int(others[0])
+            raise _error(f"{name}(tile, {k}): write t.{name}(x, axis={k}) for the reduction along axis {k} (Triton's "
+                         f"tl.{name}(x, {k})) or t.{word}(x, {k}) for the elementwise {word}")
 
     def _scan(self, combine: Combine, x, axis, reverse: bool = False) -> Tile:
         x = self._tile(x, f"cum{combine}")

@@ -24,6 +24,7 @@ each backend runs its fastest way; ``t.sum(x, dtype=)`` and sums of bool tiles, 
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 from .combines import Combine
@@ -31,6 +32,17 @@ from .ops import ReduceAttrs
 from .tiles import _axis, broadcast_shapes
 from .traced import Tile, Traced, _error
 from .types import element_type, i32, shape_of
+
+
+def _positional_count(fn: Callable) -> int | None:
+    """How many positional parameters ``fn`` takes (None when it does not say, or takes any)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
 
 
 class CombineOps:
@@ -52,7 +64,8 @@ class CombineOps:
     def _combine(self, combine: Callable, a: list[Tile], b: list[Tile], many: bool, what: str) -> list[Tile]:
         """``combine(a, b)`` (tuples where the operand was one), checked to give a tile (or
         scalar, broadcast) of each operand's type."""
-        got = combine(tuple(a), tuple(b)) if many else combine(a[0], b[0])
+        flat = many and _positional_count(combine) == 2 * len(a)  # Triton's combine(a0, a1, b0, b1)
+        got = combine(*a, *b) if flat else combine(tuple(a), tuple(b)) if many else combine(a[0], b[0])
         results = list(got) if many and isinstance(got, (tuple, list)) else [got]
         if many and (not isinstance(got, (tuple, list)) or len(results) != len(a)):
             raise _error(f"{what}: the combine function takes and returns tuples of {len(a)} values, got {got!r}")
