@@ -60,13 +60,12 @@ def make_layer_norm(block: int, dtype=f32):
         @k.for_each_tile(grid=axis("row", R), warps=8)
         def program(t, pid):
             row = pid["row"]
-            n = t.cast(C, f32)  # index / f32 needs a cast until promotion lands (issue 33)
 
             def add(t, c0, acc):
                 cols = c0 + t.arange(block)
                 return acc + p.x.load((row, cols), mask=cols < C, other=0.0).cast(f32)
 
-            mean = t.sum(t.fold_range(0, C, block, t.zeros((block,), f32), add), axis=0) / n
+            mean = t.sum(t.fold_range(0, C, block, t.zeros((block,), f32), add), axis=0) / C  # f32 / index: f32
 
             def add_squares(t, c0, acc):
                 cols = c0 + t.arange(block)
@@ -74,7 +73,7 @@ def make_layer_norm(block: int, dtype=f32):
                 d = t.where(mask, p.x.load((row, cols), mask=mask, other=0.0).cast(f32) - mean, 0.0)
                 return acc + d * d
 
-            var = t.sum(t.fold_range(0, C, block, t.zeros((block,), f32), add_squares), axis=0) / n
+            var = t.sum(t.fold_range(0, C, block, t.zeros((block,), f32), add_squares), axis=0) / C
             rstd = 1.0 / t.sqrt(var + p.eps)
 
             def write(t, c0):
@@ -191,6 +190,30 @@ def make_gelu(box: int = 64, gather: bool = True, dtype=f32):
                 p.dst.store_tile((r0, c0), y.cast(dtype))
 
     return gelu
+
+
+def make_max_pool(strided: bool = True, rows: int = 16, cols: int = 64):
+    """A 2x2 max-pool with stride 2 as four strided boxes (``steps=(2, 2)``); ``strided=False``:
+    the same four loads as unit-stride boxes of the same size, the bar the strided ones are held to."""
+
+    @kernel(dst=tensor(f32, 2), x=tensor(f32, 2))
+    def max_pool(k, p):
+        H, W = p.dst.shape
+
+        @k.for_each_tile(grid=(axis("r", cdiv(H, rows)), axis("c", cdiv(W, cols))), warps=4)
+        def program(t, pid):
+            r0, c0 = pid["r"] * rows, pid["c"] * cols
+            best = t.full((rows, cols), float("-inf"))
+            for dy in range(2):
+                for dx in range(2):
+                    if strided:
+                        v = p.x.load_tile((2 * r0 + dy, 2 * c0 + dx), (rows, cols), other=float("-inf"), steps=(2, 2))
+                    else:
+                        v = p.x.load_tile((r0 + dy * H, c0 + dx * W), (rows, cols), other=float("-inf"))
+                    best = t.maximum(best, v)
+            p.dst.store_tile((r0, c0), best)
+
+    return max_pool
 
 
 def make_matmul(bm: int = 64, bn: int = 64, bk: int = 32):
@@ -343,6 +366,17 @@ def gather_box(rows: int, cols: int) -> Setup:
                  _gelu64(x), 1e-5)
 
 
+def max_pool(h: int, w: int) -> Setup:
+    """The strided pool against unit-stride boxes of the same loads (one thread) and NumPy's."""
+    x = _inputs((2 * h, 2 * w), "f32")
+    dst, other = np.zeros((h, w), np.float32), np.zeros((h, w), np.float32)
+    unit = _runner(make_max_pool(strided=False), [other], [x])
+    return Setup(_runner(make_max_pool(), [dst], [x]),
+                 {"unit-stride boxes": lambda: unit("llvm", threads=1),
+                  "numpy": lambda: x.reshape(h, 2, w, 2).max(axis=(1, 3))},
+                 x.astype(np.float64).reshape(h, 2, w, 2).max(axis=(1, 3)), 1e-7)
+
+
 def matmul(m: int, n: int, k: int, triton_style: bool) -> Setup:
     from .tiles import tile_matmul
 
@@ -395,6 +429,8 @@ WORKLOADS = (
              (Target("fitted block", 1.3, ONE_THREAD),), (ONE_THREAD,)),
     Workload("gather-form box", "2000x3000, 64x64", lambda: gather_box(2000, 3000),
              (Target("load_tile", 1.2, ONE_THREAD),), (ONE_THREAD,)),
+    Workload("strided max-pool", "2048^2 to 1024^2, 2x2 stride 2", lambda: max_pool(1024, 1024),
+             (Target("unit-stride boxes", 1.5, ONE_THREAD), Target("numpy", 0.5, ONE_THREAD)), (ONE_THREAD, "llvm")),
     Workload("README matmul", "1024^3, 64x64x32", lambda: matmul(1024, 1024, 1024, False),
              (Target("numpy", 1 / 0.8),), ("llvm",)),
     Workload("README matmul", "2048^3, 64x64x32", lambda: matmul(2048, 2048, 2048, False),
