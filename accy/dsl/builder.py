@@ -36,8 +36,19 @@ from .random import RandomOps
 from .shapes import ShapeOps
 from .tiles import TileOps, too_many
 from .user_combines import CombineOps
-from .promotion import computation_type, is_weak, mixed_signedness, true_division_type
-from .types import INDEX_MAX, MAX_TILE_ELEMENTS, DType, TileType, as_dtype, boolean, element_type, f32, from_numpy, index
+from .promotion import computation_type, division_type, is_weak, mixed_signedness
+from .types import INDEX_MAX, MAX_TILE_ELEMENTS, DType, TileType, as_dtype, boolean, element_type, f32, f64, from_numpy, i64, index, u64
+
+def _holds(dtype: DType, x) -> bool:
+    """Whether the number ``x`` is a constant of ``dtype`` as it is (an int in range, a float
+    within the largest finite value, or one that is not finite)."""
+    if dtype.is_bool:
+        return False
+    if isinstance(x, numbers.Integral):
+        return not dtype.is_int or dtype.min <= int(x) <= dtype.max
+    value = float(x)
+    return dtype.is_float and (not math.isfinite(value) or abs(value) <= dtype.max)
+
 
 class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
     """Records ops into one block. ``parent`` is the builder of the enclosing region."""
@@ -253,6 +264,9 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
                     f"values; make that value a float first: cast(value, f32)"
                 )
             return self.constant(float(x), like if like is not None else f32).value
+        if getattr(x, "space", None) == "global":
+            raise _error(f"{opcode}: '{x.name}' is a kernel parameter, not a pointer: read its elements with "
+                         f"p.{x.name}.load(offsets, mask=...) (Triton's tl.load({x.name}_ptr + offsets, mask=...))")
         raise _error(f"{opcode}: operand {x!r} is neither a traced value nor a number")
 
     def _operands(self, opcode: str, *xs) -> list[Value]:
@@ -271,6 +285,14 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
             v = self.cast(Traced(v), dtype).value
         return v
 
+    def _stored(self, x, dtype: DType, opcode: str) -> Value:
+        """``x`` converted to ``dtype`` as a store converts it (a cast): a number ``dtype`` does
+        not hold wraps, rounds or saturates as a cast of it would (``other=-1`` for u8 is 255)."""
+        if is_weak(x) and not _holds(dtype, x):
+            wide = f64 if not isinstance(x, numbers.Integral) else i64 if -2**63 <= int(x) < 2**63 else u64
+            return self.cast(self.constant(x, wide), dtype).value
+        return self._converted(x, dtype, opcode)
+
     def _op(self, opcode: str, *xs) -> Traced:
         return self._traced(self._record(opcode, self._operands(opcode, *xs)))
 
@@ -278,24 +300,28 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
     def true_div(self, a, b) -> Traced:
         """``a / b``: true division; integers divide as f32 (as Triton's ``/``; ``//`` is floor
         division)."""
-        a, b = self._operands("div", a, b)
-        wanted = true_division_type(element_type(a.type))
-        a, b = (self._converted(Traced(v), wanted, "div") for v in (a, b))
-        return self._traced(self._record("div", (a, b)))
+        return self._traced(self._record("div", self._division_operands("div", a, b, true_division=True)))
 
     def floor_div(self, a, b) -> Traced:
         """``a // b``: integers only (floor division, as Python's)."""
         self._same_signedness("//", a, b)
+        written = [x.type if isinstance(x, Traced) else type(x).__name__ for x in (a, b)]
         a, b = self._operands("div", a, b)
         if a.type.is_float or b.type.is_float:
-            raise _error(f"{a.type} // {b.type}: // is integer division; use / for floats "
+            raise _error(f"{written[0]} // {written[1]}: // is integer division; use / for floats "
                          "(and floor(a / b) for a rounded quotient)")
         return self._traced(self._record("div", (a, b)))
 
     def mod(self, a, b) -> Traced:
-        """``a % b``: the remainder with the divisor's sign (Python's; ``fmod`` is C's)."""
+        """``a % b``: the remainder with the divisor's sign (Python's; ``fmod`` is C's); f16 and
+        bf16 in f32, as Triton's."""
         self._same_signedness("%", a, b)
-        return self._op("mod", a, b)
+        return self._traced(self._record("mod", self._division_operands("mod", a, b, true_division=False)))
+
+    def _division_operands(self, opcode: str, a, b, *, true_division: bool) -> list[Value]:
+        a, b = self._operands(opcode, a, b)
+        wanted = division_type(element_type(a.type), true_division)
+        return [self._converted(Traced(v), wanted, opcode) for v in (a, b)]
 
     rem = mod
 
@@ -317,6 +343,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         self._same_signedness("fmod", a, b)
         a, b = (Traced(v) for v in self._operands("fmod", a, b))
         if a.type.is_float:  # |a| mod |b| is the same both ways: only the sign differs
+            a, b = (self.cast(x, division_type(element_type(x.type), False)) for x in (a, b))
             return self.copysign(self.mod(self.abs(a), self.abs(b)), a)
         rest = self.mod(a, b)
         if a.type.is_unsigned:

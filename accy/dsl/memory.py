@@ -67,7 +67,7 @@ class Memory:
                 "store inside a for_each body"
             )
         idx = self._index("store", idx)
-        value = self._converted(value, buffer.dtype, "store")  # a store converts, as cast does
+        value = self._stored(value, buffer.dtype, "store")  # a store converts, as cast does
         self._record("store", (idx, value), StoreAttrs(buffer=buffer.name, dtype=buffer.dtype, space=buffer.space))
 
     def shared(self, dtype, count: int, name: str | None = None) -> SharedArray:
@@ -115,7 +115,7 @@ class Memory:
         if not self.in_launch:
             raise _error(f"atomic_{kind} on '{target.name}' outside the launch; call it inside a launch body")
         operands = [self._index(f"atomic_{kind}", idx)]
-        operands += [self._converted(v, target.dtype, f"atomic_{kind}") for v in values]
+        operands += [self._stored(v, target.dtype, f"atomic_{kind}") for v in values]
         attrs_ = AtomicAttrs(op=kind, buffer=target.name, dtype=target.dtype, space=target.space)
         return self._traced(self._record("atomic", operands, attrs_))
 

@@ -13,13 +13,14 @@ kind (to f32).
 
 from __future__ import annotations
 
+import math
 import numbers
 from functools import reduce
 from typing import Iterable
 
 import numpy as np
 
-from .types import DType, bf16, f16, f32, index
+from .types import DType, bf16, f16, f32, f64, index
 
 
 def promote(a: DType, b: DType) -> DType:
@@ -69,18 +70,27 @@ def computation_type(types: Iterable[DType], weak: Iterable = ()) -> DType | Non
     types = list(types)
     common = reduce(promote, types) if types else None
     weak = list(weak)
-    if any(isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral) and
-           not (isinstance(x, np.generic) and np.issubdtype(type(x), np.integer)) for x in weak):
-        if common is None or not common.is_float:
-            common = f32
+    fractions = [x for x in weak if isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral)
+                 and not (isinstance(x, np.generic) and np.issubdtype(type(x), np.integer))]
+    if fractions:
+        if common is None or not common.is_float:  # f64 for a number f32 cannot hold, as Triton's
+            common = f32 if all(_f32_holds(float(x)) for x in fractions) else f64
     elif weak and (common is None or common.is_bool):
         common = index
     return common
 
 
-def true_division_type(t: DType) -> DType:
-    """The type ``a / b`` computes in once its operands meet in ``t``: integers divide as f32."""
-    return t if t.is_float else f32
+def _f32_holds(x: float) -> bool:
+    """Triton's test: 0, an infinity, NaN or a magnitude in f32's normal range."""
+    return x == 0 or not math.isfinite(x) or 2.0**-126 <= abs(x) <= f32.max
+
+
+def division_type(t: DType, true_division: bool) -> DType:
+    """The type ``a / b`` (``true_division``) or ``a % b`` computes in once the operands meet in
+    ``t``: as Triton, floats narrower than f32 divide in f32, and ``/`` of integers is f32."""
+    if t.is_float:
+        return t if t.bits >= 32 else f32
+    return f32 if true_division else t
 
 
 def mixed_signedness(types: Iterable[DType]) -> bool:

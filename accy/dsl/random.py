@@ -29,7 +29,7 @@ UNIFORM_SCALE = 4.6566127342e-10
 
 
 class RandomOps:
-    """``rand``, ``randn``, ``randint``, ``randint4x``, ``rand4x`` and ``umulhi``."""
+    """``rand``, ``randn``, ``randint``, ``randint4x``, ``rand4x``, ``randn4x`` and ``umulhi``."""
 
     def umulhi(self, a, b) -> Traced:
         """The high half of the full product of ``a`` and ``b``'s bits read as unsigned (as
@@ -61,16 +61,19 @@ class RandomOps:
         with ``n_rounds`` rounds of the counter (offset's low 32 bits, its high 32 bits (0 for
         a type of 32 bits or fewer), 0, 0) under the key of ``seed``'s 64 bits (an integer,
         sign-extended)."""
-        rounds = _rounds(n_rounds)
-        offsets = self._lift(offsets, None, "randint4x")
+        return self._philox(seed, offsets, n_rounds, "randint4x")
+
+    def _philox(self, seed, offsets, n_rounds, what: str) -> tuple:
+        rounds = _rounds(n_rounds, what)
+        offsets = self._lift(offsets, None, what)
         t = element_type(offsets.type)
         if not t.is_int:
-            raise _error(f"randint4x: offsets must be integers, got {offsets.type}")
+            raise _error(f"{what}: offsets must be integers, got {offsets.type}")
         offsets = Traced(offsets)
         c0 = self.cast(offsets, u32)
         zero = c0 * 0
         c1 = self.cast(offsets >> 32, u32) if t.bits > 32 else zero
-        k0, k1 = self._key(seed)
+        k0, k1 = self._key(seed, what)
         c2, c3 = zero, zero
         for _ in range(rounds):
             (m0, m1), (w0, w1) = ROUND_MULTIPLIERS, KEY_INCREMENTS
@@ -78,22 +81,22 @@ class RandomOps:
             k0, k1 = k0 + w0, k1 + w1
         return c0, c1, c2, c3
 
-    def _key(self, seed) -> tuple:
+    def _key(self, seed, what: str) -> tuple:
         """The seed's low and high 32 bits, as u32 values (constants for a Python int)."""
         if isinstance(seed, numbers.Integral) and not isinstance(seed, (bool, np.bool_)):
             if not -2**63 <= int(seed) < 2**64:
-                raise _error(f"rand: the seed {seed} does not fit in 64 bits")
+                raise _error(f"{what}: the seed {seed} does not fit in 64 bits")
             bits = int(seed) % 2**64
             return self.constant(bits & 0xFFFFFFFF, u32), self.constant(bits >> 32, u32)
         if not isinstance(seed, Traced) or not element_type(seed.type).is_int or element_type(seed.type) != seed.type:
             got = seed.type if isinstance(seed, Traced) else repr(seed)
-            raise _error(f"rand: the seed is an integer scalar (a Python int or a scalar parameter), got {got}")
+            raise _error(f"{what}: the seed is an integer scalar (a Python int or a scalar parameter), got {got}")
         wide = self.cast(seed, u64)  # a signed seed sign-extends, as Triton's seed.to(uint64)
         return self.cast(wide, u32), self.cast(wide >> 32, u32)
 
     def randint(self, seed, offsets, n_rounds: int = DEFAULT_ROUNDS) -> Traced:
         """The first of :meth:`randint4x`'s four u32 values."""
-        return self.randint4x(seed, offsets, n_rounds)[0]
+        return self._philox(seed, offsets, n_rounds, "randint")[0]
 
     def uint_to_uniform(self, x) -> Traced:
         """A u32 (or i32) as an f32 in [0, 1): its bits as i32, negatives complemented, times
@@ -103,26 +106,38 @@ class RandomOps:
 
     def rand(self, seed, offsets, n_rounds: int = DEFAULT_ROUNDS) -> Traced:
         """An f32 uniform in [0, 1) per element of ``offsets`` (from :meth:`randint`)."""
-        return self.uint_to_uniform(self.randint(seed, offsets, n_rounds))
+        return self.uint_to_uniform(self._philox(seed, offsets, n_rounds, "rand")[0])
 
     def rand4x(self, seed, offsets, n_rounds: int = DEFAULT_ROUNDS) -> tuple:
         """Four independent f32 uniforms in [0, 1) per element of ``offsets``."""
-        return tuple(self.uint_to_uniform(x) for x in self.randint4x(seed, offsets, n_rounds))
+        return tuple(self.uint_to_uniform(x) for x in self._philox(seed, offsets, n_rounds, "rand4x"))
 
     def randn(self, seed, offsets, n_rounds: int = DEFAULT_ROUNDS) -> Traced:
         """An f32 from the standard normal distribution per element of ``offsets``: Box-Muller's
         ``sqrt(-2 log u1) cos(2 pi u2)`` on the first two uniforms of :meth:`randint4x` (``u1``
         at least 1e-7)."""
-        i1, i2, _, _ = self.randint4x(seed, offsets, n_rounds)
+        i1, i2, _, _ = self._philox(seed, offsets, n_rounds, "randn")
+        return self._box_muller(i1, i2)[0]
+
+    def randn4x(self, seed, offsets, n_rounds: int = DEFAULT_ROUNDS) -> tuple:
+        """Four f32 standard normals per element of ``offsets``: Box-Muller's cosine and sine on
+        each pair of :meth:`randint4x`'s uniforms (the first is :meth:`randn`'s)."""
+        i1, i2, i3, i4 = self._philox(seed, offsets, n_rounds, "randn4x")
+        return self._box_muller(i1, i2) + self._box_muller(i3, i4)
+
+    def _box_muller(self, i1, i2) -> tuple:
+        """``r cos(theta)`` and ``r sin(theta)`` of two u32 draws made uniform (Triton's
+        ``pair_uniform_to_normal``): ``u1`` at least 1e-7."""
         u1 = self.max(self.uint_to_uniform(i1), 1.0e-7)
         angle = self.uint_to_uniform(i2) * 6.283185307179586
-        return self.sqrt(self.log(u1) * -2.0) * self.cos(angle)
+        radius = self.sqrt(self.log(u1) * -2.0)
+        return radius * self.cos(angle), radius * self.sin(angle)
 
 
 _UNSIGNED = {8: u8, 16: u16, 32: u32, 64: u64}
 
 
-def _rounds(n_rounds) -> int:
+def _rounds(n_rounds, what: str) -> int:
     if isinstance(n_rounds, (bool, np.bool_)) or not isinstance(n_rounds, numbers.Integral) or n_rounds < 1:
-        raise _error(f"rand: n_rounds is a positive Python int (10 by default), got {n_rounds!r}")
+        raise _error(f"{what}: n_rounds is a positive Python int (10 by default), got {n_rounds!r}")
     return int(n_rounds)

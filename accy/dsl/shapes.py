@@ -71,8 +71,8 @@ class ShapeOps:
         named = sum(k is not None and k is not Ellipsis for k in keys)
         if named > x.ndim:
             raise _error(f"{text}: too many indices for a {x.type} ({named} for {x.ndim} axes)")
-        if Ellipsis in keys:
-            at = keys.index(Ellipsis)
+        if any(k is Ellipsis for k in keys):  # not `in`: a slice of a traced bound would compare it
+            at = next(d for d, k in enumerate(keys) if k is Ellipsis)
             keys = keys[:at] + (slice(None),) * (x.ndim - named) + keys[at + 1:]
         else:
             keys = keys + (slice(None),) * (x.ndim - named)
@@ -108,9 +108,10 @@ class ShapeOps:
         return self.reshape(y, tuple(shape))
 
     # -- composing tiles ------------------------------------------------------------------------
-    def cat(self, a, b, axis: int = 0) -> Tile:
+    def cat(self, a, b, axis: int = 0, *, can_reorder: bool = False) -> Tile:
         """``a`` then ``b`` along ``axis`` (``np.concatenate``): tiles of one element type whose
-        other axes match (Triton's ``tl.cat(a, b, dim=axis)``, in order always)."""
+        other axes match (Triton's ``tl.cat(a, b, dim=axis)``, in order always: ``can_reorder``
+        is taken and needs nothing)."""
         a, b = self._tile(a, "cat"), self._tile(b, "cat")
         if a.dtype != b.dtype:
             raise _error(f"cat: the tiles hold {a.dtype} and {b.dtype}; cast one to the other's type first")

@@ -23,7 +23,7 @@ from .ops import (
 )
 from .tensors import OUT_OF_SHAPE
 from .traced import Tile, Traced, _error
-from .types import MAX_TILE_ELEMENTS, MAX_TILE_RANK, TileType, boolean, element_type, shape_of
+from .types import MAX_TILE_ELEMENTS, MAX_TILE_RANK, TileType, boolean, element_type, i32, shape_of, u32
 
 
 
@@ -138,10 +138,20 @@ class TileOps:
             raise _error(f"{what}: expected a tile, got {'a ' + str(x.type) + ' scalar' if isinstance(x, Traced) else repr(x)}")
         return x
 
-    def arange(self, n) -> Tile:
-        """The ``index`` tile ``0, 1, ..., n - 1``."""
+    def arange(self, n, end=None) -> Tile:
+        """The ``index`` tile ``0, 1, ..., n - 1``; ``t.arange(start, end)`` is ``start, ...,
+        end - 1`` (Triton's ``tl.arange(start, end)``), both Python ints."""
+        if end is not None:
+            if isinstance(n, Traced) or isinstance(end, Traced):
+                raise _error("arange(start, end): both are Python ints (the tile's size is static); add a traced "
+                             "offset to t.arange(size) instead")
+            return self.arange(end - n) + n if n else self.arange(end)
         (n,) = _static_shape(n, "arange")
         return Traced(self._record("arange", (), ArangeAttrs(n=n)).result)
+
+    def cdiv(self, a, b):
+        """``ceil(a / b)`` for non-negative integers (``accy.cdiv``)."""
+        return cdiv(a, b)
 
     def full(self, shape, value, dtype=None) -> Tile:
         """A tile of ``shape`` holding ``value`` everywhere, of ``dtype``, else of the value's type:
@@ -248,11 +258,21 @@ class TileOps:
             raise _error(f"{name}(tile, {k}): write t.{name}(x, axis={k}) for the reduction along axis {k} (Triton's "
                          f"tl.{name}(x, {k})) or t.{word}(x, {k}) for the elementwise {word}")
 
+    def _summed(self, x: Tile) -> Tile:
+        """``x`` in the type Triton sums it in: an integer narrower than 32 bits (and bool) in i32,
+        or u32 for an unsigned one, so that a sum of bytes does not wrap."""
+        t = x.dtype
+        if t.is_bool or (t.is_int and t.bits < 32):
+            return self.cast(x, u32 if t.is_unsigned else i32)
+        return x
+
     def _scan(self, combine: Combine, x, axis, reverse: bool = False) -> Tile:
         x = self._tile(x, f"cum{combine}")
         if axis is None:
             x, axis = self._flat(x), 0
         axis = _axis(axis, x.ndim, f"cum{combine}")
+        if combine == Combine.SUM:
+            x = self._summed(x)
         if reverse:  # from the end: the flipped tile's scan, flipped back (flip: accy.dsl.shapes)
             return self.flip(self._scan(combine, self.flip(x, axis), axis), axis)
         return Traced(self._record("scan", (x,), ReduceAttrs(op=combine, axis=axis)).result)
@@ -342,7 +362,7 @@ class TileOps:
         offsets, mask = self._access(handle, idx, mask, what, inside_known)
         if other is None:  # a Python 0 would be an index constant where the parameter holds bools
             other = False if handle.dtype.is_bool else 0
-        other = self._converted(other, handle.dtype, what)
+        other = self._stored(other, handle.dtype, what)
         if other.type != handle.dtype:
             raise _error(f"{what}: other is a {other.type}, but '{handle.name}' holds {handle.dtype} (other is one "
                          "value, which every masked-off element reads)")
@@ -363,7 +383,7 @@ class TileOps:
         where ``mask`` holds; elements where it does not are never touched."""
         what = f"{handle.name}.store"
         offsets, mask = self._access(handle, idx, mask, what, inside_known)
-        v = self._converted(value, handle.dtype, what)  # a store converts, as cast does
+        v = self._stored(value, handle.dtype, what)  # a store converts, as cast does
         shape = shape_of(offsets.type)
         if not shape:
             if shape_of(v.type):
@@ -442,7 +462,7 @@ class TileOps:
     def _tile_atomic(self, kind: str, handle, idx, value, mask) -> Traced | None:
         what = f"{handle.name}.atomic_{kind}"
         offsets, mask = self._access(handle, idx, mask, what)
-        v = self._converted(value, handle.dtype, what)
+        v = self._stored(value, handle.dtype, what)
         shape = shape_of(offsets.type) or shape_of(v.type)
         if not shape:  # every index and the value scalars: one atomic per program, as a scalar store is
             attrs_ = AtomicAttrs(op=kind, buffer=handle.name, dtype=handle.dtype)
@@ -464,7 +484,11 @@ class TileOps:
 
 
 def _reduction(rule: CombineRule, opcode: str, attrs_cls, name: str):
-    def method(self, x, axis=None, keepdims: bool = False) -> Traced:
+    def method(self, x, axis=None, keepdims: bool = False, *, keep_dims: bool | None = None,
+               tie_break_left: bool = True) -> Traced:
+        if not tie_break_left:
+            raise _error(f"{name}: tie_break_left=False is not there; the first of equal elements wins (as NumPy's)")
+        keepdims = keepdims if keep_dims is None else keep_dims  # Triton's spelling
         return self._reduce(opcode, rule.combine, x, axis, keepdims, attrs_cls)
     method.__name__ = method.__qualname__ = name
     return method

@@ -139,6 +139,8 @@ class Traced:
         builder, args = _builder_and_args(args)
         return builder.cast(self, *args, **options)
 
+    to = cast  # Triton's x.to(dtype) and x.to(dtype, bitcast=True)
+
 
 class Tile(Traced):
     """A tile of a ``for_each_tile`` program: a static ``shape`` of ``dtype`` elements.
@@ -210,6 +212,9 @@ class Tile(Traced):
     def ravel(self) -> "Tile":
         return context.current().ravel(self)
 
+    def broadcast_to(self, *shape) -> "Tile":
+        return context.current().broadcast_to(self, shape[0] if len(shape) == 1 else shape)
+
     def split(self):
         return context.current().split(self)
 
@@ -219,8 +224,9 @@ class Tile(Traced):
 
 
 def _reduction(name: str):
-    def call(self, *args, axis=None, keepdims: bool = False, **options):
+    def call(self, *args, axis=None, keepdims: bool = False, keep_dims: bool | None = None, **options):
         builder, args = _builder_and_args(args)
+        keepdims = keepdims if keep_dims is None else keep_dims  # Triton's spelling
         if name in ("max", "min") and args and not isinstance(args[0], (int, type(None))):
             return getattr(builder, name)(self, *args)  # x.max(y): elementwise, as on scalars
         if args:
@@ -253,7 +259,10 @@ del _rule, _name
 
 
 def _key_text(k) -> str:
-    return "None" if k is None else "..." if k is Ellipsis else ":" if k == slice(None) else repr(k)
+    if isinstance(k, slice):  # spelled out: == would compare a traced bound
+        parts = ["" if v is None else "n" if isinstance(v, Traced) else str(v) for v in (k.start, k.stop, k.step)]
+        return ":".join(parts[:2] if k.step is None else parts)
+    return "None" if k is None else "..." if k is Ellipsis else repr(k)
 
 
 def _builder_and_args(args):
@@ -337,12 +346,24 @@ Traced.__array_ufunc__ = _array_ufunc
 Traced.__array_function__ = _array_function
 
 
+# Triton's names with no op of that name here, and what says it in accy
+TRITON_SPELLINGS = {
+    "program_id": "a program's index is pid[\"name\"], the second argument of the for_each_tile body",
+    "num_programs": "the grid is the kernel's own: keep its extents in a variable where the grid is made",
+    "make_block_ptr": "a tensor parameter's boxes are p.x.load_tile(origin, shape) and p.x.store_tile",
+    "advance": "a tensor parameter's boxes are p.x.load_tile(origin, shape) at a new origin",
+    "static_range": "a Python range() unrolls while tracing; t.fold_range(start, stop, step, init, body) is a loop",
+    "device_print": "print from a program is not there yet; run it on backend='numpy' with debug_thread",
+}
+
+
 def _unknown(name: str, where: str) -> UnknownOpError:
     builders = {n for cls in BuilderBase.__subclasses__() for n in dir(cls)}
     names = sorted(set(_METHOD_NAMES) | builders | set(Traced.__dict__))
     names = [n for n in names if not n.startswith("_")]
     close = difflib.get_close_matches(name, names, n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else "; see docs/ir.md for every op"
+    hint = f"; {TRITON_SPELLINGS[name]}" if name in TRITON_SPELLINGS else \
+        f"; did you mean '{close[0]}'?" if close else "; see docs/ir.md for every op"
     return UnknownOpError(f"no op named '{name}' on {where}{hint}", context.user_location())
 
 

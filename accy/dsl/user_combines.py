@@ -31,7 +31,7 @@ from .combines import Combine
 from .ops import ReduceAttrs
 from .tiles import _axis, broadcast_shapes
 from .traced import Tile, Traced, _error
-from .types import element_type, i32, shape_of
+from .types import element_type, shape_of
 
 
 def _positional_count(fn: Callable) -> int | None:
@@ -147,24 +147,24 @@ class CombineOps:
     def sum(self, x, axis=None, keepdims: bool = False, *, dtype=None, keep_dims: bool | None = None) -> Traced:
         """The sum along ``axis`` (every element for None: a scalar), as ``np.add.reduce``; f16 and
         bf16 compute in f32 and round once.  ``dtype``: the elements are cast to it first, and it
-        accumulates there; a bool tile sums as a count, in i32 unless ``dtype`` says otherwise."""
+        accumulates there; without it an integer narrower than 32 bits sums in i32 (u32 when
+        unsigned) and a bool tile as an i32 count, as Triton's."""
         keepdims = keepdims if keep_dims is None else keep_dims
         x = self._tile(x, "sum")
-        if dtype is not None:
-            x = self.cast(x, self._dtype(dtype, "sum"))
-        elif x.dtype.is_bool:
-            x = self.cast(x, i32)  # Triton's count type
+        x = self.cast(x, self._dtype(dtype, "sum")) if dtype is not None else self._summed(x)
         return self._reduce("reduce", Combine.SUM, x, axis, keepdims, ReduceAttrs)
 
-    def max(self, x, *others, axis=None, keepdims: bool = False, return_indices: bool = False):
+    def max(self, x, *others, axis=None, keepdims: bool = False, return_indices: bool = False,
+            keep_dims: bool | None = None):
         """``t.max(x, axis)``: the largest element along ``axis`` (NaN propagates); with
         ``return_indices``, also the index of the first largest (first NaN), as ``t.argmax``;
         ``t.max(a, b)``: the elementwise maximum."""
-        return self._extreme("max", x, others, axis, keepdims, return_indices)
+        return self._extreme("max", x, others, axis, keepdims if keep_dims is None else keep_dims, return_indices)
 
-    def min(self, x, *others, axis=None, keepdims: bool = False, return_indices: bool = False):
+    def min(self, x, *others, axis=None, keepdims: bool = False, return_indices: bool = False,
+            keep_dims: bool | None = None):
         """As :meth:`max`, the smallest."""
-        return self._extreme("min", x, others, axis, keepdims, return_indices)
+        return self._extreme("min", x, others, axis, keepdims if keep_dims is None else keep_dims, return_indices)
 
     def _extreme(self, name: str, x, others, axis, keepdims: bool, return_indices: bool):
         values = getattr(super(), name)(x, *others, axis=axis, keepdims=keepdims)
