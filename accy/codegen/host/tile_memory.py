@@ -244,7 +244,6 @@ class TileMemoryEmitter:
 
         def spread_chunk(row_base, first, j, lanes) -> list:
             """A chunk at a constant step: its lanes' span in one access, masked to the lanes."""
-            lanes = lanes if lanes is not None else self.v.below(self.v.L)
             where = b.gep(ptr, [b.add(row_base, b.mul(j, ir.Constant(I64, spread)))], source_etype=mem)
             if out is not None:
                 got = self.v.spread_load(where, spread, lanes, passthru, align)
@@ -254,13 +253,14 @@ class TileMemoryEmitter:
             return []
 
         def whole_tile() -> ir.Value:
-            """Every element active and (with checks) the tile's lowest and highest offsets inside."""
+            """Every element active and (with checks) the tile's lowest and highest offsets inside (and,
+            checks or not, the elements a spread row's plain loads span past its last)."""
             whole = uniform
             for (lo_d, hi_d), extent in zip(ranges, shape):
                 whole = b.and_(whole, b.and_(b.icmp_signed("==", lo_d, ir.Constant(I64, 0)),
                                              b.icmp_signed("==", hi_d, ir.Constant(I64, extent))))
-            if checks:
-                low = high = base
+            if checks or spread:
+                low, high = base, b.add(base, ir.Constant(I64, (spread or 1) - 1))
                 for c, extent in zip(coefs, shape):
                     span = b.mul(c, ir.Constant(I64, extent - 1))
                     low = b.add(low, self.lw.call("llvm.smin", [span, ir.Constant(I64, 0)]))

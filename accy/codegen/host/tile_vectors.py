@@ -116,14 +116,19 @@ class TileVectors:
         n = v.type.count // step
         return self.lw.b.shuffle_vector(v, v, ir.Constant(self.vec(I32, n), [k * step for k in range(n)]))
 
-    def spread_load(self, where: ir.Value, step: int, lanes: ir.Value, passthru: ir.Value, align: int) -> ir.Value:
-        """The elements ``step`` apart from ``where`` in the ``lanes``: one masked load of their span."""
+    def spread_load(self, where: ir.Value, step: int, lanes: ir.Value | None, passthru: ir.Value, align: int) -> ir.Value:
+        """The elements ``step`` apart from ``where`` in the ``lanes``: one masked load of their
+        span; every lane (None): a plain load of it, which its caller has found inside the buffer."""
+        if lanes is None:
+            return self.every(self.lw.b.load(where, typ=self.vec(passthru.type.element, self.L * step), align=align), step)
         wide = self.masked_load(where, self.spread(lanes, step, ir.Constant(lanes.type, None)),
                                 self.spread(passthru, step), align)
         return self.every(wide, step)
 
-    def spread_store(self, v: ir.Value, where: ir.Value, step: int, lanes: ir.Value, align: int) -> None:
-        """``v``'s ``lanes`` stored ``step`` elements apart from ``where``: one masked store."""
+    def spread_store(self, v: ir.Value, where: ir.Value, step: int, lanes: ir.Value | None, align: int) -> None:
+        """``v``'s ``lanes`` (every one for None) stored ``step`` elements apart from ``where``: one
+        masked store (the elements between are not its own)."""
+        lanes = lanes if lanes is not None else self.below(self.L)
         self.masked_store(self.spread(v, step), where, self.spread(lanes, step, ir.Constant(lanes.type, None)), align)
 
     def extract(self, v: ir.Value, k) -> ir.Value:
