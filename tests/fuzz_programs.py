@@ -168,6 +168,14 @@ class Cast:
     a: Any
 
 
+def _swapped(e):
+    """The binary op ``e`` with its operands swapped (inside the cast a narrow float's ``/`` or
+    ``%`` takes back to its type)."""
+    if isinstance(e, Cast):
+        return attrs.evolve(e, a=_swapped(e.a))
+    return attrs.evolve(e, args=e.args[::-1])
+
+
 @attrs.frozen
 class Opaque:
     """``e + negz`` (negz a scalar parameter, -0.0 at run time): the same value, which LLVM
@@ -1187,7 +1195,10 @@ class _Gen:
             _note("feature", spelling)
         if any(isinstance(x.e, Const) and x.e.py for x in xs):
             _note("feature", "literal")
-        return _E(Op(op, tuple(x.e for x in xs), spelling), tainted, static)
+        e = Op(op, tuple(x.e for x in xs), spelling)
+        if op in ("div", "mod") and is_float(t) and dt(t).bits < 32:  # / and % of narrow floats are f32 (Triton's)
+            e = Cast(t, e)
+        return _E(e, tainted, static)
 
     def shift_count(self, env, t, d) -> _E:
         bits = dt(t).bits
@@ -1359,7 +1370,7 @@ class _Gen:
                 keeps = op in KEEPS_ERROR
                 a, b = (self.expr(env, t, d, keeps) for _ in range(2))
                 e = self.op(op, t, (a, b))
-                twin = attrs.evolve(e.e, args=e.e.args[::-1]) if self.draw(BOOLS) else e.e
+                twin = _swapped(e.e) if self.draw(BOOLS) else e.e
                 for x in (e.e, twin):
                     out.append(Let(x))
                     env[t].append(_Var(t, e.tainted, e.static))

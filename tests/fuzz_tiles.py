@@ -45,14 +45,14 @@ import ml_dtypes
 import numpy as np
 
 import accy
-from accy import axis, bf16, boolean, f16, f32, f64, i8, i32, index, u8
+from accy import axis, bf16, boolean, f16, f32, f64, i8, i32, index, u8, u32
 from accy.dsl.promotion import computation_type, mixed_signedness
 from accy.dsl.types import TileType
 
 FLOATS = (f32, f16, bf16, f64)
 INTS = (i32, i8, u8)
 VALUE_DTYPES = FLOATS + INTS + (boolean, index)
-PROBE_DTYPES = VALUE_DTYPES
+PROBE_DTYPES = VALUE_DTYPES + (u32,)  # sums and cumsums of u8 are u32 (as Triton's)
 UNIT = {"f32": 2.0**-24, "f64": 2.0**-53, "f16": 2.0**-11, "bf16": 2.0**-8}
 # half the least subnormal of each float type: the absolute part of one rounding
 TINY = {"f32": 2.0**-150, "f64": 2.0**-1075, "f16": 2.0**-25, "bf16": 2.0**-134}
