@@ -454,3 +454,25 @@ def test_a_scalar_argument_that_overflows_a_finite_fp8_is_an_error(t, past, belo
     assert out.astype(np.float32).tolist() == [biggest] * 4
     program.run([out, math.inf])
     assert np.isnan(out.astype(np.float32)).all()
+
+
+@pytest.mark.parametrize("name", ["f8e4m3", "f8e4m3fnuz", "f8e5m2"])
+def test_a_row_of_one_lane_stores_one_element(name):
+    """A 2-D launch whose x extent LLVM folds to 1 stores each row's one fp8 element with a
+    masked store of a constant one-lane mask; LLVM 22's x86 backend stored the narrowed lane as a
+    32-bit word over the next three elements (the fuzzer found it: [nan, nan] came back [nan, 0])."""
+    t = DTYPES[name]
+
+    def body(k, a):
+        ex = k.cast(k.cast(k.constant(1, accy.index), f16), accy.index)  # 1, but not a literal until LLVM folds it
+        ey = k.cast(k.cast(k.constant(5, accy.index), f16), accy.index)
+
+        def each(inner, idx):
+            i = idx["x"] + idx["y"] * ex
+            a.out[i] = inner.add(a.out[i], inner.constant(1.0, t))
+
+        k.for_each_2d(x=axis("x", ex), y=axis("y", ey), body=each)
+
+    out = np.full(5, 3.0, np.float32).astype(t.numpy)
+    Program("row", {"out": dynamic_buffer(t)}, body).run([out], backend="llvm")
+    np.testing.assert_array_equal(out.astype(np.float32), np.full(5, 4.0, np.float32))

@@ -17,6 +17,8 @@ Both work on a scalar or a vector of lanes, whose shape the results take.
 
 from __future__ import annotations
 
+import platform
+
 from llvmlite import ir
 
 from ..dsl.types import FloatFormat
@@ -63,7 +65,7 @@ def widen(b: ir.IRBuilder, code: ir.Value, fmt: FloatFormat) -> ir.Value:
     return b.bitcast(b.or_(bits, sign), _shaped(c, F32))
 
 
-def narrow(b: ir.IRBuilder, x: ir.Value, fmt: FloatFormat) -> ir.Value:
+def narrow(b: ir.IRBuilder, x: ir.Value, fmt: FloatFormat, *, host: bool = False) -> ir.Value:
     """``x`` (f32) rounded to the nearest-even code of ``fmt``, an integer of its width."""
     bits = b.bitcast(x, _shaped(x, I32))
     top = fmt.bits - 1
@@ -89,4 +91,15 @@ def narrow(b: ir.IRBuilder, x: ir.Value, fmt: FloatFormat) -> ir.Value:
     code = b.select(b.icmp_unsigned(">", magnitude, _const(bits, 0x7F800000)), _const(bits, fmt.nan_code), code)
     if not fmt.signed_zero:  # a zero is +0: the sign bit alone is the NaN (which has it already)
         sign = b.select(b.icmp_unsigned("==", code, _const(bits, 0)), _const(bits, 0), sign)
-    return b.trunc(b.or_(code, sign), _shaped(x, ir.IntType(fmt.bits)))
+    narrowed = b.trunc(b.or_(code, sign), _shaped(x, ir.IntType(fmt.bits)))
+    return _opaque(b, narrowed) if host else narrowed
+
+
+def _opaque(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """``v`` itself (on the host); a vector through an empty inline asm, so that LLVM 22's x86 backend cannot
+    fold its ``trunc`` into a masked store: with a constant mask keeping one lane it stores that
+    lane as a whole 32-bit word, over the three elements after it (tests/test_fp8.py pins it)."""
+    if not isinstance(v.type, ir.VectorType) or platform.machine().lower() not in ("x86_64", "amd64"):
+        return v
+    identity = ir.InlineAsm(ir.FunctionType(v.type, [v.type]), "", "=v,0")
+    return b.call(identity, [v])

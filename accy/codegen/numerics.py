@@ -49,7 +49,7 @@ class Numerics:
         """An f32 rounded to nearest-even narrow type ``t``, by the type's conversion.  bf16 and
         fp8 round with integer arithmetic (x86's bf16 instruction flushes subnormals to zero)."""
         if t.conversion is Conversion.software:
-            return minifloat.narrow(self.b, x, t.format)
+            return minifloat.narrow(self.b, x, t.format, host=self.lw.target.name == "host")
         if t.conversion is not Conversion.bfloat_bits:
             return self.b.fptrunc(x, shaped(x, llvm_type(t)))
         native = self.lw.narrow_natively(x, t)
