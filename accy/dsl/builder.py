@@ -277,10 +277,9 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         return [self._converted(x, target, opcode) for x in xs]
 
     def _converted(self, x, dtype: DType | None, opcode: str) -> Value:
-        """``x`` (traced, or a number) as a value of ``dtype``: cast where it is another type."""
-        fraction = is_weak(x) and not isinstance(x, numbers.Integral)
-        like = f32 if fraction and dtype is not None and not dtype.is_float else dtype  # then cast, as stores do
-        v = self._lift(x, like, opcode)
+        """``x`` (traced, or a number ``dtype`` holds) as a value of ``dtype``: cast where it is
+        another type (a number it may not hold goes through :meth:`_stored`)."""
+        v = self._lift(x, dtype, opcode)
         if dtype is not None and element_type(v.type) != dtype:
             v = self.cast(Traced(v), dtype).value
         return v
@@ -341,9 +340,8 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         """C's remainder (``fmod``, and ``%`` in C and Triton): the sign of the dividend ``a``
         (``%`` takes the divisor's); exact for floats, as ``math.fmod``."""
         self._same_signedness("fmod", a, b)
-        a, b = (Traced(v) for v in self._operands("fmod", a, b))
+        a, b = (Traced(v) for v in self._division_operands("fmod", a, b, true_division=False))
         if a.type.is_float:  # |a| mod |b| is the same both ways: only the sign differs
-            a, b = (self.cast(x, division_type(element_type(x.type), False)) for x in (a, b))
             return self.copysign(self.mod(self.abs(a), self.abs(b)), a)
         rest = self.mod(a, b)
         if a.type.is_unsigned:

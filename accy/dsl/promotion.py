@@ -70,8 +70,7 @@ def computation_type(types: Iterable[DType], weak: Iterable = ()) -> DType | Non
     types = list(types)
     common = reduce(promote, types) if types else None
     weak = list(weak)
-    fractions = [x for x in weak if isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral)
-                 and not (isinstance(x, np.generic) and np.issubdtype(type(x), np.integer))]
+    fractions = [x for x in weak if not isinstance(x, numbers.Integral)]  # NumPy's integers are Integral
     if fractions:
         if common is None or not common.is_float:  # f64 for a number f32 cannot hold, as Triton's
             common = f32 if all(_f32_holds(float(x)) for x in fractions) else f64

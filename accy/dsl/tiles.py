@@ -118,7 +118,7 @@ class TileOps:
 
     def select(self, cond, if_true, if_false) -> Traced:
         """``if_true`` where ``cond`` holds, else ``if_false``, elementwise, all broadcast together."""
-        cond = self._converted(cond, boolean, "where")  # a number is true where it is not 0, as Triton's
+        cond = self._stored(cond, boolean, "where")  # a number is true where it is not 0 (a cast), as Triton's
         a, b = super()._operands("where", if_true, if_false)
         cond, a, b = self._broadcast_together("where", [cond, a, b])
         return Traced(self._record("select", (cond, a, b)).result)
@@ -451,7 +451,7 @@ class TileOps:
         out = []
         for s in steps:
             if isinstance(s, Traced) and not isinstance(s, Tile) and element_type(s.type).is_int:
-                out.append(s if s.type.is_index else self.cast(s, "index"))
+                out.append(Traced(self._index(what, s)))
             elif isinstance(s, numbers.Integral) and not isinstance(s, (bool, np.bool_)) and s != 0:
                 out.append(int(s))
             else:

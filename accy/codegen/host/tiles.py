@@ -114,16 +114,16 @@ class TileHostLowering(Lowering):
         self.unchecked = _EVERY_OP if self.check_pass and not check_only else frozenset()
 
     # -- entry points ---------------------------------------------------------------------
-    def _entry(self, fn: ir.Function) -> ir.IRBuilder:
-        """The function's stack arrays (in a first block, branched from at the end) and the
-        kernel's top level, lowered once."""
+    def _entry(self, fn: ir.Function, tiles: bool = True) -> ir.IRBuilder:
+        """The function's stack arrays (in a first block, branched from at the end), the programs'
+        tile arrays where it runs programs (``tiles``), and the kernel's top level, lowered once."""
         self.allocas = ir.IRBuilder(fn.append_basic_block("allocas"))
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.values.clear()
         self.tiles.clear()
         self.program = None
         self._bind_params(fn)
-        self.slots = self._tile_arrays(self.storage.slot_bytes)
+        self.slots = self._tile_arrays(self.storage.slot_bytes if tiles else [])
         self.lower_top_level()
         return self.b
 
@@ -214,12 +214,11 @@ class TileHostLowering(Lowering):
         :meth:`lower_check`, then decides)."""
         fn = ir.Function(self.module, ir.FunctionType(I1, self._signature() + [ir.PointerType()]),
                          f"{self.graph.name}_prepare")
-        b = self._entry(fn)
+        b = self._entry(fn, tiles=False)  # the extents need no program's tiles
         out = fn.args[-1]
         out.name = "extents"
         for k, extent in enumerate(self.extents):
             b.store(extent, b.gep(out, [ir.Constant(I64, k)], source_etype=I64, inbounds=True))
-        self._release()
         if not self.check_pass:
             b.ret(ir.Constant(I1, 0 if self.target.checks else 1))
         else:
