@@ -148,7 +148,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
             raise _error(f"{opcode}({types}): {e}{self._literal_init_hint(operands)}") from None
         for t in result_types:  # however a tile is made (a broadcast, a dot), the same limit
             if isinstance(t, TileType) and t.size > MAX_TILE_ELEMENTS:
-                raise _error(f"{opcode}: its result is {too_many(t.shape)}")
+                raise _error(f"{opcode}: its result, {too_many(t.shape)}")
         op = Op(opcode, operands, attrs, result_types, regions, context.user_location(), self.block)
         self.block.ops.append(op)
         return op

@@ -42,7 +42,6 @@ class ShapeOps:
         return Traced(self._record("slice", (x,), SliceAttrs(starts=starts, steps=steps, shape=shape)).result)
 
     def _cat(self, a: Tile, b: Tile, axis: int) -> Tile:
-        _static_shape(a.shape[:axis] + (a.shape[axis] + b.shape[axis],) + a.shape[axis + 1:], "cat")
         return Traced(self._record("cat", (a, b), CatAttrs(axis=axis)).result)
 
     def _along(self, x: Tile, axis: int, start: int, step: int, size: int) -> Tile:
