@@ -196,7 +196,7 @@ class Program:
         and the host run tile programs as they are."""
         if not self.graph.is_tile_launch or not target.tile_pipeline:
             return self.graph
-        key = (target.tile_pipeline, target.capabilities.mma)
+        key = (target.tile_pipeline, target.capabilities)
         cache = self._lowered
         if key not in cache:
             cache[key] = lower(self.graph, target)

@@ -34,11 +34,12 @@ STATUS_WORDS = 4
 
 
 def shared_offsets(graph: Graph) -> tuple[dict[str, int], int]:
-    """Each shared array's byte offset in one block's shared memory (16-byte aligned, in
-    declaration order) and the bytes they take together."""
+    """Each shared array's byte offset in one block's shared memory (in declaration order, each
+    at a multiple of its alignment, 16 bytes or more) and the bytes they take together."""
     offsets, end = {}, 0
     for name, op in graph.shared_arrays().items():
-        offsets[name] = end
+        align = op.attrs.align
+        offsets[name] = end = -(-end // align) * align
         end += -(-op.attrs["count"] * op.attrs["dtype"].itemsize // 16) * 16
     return offsets, end
 

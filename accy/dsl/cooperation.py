@@ -10,7 +10,7 @@ import numpy as np
 
 from .combines import COMBINES, Combine
 from .ops import (OPS, REDUCTIONS, AsyncCopyAttrs, AsyncWaitAttrs, LdmatrixAttrs, MatrixOrder, MmaAttrs, MmaKind,
-                  ShuffleAttrs)
+                  NoAttrs, ShuffleAttrs, WgmmaAttrs)
 from .traced import BuilderBase, SharedArray, Traced, _LaunchInfo, _error
 from .types import DType, boolean, index, u32
 from ..targets import WARP_SIZE
@@ -144,6 +144,41 @@ class Cooperation:
         """Wait until at most ``pending`` of this thread's committed groups are in flight."""
         self._block_launch("async_wait")
         self._record("async_wait", (), AsyncWaitAttrs(pending=pending))
+
+    # -- warpgroup tensor cores (NVPTX at sm_90a: wgmma) --------------------------------
+    def wgmma(self, attrs_: WgmmaAttrs, a, b_at, c) -> tuple[Traced, ...]:
+        """A warpgroup's ``wgmma.mma_async`` m64nNk (``attrs_``: its kind, N and how its operands
+        lie in shared memory): ``a`` the element offset of A's 64 staged rows, or this thread's
+        A fragment elements; ``b_at`` B's offset; ``c`` this thread's n / 2 accumulators.  The
+        results are final once a :meth:`wgmma_wait` has retired its group.  The four warps of a
+        warpgroup must reach it together.  Only the NVPTX lowering has it."""
+        info = self._warps("wgmma")
+        self._check_uniform("wgmma", info)
+        a = [self._lift(a, index, "wgmma")] if attrs_.a_swizzle else [self._lift(v, None, "wgmma") for v in a]
+        values = a + [self._lift(b_at, index, "wgmma")] + [self._lift(v, None, "wgmma") for v in c]
+        return tuple(Traced(r) for r in self._record("wgmma", values, attrs_).results)
+
+    def wgmma_wait(self, pending: int, accumulators) -> tuple[Traced, ...]:
+        """Wait until at most ``pending`` of this warpgroup's committed wgmma groups are in
+        flight; the accumulators pass through (the wait is where they are final)."""
+        self._warps("wgmma_wait")
+        values = [self._lift(v, None, "wgmma_wait") for v in accumulators]
+        return tuple(Traced(r) for r in self._record("wgmma_wait", values, AsyncWaitAttrs(pending=pending)).results)
+
+    def wgmma_fence(self) -> None:
+        """Order this thread's earlier register writes before the next wgmma reads them."""
+        self._warps("wgmma_fence")
+        self._record("wgmma_fence", (), NoAttrs())
+
+    def wgmma_commit(self) -> None:
+        """Close this warpgroup's group of wgmma in flight."""
+        self._warps("wgmma_commit")
+        self._record("wgmma_commit", (), NoAttrs())
+
+    def fence_proxy_async(self) -> None:
+        """Make this thread's shared-memory writes visible to the asynchronous proxy (wgmma's reads)."""
+        self._block_launch("fence_proxy_async")
+        self._record("fence_proxy_async", (), NoAttrs())
 
     def _combine(self, what: str, op: str) -> str:
         """The builder method a reduction named ``op`` combines with."""

@@ -324,11 +324,18 @@ def _count(instance, field, value):
         _fail(instance, field, "a positive int", value)
 
 
+def _alignment(instance, field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 16 or value & (value - 1):
+        _fail(instance, field, "a power of two of at least 16 (bytes)", value)
+
+
 @_schema
 class SharedAttrs(OpAttrs):
     name: str = _field(tf.WORD, _is_name)
     dtype: DType = _field(tf.DTYPE, _is_dtype)
     count: int = _field(tf.INT, _count)
+    align: int = _field(tf.INT, _alignment, default=16)  # bytes its start is a multiple of
+
 
 
 @_schema
@@ -383,6 +390,44 @@ class AsyncCopyAttrs(OpAttrs):
 @_schema
 class AsyncWaitAttrs(OpAttrs):
     pending: int = _field(tf.INT, _min_blocks)  # groups a thread may leave in flight
+
+
+class Major(enum.StrEnum):
+    """Which axis of a warpgroup mma's operand is contiguous in its staged rows."""
+
+    K = "k"  # rows along M (A) or N (B), each holding its K elements
+    MN = "mn"  # rows along K, each holding N elements (B only; 16-bit types only)
+
+
+def _swizzle(instance, field, value):
+    if value not in (0, 32, 64, 128) or isinstance(value, bool):
+        _fail(instance, field, "0 (registers), 32, 64 or 128 (the swizzle span in bytes)", value)
+
+
+def _n_wide(instance, field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 8 <= value <= 256 or value % 8:
+        _fail(instance, field, "a multiple of 8 from 8 to 256", value)
+
+
+@_schema
+class WgmmaAttrs(OpAttrs):
+    """A warpgroup's ``wgmma.mma_async`` m64nNk: its operands' staged rows in the shared arrays
+    ``a_shared`` and ``b_shared``.
+
+    An operand in shared memory lies in rows of ``swizzle`` bytes (its contiguous axis cut into
+    chunks of that width, ``chunk`` elements apart; each chunk's rows one after another), the
+    16-byte units of row ``r`` XOR-swizzled by ``r``'s bits above the 8 rows' span (see
+    :func:`accy.dsl.warpgroups.staged_offset`); ``a_swizzle`` 0: A is in registers."""
+
+    kind: MmaKind = _field(tf.enum_codec(MmaKind), converter=_to_enum(MmaKind, "mma kind"))
+    n: int = _field(tf.INT, _n_wide)
+    a_shared: str = _field(tf.WORD, _is_name)  # (B's where A is in registers)
+    b_shared: str = _field(tf.WORD, _is_name)
+    a_swizzle: int = _field(tf.INT, _swizzle)
+    a_chunk: int = _field(tf.INT, _min_blocks)
+    b_major: Major = _field(tf.enum_codec(Major), converter=_to_enum(Major, "major"))
+    b_swizzle: int = _field(tf.INT, _swizzle)
+    b_chunk: int = _field(tf.INT, _min_blocks)
 
 
 # -- the tile level --------------------------------------------------------------------------
@@ -835,6 +880,25 @@ def _mma(op, types, attrs_):
     return (types[-1],) * c
 
 
+def _wgmma(op, types, attrs_):
+    kind, n = attrs_.kind, attrs_.n
+    a = 1 if attrs_.a_swizzle else kind.a_count
+    if len(types) != a + 1 + n // 2:
+        raise OpTypeError(f"wgmma {kind} n {n} takes {'an A offset' if a == 1 else f'{a} A elements'}, a B offset "
+                          f"and {n // 2} accumulators per thread, got {len(types)} operands")
+    wanted = (["index"] if a == 1 else [kind.inputs] * a) + ["index"] + [kind.accumulator] * (n // 2)
+    for position, (t, name) in enumerate(zip(types, wanted)):
+        if not isinstance(t, DType) or t.name != name:
+            raise OpTypeError(f"wgmma {kind}: operand {position} is {t}, expected {name}")
+    if attrs_.b_major is Major.MN and kind not in (MmaKind.F16, MmaKind.BF16):
+        raise OpTypeError(f"wgmma {kind}: a B with rows along K (mn-major) takes 16-bit types only")
+    return tuple(types[-(n // 2):])
+
+
+def _same_as_operands(op, types, attrs_):
+    return tuple(types)
+
+
 def _ldmatrix(op, types, attrs_):
     _index_operand(types)
     dtype = attrs_.dtype
@@ -1022,7 +1086,7 @@ OPS: dict[str, OpDef] = {
              " ($grid) threads ($threads){? as {unit}}{? min_blocks {min_blocks}} {", pure=False,
              regions=RegionKind.LAUNCH, thread_blocks=True, verify=_launch_axes),
         # declares a per-block array (name, dtype, count)
-        _def("shared", _no_results, SharedAttrs, " %{name} : {dtype}[{count}]", pure=False, in_blocks=True,
+        _def("shared", _no_results, SharedAttrs, " %{name} : {dtype}[{count}]{? align {align}}", pure=False, in_blocks=True,
              declares_shared=True),
         _def("barrier", _no_results, NoAttrs, "", pure=False, in_blocks=True, synchronises=Sync.BLOCK),
         # returns the element's old value
@@ -1045,6 +1109,20 @@ OPS: dict[str, OpDef] = {
              pure=False, reads=True, can_fail=_always, in_blocks=True, nvptx_only=True),
         _def("async_commit", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
         _def("async_wait", _no_results, AsyncWaitAttrs, " {pending}", pure=False, in_blocks=True, nvptx_only=True),
+        # NVPTX at sm_90a only: a warpgroup's (4 warps') tensor-core product from shared memory,
+        # in flight until a wait; its accumulators pass through the wait (their values are
+        # final only after one that leaves none of its group pending); fence before the first
+        # after the accumulators were written, commit closes a group; shared writes meet the
+        # async proxy (the mma's reads) through fence_proxy_async
+        _def("wgmma", _wgmma, WgmmaAttrs, " {kind} n {n} a %{a_shared} {a_swizzle} {a_chunk} b %{b_shared} {b_major} "
+             "{b_swizzle} {b_chunk} $0... : $types", pure=False, reads=True, can_fail=_always, in_blocks=True,
+             synchronises=Sync.WARP,
+             own_result=True, nvptx_only=True),
+        _def("wgmma_fence", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
+        _def("wgmma_commit", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
+        _def("wgmma_wait", _same_as_operands, AsyncWaitAttrs, " {pending} $0... : $types", pure=False,
+             in_blocks=True, own_result=True, nvptx_only=True),
+        _def("fence_proxy_async", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
         # the tile level: programs over a grid, each computing on whole tiles
         _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps}{? stages {num_stages}} {", pure=False,
              regions=RegionKind.LAUNCH, verify=_launch_axes, tiles=True, tile_launch=True),

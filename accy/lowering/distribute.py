@@ -73,15 +73,17 @@ RESIDENT_THREADS = 256
 MAX_ELEMENTS_PER_THREAD = 512
 
 
-def distribute(graph: Graph, tensor_cores: bool = False, shared_bytes: int = STATIC_SHARED_BYTES) -> Graph:
+def distribute(graph: Graph, tensor_cores: bool = False, shared_bytes: int = STATIC_SHARED_BYTES,
+               warpgroups: bool = False) -> Graph:
     """The SIMT block-launch graph that computes what the tile graph ``graph`` does; with
     ``tensor_cores`` (NVPTX at sm_80 and later) a ``dot`` whose shapes and types allow it runs
-    on ``mma.sync``; a program's shared memory stays within ``shared_bytes`` (the target's
-    per-block limit: past 48 KiB the launch opts into dynamic shared memory)."""
+    on ``mma.sync``, or with ``warpgroups`` (sm_90a) on ``wgmma`` where it fits; a program's
+    shared memory stays within ``shared_bytes`` (the target's per-block limit: past 48 KiB the
+    launch opts into dynamic shared memory)."""
     if not graph.is_tile_launch:
         raise ValueError(f"distribute: kernel '{graph.name}' is not a tile launch")
     _check_per_thread(graph)
-    return _Distributor(graph, tensor_cores, shared_bytes).run()
+    return _Distributor(graph, tensor_cores, shared_bytes, warpgroups).run()
 
 
 def _check_per_thread(graph: Graph) -> None:
@@ -104,7 +106,8 @@ class _Distributor:
     the part's method; an op with no handler is elementwise where it makes a tile, a scalar op
     copied as it is otherwise), all recording through one rebuilding core."""
 
-    def __init__(self, graph: Graph, tensor_cores: bool = False, shared_bytes: int = STATIC_SHARED_BYTES):
+    def __init__(self, graph: Graph, tensor_cores: bool = False, shared_bytes: int = STATIC_SHARED_BYTES,
+                 warpgroups: bool = False):
         self.graph = graph
         self.launch = graph.launch_op
         threads = self.launch.attrs.warps * WARP_SIZE
@@ -121,7 +124,7 @@ class _Distributor:
         self.memory = memory = MemoryAccesses(core, registers, scratch, direct, used)
         staging = OperandStaging(core, registers, scratch, memory)
         self.fma = FmaDot(core, registers, scratch)
-        self.mma = TensorCoreDot(core, registers, scratch, staging, tensor_cores, grid=grid)
+        self.mma = TensorCoreDot(core, registers, scratch, staging, tensor_cores, grid=grid, warpgroups=warpgroups)
         self.pipeline = SoftwarePipeline(core, self, registers, scratch, staging, self.mma,
                                          self.launch.attrs.num_stages, shared_bytes)
         self.regions = Regions(core, self, registers, scratch, self.mma, self.pipeline)

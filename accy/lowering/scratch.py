@@ -29,9 +29,10 @@ class Scratch(Part):
     def __init__(self, core: Rebuild):
         super().__init__(core)
         self.pool: dict[DType, list] = {}
+        self.aligned: dict[DType, int] = {}  # element type -> its array's alignment past 16 bytes
         self.dirty = False
 
-    def scratch(self, dtype: DType, count: int, op: Op) -> SharedArray:
+    def scratch(self, dtype: DType, count: int, op: Op, align: int = 16) -> SharedArray:
         dtype = u8 if dtype.is_bool else dtype
         entry = self.pool.get(dtype)
         total = sum(a.count * a.dtype.itemsize for a, _ in self.pool.values() if a.dtype != dtype)
@@ -44,6 +45,8 @@ class Scratch(Part):
         if entry is None:
             entry = self.pool[dtype] = list(self.core.launch.declare_scratch(dtype, count, "tile"))
         entry[0].count = max(entry[0].count, count)
+        if align > self.aligned.get(dtype, 16):
+            self.aligned[dtype] = align
         return entry[0]
 
     def bytes(self) -> int:
@@ -66,7 +69,8 @@ class Scratch(Part):
     def declare_sizes(self) -> None:
         """Each array declared at the size of its largest use (known once the program is built)."""
         for array, shared in self.pool.values():
-            shared.attrs = SharedAttrs(name=array.name, dtype=array.dtype, count=array.count)
+            shared.attrs = SharedAttrs(name=array.name, dtype=array.dtype, count=array.count,
+                                       align=self.aligned.get(array.dtype, 16))
 
     def before_write(self) -> None:
         if self.dirty:  # every thread has read the scratch's last contents before it changes

@@ -12,6 +12,7 @@ from .registers import Registers
 from .scratch import Scratch
 from .tensor_cores import STAGED, STAGED_KIND, OperandStaging, TensorCoreDot
 from .tile_memory import Deferred
+from .warpgroups import ALIGN
 
 def carried(region) -> set:
     """The values of a fold body that depend on its carries."""
@@ -62,11 +63,13 @@ class SoftwarePipeline(Part):
         self.stage_arrays: dict = {}  # element type -> the shared array of pipelined folds' stages
         self.stage_ops: dict = {}  # element type -> its shared op
         self.stage_array = None  # the staging array of the fold being built
+        self.stage_align: dict = {}  # element type -> its staging array's alignment past 16 bytes
 
     def declare_sizes(self) -> None:
         """Each staging array declared at the size of its largest use."""
         for dtype, array in self.stage_arrays.items():
-            self.stage_ops[dtype].attrs = SharedAttrs(name=array.name, dtype=dtype, count=array.count)
+            self.stage_ops[dtype].attrs = SharedAttrs(name=array.name, dtype=dtype, count=array.count,
+                                                      align=self.stage_align.get(dtype, 16))
 
     def plan(self, op: Op, dots: list):
         """For a fold whose dots take operands loaded per trip (Deferred, computed from the
@@ -94,7 +97,8 @@ class SoftwarePipeline(Part):
                 continue
             offsets[dot] = (size, plan)
             operands += [(dot, role, x, size + base, rows) for role, x, base, rows in mine]
-            size += -(-plan.size * el.itemsize // 16) * 16 // el.itemsize  # stages start 16-byte aligned
+            align = ALIGN if self.dots.on_warpgroups(dot) else 16  # (a wgmma's blocks: its swizzle's span)
+            size += -(-plan.size * el.itemsize // align) * align // el.itemsize
         if not operands:
             return None
         budget = self.shared_bytes - self.scratch.bytes() - sum(
@@ -144,6 +148,9 @@ class SoftwarePipeline(Part):
             self.stage_arrays[el] = array
         array.count = max(array.count, stages * size)
         self.stage_array = array
+        warpgroups = any(self.dots.on_warpgroups(dot) for dot in offsets)
+        if warpgroups:
+            self.stage_align[el] = ALIGN
         b = self.b
         for s in range(stages - 1):
             trip = core.add(start, s * step)
@@ -156,6 +163,8 @@ class SoftwarePipeline(Part):
                 *accs, stage = carries
                 b = self.b
                 b.async_wait(stages - 2)
+                if warpgroups:  # the copies landed are seen by the wgmma's (asynchronous) reads
+                    b.fence_proxy_async()
                 b.barrier()
                 # the stage carried is in [0, stages): said so, the ranges prove each access to
                 # it inside the staging array (no check per ldmatrix)

@@ -27,7 +27,7 @@ import math
 import attrs
 
 from ..dsl.ir import Graph, Op, constant_of
-from ..dsl.ops import AsyncCopyAttrs, MatrixOrder, MmaKind, Precision
+from ..dsl.ops import AsyncCopyAttrs, MatrixOrder, MmaKind, Precision, SharedAttrs
 from ..dsl.traced import SharedArray
 from ..dsl.types import bf16, f16, f32, i8
 from ..targets import WARP_SIZE
@@ -38,6 +38,7 @@ from .registers import Lazy, Registers, Regs
 from .scratch import Scratch, pitch
 from .tile_access import conjuncts
 from .tile_memory import Deferred, MemoryAccesses
+from .warpgroups import ALIGN, WarpgroupDot
 
 # the element type each kind's operands are staged in
 STAGED = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8}
@@ -108,6 +109,14 @@ def warp_grid(m: int, n: int, warps: int) -> int | None:
     no grid gives every warp whole tiles."""
     options = [wn for wn in (1, 2, 4, 8, 16, 32) if wn <= warps and Mma.fits((m, n), warps * WARP_SIZE, wn)]
     return min(options, key=lambda wn: (m // (warps // wn) + n // wn, -wn)) if options else None
+
+
+def b_transposed(op: Op) -> bool:
+    """Is the dot ``op``'s B a transpose (through unit reshapes): staged as n rows of k?"""
+    v = op.operands[1]
+    while v.op is not None and v.op.opcode == "reshape" and unit_reshape(v.op.operands[0].type.shape, v.type.shape):
+        v = v.op.operands[0]
+    return v.op is not None and v.op.opcode == "trans"
 
 
 def lone_dot(graph: Graph) -> bool:
@@ -362,8 +371,10 @@ class TensorCoreDot(Part):
     a list) the dots a fold's trial walk stages."""
 
     def __init__(self, core: Rebuild, registers: Registers, scratch: Scratch, staging: OperandStaging,
-                 enabled: bool, grid: bool = False):
+                 enabled: bool, grid: bool = False, warpgroups: bool = False):
         super().__init__(core)
+        self.warpgroups = WarpgroupDot(core) if warpgroups else None  # wgmma where a dot fits it
+        self.a_staged: dict = {}  # a wgmma dot -> the array its A was staged in before its fold
         self.grid = grid  # may a dot's warps form a grid (warp_grid)? not where one dot feeds another
         self.registers = registers
         self.scratch = scratch
@@ -373,23 +384,36 @@ class TensorCoreDot(Part):
         self.pipelined: dict = {}  # dot -> (its staging array, A's and B's base) in a pipelined fold
         self.collecting: list | None = None
 
+    def on_warpgroups(self, op: Op) -> bool:
+        """Does the dot ``op`` run on wgmma?"""
+        if self.warpgroups is None or not self.enabled:
+            return False
+        kind = mma_kind(op, self.T)
+        return kind is not None and self.warpgroups.fits(op, kind, b_transposed(op))
+
     def warps_n(self, op: Op) -> int:
         """The warps along the columns of the dot ``op``'s result (its Mma layout's ``warps_n``)."""
-        if not self.grid:
+        if not self.grid or self.on_warpgroups(op):
             return 1
         (m, _), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         return warp_grid(m, n, self.T // WARP_SIZE)
 
     def mma_kind(self, op: Op) -> MmaKind | None:
         """The mma the dot ``op`` runs on, or None (FMA, or no tensor cores)."""
+        if self.on_warpgroups(op):
+            return mma_kind(op, self.T)
         return mma_kind(op, self.T, self.grid) if self.enabled else None
 
     def plan(self, op: Op, kind: MmaKind, a, b_) -> Staging:
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         el = STAGED[kind]
-        a_held = self.held_a(op, kind, a) or op in self.a_fragments
+        a_held = self.held_a(op, kind, a) or op in self.a_fragments or op in self.a_staged
         b_rows_n = (isinstance(b_, Deferred) and b_.transposed) or (hasattr(b_, "layout")
                                                                      and isinstance(b_.layout, Permute))
+        if self.on_warpgroups(op):
+            b_rows_n = b_rows_n or kind not in (MmaKind.F16, MmaKind.BF16)  # (staged from registers)
+            a_rows, b_rows, b_base, size = self.warpgroups.plan(op, kind, a_held, b_rows_n, el.itemsize)
+            return Staging(0, a_rows, b_base, b_rows, b_rows_n, size)
         a_rows = staged_rows(kk, el.itemsize)
         if b_rows_n:
             b_rows, b_count = staged_rows(kk, el.itemsize), n
@@ -414,7 +438,11 @@ class TensorCoreDot(Part):
         acc = self.registers.regs(acc, layout, op)
         plan = self.plan(op, kind, a, b_)
         hoisted = self.a_fragments.get(op)
-        a_held = self.held_a(op, kind, a) or hoisted is not None
+        staged_a = self.a_staged.get(op)
+        a_held = self.held_a(op, kind, a) or hoisted is not None or staged_a is not None
+        wide = self.on_warpgroups(op)
+        if wide and plan.b_rows_n and isinstance(b_, Deferred) and not b_.transposed:
+            b_ = staging.load_now(b_)  # (a B wgmma takes K-major only: staged from registers)
         if self.collecting is not None:
             self.collecting.append((op, kind, plan, a, b_))
         pipelined = self.pipelined.get(op)
@@ -426,9 +454,9 @@ class TensorCoreDot(Part):
             if filled:
                 for x, base, rows, rows_n in filled:
                     staging.fill(array, x, base, rows, rows_n, kind)
-                scratch.written()
+                self.written(wide)
         else:
-            array = scratch.scratch(STAGED[kind], plan.size, op)
+            array = scratch.scratch(STAGED[kind], plan.size, op, ALIGN if wide else 16)
             a_base, b_base = plan.a_base, plan.b_base
             scratch.before_write()
             copied = False
@@ -438,8 +466,15 @@ class TensorCoreDot(Part):
             if copied:
                 self.b.async_commit()
                 self.b.async_wait(0)
-            scratch.written()
+            self.written(wide)
         values = list(acc.values)
+        if wide:
+            a_source = a if a_held and staged_a is None else staged_a or (array, a_base)
+            values = self.warpgroups.products(op, kind, a_source, plan.a_rows, array, b_base, plan.b_rows,
+                                              plan.b_rows_n, values, layout)
+            scratch.dirty = True
+            self.env[op.result] = Regs(layout, acc.dtype, tuple(values))
+            return
         b = self.b
         lane = b.bitwise_and(self.tid, WARP_SIZE - 1)
         # unused, and dropped as dead code, but the ops it records shift the PTX's register numbers
@@ -469,6 +504,13 @@ class TensorCoreDot(Part):
         scratch.dirty = True
         self.env[op.result] = Regs(layout, acc.dtype, tuple(values))
 
+    def written(self, warpgroups: bool) -> None:
+        """The staging written: every thread's writes seen by the block (and by the asynchronous
+        proxy, which a wgmma reads shared memory through)."""
+        if warpgroups:
+            self.b.fence_proxy_async()
+        self.scratch.written()
+
     def a_fragment(self, array: SharedArray, base, rows: StagedRows, q: int, k0: int, warps_m: int) -> list:
         """This lane's elements of A's fragment for its warp's ``q``-th 16-row tile and the
         k-step at ``k0`` (the warps split the rows ``warps_m`` ways): one ldmatrix.x4 (row
@@ -493,13 +535,22 @@ class TensorCoreDot(Part):
         inside = {v for o in region.walk() for v in o.results} | set(region.args)
         for dot in region.ops:
             kind = dot.opcode == "dot" and self.mma_kind(dot)
-            if not kind or dot.operands[0] in inside or dot in self.a_fragments:
+            if not kind or dot.operands[0] in inside or dot in self.a_fragments or dot in self.a_staged:
                 continue
             a = self.env[dot.operands[0]]
             if isinstance(a, Deferred) or self.held_a(dot, kind, a):
                 continue
             a = self.registers.regs(a)
             (m, kk) = a.shape
+            if self.on_warpgroups(dot):  # staged once where the wgmma of every trip reads it
+                el = STAGED[kind]
+                array, shared = self.core.launch.declare_scratch(el, m * kk, "held")
+                shared.attrs = SharedAttrs(name=array.name, dtype=el, count=m * kk, align=ALIGN)
+                self.staging.fill(array, a, 0, self.warpgroups.plan(dot, kind, False, True, el.itemsize)[0], False,
+                                  kind)
+                self.written(True)
+                self.a_staged[dot] = (array, 0)
+                continue
             rows = staged_rows(kk, STAGED[kind].itemsize)
             array = scratch.scratch(STAGED[kind], m * rows.pitch, dot)
             scratch.before_write()

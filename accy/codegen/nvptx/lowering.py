@@ -21,6 +21,7 @@ from ...dsl.schedule import axes_on_x
 from ...dsl.types import DType, bf16, f32
 from .control_flow import NvptxControlFlow
 from .debug_lines import DebugLines
+from .tensor_cores import TENSOR_CORE_OPS, TensorCoreEmitter
 from ..arithmetic import MATH
 from ..llvm import LoweredModule, Lowering
 from ...errors import CompileError
@@ -151,9 +152,9 @@ class NvptxLowering(Lowering):
 
     def op_emitters(self):
         """The target-neutral table, with the block level's and the tensor cores' ops."""
-        return {**super().op_emitters(), "barrier": self.op_barrier, "shuffle": self.op_shuffle, "mma": self.op_mma,
-                "ldmatrix": self.op_ldmatrix, "async_copy": self.op_async_copy,
-                "async_commit": self.op_async_commit, "async_wait": self.op_async_wait}
+        cores = TensorCoreEmitter(self)
+        return {**super().op_emitters(), "barrier": self.op_barrier, "shuffle": self.op_shuffle,
+                **{name: getattr(cores, name) for name in TENSOR_CORE_OPS}}
 
     # -- the block level ----------------------------------------------------------------
     def _declare_shared(self) -> None:
@@ -164,8 +165,8 @@ class NvptxLowering(Lowering):
         if dynamic_shared_bytes(self.graph):
             dynamic = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), 0), "shared_dynamic", addrspace=3)
             dynamic.linkage = "external"
-            dynamic.align = 16
             arrays = self.graph.shared_arrays()
+            dynamic.align = max(op.attrs.align for op in arrays.values())
             for name, offset in shared_offsets(self.graph)[0].items():
                 first = self.b.gep(dynamic, [zero, ir.Constant(I64, offset)], inbounds=True)
                 self.shared_ptrs[name] = self.b.bitcast(first, memory_type(arrays[name].attrs["dtype"]).as_pointer(3))
@@ -174,7 +175,7 @@ class NvptxLowering(Lowering):
             ty = ir.ArrayType(memory_type(op.attrs["dtype"]), op.attrs["count"])
             var = ir.GlobalVariable(self.module, ty, f"shared_{name}", addrspace=3)
             var.linkage = "internal"
-            var.align = 16
+            var.align = op.attrs.align
             var.initializer = ir.Constant(ty, ir.Undefined)
             self.shared_ptrs[name] = self.b.gep(var, [zero, zero], inbounds=True)
 
@@ -208,97 +209,6 @@ class NvptxLowering(Lowering):
             high = b.call(fn, [full, b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32), lane, clamp])
             result = b.or_(b.zext(low, I64), b.shl(b.zext(high, I64), ir.Constant(I64, 32)))
         return result if isinstance(value.type, ir.IntType) else b.bitcast(result, value.type)
-
-    # -- tensor cores ---------------------------------------------------------------
-    def op_mma(self, op: Op) -> None:
-        """``mma.sync.aligned.m16n8kK.row.col`` through NVVM's intrinsic: the lane's elements
-        packed into 32-bit registers, lowest element in the low bits."""
-        kind = op.attrs.kind
-        if self.target.sm < 80:
-            raise CompileError(f"mma {kind}: tensor-core dot needs sm_80 or later, compiling for {self.target.arch}")
-        b = self.b
-        values = [self.value(v) for v in op.operands]
-        a_n = kind.a_count
-        a, bb, c = values[:a_n], values[a_n:a_n + a_n // 2], values[a_n + a_n // 2:]
-        per = 4 // op.operands[0].type.itemsize  # elements in a register
-        if kind is MmaKind.F16:
-            words = lambda vs: [self._pack(vs[k:k + 2], ir.VectorType(vs[0].type, 2)) for k in range(0, len(vs), 2)]  # noqa: E731
-            name = "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"
-        else:
-            words = lambda vs: [b.bitcast(self._pack(vs[k:k + per], ir.VectorType(vs[0].type, per)), I32)  # noqa: E731
-                                if per > 1 else b.bitcast(vs[k], I32) for k in range(0, len(vs), per)]
-            name = {MmaKind.BF16: "llvm.nvvm.mma.m16n8k16.row.col.bf16", MmaKind.TF32: "llvm.nvvm.mma.m16n8k8.row.col.tf32",
-                    MmaKind.S8: "llvm.nvvm.mma.m16n8k32.row.col.s8"}[kind]
-        args = words(a) + words(bb) + c
-        result = ir.LiteralStructType([c[0].type] * 4)
-        out = b.call(self.declare(name, result, [v.type for v in args]), args)
-        for k, r in enumerate(op.results):
-            self.values[r] = b.extract_value(out, k)
-
-    def _pack(self, values, ty: ir.VectorType) -> ir.Value:
-        vector = ir.Constant(ty, None)
-        for k, v in enumerate(values):
-            vector = self.b.insert_element(vector, v, ir.Constant(I32, k))
-        return vector
-
-    def op_ldmatrix(self, op: Op) -> None:
-        """``ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16`` through NVVM's intrinsic;
-        an offset whose 16-byte row leaves the array reads row 0 instead, checked (every lane
-        must execute it, so there is no branch around it)."""
-        b = self.b
-        count, dtype = op.attrs.count, op.attrs.dtype
-        idx = self.value(op.operands[0])
-        if self.memory.checked(op):
-            last = b.add(idx, ir.Constant(I64, 16 // dtype.itemsize - 1))
-            size = ir.Constant(I64, self.graph.shared_arrays()[op.attrs.buffer].attrs.count)
-            ok = b.and_(b.icmp_unsigned("<", idx, size), b.icmp_unsigned("<", last, size))
-            self.check(op, ok, STATUS_LOAD_OOB, b.select(b.icmp_unsigned("<", idx, size), last, idx))
-            idx = b.select(ok, idx, ir.Constant(I64, 0))
-        trans = ".trans" if op.attrs.order is MatrixOrder.TRANS else ""
-        name = f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{trans}.b16"
-        pointer = self.memory.element(op, idx)
-        result = I32 if count == 1 else ir.LiteralStructType([I32] * count)
-        out = b.call(self.declare(name, result, [pointer.type]), [pointer])
-        words = [out] if count == 1 else [b.extract_value(out, k) for k in range(count)]
-        per = 4 // dtype.itemsize
-        element = memory_type(dtype)
-        values = []
-        for word in words:
-            if per == 1:
-                values.append(b.bitcast(word, element))
-                continue
-            vector = b.bitcast(word, ir.VectorType(element, per))
-            values.extend(b.extract_element(vector, ir.Constant(I32, k)) for k in range(per))
-        for r, v in zip(op.results, values):
-            self.values[r] = v
-
-    def op_async_copy(self, op: Op) -> None:
-        """``cp.async.{cg,ca}.shared.global`` with a source size (the rest zero-filled) through
-        NVVM's intrinsic; checked, a copy whose read leaves the buffer reads nothing."""
-        b = self.b
-        dst, src, valid = (self.value(v) for v in op.operands)
-        nbytes, dtype = op.attrs.bytes, op.attrs.dtype
-        if self.memory.checked(op):
-            elements = b.udiv(valid, ir.Constant(I64, dtype.itemsize))
-            last = b.sub(b.add(src, elements), ir.Constant(I64, 1))
-            inside = b.and_(b.icmp_unsigned("<", src, self.memory.count(op)), b.icmp_unsigned("<", last, self.memory.count(op)))
-            ok = b.or_(b.icmp_unsigned("==", valid, ir.Constant(I64, 0)), inside)
-            self.check(op, ok, STATUS_LOAD_OOB, b.select(b.icmp_unsigned("<", src, self.memory.count(op)), last, src))
-            valid = b.select(ok, valid, ir.Constant(I64, 0))
-            src = b.select(ok, src, ir.Constant(I64, 0))
-        target = b.gep(self.shared_ptrs[op.attrs.shared], [dst], inbounds=True)
-        source = b.gep(self.pointers[op.attrs.buffer], [src], source_etype=memory_type(dtype), inbounds=True)
-        cache = "cg" if nbytes == 16 else "ca"  # .cg (L2 only) takes 16 bytes alone
-        fn = self.declare(f"llvm.nvvm.cp.async.{cache}.shared.global.{nbytes}.s", VOID,
-                          [target.type, source.type, I32])
-        b.call(fn, [target, source, b.trunc(valid, I32)])
-
-    def op_async_commit(self, op: Op) -> None:
-        self.call("llvm.nvvm.cp.async.commit.group", [], ty=VOID)
-
-    def op_async_wait(self, op: Op) -> None:
-        b = self.b
-        b.call(self.declare("llvm.nvvm.cp.async.wait.group", VOID, [I32]), [ir.Constant(I32, op.attrs.pending)])
 
     # -- entry points ---------------------------------------------------------------
     def lower_kernel(self, block: tuple[int, int, int]) -> ir.Function:

@@ -57,7 +57,8 @@ DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may h
 # ops the interpreter runs with its own state (methods op_<name> of the Interpreter or of its parts)
 STRUCTURAL = frozenset({"const", "size", "aligned", "cast", "bitcast", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle", "ldmatrix", "mma", "async_copy",
-                        "async_commit", "async_wait"})
+                        "async_commit", "async_wait", "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait",
+                        "fence_proxy_async"})
 CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
 
 

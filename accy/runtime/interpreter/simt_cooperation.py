@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...dsl.ir import Op
+from ...dsl.ops import Major
+from ...dsl.warpgroups import linear_offset, swizzled
 from ...errors import BarrierError
 from . import warp_matrix
 from ...diagnostics import at
@@ -83,3 +85,50 @@ class BlockCooperation:
         out = warp_matrix.mma(kind, values[:n], values[n:n + n // 2], values[n + n // 2:])
         for result, d in zip(op.results, out):
             run.env[result] = d.reshape(run.grid)
+
+    # -- warpgroup tensor cores (sm_90a; the reference computes at once: a correct program
+    # reads the accumulators only after the wait that retires the group) ------------------
+    def op_wgmma(self, op: Op) -> None:
+        run, attrs_ = self.interpreter, op.attrs
+        kind, n, k = attrs_.kind, attrs_.n, attrs_.kind.k
+        groups = run.block_threads // warp_matrix.WARPGROUP
+
+        def per_group(value):
+            return np.broadcast_to(value, run.grid).reshape(run.blocks, groups, warp_matrix.WARPGROUP)
+
+        values = [run.env[v] for v in op.operands]
+
+        def read(name, at, rows, cols, swizzle, chunk, k_major):
+            """Each block's and group's operand (rows x cols) from ``at`` as the hardware reads
+            it: along a K-major operand's rows within one swizzle span, along an MN-major one's
+            by chunks; the swizzle on the element's own offset (the array is aligned)."""
+            memory = run.memory.shared[name].reshape(run.blocks, -1)
+            itemsize = memory.dtype.itemsize
+            first = per_group(at)[..., 0].astype(np.int64)[..., None, None]
+            r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+            step = c if k_major else linear_offset(0, c, swizzle, chunk, itemsize)
+            where = swizzled(first + r * (swizzle // itemsize) + step, swizzle, itemsize)
+            return np.take_along_axis(memory[:, None, :], where.reshape(run.blocks, groups, -1), axis=2).reshape(
+                run.blocks, groups, rows, cols)
+
+        if attrs_.a_swizzle:
+            a, rest = read(attrs_.a_shared, values[0], 64, k, attrs_.a_swizzle, attrs_.a_chunk, True), values[1:]
+        else:
+            a, rest = [per_group(v) for v in values[:kind.a_count]], values[kind.a_count:]
+        if attrs_.b_major is Major.K:
+            b = np.swapaxes(read(attrs_.b_shared, rest[0], n, k, attrs_.b_swizzle, attrs_.b_chunk, True), -1, -2)
+        else:
+            b = read(attrs_.b_shared, rest[0], k, n, attrs_.b_swizzle, attrs_.b_chunk, False)
+        out = warp_matrix.wgmma(kind, n, a, b, [per_group(v) for v in rest[1:]])
+        for result, d in zip(op.results, out):
+            run.env[result] = d.reshape(run.grid)
+
+    def op_wgmma_wait(self, op: Op) -> None:
+        run = self.interpreter
+        for result, v in zip(op.results, op.operands):
+            run.env[result] = run.env[v]
+
+    def op_wgmma_fence(self, op: Op) -> None:
+        pass  # ordering only: the reference runs each op when it is reached
+
+    op_wgmma_commit = op_fence_proxy_async = op_wgmma_fence

@@ -91,6 +91,44 @@ def mma(kind: MmaKind, a: list, b: list, c: list) -> list:
     return [d[(..., *c_position(i))] for i in range(4)]
 
 
+WARPGROUP = 4 * WARP_SIZE  # the threads of a wgmma: four consecutive warps
+
+
+def wgmma_position(kind: MmaKind, i: int, role: str):
+    """(rows, columns) per thread of a warpgroup of element ``i`` of its D (``role`` "d") or
+    register A ("a") fragment: warp ``w`` of the group holds rows ``16 w`` to ``16 w + 15`` as one
+    warp's m16n8 fragments do, D's ``i``-th in the 8-column tile ``i // 4``."""
+    warp = np.arange(WARPGROUP) // WARP_SIZE
+    if role == "a":
+        rows, cols = (np.tile(x, 4) for x in a_position(kind, i))
+        return rows + 16 * warp, cols
+    rows, cols = (np.tile(x, 4) for x in c_position(i % 4))
+    return rows + 16 * warp, cols + 8 * (i // 4)
+
+
+def wgmma(kind: MmaKind, n: int, a, b: np.ndarray, c: list) -> list:
+    """D = A B + C for warpgroups: ``a`` a (..., 64, K) matrix from shared memory or the list of
+    A fragment elements, each shaped (..., 128); ``b`` (..., K, n); ``c`` the n / 2 accumulator
+    elements shaped (..., 128); returns D's so shaped.  Arithmetic as :func:`mma`'s."""
+    shape = np.shape(c[0])[:-1]
+    wide = np.int64 if kind is MmaKind.S8 else np.float64
+    convert = _tf32 if kind is MmaKind.TF32 else (lambda v: v)
+    if isinstance(a, list):
+        am = np.zeros(shape + (64, kind.k), wide)
+        for i, v in enumerate(a):
+            r, col = wgmma_position(kind, i, "a")
+            am[..., r, col] = convert(v)
+    else:
+        am = convert(a).astype(wide)
+    cm = np.zeros(shape + (64, n), wide)
+    for i, v in enumerate(c):
+        cm[(..., *wgmma_position(kind, i, "d"))] = v
+    with np.errstate(all="ignore"):
+        d = np.matmul(am, convert(b).astype(wide)) + cm
+    d = d.astype(np.int32) if kind is MmaKind.S8 else d.astype(np.float32)
+    return [d[(..., *wgmma_position(kind, i, "d"))] for i in range(n // 2)]
+
+
 def ldmatrix_sources(count: int, order: MatrixOrder, per_register: int) -> list:
     """For each element a lane gets (matrix by matrix, low element first): per lane, (the lane
     whose row address it reads, the element offset from that address)."""
@@ -105,4 +143,4 @@ def ldmatrix_sources(count: int, order: MatrixOrder, per_register: int) -> list:
     return out
 
 
-__all__ = ["mma", "ldmatrix_sources", "a_position", "b_position", "c_position"]
+__all__ = ["mma", "wgmma", "wgmma_position", "WARPGROUP", "ldmatrix_sources", "a_position", "b_position", "c_position"]
