@@ -353,8 +353,11 @@ def _llvm_ir(ns) -> int:
 
 
 def _info(ns) -> int:
+    from .codegen.abi import dynamic_shared_bytes
     from .codegen.nvptx.occupancy import occupancy
     from .codegen.nvptx.toolchain import resources
+    from .lowering.software_pipeline import stages_in_effect
+    from .lowering.warpgroups import WARPGROUP_THREADS
 
     program = _program(ns)
     launch = program.threads
@@ -362,15 +365,21 @@ def _info(ns) -> int:
     print(f"{program.name}: {threads} threads per block {launch.block}"
           f"{'' if program.graph.static_extents is None else f', grid {program.launch().grid}'}")
     print(f"  {'arch':6} {'registers':>9} {'spills (st/ld)':>15} {'stack':>6} {'shared':>8} "
-          f"{'blocks/SM':>9} {'occupancy':>9} {'mma':>5}  limited by")
-    for arch in ns.arch.split(","):
-        ptx = program.ptx(arch.strip(), fast_math=ns.fast_math, checks=not ns.no_checks)
-        used = resources(ptx, arch.strip())
+          f"{'blocks/SM':>9} {'occupancy':>9} {'mma':>5} {'wgmma':>5} {'warpgroups':>10} {'stages':>6}  limited by")
+    for arch in (a.strip() for a in ns.arch.split(",")):
+        ptx = program.ptx(arch, fast_math=ns.fast_math, checks=not ns.no_checks)
+        used = resources(ptx, arch)
         occ = occupancy(used, threads)
         spills = f"{used.spill_stores}/{used.spill_loads} B"
-        mma = sum(line.lstrip().startswith("mma.sync") for line in ptx.splitlines())  # in the code, not executed
-        print(f"  {arch:6} {used.registers:>9} {spills:>15} {used.stack_bytes:>4} B {used.shared_bytes:>6} B "
-              f"{occ.blocks_per_sm:>9} {occ.fraction:>8.0%} {mma:>5}  {occ.limiter}")
+        lines = [line.lstrip() for line in ptx.splitlines()]
+        mma = sum(line.startswith("mma.sync") for line in lines)  # in the code, not executed
+        wgmma = sum(line.startswith("wgmma.mma_async") for line in lines)
+        groups = threads // WARPGROUP_THREADS if wgmma else 0
+        stages = stages_in_effect(program.graph_for("cuda", arch)) if program.graph.is_tile_launch else 1
+        shared = used.shared_bytes + dynamic_shared_bytes(program.graph_for("cuda", arch))
+        print(f"  {arch:6} {used.registers:>9} {spills:>15} {used.stack_bytes:>4} B {shared:>6} B "
+              f"{occ.blocks_per_sm:>9} {occ.fraction:>8.0%} {mma:>5} {wgmma:>5} {groups:>10} {stages:>6}  "
+              f"{occ.limiter}")
     return 0
 
 
@@ -462,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="registers, spills, shared memory and occupancy of a kernel (ptxas -v)")
     _add_kernel(info, dict(batch=2, queries=64, keys=64, qk=64, value=64))
-    info.add_argument("--arch", default="sm_80,sm_90", help="comma-separated architectures (default sm_80,sm_90)")
+    info.add_argument("--arch", default="sm_80,sm_90,sm_90a",
+                      help="comma-separated architectures (default sm_80,sm_90,sm_90a)")
     info.add_argument("--fast-math", action="store_true", help="f32 math with NVPTX's approximate instructions")
     info.add_argument("--no-checks", action="store_true", help="omit bounds and division checks")
     info.add_argument("--flash", action="store_true", help="attention: the flash entry (blocks, shared tiles)")

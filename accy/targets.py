@@ -71,6 +71,12 @@ def nvptx_limits(sm: int) -> BlockLimits:
                        dynamic_shared=dynamic * 1024)
 
 
+def device_arch(major: int, minor: int) -> str:
+    """The PTX target for a GPU of compute capability ``major.minor``: its architecture-specific
+    ``sm_90a`` on 9.0 (wgmma; such code runs on 9.0 alone), ``sm_NN`` elsewhere."""
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
 def nvptx_capabilities(arch: str) -> Capabilities:
     """What ``sm_NN`` (``sm_NNa``: with its architecture-specific features) offers."""
     sm = int(arch[3:].rstrip("a"))

@@ -158,26 +158,9 @@ def _row(compiler: str, arch: str, cubin: bytes, resources, shared: int, stages:
 
 
 def _stages(program, arch: str) -> str:
-    """The pipeline in effect in the main loop (the fold with the most tensor-core ops): its
-    prologue commits the copies of the first ``stages - 1`` trips as groups just before it."""
-    best = (0, "1")
+    from accy.lowering.software_pipeline import stages_in_effect
 
-    def walk(block):
-        nonlocal best
-        commits = 0
-        for op in block.ops:
-            if op.opcode == "async_commit":
-                commits += 1
-            elif op.opcode == "fold":
-                mma = sum(o.opcode == "mma" for o in op.walk())
-                if mma > best[0]:
-                    best = (mma, str(commits + 1))
-                commits = 0
-            for region in op.regions:
-                walk(region)
-
-    walk(program.graph_for("cuda", arch).body)
-    return best[1]
+    return str(stages_in_effect(program.graph_for("cuda", arch)))
 
 
 def accy_row(job: Job, arch: str) -> Row:
@@ -204,10 +187,10 @@ def triton_row(job: Job, arch: str) -> Row | str:
     from . import triton_kernels
 
     name, constants, warps, stages = job.triton
-    compiled = triton_kernels.compile_for(name, constants, warps, stages, int(arch[3:]))
+    compiled = triton_kernels.compile_for(name, constants, warps, stages, int(arch[3:].rstrip("a")))
     ptx = compiled.asm["ptx"]
     target = re.search(r"\.target\s+(\w+)", ptx).group(1)  # sm_90a where Triton emits wgmma
-    res = resources(ptx, target, ptxas=triton_kernels.ptxas_for(int(arch[3:])))
+    res = resources(ptx, target, ptxas=triton_kernels.ptxas_for(int(arch[3:].rstrip("a"))))
     return _row("triton", target, compiled.asm["cubin"], res, compiled.metadata.shared, str(stages))
 
 

@@ -14,6 +14,30 @@ from .tensor_cores import STAGED, STAGED_KIND, OperandStaging, TensorCoreDot
 from .tile_memory import Deferred
 from .warpgroups import ALIGN
 
+def stages_in_effect(graph) -> int:
+    """The pipeline stages of a distributed graph's main loop (the fold with the most
+    tensor-core ops): its prologue commits the copies of the first ``stages - 1`` trips as
+    groups just before it (1: not pipelined)."""
+    best = (0, 1)
+
+    def walk(block):
+        nonlocal best
+        commits = 0
+        for op in block.ops:
+            if op.opcode == "async_commit":
+                commits += 1
+            elif op.opcode == "fold":
+                products = sum(o.opcode in ("mma", "wgmma") for o in op.walk())
+                if products > best[0]:
+                    best = (products, commits + 1)
+                commits = 0
+            for region in op.regions:
+                walk(region)
+
+    walk(graph.body)
+    return best[1]
+
+
 def carried(region) -> set:
     """The values of a fold body that depend on its carries."""
     out = set(region.args[1:])

@@ -31,6 +31,7 @@ from .layouts import Mma
 from .rebuild import Part, Rebuild
 
 WARPGROUP_WARPS = 4
+WARPGROUP_THREADS = WARPGROUP_WARPS * WARP_SIZE
 BLOCK_ROWS = 64  # a wgmma's M
 MAX_N = 256  # its widest N
 ALIGN = pattern_bytes(128)  # bytes every staged block starts at a multiple of
@@ -184,4 +185,4 @@ class WarpgroupDot(Part):
         return k0 // rows.per_row * rows.chunk + k0 % rows.per_row
 
 
-__all__ = ["WarpgroupDot", "SwizzledRows", "ALIGN"]
+__all__ = ["WarpgroupDot", "SwizzledRows", "ALIGN", "WARPGROUP_THREADS"]

@@ -44,7 +44,7 @@ class Occupancy:
 
 def occupancy(resources: Resources, threads_per_block: int) -> Occupancy:
     """The theoretical occupancy of a kernel using ``resources`` with blocks of ``threads_per_block``."""
-    sm = ARCHITECTURES.get(resources.arch)
+    sm = ARCHITECTURES.get(resources.arch.rstrip("a"))  # sm_90a: sm_90's SM
     if sm is None:
         raise ValueError(f"no occupancy table for {resources.arch}; known: {', '.join(ARCHITECTURES)}")
     warps = math.ceil(threads_per_block / 32)

@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 
 from ...errors import BackendUnavailableError, ExecutionError
-from ...targets import STATIC_SHARED_BYTES
+from ...targets import STATIC_SHARED_BYTES, device_arch
 from . import KernelLaunch, foreign_stream_handle, stream_error
 
 
@@ -72,7 +72,7 @@ class CudaCoreDriver:
         self.ordinal = device
         self.push_context()
         major, minor = tuple(self.core.Device(device).compute_capability)
-        self.arch = f"sm_{major}{minor}"
+        self.arch = device_arch(major, minor)
 
     def _check(self, result, what: str):
         """A ``cuda.bindings`` call's result ``(CUresult, *values)``: the values, or an error."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import BackendUnavailableError
-from ...targets import STATIC_SHARED_BYTES
+from ...targets import STATIC_SHARED_BYTES, device_arch
 from . import KernelLaunch, stream_error
 
 
@@ -48,7 +48,7 @@ class PycudaDriver:
         self.ordinal = device
         self.context = drv.Device(device).retain_primary_context()
         major, minor = drv.Device(device).compute_capability()
-        self.arch = f"sm_{major}{minor}"
+        self.arch = device_arch(major, minor)
         self.live: dict[int, object] = {}  # address -> its DeviceAllocation
 
     # -- context and streams -------------------------------------------------------------------
