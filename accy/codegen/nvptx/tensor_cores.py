@@ -15,11 +15,25 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...dsl.ir import Op
+from ...dsl.ir import Op, constant_of
 from ...dsl.ops import MatrixOrder, Major, MmaKind
 from ...errors import CompileError
 from ..abi import STATUS_LOAD_OOB
 from ..llvm_types import I32, I64, VOID, memory_type
+
+def _peel(value) -> tuple:
+    """``value`` as (a value, a constant added to it): its constant addends taken off."""
+    extra = 0
+    while value.op is not None and value.op.opcode == "add":
+        constants = [constant_of(v) for v in value.op.operands]
+        if constants[1] is not None:
+            value, extra = value.op.operands[0], extra + constants[1]
+        elif constants[0] is not None:
+            value, extra = value.op.operands[1], extra + constants[0]
+        else:
+            break
+    return value, extra
+
 
 TENSOR_CORE_OPS = ("mma", "ldmatrix", "async_copy", "async_commit", "async_wait", "wgmma", "wgmma_fence",
                    "wgmma_commit", "wgmma_wait", "fence_proxy_async")
@@ -130,15 +144,23 @@ class TensorCoreEmitter:
         ty = ir.FunctionType(result, [a.type for a in args])
         return self.lw.b.call(ir.InlineAsm(ty, text, constraints, side_effect=True), args)
 
-    def _descriptor(self, name: str, at: ir.Value, swizzle: int, major: Major, chunk: int) -> ir.Value:
-        """The matrix descriptor of the operand staged from element ``at`` of the array ``name``."""
+    def _descriptor(self, name: str, at, swizzle: int, major: Major, chunk: int) -> ir.Value:
+        """The matrix descriptor of the operand staged from element ``at`` (a graph value) of the
+        array ``name``.  Shared addresses are under 2**18, so the start is 32-bit arithmetic,
+        and a constant added to ``at`` (a k-step's, a block's) is added to the descriptor's
+        start field: the ops of one dot share the rest."""
         b = self.lw.b
         itemsize = self.lw.graph.shared_arrays()[name].attrs.dtype.itemsize
-        address = b.add(b.ptrtoint(self.lw.shared_ptrs[name], I64), b.mul(at, ir.Constant(I64, itemsize)))
+        base, extra = _peel(at)
+        if extra * itemsize % 16:  # (a start is 16-byte aligned; so are its parts where the lowering split it)
+            base, extra = at, 0
+        address = b.add(b.trunc(b.ptrtoint(self.lw.shared_ptrs[name], I64), I32),
+                        b.mul(b.trunc(self.lw.value(base), I32), ir.Constant(I32, itemsize)))
         leading = chunk * itemsize if major is Major.MN else 16
-        fields = (leading >> 4) << 16 | (8 * swizzle >> 4) << 32 | SWIZZLE_MODE[swizzle] << 62
-        start = b.lshr(b.and_(address, ir.Constant(I64, 0x3FFFF)), ir.Constant(I64, 4))
-        return b.or_(start, ir.Constant(I64, fields))
+        low = (leading >> 4) << 16 | extra * itemsize >> 4
+        start = b.add(b.lshr(address, ir.Constant(I32, 4)), ir.Constant(I32, low))
+        high = (8 * swizzle >> 4) | SWIZZLE_MODE[swizzle] << 30
+        return b.or_(b.zext(start, I64), ir.Constant(I64, high << 32))
 
     def _words(self, values: list) -> list:
         """Fragment elements packed into 32-bit registers, the lowest element in the low bits."""
@@ -160,12 +182,12 @@ class TensorCoreEmitter:
         count = n // 2
         accs = values[-count:]
         if attrs_.a_swizzle:
-            a_args = [self._descriptor(attrs_.a_shared, values[0], attrs_.a_swizzle, Major.K, attrs_.a_chunk)]
+            a_args = [self._descriptor(attrs_.a_shared, op.operands[0], attrs_.a_swizzle, Major.K, attrs_.a_chunk)]
             rest = values[1:-count]
         else:
             a_args = self._words(values[:kind.a_count])
             rest = values[kind.a_count:-count]
-        b_desc = self._descriptor(attrs_.b_shared, rest[0], attrs_.b_swizzle, attrs_.b_major, attrs_.b_chunk)
+        b_desc = self._descriptor(attrs_.b_shared, op.operands[len(op.operands) - count - 1], attrs_.b_swizzle, attrs_.b_major, attrs_.b_chunk)
         reg = "r" if kind is MmaKind.S8 else "f"
         args = a_args + [b_desc, ir.Constant(I32, 1)] + accs
         first = count
