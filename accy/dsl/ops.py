@@ -1115,7 +1115,7 @@ OPS: dict[str, OpDef] = {
         # after the accumulators were written, commit closes a group; shared writes meet the
         # async proxy (the mma's reads) through fence_proxy_async
         _def("wgmma", _wgmma, WgmmaAttrs, " {kind} n {n} a %{a_shared} {a_swizzle} {a_chunk} b %{b_shared} {b_major} "
-             "{b_swizzle} {b_chunk} $0... : $types", pure=False, reads=True, can_fail=_always, in_blocks=True,
+             "{b_swizzle} {b_chunk} $0... : $types", pure=False, can_fail=_always, in_blocks=True,
              synchronises=Sync.WARP,
              own_result=True, nvptx_only=True),
         _def("wgmma_fence", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),

@@ -1,0 +1,213 @@
+"""Hopper's warpgroup tensor cores (issue 34): ``t.dot`` on ``wgmma`` at sm_90a.
+
+The staged layouts are checked against the hardware's swizzle written out here from the PTX
+ISA (XOR of address bits); the distributed graphs run on the numpy backend (the ``wgmma`` op's
+reference, accy/runtime/interpreter/warp_matrix.py) and their PTX on ``ptx`` (the emulator,
+which implements wgmma and its descriptors from the ISA on its own), each against NumPy in
+float64; every PTX assembles with ptxas at sm_90a.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import accy
+from accy import axis, bf16, cdiv, f16, f32, i8, i32
+from accy.codegen.nvptx import toolchain
+from accy.dsl.warpgroups import staged_offset
+from accy.library import AttentionTiles, ScaledDotProduct, scaled_dot_product_tile
+from accy.lowering.layouts import Mma
+from accy.lowering.warpgroups import SwizzledRows
+from accy.runtime import bind_arguments, get_backend, resolve_launch
+from accy.runtime.interpreter import warp_matrix
+from accy.runtime.tensor_arguments import expand_tensor_arguments
+from accy.targets import Target, device_arch
+from accy.dsl.ops import MmaKind
+from tile_kernels import matmul_program
+
+NEEDS_PTXAS = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="no ptxas: pip install nvidia-cuda-nvcc")
+ARCH = "sm_90a"
+
+
+# -- the staged layouts ---------------------------------------------------------------------------
+def _hardware(byte: int, swizzle: int) -> int:
+    """The ISA's swizzle on a byte address: bits 4.. XOR bits 7.. (3, 2 or 1 of them)."""
+    bits = {128: 3, 64: 2, 32: 1}[swizzle]
+    return byte ^ (((byte >> 7) & ((1 << bits) - 1)) << 4)
+
+
+@pytest.mark.parametrize("swizzle, itemsize", list(itertools.product((32, 64, 128), (1, 2, 4))))
+def test_a_staged_block_is_the_swizzled_rows_the_hardware_reads(swizzle, itemsize):
+    per_row = swizzle // itemsize
+    rows, chunks = 16, 3
+    chunk = rows * per_row
+    places = set()
+    for r, c in itertools.product(range(rows), range(chunks * per_row)):
+        linear = (c // per_row * chunk + r * per_row + c % per_row) * itemsize
+        want = _hardware(linear, swizzle) // itemsize
+        got = staged_offset(r, c, swizzle, chunk, itemsize)
+        assert got == want and _hardware(linear, swizzle) % itemsize == linear % itemsize
+        places.add(got)
+    assert places == set(range(rows * chunks * per_row))  # every element a place of its own
+
+
+@pytest.mark.parametrize("warps, m", [(4, 64), (4, 128), (8, 128), (8, 256), (4, 256)])
+def test_a_rows_are_staged_where_the_wgmma_fragment_gives_the_mma_layout_its_rows(warps, m):
+    """Staged row P of warpgroup g's block q holds logical row R where the warpgroup's D fragment
+    row P (warp w: 16 w + l // 4, + 8) is the row the Mma layout gives that thread's register."""
+    rows = SwizzledRows(128, m * 64, 2, warps, m)
+    positions = [rows.position(None, None, r) for r in range(m)]
+    assert sorted(positions) == list(range(m))
+    layout = Mma((m, 8), warps * 32)
+    per_group = m // (64 * (warps // 4))
+    for t in range(warps * 32):
+        group, within = divmod(t, 128)
+        for q, i in itertools.product(range(per_group), range(4)):
+            frag_row, frag_col = (int(x[within]) for x in warp_matrix.wgmma_position(MmaKind.BF16, i, "d"))
+            register = layout.register((2 * q + (i >> 1) % 2, i % 2))
+            (row, col), _ = layout.element_of(t, register)
+            assert positions[row] == (group * per_group + q) * 64 + frag_row and col == frag_col
+
+
+# -- the distributed graphs on the numpy backend ---------------------------------------------------
+def run_lowered(program, args, arch=ARCH):
+    """The graph ptx compiles for ``arch``, run on the numpy backend; returns it."""
+    graph = program.lowered(Target.nvptx(arch))
+    impl = get_backend("numpy")
+    args = expand_tensor_arguments(graph, args)
+    binding = bind_arguments(graph, args)
+    impl.execute(graph, binding, resolve_launch(graph, program.threads, binding, None), **impl.checked_options({}))
+    return graph
+
+
+def products(graph) -> tuple[int, int]:
+    ops = [op.opcode for op in graph.body.walk()]
+    return ops.count("wgmma"), ops.count("mma")
+
+
+def transposed_matmul(dtype, acc_type, bm, bn, bk, warps, precision=None, stages=2):
+    """c = a @ b.T with b given as (N, K) rows: B staged K-major, as wgmma takes tf32 and i8."""
+
+    @accy.kernel(c=accy.tensor(acc_type, 2), a=accy.tensor(dtype, 2), b=accy.tensor(dtype, 2))
+    def matmul_t(k, p):
+        M, K = p.a.shape
+        N = p.b.shape[0]
+
+        @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=warps, num_stages=stages)
+        def body(t, pid):
+            def step(t, k0, acc):
+                a = p.a.load_tile((pid["m"] * bm, k0), (bm, bk))
+                b = p.b.load_tile((pid["n"] * bn, k0), (bn, bk))
+                return t.dot(a, t.trans(b), acc, **({"precision": precision} if precision else {}))
+
+            acc = t.fold_range(0, K, bk, t.zeros((bm, bn), acc_type), step)
+            p.c.store_tile((pid["m"] * bm, pid["n"] * bn), acc)
+
+    return matmul_t
+
+
+def _inputs(dtype, shape, rng):
+    if dtype == i8:
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    return rng.standard_normal(shape).astype(dtype.numpy)
+
+
+def _check(c, a, b, dtype, k):
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    if dtype == i8:
+        np.testing.assert_array_equal(c, want.astype(np.int64).astype(np.int32))
+        return
+    u = 2.0**-11 if dtype == f32 else 2.0**-24  # tf32 rounds its inputs to 10 fraction bits
+    bound = (2 * k * 2.0**-24 + 2 * u) * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))) + 1e-30
+    assert np.all(np.abs(c - want) <= bound)
+
+
+# (name, input dtype, accumulator, bm x bn x bk on warps, stages, B transposed, precision, M, N, K)
+MATMULS = [
+    ("bf16 128x128x64 8 warps", bf16, f32, (128, 128, 64, 8), 3, False, None, (256, 256, 192)),
+    ("bf16 64x64x32 4 warps", bf16, f32, (64, 64, 32, 4), 2, False, None, (128, 64, 96)),
+    ("f16 64x32x16", f16, f32, (64, 32, 16, 4), 1, False, None, (64, 64, 48)),
+    ("f16 128x64x64 4 warps, B transposed", f16, f32, (128, 64, 64, 4), 2, True, None, (128, 128, 128)),
+    ("bf16 64x256x32 with tails", bf16, f32, (64, 256, 32, 4), 2, False, None, (100, 300, 70)),
+    ("tf32 64x64x32, B transposed", f32, f32, (64, 64, 32, 4), 2, True, "tf32", (64, 128, 64)),
+    ("i8 64x64x64, B transposed", i8, i32, (64, 64, 64, 4), 2, True, None, (128, 64, 128)),
+]
+
+
+def _program(case):
+    name, dtype, acc, (bm, bn, bk, warps), stages, transposed, precision, _ = case
+    if transposed:
+        return transposed_matmul(dtype, acc, bm, bn, bk, warps, precision, stages)
+    program = matmul_program(dtype, acc, bm, bn, bk, warps, precision)
+    return program
+
+
+def _args(case, rng):
+    name, dtype, acc, _, _, transposed, _, (M, N, K) = case
+    a = _inputs(dtype, (M, K), rng)
+    b = _inputs(dtype, (N, K) if transposed else (K, N), rng)
+    return a, b, np.zeros((M, N), acc.numpy)
+
+
+@pytest.mark.parametrize("case", MATMULS, ids=[c[0] for c in MATMULS])
+def test_tile_matmuls_on_warpgroups_agree_with_numpy(case):
+    rng = np.random.default_rng(7)
+    a, b, c = _args(case, rng)
+    graph = run_lowered(_program(case), dict(c=c, a=a, b=b))
+    assert products(graph)[0] > 0 and products(graph)[1] == 0  # every product on wgmma
+    _check(c, a, b.T if case[5] else b, case[1], a.shape[1])
+
+
+def test_a_dot_wgmma_cannot_take_stays_on_mma_sync():
+    """One warp is no warpgroup; a tf32 B in k rows of n is not K-major (the ISA transposes 16-bit
+    types only): both keep mma.sync at sm_90a, and still agree."""
+    rng = np.random.default_rng(2)
+    for program, (M, N, K), dtype in ((matmul_program(bf16, f32, 16, 16, 16, 1), (32, 32, 32), bf16),
+                                      (matmul_program(f32, f32, 64, 64, 32, 4, "tf32"), (64, 64, 64), f32)):
+        a, b = _inputs(dtype, (M, K), rng), _inputs(dtype, (K, N), rng)
+        c = np.zeros((M, N), np.float32)
+        graph = run_lowered(program, dict(c=c, a=a, b=b))
+        assert products(graph)[0] == 0 and products(graph)[1] > 0
+        _check(c, a, b, dtype, K)
+
+
+@pytest.mark.parametrize("head, block_q, block_k, warps", [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 8)])
+def test_the_attention_entry_on_warpgroups_agrees_with_its_tile_reference(head, block_q, block_k, warps):
+    rng = np.random.default_rng(head)
+    spec = ScaledDotProduct(2, 128, 192, head, head)
+    program = scaled_dot_product_tile(spec, bf16, AttentionTiles(block_q, block_k, warps)).program
+    q = rng.standard_normal((2, 128, head)).astype(bf16.numpy)
+    k, v = (rng.standard_normal((2, 192, head)).astype(bf16.numpy) for _ in range(2))
+    out, want = np.zeros_like(q), np.zeros_like(q)
+    graph = run_lowered(program, dict(dst=out, query=q, key=k, value=v))
+    assert products(graph)[0] > 0 and products(graph)[1] == 0
+    program.run(dict(dst=want, query=q, key=k, value=v), backend="numpy")
+    np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), atol=2e-2, rtol=2e-2)
+
+
+# -- the PTX -----------------------------------------------------------------------------------------
+@NEEDS_PTXAS
+def test_the_wgmma_ptx_assembles_without_spills():
+    for program in [_program(c) for c in MATMULS[:2]] + [scaled_dot_product_tile(
+            ScaledDotProduct(2, 128, 128, 128, 128), bf16, AttentionTiles(64, 64, 4)).program]:
+        ptx = program.ptx(ARCH)
+        assert ".target sm_90a" in ptx and "wgmma.mma_async.sync.aligned.m64n" in ptx
+        assert "wgmma.wait_group.sync.aligned 0;" in ptx and "fence.proxy.async.shared::cta;" in ptx
+        used = toolchain.resources(ptx, ARCH)
+        assert used.spill_stores == used.spill_loads == 0
+
+
+def test_a_hopper_gpu_compiles_for_sm_90a_and_others_keep_their_arch():
+    assert device_arch(9, 0) == "sm_90a" and device_arch(8, 0) == "sm_80" and device_arch(12, 0) == "sm_120"
+    assert Target.nvptx("sm_90a").capabilities.wgmma and not Target.nvptx("sm_90").capabilities.wgmma
+
+
+def test_the_sm_90_target_keeps_mma_sync():
+    rng = np.random.default_rng(1)
+    case = MATMULS[1]
+    a, b, c = _args(case, rng)
+    graph = run_lowered(_program(case), dict(c=c, a=a, b=b), arch="sm_90")
+    assert products(graph)[0] == 0 and products(graph)[1] > 0
