@@ -211,13 +211,29 @@ def tensor_core_kernel():
     return mma
 
 
+def warpgroup_kernel():
+    """Two bf16 dots on warpgroups at sm_90a, the second's A held in registers: wgmma with its
+    fence, commit and wait, the proxy fence after staging, and the staging arrays aligned."""
+
+    @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(bf16))
+    def wgmma(k, a):
+        @k.for_each_tile(grid=axis("i", 1), warps=4)
+        def body(t, pid):
+            at = t.arange(64)[:, None] * 64 + t.arange(64)[None, :]
+            x, y = a.x.load(at), a.x.load(at + 4096)
+            a.dst.store(at, t.dot(t.dot(x, y).to(bf16), y))
+
+    return wgmma
+
+
 def test_the_block_ops_text_form_is_the_documented_one():
     assert block_kernel().traced_graph.text() == EXPECTED_BLOCK_TEXT
 
 
 def test_every_op_prints_and_parses_back_exactly():
     graphs = [pointwise_kernel().traced_graph, block_kernel().traced_graph, tile_kernel().traced_graph,
-              vector_kernel().graph_for("ptx"), tensor_core_kernel().graph_for("ptx")]
+              vector_kernel().graph_for("ptx"), tensor_core_kernel().graph_for("ptx"),
+              warpgroup_kernel().graph_for("ptx", "sm_90a")]
     seen = {op.opcode for g in graphs for op in g.body.walk()}
     assert seen == set(OPS), sorted(set(OPS) - seen)
     for graph in graphs:
