@@ -206,12 +206,13 @@ def test_info_reports_registers_spills_shared_memory_and_occupancy(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "128 threads per block" in lines[0]
     rows = {line.split()[0]: line.split() for line in lines[2:]}
-    assert set(rows) == {"sm_80", "sm_90"}
-    for row in rows.values():  # arch, registers, spills "st/ld B", stack, shared, blocks/SM, occupancy, mma, limiter
-        limiter = row[-2:] if row[-2:] == ["shared", "memory"] else row[-1:]
-        mma, occupancy = row[-len(limiter) - 1], row[-len(limiter) - 2]
-        assert int(row[1]) <= 128 and row[2] == "0/0" and occupancy.endswith("%") and mma == "0"
-        assert limiter[0] in ("registers", "shared", "warps", "blocks")
+    assert set(rows) == {"sm_80", "sm_90", "sm_90a"}
+    # arch, registers, spills "st/ld B", stack, shared, blocks/SM, occupancy, mma, wgmma, warpgroups, stages,
+    # limiter
+    for row in rows.values():
+        occupancy, mma, wgmma, groups, stages, *limiter = row[9:]
+        assert int(row[1]) <= 128 and row[2] == "0/0" and occupancy.endswith("%") and mma == wgmma == groups == "0"
+        assert stages == "1" and limiter[0] in ("registers", "shared", "warps", "blocks")
 
 
 def test_info_counts_the_mma_instructions_of_a_tile_matmul(capsys):
@@ -224,7 +225,11 @@ def test_info_counts_the_mma_instructions_of_a_tile_matmul(capsys):
     row = capsys.readouterr().out.splitlines()[2].split()
     # 128 x 128 x 64 tiles on 8 warps, 2 x 4 of them: a warp's 64 x 32 of c, 4 row tiles x 4 column
     # tiles x 4 k-steps of m16n8k16
-    assert row[0] == "sm_80" and row[-2] == "64" and row[2] == "0/0"
+    assert row[0] == "sm_80" and row[10:14] == ["64", "0", "0", "3"] and row[2] == "0/0"
+    # at sm_90a: two warpgroups, each 4 k-steps of m64n128k16
+    assert main(["info", f"{example}:tile_matmul_bf16", "--arch", "sm_90a"]) == 0
+    row = capsys.readouterr().out.splitlines()[2].split()
+    assert row[0] == "sm_90a" and row[10:14] == ["0", "4", "2", "3"] and row[2] == "0/0"
 
 
 def test_occupancy_follows_the_cuda_rules():

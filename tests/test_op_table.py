@@ -364,12 +364,12 @@ def test_traits_are_consistent():
     assert _having("reads") == {"load", "atomic", "tile_load", "tile_atomic", "ldmatrix", "async_copy"}
     assert _having("writes") == {"store", "atomic", "tile_store", "tile_atomic"}
     assert {n: d.synchronises for n, d in OPS.items() if d.synchronises} == {
-        "barrier": Sync.BLOCK, "shuffle": Sync.WARP, "mma": Sync.WARP, "ldmatrix": Sync.WARP}
+        "barrier": Sync.BLOCK, "shuffle": Sync.WARP, "mma": Sync.WARP, "ldmatrix": Sync.WARP, "wgmma": Sync.WARP}
     assert {n: d.regions for n, d in OPS.items() if d.regions} == {
         "fold": RegionKind.LOOP, "if": RegionKind.BRANCH, "for_each": RegionKind.LAUNCH,
         "for_each_tile": RegionKind.LAUNCH,
         "for_each_block": RegionKind.LAUNCH}
-    assert _having("own_result") == {"shuffle", "atomic", "mma", "ldmatrix"}
+    assert _having("own_result") == {"shuffle", "atomic", "mma", "ldmatrix", "wgmma"}
     assert _having("nvptx_only") == ops.NVPTX_OPS == {"mma", "ldmatrix", "async_copy", "async_commit", "async_wait"}
 
 

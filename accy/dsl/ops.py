@@ -337,7 +337,6 @@ class SharedAttrs(OpAttrs):
     align: int = _field(tf.INT, _alignment, default=16)  # bytes its start is a multiple of
 
 
-
 @_schema
 class ShuffleAttrs(OpAttrs):
     mode: ShuffleMode = _field(tf.enum_codec(ShuffleMode), converter=_to_enum(ShuffleMode, "shuffle mode"))
@@ -1116,12 +1115,11 @@ OPS: dict[str, OpDef] = {
         # async proxy (the mma's reads) through fence_proxy_async
         _def("wgmma", _wgmma, WgmmaAttrs, " {kind} n {n} a %{a_shared} {a_swizzle} {a_chunk} b %{b_shared} {b_major} "
              "{b_swizzle} {b_chunk} $0... : $types", pure=False, can_fail=_always, in_blocks=True,
-             synchronises=Sync.WARP,
-             own_result=True, nvptx_only=True),
+             synchronises=Sync.WARP, own_result=True, nvptx_only=True),
         _def("wgmma_fence", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
         _def("wgmma_commit", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
         _def("wgmma_wait", _same_as_operands, AsyncWaitAttrs, " {pending} $0... : $types", pure=False,
-             in_blocks=True, own_result=True, nvptx_only=True),
+             in_blocks=True, nvptx_only=True),
         _def("fence_proxy_async", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
         # the tile level: programs over a grid, each computing on whole tiles
         _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps}{? stages {num_stages}} {", pure=False,
