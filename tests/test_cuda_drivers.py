@@ -351,7 +351,7 @@ def test_the_cuda_core_driver_marshals_a_launch(gpu):
     memory = Memory()
     core, cu = fake_core(memory), FakeCu(memory)
     driver = gpu(CudaCoreDriver(0, core=core, cu=cu))
-    assert driver.arch == "sm_90"
+    assert driver.arch == "sm_90a"  # compute capability 9.0: its architecture-specific PTX (wgmma)
     dst, src = np.zeros(6, np.float32), np.arange(6, dtype=np.float32)
     scale_program().run([dst, src, -1.0], backend="cuda")
     assert dst.tolist() == [-0.0, -1.0, -2.0, -3.0, -4.0, -5.0]

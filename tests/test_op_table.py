@@ -370,7 +370,9 @@ def test_traits_are_consistent():
         "for_each_tile": RegionKind.LAUNCH,
         "for_each_block": RegionKind.LAUNCH}
     assert _having("own_result") == {"shuffle", "atomic", "mma", "ldmatrix", "wgmma"}
-    assert _having("nvptx_only") == ops.NVPTX_OPS == {"mma", "ldmatrix", "async_copy", "async_commit", "async_wait"}
+    assert _having("nvptx_only") == ops.NVPTX_OPS == {"mma", "ldmatrix", "async_copy", "async_commit", "async_wait",
+                                                       "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait",
+                                                       "fence_proxy_async"}
 
 
 def test_the_inexact_math_functions_are_one_trait():
