@@ -211,6 +211,13 @@ class LaunchRaces:
             if error is not None:
                 raise error
 
+    def log_threads(self, bt, kind, site, sizes, flat, epoch=None) -> None:
+        """Log an access of the batch threads ``bt`` (not a context's positions) to the shared
+        bytes ``flat``, at their clocks ``epoch`` (None: now); for accesses an instruction makes
+        on behalf of threads later (an asynchronous operation still reading)."""
+        self.entries.append((kind, site, sizes, flat, bt, self.epoch if epoch is None else epoch, True, "shared"))
+        self.pending += len(bt)
+
     # -- checking ---------------------------------------------------------------------------------------
     def check(self, end_of_batch: bool, last: bool = False) -> RaceError | None:
         """Check the log (and what earlier checks kept); returns the first race, or None and
