@@ -465,3 +465,76 @@ def test_two_groups_and_wait_group_1():
                  1, THREADS, extra=[la.desc(), lb.desc()])
     np.testing.assert_array_equal(got[0], d_words(form, A @ B.T))
     np.testing.assert_array_equal(got[3], d_words(form, -A @ B.T))
+
+
+# -- Triton's sm_90a PTX: the outside check -----------------------------------------------------------------
+
+
+def _triton(name, constants, warps, stages):
+    pytest.importorskip("triton")
+    from bench.triton_kernels import compile_for
+
+    compiled = compile_for(name, constants, warps, stages, 90)
+    return compiled.asm["ptx"], compiled.metadata
+
+
+def _bf16(rng, shape):
+    bits = rng.uniform(-1, 1, shape).astype(np.float32).view(np.uint32) >> 16
+    return bits.astype(np.uint16), (bits << 16).view(np.float32).astype(np.float64)
+
+
+def _launch_triton(ptx, meta, arrays, scalars, grid, block):
+    from accy.emulator import Device
+
+    dev = Device()
+    fn = dev.load_module(ptx).function(meta.name)
+    ptrs = []
+    for a in arrays:
+        ptrs.append(dev.alloc(max(a.nbytes, 8)))
+        dev.copy_to_device(ptrs[-1], a)
+    values = ptrs + list(scalars)
+    values += [0] * (len(fn.param_types) - len(values))  # Triton's scratch pointers: none used
+    fn.launch(grid, block, values, shared_bytes=meta.shared)
+    out = np.empty_like(arrays[-1])
+    dev.copy_from_device(out, ptrs[-1])
+    return out
+
+
+def test_triton_matmul_sm90_ptx():
+    """Triton's 128x128x64, 8-warp, 3-stage bf16 matmul (wgmma m64n128k16 with both operands
+    from 128B-swizzled shared memory, A K-major, B N-major; cp.async pipeline) against NumPy.
+    Bound: each output is K bf16 products (exact in f32) summed with one f32 rounding per
+    wgmma (K/16 of them), so |error| <= K/16 * 2**-24 * sum_k |a||b| (a generous 2**-18 here)."""
+    ptx, meta = _triton("matmul", dict(BM=128, BN=128, BK=64), 8, 3)
+    assert "wgmma.mma_async" in ptx
+    rng = np.random.default_rng(0)
+    m, n, k = 128, 256, 192
+    a, A = _bf16(rng, (m, k))
+    b, B = _bf16(rng, (k, n))
+    c = np.zeros((m, n), np.float32)
+    got = _launch_triton(ptx, meta, [a, b, c], [m, n, k, k, n, n], (1, 2, 1), (256, 1, 1))
+    want = A @ B
+    bound = 2.0 ** -18 * (np.abs(A) @ np.abs(B))
+    assert (np.abs(got - want) <= bound).all()
+
+
+@pytest.mark.parametrize("head,tiles,warps", [(64, dict(BM=64, BN=64, HEAD=64), 4), (128, dict(BM=128, BN=64, HEAD=128), 8)])
+def test_triton_attention_sm90_ptx(head, tiles, warps):
+    """Triton's FlashAttention-2 forward (wgmma for Q K^T from shared memory, and for P V with P
+    in registers) against NumPy's softmax(q k^T / sqrt(d)) v.  Bound: P is rounded to bf16
+    before the second product and the output to bf16 (2**-9 relative each), with |v| <= 1 and
+    the weights summing to 1: |error| <= 2**-7."""
+    ptx, meta = _triton("attention", tiles, warps, 2)
+    rng = np.random.default_rng(1)
+    batch, tokens = 1, 128
+    (q, Q), (kk, K), (v, V) = (_bf16(rng, (batch, tokens, head)) for _ in range(3))
+    o = np.zeros((batch, tokens, head), np.uint16)
+    scale = float(np.log2(np.e) / np.sqrt(head))
+    strides = [tokens * head, head] * 4
+    got = _launch_triton(ptx, meta, [q, kk, v, o], [tokens, scale] + strides, (tokens // tiles["BM"], batch, 1),
+                         (warps * 32, 1, 1))
+    got = (got.astype(np.uint32) << 16).view(np.float32)
+    s = Q @ np.swapaxes(K, 1, 2) / np.sqrt(head)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ V
+    assert np.abs(got - want).max() <= 2.0 ** -7
