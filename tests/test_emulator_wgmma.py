@@ -194,6 +194,7 @@ def wgmma_kernel(form: Wg, smem_bytes: int, mmas: list[str], after: str = "", wa
     cvta.to.global.u64 %rd4, %rd4;
     mov.u32 %r2, smem;
     mov.u32 %r3, %r1;
+    mov.u32 %r8, %ntid.x;
 COPY:
     setp.ge.u32 %p1, %r3, {smem_bytes // 4};
     @%p1 bra COPIED;
@@ -203,7 +204,7 @@ COPY:
     shl.b32 %r5, %r3, 2;
     add.u32 %r5, %r5, %r2;
     st.shared.b32 [%r5], %r4;
-    add.u32 %r3, %r3, {THREADS};
+    add.u32 %r3, %r3, %r8;
     bra COPY;
 COPIED:
     bar.sync 0;
@@ -538,3 +539,70 @@ def test_triton_attention_sm90_ptx(head, tiles, warps):
     p = np.exp(s - s.max(-1, keepdims=True))
     want = (p / p.sum(-1, keepdims=True)) @ V
     assert np.abs(got - want).max() <= 2.0 ** -7
+
+
+# -- in flight: the checks --------------------------------------------------------------------------------
+
+
+ONE_STORE = "setp.eq.u32 %p4, %r1, 0;\n    @%p4 st.shared.b32 [%r2], %r1;"  # thread 0 writes A's first bytes
+
+
+def _race_kernel(after="", waits="wgmma.wait_group.sync.aligned 0;", mmas=None, form=Wg(8, "f16")):
+    la, lb = K_LAYOUTS[0]
+    A, B, C = operands(form, np.random.default_rng(13))
+    img = image(la.place(A, 2, "f16") + lb.place(B, 2, "f16"))
+    ptx = wgmma_kernel(form, len(img), mmas or [mma_line(form)], after=after, waits=waits)
+    return ptx, [np.zeros((THREADS, form.d_regs), np.uint32), img, d_words(form, C), np.zeros((THREADS, 4), np.uint32)], \
+        [la.desc(), lb.desc()]
+
+
+def _run_race(threads=THREADS, **kw):
+    ptx, arrays, descs = _race_kernel(**kw)
+    arrays = [np.zeros((threads, a.shape[1]), a.dtype) if a.shape[0] == THREADS else a for a in arrays]
+    return launch(ptx, "wg", arrays, 1, threads, extra=descs)
+
+
+def test_a_store_into_an_operand_in_flight_is_a_race_naming_both():
+    with pytest.raises(RaceError) as e:
+        _run_race(after=ONE_STORE)  # A's first bytes, before the wait
+    text = str(e.value)
+    assert "wgmma.mma_async" in text and "@%p4 st.shared.b32 [%r2], %r1" in text and "wait_group" in text
+    assert e.value.first.line != e.value.second.line
+
+
+def test_the_same_store_after_the_wait_is_fine():
+    _run_race(waits="wgmma.wait_group.sync.aligned 0;\n" + ONE_STORE)
+
+
+def test_another_warpgroups_store_after_a_barrier_but_before_the_wait_races():
+    # warpgroup 0 issues, a barrier, warpgroup 1 writes A, then warpgroup 0 waits: nothing orders
+    # the write after the wgmma's completion (the reads last until the wait)
+    mmas = ["setp.lt.u32 %p3, %r1, 128;", "@!%p3 bra SKIP;", mma_line(Wg(8, "f16")), "SKIP:"]
+    after = "bar.sync 0;\n    setp.eq.u32 %p2, %r1, 128;\n    @%p2 st.shared.b32 [%r2], %r1;"
+    for schedule in ("lockstep", "reverse"):
+        with pytest.raises(RaceError) as e:
+            ptx, arrays, descs = _race_kernel(after=after, mmas=mmas)
+            arrays = [np.zeros((256, a.shape[1]), a.dtype) if a.shape[0] == THREADS else a for a in arrays]
+            launch(ptx, "wg", arrays, 1, 256, extra=descs, schedule=schedule)
+        assert "wgmma.mma_async" in str(e.value) and "st.shared.b32" in str(e.value)
+
+
+def test_reading_the_accumulator_before_the_wait_is_an_error():
+    with pytest.raises(PtxError, match="accumulator of the wgmma.mma_async at PTX line"):
+        _run_race(after="mov.b32 %r7, %d0;")
+    _run_race(waits="wgmma.wait_group.sync.aligned 0;\n    mov.b32 %r7, %d0;")
+
+
+def test_a_partial_warpgroup_is_an_error_naming_the_instruction():
+    for schedule in ("lockstep", "reverse"):
+        with pytest.raises(PtxError, match="wgmma.fence.*warpgroup|warpgroup.*wgmma.fence"):
+            ptx, arrays, descs = _race_kernel()
+            arrays = [np.zeros((96, a.shape[1]), a.dtype) if a.shape[0] == THREADS else a for a in arrays]
+            launch(ptx, "wg", arrays, 1, 96, extra=descs, schedule=schedule)
+
+
+def test_a_guard_that_differs_in_the_warpgroup_is_an_error():
+    form = Wg(8, "f16")
+    mmas = ["setp.lt.u32 %p3, %r1, 64;", "@%p3 " + mma_line(form)]
+    with pytest.raises(PtxError, match="guard must be the same for the 128 threads"):
+        _run_race(mmas=mmas)

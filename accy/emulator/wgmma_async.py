@@ -24,10 +24,11 @@ Checks, independent of the warp schedule:
   :class:`RaceError` naming both (the warpgroup meets at each wgmma instruction, so the
   write's place between issue and wait is its program order);
 * other threads: the wgmma's reads are logged with the race checker (:mod:`.races`) at the
-  issue's phase, as reads of two threads of different warps of the warpgroup (so that any
-  thread's unordered write races with one of them), and logged again in every later phase
-  its warpgroup reaches (a barrier) while it is in flight: a write of another warpgroup
-  that a barrier orders after the issue but not after the retiring wait races too;
+  issue's phase as the warpgroup's own (two threads of different warps stand for it, and its
+  own threads never race with it: program order and the collective order them), and logged
+  again in every later phase its warpgroup reaches (a barrier) while it is in flight: a write
+  of another warpgroup that a barrier orders after the issue but not after the retiring wait
+  races too;
 * reading or writing an in-flight wgmma's D registers by any instruction but a later
   ``wgmma.mma_async`` (whose accumulator chaining the ISA orders) is a :class:`PtxError`
   (``check_registers``, emitted before each instruction that names such a register).
@@ -200,7 +201,7 @@ def _log_reads(races, site, chunks, readers, epoch=None) -> None:
     C = chunks.shape[1]
     bt = np.repeat(readers, C, axis=0).reshape(len(readers), C, 2).transpose(0, 2, 1).reshape(-1)
     flat = np.repeat(chunks[:, None, :], 2, axis=1).reshape(-1)
-    races.log_threads(bt, Access.READ, site, CHUNK, flat, epoch)
+    races.log_warpgroup(bt, Access.READ, site, CHUNK, flat, epoch)
 
 
 def _side(T, k: int, kind: Access, site) -> Side:
