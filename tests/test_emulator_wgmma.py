@@ -606,3 +606,17 @@ def test_a_guard_that_differs_in_the_warpgroup_is_an_error():
     mmas = ["setp.lt.u32 %p3, %r1, 64;", "@%p3 " + mma_line(form)]
     with pytest.raises(PtxError, match="guard must be the same for the 128 threads"):
         _run_race(mmas=mmas)
+
+
+def test_profile_counts_a_wgmma_once_per_warpgroup_against_the_wgmma_peak():
+    from accy.emulator.profile import GPUS, Pipe, classify
+
+    cost = classify("wgmma", ("mma_async", "sync", "aligned", "m64n128k16", "f32", "bf16", "bf16"))
+    assert cost.pipe is Pipe.WGMMA_F16 and 4 * cost.warp_flops == 2 * 64 * 128 * 16
+    fp8 = classify("wgmma", ("mma_async", "sync", "aligned", "m64n256k32", "f32", "e4m3", "e5m2"))
+    assert fp8.pipe is Pipe.WGMMA_FP8 and 4 * fp8.warp_flops == 2 * 64 * 256 * 32
+    h100 = GPUS["h100"]
+    assert h100.peak(Pipe.WGMMA_F16) == 989.4e12 and h100.peak(Pipe.WGMMA_TF32) == 494.7e12
+    assert h100.peak(Pipe.WGMMA_FP8) == h100.peak(Pipe.WGMMA_INT8) == 1978.9e12
+    assert h100.peak(Pipe.TENSOR_F16) < h100.peak(Pipe.WGMMA_F16)  # mma.sync stays below
+    assert classify("wgmma", ("wait_group", "sync", "aligned")).warp_flops == 0
