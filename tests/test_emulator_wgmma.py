@@ -16,7 +16,7 @@ import attrs
 import numpy as np
 import pytest
 
-from accy.emulator import PtxBarrierError, PtxError, RaceError
+from accy.emulator import PtxError, RaceError
 from accy.emulator.wgmma import FP8_FRACTION_BITS
 
 from emulator_support import NEEDS_PTXAS, assembled, launch, ptx_kernel
@@ -178,7 +178,7 @@ def wgmma_kernel(form: Wg, smem_bytes: int, mmas: list[str], after: str = "", wa
     """128 threads copy ``smem`` (global) into shared memory, load their C (and A) registers,
     run ``mmas`` (lines using {d}, {a}, %rd20 = desc A, %rd21 = desc B, with shared memory's
     address added), then store D raw to out[tid * regs + j]."""
-    dr, ar = form.d_regs, 4 if form.atype not in ("tf32",) else 4
+    dr, ar = form.d_regs, 4  # A in registers: four words for every type
     dt = "f32" if form.dtype == "f32" else "b32"
     d = ", ".join(f"%d{j}" for j in range(dr))
     a = ", ".join(f"%a{j}" for j in range(ar))
@@ -290,11 +290,6 @@ def run(form: Wg, A, B, C, la: Layout, lb: Layout, mmas, **kw):
     aw = a_words(form, A) if form.a_regs else np.zeros((THREADS, 4), np.uint32)
     got = launch(ptx, "wg", [out, img, cw, aw], 1, THREADS, extra=[la.desc(), lb.desc()])[0]
     return got
-
-
-def one(form: Wg, **kw):
-    operand = "{{{a}}}" if form.a_regs else "%rd20"
-    return f"{form.ptx} {{{{{{d}}}}}}, {operand}, %rd21, {form.args(**kw)};".replace("{{{{", "{{").replace("}}}}", "}}")
 
 
 def mma_line(form: Wg, **kw):

@@ -11,6 +11,7 @@ from . import wgmma_async
 from .compiler import Mods, SyncInfo, Unsupported, handler
 from .numerics import BOOL, F32, I32, U32, U64
 from .ops_arith import Spec, nops
+from .ops_mma import register_items
 from .parser import Imm, Reg, Vec
 from .wgmma import wgmma_form
 
@@ -25,13 +26,6 @@ def _immediate(E, op, allowed, what: str, form: str) -> int:
     if not isinstance(op, Imm) or op.kind != "int" or op.value not in allowed:
         raise E.error(f"{form}: {what} must be one of the constants {', '.join(map(str, allowed))}")
     return op.value
-
-
-def _registers(E, op, count: int, what: str, form: str) -> list:
-    items = list(op.items) if isinstance(op, Vec) else [op]
-    if len(items) != count or not all(isinstance(x, Reg) for x in items):
-        raise E.error(f"{form}: {what} is a vector of {count} registers, found {len(items)} operands")
-    return items
 
 
 @handler("wgmma")
@@ -103,10 +97,10 @@ def _emit_mma(E, ins, form):
     flips = [_immediate(E, x, (0, 1), "imm-trans", text) for x in imms[scales:]]
     trans_a, trans_b = (0, flips[0]) if registers_a and flips else (tuple(flips) if flips else (0, 0))
     out = {"f32": F32, "s32": I32, "f16": U32}[form.dtype]
-    dests = _registers(E, d, form.d.regs, "D", text)
+    dests = register_items(E, d, form.d.regs, "D", ins)
     c = [E.src(x, out) for x in dests]
     if registers_a:
-        a_expr = "(" + "".join(f"{E.src(x, U32)}, " for x in _registers(E, a, form.a.regs, "A", text)) + ")"
+        a_expr = "(" + "".join(f"{E.src(x, U32)}, " for x in register_items(E, a, form.a.regs, "A", ins)) + ")"
     else:
         a_expr = E.src(a, U64)
     fid = E.fc.mc.fn_index[E.fc.fn.name]
