@@ -562,7 +562,7 @@ def test_mma_forms_the_emulator_lacks_are_reported():
     have = [f"mma.sync.aligned.{f}" for f in FORMS]
     lacks = ["mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32",
              "mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32", "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64",
-             "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.shared::cluster.global.b64",
+             "wgmma.mma_async.sp.sync.aligned.m64n128k32.f32.bf16.bf16", "cp.async.bulk.shared::cluster.global.b64",
              "ldmatrix.sync.aligned.m16n16.x1.trans.shared.b8"]
     assert unsupported(have + lacks) == set(lacks)
 

@@ -472,6 +472,18 @@ class Emitter:
                                       loc=fc.mc.module.source_line(ins.loc), access=access), "site")
 
 
+def _register_names(operands) -> set:
+    """The register names the operands mention (in vectors, addresses, pairs ...)."""
+    out = set()
+    for op in operands:
+        if isinstance(op, Reg):
+            out.add(op.name)
+        elif hasattr(op, "__attrs_attrs__"):
+            out |= _register_names(x for a in op.__attrs_attrs__ for v in [getattr(op, a.name)]
+                                   for x in (v if isinstance(v, tuple) else (v,)))
+    return out
+
+
 def _describe(op) -> str:
     if isinstance(op, Reg):
         return op.name
@@ -499,7 +511,7 @@ class Block:
 
 @attrs.define(eq=False)
 class SyncInfo:
-    kind: str  # "bar" or "warp"
+    kind: str  # "bar", "warp" or "group" (a warpgroup collective: wgmma)
     line: int
     text: str
     group: object = None  # for bar: fn(T, ids) -> barrier ids; for warp: fn(T, ids) -> membermask
@@ -614,6 +626,9 @@ class FunctionCompiler:
                 raise Unsupported(f"unsupported instruction {ins.form}: {e.args[0].splitlines()[0]}",
                                   line=ins.line, source=ins.text) from None
             specs.append((cls, spec))
+        # registers written asynchronously (wgmma accumulators): other instructions naming them are checked
+        self.accumulators = frozenset().union(*(cls.accumulators(self, ins) for ins, (cls, _) in zip(instructions, specs)
+                                                if hasattr(cls, "accumulators")))
         # storage types from how registers are used
         typing = Emitter(self, typing=True)
         for ins, (cls, spec) in zip(instructions, specs):
@@ -767,6 +782,7 @@ class FunctionCompiler:
             else:
                 E.guard, E.mask = None, "None"
             E.all_scalar = True
+            self._accumulator_check(E, ins, cls)
             cls.emit(E, ins, spec)
             E.guard, E.mask = None, "None"
         if not term_lines:
@@ -779,6 +795,16 @@ class FunctionCompiler:
             out.append(head + "\n" + "\n".join("    " + x for x in lines))
         return "\n\n".join(out)
 
+    def _accumulator_check(self, E: Emitter, ins, cls) -> None:
+        """Before an instruction naming a wgmma accumulator (other than a wgmma): a check that no
+        wgmma writing it is in flight (:mod:`.wgmma_async`)."""
+        if not self.accumulators or hasattr(cls, "accumulators"):
+            return
+        regs = frozenset(self.regs[x] for x in _register_names(ins.operands) if x in self.regs) & self.accumulators
+        if regs:
+            E.line(f"if T.wgmma.live: T.wgmma.check_registers(T, ids, {E.mask}, {E.site('reg', 0, '')}, "
+                   f"{self.mc.fn_index[self.fn.name]}, {E.const(regs, 'regs')})")
+
     def _emit_sync_block(self, b: int, blk: Block, item) -> str:
         """A sync instruction's semantics as a code function (run for the released threads)."""
         ins, (cls, spec) = item
@@ -788,6 +814,7 @@ class FunctionCompiler:
             g = E.src(Reg(ins.guard[0]), BOOL)
             E.line(f"g_ = {'~' if ins.guard[1] else ''}{g}")
             E.guard, E.mask = "g_", "g_"
+        self._accumulator_check(E, ins, cls)
         cls.emit(E, ins, spec)
         E.guard, E.mask = None, "None"
         out = []

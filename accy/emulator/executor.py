@@ -42,7 +42,9 @@ from .. import time_limit
 from .compiler import DONE, EXIT, FUNCTION_BASE, CompiledFunction
 from .errors import PtxBarrierError, PtxError
 from .memory import thread_text
+from .wgmma_async import group_keys
 
+PARKING = ("bar", "group")  # sync kinds that span warps: a warp running alone stops there
 WAIT = 1 << 24  # pcs value WAIT + b: waiting at the sync block b
 DEAD = 1 << 30  # pcs value of a thread that has left the function
 STACK_CAP = 1 << 16  # bytes of stack per thread at most
@@ -294,11 +296,11 @@ class Frame:
                 if kind == "code":
                     r = blk.full(T)
                 elif kind == "sync":
-                    if self.park and blk.info.kind == "bar" and not blk.info.arrive:
+                    if self.park and blk.info.kind in PARKING and not blk.info.arrive:
                         self.pcs = np.full(T.n, WAIT + pc, np.int64)
                         return self.finish()
                     r = blk.full(T, None)
-                    if T.races is not None:
+                    if T.races is not None and blk.info.kind != "group":
                         self.synced(blk.info, np.arange(T.n), None)
                 else:
                     r = self.call(blk, None)
@@ -389,7 +391,7 @@ class Frame:
             blk.sel(T, sel)
             self.assign(sel, blk.next)
             return
-        if info.kind == "bar" and self.park:
+        if info.kind in PARKING and self.park:
             pcs[sel] = WAIT + m
             return
         waiting = np.flatnonzero(pcs == WAIT + m)
@@ -397,6 +399,8 @@ class Frame:
         alive = pcs < DEAD
         if info.kind == "bar":
             release = self._complete(info, arrived, alive)
+        elif info.kind == "group":
+            release = self._group_complete(arrived, alive)
         else:
             masks = info.group(T, arrived).astype(np.uint64)
             wk = T.wkey[arrived]
@@ -413,7 +417,7 @@ class Frame:
             release = arrived[missing[wk] == 0]
         if len(release):
             blk.sel(T, release)
-            if T.races is not None:
+            if T.races is not None and info.kind != "group":  # a warpgroup collective orders no memory
                 self.synced(info, release, None if info.kind == "bar" else alive_bits & ~wanted)
             self.assign(release, blk.next)
         held = np.setdiff1d(arrived, release, assume_unique=True)
@@ -436,6 +440,16 @@ class Frame:
             expected = np.where(per > 0, np.minimum(per, live), live)
         complete = here >= expected
         return arrived[complete[cta]]
+
+    def _group_complete(self, arrived, alive):
+        """The threads of ``arrived`` (waiting at a warpgroup collective) whose warpgroup's live
+        threads are all there (the instruction checks that they are 128)."""
+        T = self.T
+        keys = group_keys(T, np.arange(T.n))
+        size = int(keys.max()) + 1
+        live = np.bincount(keys[alive], minlength=size)
+        here = np.bincount(keys[arrived], minlength=size)
+        return arrived[(here >= live)[keys[arrived]]]
 
     # -- warps one at a time -----------------------------------------------------------------------
     def run_slots(self, schedule, first_block: int) -> None:
@@ -496,13 +510,16 @@ class Frame:
         released = False
         for m in np.unique(pcs[waiting]) - WAIT:
             blk = self.blocks[int(m)]
-            if blk.info.kind != "bar":
+            if blk.info.kind not in PARKING:
                 continue  # a warp instruction waiting across rounds can never complete
             arrived = waiting[pcs[waiting] == WAIT + m]
-            release = self._complete(blk.info, arrived, pcs < DEAD)
+            if blk.info.kind == "group":  # the warpgroup's warps ran alone up to it
+                release = self._group_complete(arrived, pcs < DEAD)
+            else:
+                release = self._complete(blk.info, arrived, pcs < DEAD)
             if len(release):
                 blk.sel(T, release)
-                if T.races is not None:
+                if T.races is not None and blk.info.kind == "bar":
                     self.synced(blk.info, release, None)
                 self.assign(release, blk.next)
                 released = True
@@ -565,6 +582,10 @@ class Frame:
             raise PtxBarrierError(f"barrier can never complete: {len(same_cta)} of the block's {n_live} live "
                                   f"threads arrived and the others cannot", line=info.line, source=info.text,
                                   thread=thread)
+        if info.kind == "group":
+            raise PtxBarrierError(f"{info.text.split()[0]} is warpgroup-collective (.sync.aligned): the 128 threads of "
+                                  f"the warpgroup must execute it together, but some never arrive (they exited or "
+                                  f"wait elsewhere)", line=info.line, source=info.text, thread=thread)
         raise PtxBarrierError("a warp-synchronous instruction waits for threads of its member mask that never "
                               "arrive (they exited or wait elsewhere)", line=info.line, source=info.text,
                               thread=thread)

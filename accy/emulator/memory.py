@@ -403,6 +403,9 @@ def shared_index(T, ids, site, addr, mask):
     copies = getattr(T, "copies", None)
     if copies is not None and copies.live:  # cp.async copies in flight: none of their bytes may be touched
         copies.check(T, ids, mask, site, idx)
+    wgmma = getattr(T, "wgmma", None)
+    if wgmma is not None and wgmma.live and (site.access != READ or site.kind == "cp.async"):
+        wgmma.check_write(T, ids, mask, site, idx)  # a wgmma in flight may be reading these bytes
     return idx
 
 

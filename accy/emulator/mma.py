@@ -31,13 +31,15 @@ run, once per warp instruction (a profiler counts there: m*n*k per mma).
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import attrs
 import numpy as np
 
 from . import memory
 from .errors import PtxError, PtxMemoryError
 from .memory import thread_text
-from .numerics import CANON_F32, F16, F32, F64, I8, I32, I64, U8, U16, U32, sum_rounded_f32
+from .numerics import CANON_F16, CANON_F32, F16, F32, F64, I8, I32, I64, U8, U16, U32, round_fraction, sum_rounded_f32
 
 WARP = 32
 
@@ -56,7 +58,7 @@ class Fragment:
         return 32 // self.per_reg
 
 
-def _fragment(count: int, per_reg: int, where) -> Fragment:
+def fragment(count: int, per_reg: int, where) -> Fragment:
     lane = np.arange(WARP)[:, None]
     i = np.arange(count)[None, :]
     row, col = where(lane >> 2, lane % 4, i)
@@ -128,7 +130,7 @@ def mma_form(shape: str, dtype: str, atype: str, btype: str, ctype: str, satfini
     n, k = rest.split("k")
     (ac, ap, aw), (bc, bp, bw) = layouts
     return MmaForm(int(m), int(n), int(k), atype, btype, ctype, satfinite,
-                   _fragment(ac, ap, aw), _fragment(bc, bp, bw), _fragment(*_C_16x8))
+                   fragment(ac, ap, aw), fragment(bc, bp, bw), fragment(*_C_16x8))
 
 
 # -- the warps of an instruction -----------------------------------------------------------------
@@ -168,7 +170,7 @@ def _thread(T, ids, k):
     return thread_text(T, k if ids is None else ids[k])
 
 
-def _stack(regs, n, dtype):
+def stack_registers(regs, n, dtype):
     """Per-thread register values as an (n, len(regs)) array."""
     return np.stack([np.broadcast_to(np.asarray(r).view(dtype) if np.asarray(r).dtype.itemsize == 4
                                      else np.asarray(r).astype(dtype), (n,)) for r in regs], axis=1)
@@ -177,7 +179,7 @@ def _stack(regs, n, dtype):
 # -- mma --------------------------------------------------------------------------------------------
 
 
-def _elements(regs, frag: Fragment):
+def elements(regs, frag: Fragment):
     """(W, 32, regs) uint32 registers -> (W, 32, elements) element bit patterns (low bits first)."""
     if frag.per_reg == 1:
         return regs
@@ -186,7 +188,7 @@ def _elements(regs, frag: Fragment):
     return field.reshape(regs.shape[0], WARP, -1)
 
 
-def _values(bits, t: str):
+def element_values(bits, t: str):
     """Element bit patterns of type ``t`` as float64 (floats) or int64 (integers)."""
     if t == "f16":
         return bits.astype(U16).view(F16).astype(F64)
@@ -203,7 +205,7 @@ def _values(bits, t: str):
     raise ValueError(t)
 
 
-def _matrix(values, frag: Fragment, rows: int, cols: int):
+def place(values, frag: Fragment, rows: int, cols: int):
     out = np.zeros((values.shape[0], rows, cols), values.dtype)
     out[:, frag.rows, frag.cols] = values
     return out
@@ -225,11 +227,12 @@ def _bit_range(x):
     return low, top, finite
 
 
-def _float_mma(A, B, C):
+def float_mma(A, B, C, out=F32):
     """D = A @ B + C (float64 matrices of exact values, batched over warps), each output the
-    exact sum rounded once to f32 with canonical NaNs.  An output whose terms' bits all fit
-    one float64 window (bounded from its row of A, column of B and c) is exact in float64
-    in any order, so a float64 matmul gives it; the others are summed term by term."""
+    exact sum rounded once to ``out`` (f32, or f16 for wgmma) with canonical NaNs.  An output
+    whose terms' bits all fit one float64 window (bounded from its row of A, column of B and
+    c) is exact in float64 in any order, so a float64 matmul gives it; the others are summed
+    term by term."""
     la, ta, fa = _bit_range(A)
     lb, tb, fb = _bit_range(B)
     lc, tc, fc = _bit_range(C)
@@ -241,16 +244,28 @@ def _float_mma(A, B, C):
         R = A @ B + C
         # a zero's sign depends on the terms' (-0 only when all are -0): those go term by term too
         easy = finite & (top + int(np.ceil(np.log2(k + 1))) - low <= 53) & (R != 0)
-        D = R.astype(F32)
+        D = R.astype(out)
         rest = np.nonzero(~easy)
         if len(rest[0]):
             w, i, j = rest
             terms = np.concatenate([A[w, i, :] * B[w, :, j], C[w, i, j][:, None]], axis=1)
-            D[rest] = sum_rounded_f32(terms)
+            D[rest] = sum_rounded_f32(terms) if out == F32 else _sum_rounded_f16(terms)
     nan = np.isnan(D)
     if nan.any():
-        D.view(U32)[nan] = CANON_F32
+        D.view(U32 if out == F32 else U16)[nan] = CANON_F32 if out == F32 else CANON_F16
     return D
+
+
+def _sum_rounded_f16(terms):
+    """Each row's exact sum rounded once to f16 (rows of float64 terms; rare: exact fractions)."""
+    out = np.zeros(len(terms), F16)
+    for r, row in enumerate(terms):
+        if not np.isfinite(row).all():
+            out[r] = np.float16(row.sum())  # IEEE on infinities and NaNs
+            continue
+        q = sum((Fraction(float(x)) for x in row), Fraction(0))
+        out[r] = np.float16(round_fraction(q, "f16", "rn", negative_zero=bool(np.signbit(row).all())))
+    return out
 
 
 def execute_mma(T, ids, form: MmaForm, site, mask, a, b, c):
@@ -263,15 +278,15 @@ def execute_mma(T, ids, form: MmaForm, site, mask, a, b, c):
     if W == 0:  # a guard false for every warp here (a warp slot of a guarded mma)
         return [np.zeros(n, out_dtype) for _ in range(form.c.rows.shape[1])]
     flat = warps.reshape(-1)
-    ra = _stack(a, n, U32)[flat].reshape(W, WARP, -1)
-    rb = _stack(b, n, U32)[flat].reshape(W, WARP, -1)
-    A = _matrix(_values(_elements(ra, form.a), form.atype), form.a, form.m, form.k)
-    B = _matrix(_values(_elements(rb, form.b), form.btype), form.b, form.k, form.n)
+    ra = stack_registers(a, n, U32)[flat].reshape(W, WARP, -1)
+    rb = stack_registers(b, n, U32)[flat].reshape(W, WARP, -1)
+    A = place(element_values(elements(ra, form.a), form.atype), form.a, form.m, form.k)
+    B = place(element_values(elements(rb, form.b), form.btype), form.b, form.k, form.n)
     if form.is_float:
-        C = _matrix(_stack(c, n, F32)[flat].reshape(W, WARP, -1).astype(F64), form.c, form.m, form.n)
-        D = _float_mma(A, B, C)
+        C = place(stack_registers(c, n, F32)[flat].reshape(W, WARP, -1).astype(F64), form.c, form.m, form.n)
+        D = float_mma(A, B, C)
     else:
-        C = _matrix(_stack(c, n, I32)[flat].reshape(W, WARP, -1).astype(I64), form.c, form.m, form.n)
+        C = place(stack_registers(c, n, I32)[flat].reshape(W, WARP, -1).astype(I64), form.c, form.m, form.n)
         exact = np.einsum("wmk,wkn->wmn", A, B) + C  # |sum| < 2**48: exact in int64
         if form.satfinite:
             exact = np.clip(exact, np.iinfo(I32).min, np.iinfo(I32).max)
@@ -348,7 +363,7 @@ def matrix_store(T, ids, site, mask, addr, values, trans: bool, generic: bool):
     W = len(warps)
     if W == 0:
         return
-    words = _stack(values, n, U32)[warps.reshape(-1)].reshape(W, WARP, num)
+    words = stack_registers(values, n, U32)[warps.reshape(-1)].reshape(W, WARP, num)
     lane = np.arange(WARP)
     mats = np.zeros((W, num, 8, 8), U16)
     mats[:, :, lane >> 2, 2 * (lane % 4)] = np.swapaxes(words & np.uint32(0xFFFF), 1, 2).astype(U16)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .async_copy import barrier_reached
+from .wgmma_async import barrier_reached as wgmma_barrier
 from .compiler import DONE, EXIT, CallInfo, Mods, SyncInfo, Unsupported, handler
 from .errors import PtxError
 from .numerics import BOOL, U32, U64
@@ -225,6 +226,7 @@ class Bar:
                 E.src(op, U32)
         if s.what in ("sync", "red"):  # the released threads' landed cp.async copies become visible to all
             E.line(f"{E.const(barrier_reached, 'abar')}(T, ids)")
+            E.line(f"{E.const(wgmma_barrier, 'wbar')}(T, ids)")  # in-flight wgmmas' reads last into the next phase
 
     @staticmethod
     def prepare(fc, blk, ins, s, b):

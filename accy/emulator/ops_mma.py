@@ -20,7 +20,7 @@ from .parser import Imm, Not, Reg, Vec
 _SPACES = {"shared": "shared", "shared::cta": "shared"}
 
 
-def _items(E, op, count: int, what: str, ins) -> list:
+def register_items(E, op, count: int, what: str, ins) -> list:
     items = list(op.items) if isinstance(op, Vec) else [op]
     if len(items) != count:
         raise E.error(f"{ins.form}: {what} needs {count} register{'s' if count > 1 else ''}, found {len(items)}")
@@ -53,10 +53,10 @@ class Mma:
         d, a, b, c = nops(E, ins, 4)
         form = s.form
         out = F32 if form.is_float else I32
-        dests = _items(E, d, form.c.regs, "D", ins)
-        regs = [[E.src(x, U32) for x in _items(E, a, form.a.regs, "A", ins)],
-                [E.src(x, U32) for x in _items(E, b, form.b.regs, "B", ins)],
-                [E.src(x, out) for x in _items(E, c, form.c.regs, "C", ins)]]
+        dests = register_items(E, d, form.c.regs, "D", ins)
+        regs = [[E.src(x, U32) for x in register_items(E, a, form.a.regs, "A", ins)],
+                [E.src(x, U32) for x in register_items(E, b, form.b.regs, "B", ins)],
+                [E.src(x, out) for x in register_items(E, c, form.c.regs, "C", ins)]]
         t = E.tmp()
         tuples = ", ".join(f"({', '.join(r)},)" for r in regs)
         E.line(f"{t} = {E.const(execute_mma, 'mma')}(T, ids, {E.const(form, 'form')}, {E.site('mma', 0, '')}, "
@@ -94,7 +94,7 @@ class Ldmatrix:
     @staticmethod
     def emit(E, ins, s):
         d, a = nops(E, ins, 2)
-        dests = _items(E, d, s.num, "the destination", ins)
+        dests = register_items(E, d, s.num, "the destination", ins)
         addr = address(E, a, s.space)
         t = E.tmp()
         E.line(f"{t} = {E.const(matrix_load, 'ldm')}(T, ids, {E.site('ld', 16, 'shared')}, {E.mask}, {addr}, "
@@ -113,7 +113,7 @@ class Stmatrix:
     @staticmethod
     def emit(E, ins, s):
         a, r = nops(E, ins, 2)
-        values = [E.src(x, U32) for x in _items(E, r, s.num, "the source", ins)]
+        values = [E.src(x, U32) for x in register_items(E, r, s.num, "the source", ins)]
         addr = address(E, a, s.space)
         E.line(f"{E.const(matrix_store, 'stm')}(T, ids, {E.site('st', 16, 'shared')}, {E.mask}, {addr}, "
                f"({', '.join(values)},), {s.trans}, {s.space == 'generic'})")

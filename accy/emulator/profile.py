@@ -27,7 +27,9 @@ warp, however many of its lanes are active or predicated off, as Nsight Compute'
   sector comes from DRAM once);
 * flops: 2 per FMA/MAD lane, 1 per other float arithmetic lane (add, sub, mul, min,
   max, div, rcp, sqrt, rsqrt, ex2, lg2, sin, cos, tanh; packed x2 forms twice),
-  2*m*n*k per ``mma`` warp instruction; barriers (``bar``/``barrier`` warp
+  2*m*n*k per ``mma`` warp instruction, 2*64*N*K / 4 per ``wgmma.mma_async`` warp
+  instruction (the four warps of its warpgroup each execute it; counted against the
+  wgmma pipes' dense peaks, mma.sync's at 2/3 of them); barriers (``bar``/``barrier`` warp
   instructions); bytes written by ``cp.async``.
 
 The model (:class:`GPU`, :func:`roofline`): each arithmetic pipe's flops over its peak,
@@ -84,6 +86,10 @@ class Pipe(enum.Enum):
     TENSOR_F16 = "tensor f16/bf16"
     TENSOR_TF32 = "tensor tf32"
     TENSOR_INT8 = "tensor int8"
+    WGMMA_F16 = "wgmma f16/bf16"  # the tensor cores through wgmma (sm_90a): their dense peak
+    WGMMA_TF32 = "wgmma tf32"
+    WGMMA_FP8 = "wgmma fp8"
+    WGMMA_INT8 = "wgmma int8"
     FP16 = "fp16"
     BF16 = "bf16"
     FP32 = "fp32"
@@ -119,8 +125,19 @@ _MMA_PIPES = {"f16": Pipe.TENSOR_F16, "bf16": Pipe.TENSOR_F16, "tf32": Pipe.TENS
               "u8": Pipe.TENSOR_INT8}
 
 
+_WGMMA_PIPES = {"f16": Pipe.WGMMA_F16, "bf16": Pipe.WGMMA_F16, "tf32": Pipe.WGMMA_TF32, "e4m3": Pipe.WGMMA_FP8,
+                "e5m2": Pipe.WGMMA_FP8, "s8": Pipe.WGMMA_INT8, "u8": Pipe.WGMMA_INT8}
+
+
 def classify(opcode: str, mods: tuple) -> Cost:
     """The :class:`Cost` of an instruction ``opcode.mods``."""
+    if opcode == "wgmma":
+        if mods[:1] != ("mma_async",):
+            return Cost(InstructionClass.SYNC)  # fence, commit_group, wait_group
+        shape = next(m for m in mods if m.startswith("m64n"))
+        n, k = shape[4:].split("k")
+        # a warpgroup's 2*64*N*K, a quarter on each of the four warps that execute it
+        return Cost(InstructionClass.MMA, _WGMMA_PIPES.get(mods[-2]), warp_flops=2 * 64 * int(n) * int(k) // 4)
     if opcode == "mma":
         shape = next(m for m in mods if m.startswith("m") and "n" in m and "k" in m)
         m, rest = shape[1:].split("n")
@@ -403,8 +420,8 @@ def counted_address(E, kind: str, space: str, width: int, addr):
 
 # sm_90 runs mma.sync at 2/3 of the tensor cores' dense peak: the full peak needs wgmma
 # (FlashAttention-3, Shah et al. 2024, arXiv:2407.08608, section 2, from Luo et al.'s
-# microbenchmarks, arXiv:2402.13499).  The emulator runs mma.sync only, so a Hopper's tensor
-# pipes are taken at 2/3 of NVIDIA's dense figures.
+# microbenchmarks, arXiv:2402.13499).  So a Hopper's mma.sync tensor pipes are taken at 2/3 of
+# NVIDIA's dense figures, its wgmma pipes at the figures themselves.
 HOPPER_MMA_SYNC = 2 / 3
 
 
@@ -433,6 +450,8 @@ class GPU:
         return self.sms * self.clock_hz
 
     def peak(self, pipe: Pipe) -> float:
+        if pipe not in self.peaks:
+            raise ValueError(f"the {self.name} has no {pipe.value} pipe (wgmma is sm_90a's)")
         return self.peaks[pipe]
 
 
@@ -441,13 +460,16 @@ class GPU:
 LAUNCH_LATENCY = 4e-6
 
 _HOPPER_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet and Hopper architecture whitepaper (SXM5: 132 SMs, "
-                  "1.98 GHz boost; dense bf16/f16 989.4, tf32 494.7, int8 1978.9 TFLOP/s with wgmma; "
+                  "1.98 GHz boost; dense bf16/f16 989.4, tf32 494.7, fp8 1978.9, int8 1978.9 TFLOP/s with wgmma; "
                   "fp32 66.9, fp64 33.5, fp16/bf16 non-tensor 133.8 TFLOP/s)")
 
 
 def _hopper(key: str, name: str, bandwidth: float, bw_source: str) -> GPU:
     dense = {Pipe.TENSOR_F16: 989.4e12, Pipe.TENSOR_TF32: 494.7e12, Pipe.TENSOR_INT8: 1978.9e12}
     peaks = {p: v * HOPPER_MMA_SYNC for p, v in dense.items()}
+    # wgmma reaches the datasheet's dense figures (fp8 1978.9 TFLOP/s, int8 1978.9 TOPS)
+    peaks.update({Pipe.WGMMA_F16: 989.4e12, Pipe.WGMMA_TF32: 494.7e12, Pipe.WGMMA_FP8: 1978.9e12,
+                  Pipe.WGMMA_INT8: 1978.9e12})
     peaks.update({Pipe.FP32: 66.9e12, Pipe.FP64: 33.5e12, Pipe.FP16: 133.8e12, Pipe.BF16: 133.8e12})
     return GPU(key, name, 132, 1.98e9, bandwidth, peaks, 989.4e12, LAUNCH_LATENCY,
                f"{_HOPPER_SOURCE}; {bw_source}; mma.sync at 2/3 of the dense tensor peaks (FlashAttention-3, "
@@ -794,7 +816,7 @@ def _waves_text(waves: Waves | None) -> str:
 
 
 def r_peak(g: GPU, p: Pipe) -> str:
-    suffix = " mma.sync" if p in (Pipe.TENSOR_F16, Pipe.TENSOR_TF32, Pipe.TENSOR_INT8) else ""
+    suffix = " mma.sync" if p in (Pipe.TENSOR_F16, Pipe.TENSOR_TF32, Pipe.TENSOR_INT8) else ""  # wgmma: in the name
     return f"{g.peak(p) / 1e12:.4g} TFLOP/s{suffix}"
 
 

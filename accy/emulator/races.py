@@ -58,6 +58,7 @@ from .errors import PtxError, RaceError
 PHASE_BITS = 40
 PHASE = 1 << PHASE_BITS  # an epoch is phase * PHASE + count
 COUNT_MASK = PHASE - 1
+WARPGROUP = 128  # threads of a warpgroup (wgmma's, four warps)
 SHARED_TAG = 1 << 62  # set on shared addresses (a batch's flat shared bytes) in the checker's tables
 FLUSH_ENTRIES = 1 << 21  # log this many thread accesses, then check and compact
 ORDERED_BY = ("a barrier (bar.sync) orders the threads of one block, a warp-synchronous instruction "
@@ -204,12 +205,21 @@ class LaunchRaces:
         where the caller knows it (None: unknown, or several).  Only references are kept (the
         threads' epochs are looked up when the log is checked)."""
         bt = T.bt if lanes is None else T.bt[lanes]
-        self.entries.append((kind, site, sizes, flat, bt, self.epoch, shared, "shared" if shared else region))
+        self.entries.append((kind, site, sizes, flat, bt, self.epoch, shared, "shared" if shared else region, -1))
         self.pending += len(bt)
         if self.pending > FLUSH_ENTRIES:
             error = self.check(end_of_batch=False)
             if error is not None:
                 raise error
+
+    def log_warpgroup(self, bt, kind, site, sizes, flat, epoch=None) -> None:
+        """Log an access a warpgroup makes as one (``wgmma``): the batch threads ``bt`` (not a
+        context's positions) stand for their warpgroups, whose own threads the access never races
+        with (they order it by program order: it is theirs); ``flat``: shared bytes; ``epoch``: the
+        clocks to log it at (None: now), for an asynchronous read that lasts into later phases."""
+        wg = (self.first + np.asarray(bt, np.int64)) % self.tpb // WARPGROUP
+        self.entries.append((kind, site, sizes, flat, bt, self.epoch if epoch is None else epoch, True, "shared", wg))
+        self.pending += len(bt)
 
     # -- checking ---------------------------------------------------------------------------------------
     def check(self, end_of_batch: bool, last: bool = False) -> RaceError | None:
@@ -268,7 +278,8 @@ class LaunchRaces:
                 kind=np.repeat(np.array([e[1] for e in entries], np.int8), counts),
                 site=np.repeat(np.array([id(e[2]) for e in entries], np.int64), counts),
                 order=np.repeat(np.array([e[0] for e in entries], np.int64), counts),
-                gtid=bt + self.first, phase=epoch >> PHASE_BITS, count=epoch & COUNT_MASK))
+                gtid=bt + self.first, phase=epoch >> PHASE_BITS, count=epoch & COUNT_MASK,
+                wg=np.concatenate([np.broadcast_to(np.asarray(e[9], np.int64), (c,)) for e, c in zip(entries, counts)])))
         if carry is not None:
             parts.append(carry)
         return _concat(parts)
@@ -334,7 +345,7 @@ class LaunchRaces:
         return Side(Access(int(t["kind"][k])), block, thread, site.line, site.text, getattr(site, "loc", None))
 
 
-_CARRIED = ("addr", "width", "kind", "site", "order", "gtid", "phase", "count")
+_CARRIED = ("addr", "width", "kind", "site", "order", "gtid", "phase", "count", "wg")
 
 
 def _granules(t: dict | None) -> dict | None:
@@ -474,7 +485,7 @@ def _find_race(t: dict | None, tpb: int):
     warp_count = k3 >> 5
     d2 = d1 | (warp_count[1:] != warp_count[:-1])
     kind = kind[order]
-    s = {"kind": kind, "order": t["order"][order]}
+    s = {"kind": kind, "order": t["order"][order], "wg": t["wg"][order], "own": local[order] // WARPGROUP}
     w, a, r = kind == Access.WRITE, kind == Access.ATOMIC, kind == Access.READ
     idents = ((d0, gtid[order] // tpb), (d1, k3 >> 53), (d2, k3 & 31))
     best = None
@@ -489,10 +500,14 @@ def _find_race(t: dict | None, tpb: int):
                 lo = np.minimum.reduceat(np.where(ar, ident, np.iinfo(np.int64).max), starts)
                 hi = np.maximum.reduceat(np.where(ar, ident, -1), starts)
                 bad |= mixed & (lo != hi)
-        for g in np.flatnonzero(bad)[:64]:
-            pair = _pair(s, ident, starts[g], ends[g])
-            if pair is not None and (best is None or pair[0] < best[0]):
-                best = (pair[0], order[pair[1]], order[pair[2]], level)
+        flagged = np.flatnonzero(bad)
+        for first in range(0, len(flagged), 64):  # the next 64 only where warpgroup accesses hid every pair
+            for g in flagged[first:first + 64]:
+                pair = _pair(s, ident, starts[g], ends[g])
+                if pair is not None and (best is None or pair[0] < best[0]):
+                    best = (pair[0], order[pair[1]], order[pair[2]], level)
+            if best is not None:
+                break
     if best is None:
         return None
     _, i, j, level = best
@@ -503,10 +518,12 @@ def _pair(s, ident, lo: int, hi: int):
     """The racing pair of the group ``[lo, hi)`` that completes earliest: ((order of the later,
     of the earlier), row, row)."""
     kind, order = s["kind"][lo:hi], s["order"][lo:hi]
+    wg, own = s["wg"][lo:hi], s["own"][lo:hi]
     ids = ident[lo:hi]
     best = None
     for x in np.flatnonzero(kind != Access.READ):  # every race has a write or an atomic
-        other = ids != ids[x]
+        # a warpgroup's own access (wgmma) never races with its own threads
+        other = (ids != ids[x]) & (wg != own[x]) & ((wg[x] < 0) | (own != wg[x]))
         if kind[x] == Access.WRITE:
             ok = other
         else:
