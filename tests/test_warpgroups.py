@@ -211,3 +211,32 @@ def test_the_sm_90_target_keeps_mma_sync():
     a, b, c = _args(case, rng)
     graph = run_lowered(_program(case), dict(c=c, a=a, b=b), arch="sm_90")
     assert products(graph)[0] == 0 and products(graph)[1] > 0
+
+
+# -- the PTX on the emulator, which reads wgmma's descriptors as the ISA defines them -------------
+@NEEDS_PTXAS
+@pytest.mark.parametrize("case", MATMULS, ids=[c[0] for c in MATMULS])
+def test_tile_matmuls_sm_90a_ptx_on_the_emulator_agree_with_numpy(case):
+    rng = np.random.default_rng(7)
+    a, b, c = _args(case, rng)
+    _program(case).run(dict(c=c, a=a, b=b), backend="ptx", arch=ARCH)
+    _check(c, a, b.T if case[5] else b, case[1], a.shape[1])
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("head, block_q, block_k, warps", [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 8)])
+def test_the_attention_entry_sm_90a_ptx_on_the_emulator_agrees_with_float64(head, block_q, block_k, warps):
+    """The library's tile attention, its two dots on wgmma (P@V's A held in registers), against
+    the float64 reference within bf16's output rounding and the scores' f32 sums."""
+    rng = np.random.default_rng(head + warps)
+    spec = ScaledDotProduct(2, 96, 160, head, head)
+    program = scaled_dot_product_tile(spec, bf16, AttentionTiles(block_q, block_k, warps)).program
+    q = rng.standard_normal((2, 96, head)).astype(bf16.numpy)
+    k, v = (rng.standard_normal((2, 160, head)).astype(bf16.numpy) for _ in range(2))
+    out = np.zeros_like(q)
+    program.run(dict(dst=out, query=q, key=k, value=v), backend="ptx", arch=ARCH)
+    scores = q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), 1, 2) / np.sqrt(head)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    want = (weights / weights.sum(-1, keepdims=True)) @ v.astype(np.float64)
+    # P is rounded to bf16 before P@V (2**-8 relative), the output too
+    np.testing.assert_allclose(out.astype(np.float64), want, atol=2**-6, rtol=2**-6)
