@@ -1,6 +1,6 @@
 """The SASS a GPU would run, without a GPU: the tile kernels of the examples (the matmul) and
 the library (the tile attention entry), and the matmul as Triton users write it (masked loads
-through index tiles), compiled by accy for sm_80 and sm_90, assembled by
+through index tiles), compiled by accy for sm_80, sm_90 and sm_90a (wgmma), assembled by
 ptxas and disassembled by nvdisasm; per kernel its registers, spills, shared bytes, the
 pipeline stages in effect, its whole SASS and its main loop's trip (accy.codegen.nvptx.sass:
 the in-bounds path, one warp) per m16n8k16 tensor-core instruction, with the trip's mix.
@@ -41,6 +41,7 @@ class Job:
     register_target: int
     arguments: object = None  # a factory of the issue's launch (the variant it runs; the emulator's estimate)
     estimate_target: float | None = None  # microseconds on an H200, Triton's PTX in the same emulator
+    wgmma_target: float | None = None  # issue 34's SASS per m16n8k16 at sm_90a (wgmma)
 
 
 def _matmul_arguments():
@@ -111,15 +112,15 @@ def _attention(head, block_q, block_k, warps):
 
 JOBS = (
     Job("matmul 128x128x64, 8 warps, 3 stages", _matmul(128, 128, 64, 8, 3),
-        ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201, _matmul_arguments, 276),
+        ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201, _matmul_arguments, 276, 1.8),
     Job("matmul 128x128x64 as Triton users write it (masked loads), 8 warps, 3 stages", _masked_matmul(128, 128, 64, 8, 3),
-        ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201, _matmul_arguments, 276),
+        ("matmul", dict(BM=128, BN=128, BK=64), 8, 3), 3.2, 201, _matmul_arguments, 276, 1.8),
     Job("matmul 128x128x32, 8 warps, 3 stages", _matmul(128, 128, 32, 8, 3),
-        ("matmul", dict(BM=128, BN=128, BK=32), 8, 3), 4.16, 186, _matmul_arguments),
+        ("matmul", dict(BM=128, BN=128, BK=32), 8, 3), 4.16, 186, _matmul_arguments, None, 2.41),
     Job("attention hd 64, 64x64, 4 warps", _attention(64, 64, 64, 4),
-        ("attention", dict(BM=64, BN=64, HEAD=64), 4, 2), 5.93, 183, _attention_arguments(64), 188),
+        ("attention", dict(BM=64, BN=64, HEAD=64), 4, 2), 5.93, 183, _attention_arguments(64), 188, 4.77),
     Job("attention hd 128, 64x64, 4 warps (Triton 128x64, 8 warps)", _attention(128, 64, 64, 4),
-        ("attention", dict(BM=128, BN=64, HEAD=128), 8, 2), 4.38, 221, _attention_arguments(128), 336),
+        ("attention", dict(BM=128, BN=64, HEAD=128), 8, 2), 4.38, 221, _attention_arguments(128), 336, 2.89),
 )
 
 
@@ -194,7 +195,7 @@ def triton_row(job: Job, arch: str) -> Row | str:
     return _row("triton", target, compiled.asm["cubin"], res, compiled.metadata.shared, str(stages))
 
 
-def run(archs=("sm_80", "sm_90"), estimates: bool = True) -> list[dict]:
+def run(archs=("sm_80", "sm_90", "sm_90a"), estimates: bool = True) -> list[dict]:
     from accy.codegen.nvptx.sass import find_nvdisasm
 
     if find_nvdisasm() is None:
@@ -205,8 +206,9 @@ def run(archs=("sm_80", "sm_90"), estimates: bool = True) -> list[dict]:
         for arch in archs:
             began = time.perf_counter()
             rows = [accy_row(job, arch), triton_row(job, arch)]
+            target = job.wgmma_target if arch == "sm_90a" else job.per_mma_target
             out.append({"job": job.name, "arch": arch, "seconds": time.perf_counter() - began,
-                        "per_mma_target": job.per_mma_target, "register_target": job.register_target,
+                        "per_mma_target": target, "register_target": job.register_target,
                         "rows": [attrs.asdict(r) | {"per_mma": r.per_mma} if isinstance(r, Row) else {"missing": r}
                                  for r in rows]})
             print_job(out[-1])
@@ -255,7 +257,7 @@ def print_job(entry: dict) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sass", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arch", default="sm_80,sm_90")
+    parser.add_argument("--arch", default="sm_80,sm_90,sm_90a")
     parser.add_argument("--no-estimates", action="store_true", help="skip the emulator's H200 estimates")
     ns = parser.parse_args(argv)
     run(tuple(a for a in ns.arch.split(",") if a), estimates=not ns.no_estimates)

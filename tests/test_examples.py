@@ -15,7 +15,7 @@ def test_there_are_examples():
     assert {p.stem for p in EXAMPLES} >= {"softmax", "matmul", "layer_norm", "attention", "histogram", "sum"}
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)
 def test_example_programs_lower_to_ptx_that_ptxas_accepts(script, arch):
     """Each example's programs (PROGRAMS) emit PTX for the arch; conftest assembles it."""

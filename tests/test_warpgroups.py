@@ -240,3 +240,23 @@ def test_the_attention_entry_sm_90a_ptx_on_the_emulator_agrees_with_float64(head
     want = (weights / weights.sum(-1, keepdims=True)) @ v.astype(np.float64)
     # P is rounded to bf16 before P@V (2**-8 relative), the output too
     np.testing.assert_allclose(out.astype(np.float64), want, atol=2**-6, rtol=2**-6)
+
+
+@NEEDS_PTXAS
+def test_the_examples_bf16_tile_matmul_at_sm_90a_on_the_emulator_is_within_its_bound():
+    """examples/tile_matmul.py's bf16 program (128 x 128 x 64 tiles, 8 warps, 3 stages: two
+    warpgroups, a pipelined fold) by the example's own check, with a K tail."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "tile_matmul.py"
+    spec = importlib.util.spec_from_file_location("example_tile_matmul", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(s).astype(bf16.numpy) for s in ((130, 200), (200, 140)))
+    graph = module.tile_matmul_bf16.graph_for("ptx", ARCH)
+    assert products(graph)[0] > 0 and products(graph)[1] == 0
+    c = np.zeros((130, 140), np.float32)
+    module.tile_matmul_bf16.run([c, a, b], backend="ptx", arch=ARCH)
+    _check(c, a, b, bf16, 200)

@@ -161,6 +161,8 @@ class _Distributor:
         def program(inner, block, threads):
             core.b = core.launch = inner
             core.tid = threads[thread]
+            if self.mma.warpgroups is not None:
+                self.mma.warpgroups.start()
             for name, arg in zip(names, region.args):
                 core.env[arg] = block[name]
             self.walk(region)

@@ -184,7 +184,7 @@ class SoftwarePipeline(Part):
 
         def body(inner, i, carries):
             with core.region(inner):
-                *accs, stage = carries
+                *accs, stage, refill = carries
                 b = self.b
                 b.async_wait(stages - 2)
                 if warpgroups:  # the copies landed are seen by the wgmma's (asynchronous) reads
@@ -195,7 +195,7 @@ class SoftwarePipeline(Part):
                 stage = b.max(b.min(stage, stages - 1), 0)
                 self.scratch.dirty = False
                 ahead = core.add(i, (stages - 1) * step)
-                refill = b.max(b.select(b.eq(stage, 0), stages - 1, b.sub(stage, 1)), 0)  # likewise
+                refill = b.max(b.min(refill, stages - 1), 0)  # likewise (the stage the trip before read)
                 b.if_(b.lt(ahead, stop), lambda inner: core.within(
                     inner, lambda: self.prefetch(region, plan, ahead, refill)) and None)
                 b.async_commit()
@@ -207,11 +207,12 @@ class SoftwarePipeline(Part):
                 registers.unflatten(region.args[1:], accs, layouts)
                 results = self.walker.walk(region)
                 following = b.select(b.eq(stage, stages - 1), 0, b.add(stage, 1))
-                return tuple(registers.flatten(results, layouts)) + (following,)
+                return tuple(registers.flatten(results, layouts)) + (following, stage)
 
-        flat = self.b.loop(start, stop, step, tuple(registers.flatten(inits, layouts)) + (core.const(0),), body)
+        flat = self.b.loop(start, stop, step, tuple(registers.flatten(inits, layouts)) + (
+            core.const(0), core.const(stages - 1)), body)
         for dot in offsets:
             self.dots.pipelined.pop(dot, None)
         self.b.async_wait(0)
         self.scratch.dirty = True
-        registers.unflatten(op.results, flat[:-1], layouts)
+        registers.unflatten(op.results, flat[:-2], layouts)

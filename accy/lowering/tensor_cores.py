@@ -38,7 +38,7 @@ from .registers import Lazy, Registers, Regs
 from .scratch import Scratch, pitch
 from .tile_access import conjuncts
 from .tile_memory import Deferred, MemoryAccesses
-from .warpgroups import ALIGN, WarpgroupDot
+from .warpgroups import ALIGN, SwizzledRows, WarpgroupDot
 
 # the element type each kind's operands are staged in
 STAGED = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8}
@@ -274,7 +274,7 @@ class OperandStaging(Part):
             row, col = (c if len(c) == 2 else (0,) + c)[-2:]
             return core.add(rows.at(self.b, core, row, col), base)
 
-        shared_at = lambda r: place(coords[r])  # noqa: E731
+        shared_at = self.split_places(rows, layout, loaded, place, coords, base)
 
         def copies(inner):
             """16 bytes a copy, or none where its first element is masked off (the groups are
@@ -310,6 +310,30 @@ class OperandStaging(Part):
             memory.guards.choose(seen, staged, lambda: memory.guards.on_failure(op, seen, lambda at: core.record(
                 "async_copy", [shared_at(0), at, core.const(COPY_BYTES)], copy_attrs(op.attrs.bounds))))
         return True
+
+    def split_places(self, rows, layout, loaded, place, coords, base):
+        """Each register's staging offset (``place`` of its ``coords``), where ``rows`` are wgmma's
+        swizzled rows and the register's own part moves whole 8-row spans and whole chunks, as
+        one offset of the thread's plus a constant: the register's row bits lie apart from the
+        thread's (a layout's rows one a thread), which a bit permutation of A's rows and the
+        swizzle then keep apart, so the copies share one address and immediate offsets."""
+        if not isinstance(rows, SwizzledRows) or len(loaded) != 2 or layout.dims[0].per_thread != 1:
+            return lambda r: place(coords[r])
+        core, b = self.core, self.b
+        first = []
+
+        def at(r):
+            js = layout.register_indices(r)
+            row, col = (d.static(j) for d, j in zip(layout.dims, js))
+            if row % 8 or col % rows.per_row or any(d.wraps(j) for d, j in zip(layout.dims, js)):
+                return place(coords[r])
+            if not first:
+                parts = [self.registers.thread_part(d) for d in layout.dims]
+                parts = [0 if part is None else part for part in parts]
+                first.append(core.add(rows.at(b, core, *parts), base))
+            return core.add(first[0], rows.at(b, core, row, col))
+
+        return at
 
     def copy_offsets(self, op: Op, seen, layout) -> list | None:
         """Each register's offset from the access's affine form ``base + sum_d coef_d * i_d``,

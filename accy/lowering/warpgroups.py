@@ -110,6 +110,18 @@ class WarpgroupDot(Part):
 
     def __init__(self, core: Rebuild):
         super().__init__(core)
+        self.warpgroup = None  # this thread's warpgroup, once a dot asked
+
+    def start(self) -> None:
+        """At the program's start: this thread's warpgroup, as lane 0 of its warp has it (so that
+        ptxas sees it warp-uniform and keeps the descriptors in uniform registers; dropped as
+        dead code where no dot runs on wgmma)."""
+        if self.T > WARPGROUP_THREADS:
+            self.warpgroup = self.b.shuffle(self.b.shr(self.tid, _log2(WARPGROUP_THREADS)), 0)
+
+    def group(self):
+        """This thread's warpgroup (:meth:`start`)."""
+        return 0 if self.T <= WARPGROUP_THREADS else self.warpgroup
 
     def fits(self, op: Op, kind: MmaKind, b_rows_n: bool) -> bool:
         """Can the dot ``op`` (of ``kind``, which ``mma.sync`` could run) run on wgmma?"""
@@ -148,7 +160,7 @@ class WarpgroupDot(Part):
         b, core = self.b, self.core
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         per_group = m // (BLOCK_ROWS * (self.T // WARP_SIZE // WARPGROUP_WARPS))
-        group = b.shr(self.tid, _log2(WARPGROUP_WARPS * WARP_SIZE)) if self.T > WARPGROUP_WARPS * WARP_SIZE else 0
+        group = self.group()
         wide = min(n, MAX_N)
         held = not isinstance(a, tuple)
         a_array = b_array if held else a[0]
