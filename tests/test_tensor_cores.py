@@ -23,7 +23,7 @@ from accy.codegen.nvptx import toolchain
 from accy.runtime.interpreter import warp_matrix
 from accy.lowering.layouts import Mma
 from accy.runtime.tensor_arguments import expand_tensor_arguments
-from accy.dsl.ops import MmaKind
+from accy.dsl.ops import MMA_SYNC_KINDS, MmaKind
 from accy.library import ScaledDotProduct, scaled_dot_product_tile
 from accy.library.attention import reference
 from tile_kernels import matmul_program
@@ -52,7 +52,7 @@ def _isa_b(kind, lane, i):
     return 2 * t + (i & 1) + 8 * (i >> 1), g
 
 
-@pytest.mark.parametrize("kind", list(MmaKind))
+@pytest.mark.parametrize("kind", MMA_SYNC_KINDS)
 def test_fragment_positions_are_the_isa_formulas(kind):
     k = kind.k
     for role, count, rows, cols, isa, ours in (("a", kind.a_count, 16, k, _isa_a, warp_matrix.a_position),
@@ -68,7 +68,7 @@ def test_fragment_positions_are_the_isa_formulas(kind):
         assert seen == set(itertools.product(range(rows), range(cols))), role  # every element once
 
 
-@pytest.mark.parametrize("kind", list(MmaKind))
+@pytest.mark.parametrize("kind", MMA_SYNC_KINDS)
 def test_the_mma_reference_multiplies_the_matrices_its_fragments_hold(kind):
     rng = np.random.default_rng(3)
     k = kind.k

@@ -260,3 +260,51 @@ def test_the_examples_bf16_tile_matmul_at_sm_90a_on_the_emulator_is_within_its_b
     c = np.zeros((130, 140), np.float32)
     module.tile_matmul_bf16.run([c, a, b], backend="ptx", arch=ARCH)
     _check(c, a, b, bf16, 200)
+
+
+# -- fp8 on wgmma: e4m3 and e5m2 as they are, partial sums promoted to f32 -------------------------
+FP8_FRACTION_BITS = 13  # the emulator's model of Hopper's fp8 accumulation (accy/emulator/wgmma.py)
+
+
+def _fp8_bound(a, b, steps):
+    """Each wgmma of a chunk of ``steps`` k32-steps may lose 2**-13 of its partial sum (the chunk
+    starts from zero), then the chunks add in f32: within (steps 2**-13 + K 2**-24) |A| |B|."""
+    k = a.shape[1]
+    return (steps * 2.0**-FP8_FRACTION_BITS + 2 * k * 2.0**-24) * (np.abs(a.astype(np.float64))
+                                                                   @ np.abs(b.astype(np.float64)))
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("dtype", [accy.f8e4m3, accy.f8e5m2], ids=str)
+def test_fp8_matmuls_run_as_fp8_wgmma_within_the_promoted_bound(dtype):
+    from accy.lowering.warpgroups import FP8_PROMOTION_STEPS
+
+    rng = np.random.default_rng(11)
+    program = matmul_program(dtype, f32, 64, 64, 128, 4)
+    a, b = (rng.standard_normal(s).astype(dtype.numpy) for s in ((128, 1024), (1024, 64)))
+    c, c_ptx = np.zeros((128, 64), np.float32), np.zeros((128, 64), np.float32)
+    graph = run_lowered(program, dict(c=c, a=a, b=b))
+    assert {op.attrs.kind.value for op in graph.body.walk() if op.opcode == "wgmma"} == {dtype.name[2:]}
+    assert f"k32.f32.{dtype.name[2:]}.{dtype.name[2:]}" in program.ptx(ARCH)
+    program.run(dict(c=c_ptx, a=a, b=b), backend="ptx", arch=ARCH)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    _check(c, a, b, accy.f16, 1024)  # the reference sums exactly
+    assert np.all(np.abs(c_ptx - want) <= _fp8_bound(a, b, FP8_PROMOTION_STEPS))
+
+
+@NEEDS_PTXAS
+def test_promoting_fp8_partial_sums_more_often_loses_less(monkeypatch):
+    """On the emulator's model, chunks of 4 k-steps lose less than one chunk of the trip's 8."""
+    import accy.lowering.warpgroups as warpgroups
+
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal(s).astype(accy.f8e4m3.numpy) for s in ((64, 2048), (2048, 64)))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    errors = []
+    for steps in (4, 8):
+        monkeypatch.setattr(warpgroups, "FP8_PROMOTION_STEPS", steps)
+        c = np.zeros((64, 64), np.float32)
+        matmul_program(accy.f8e4m3, f32, 64, 64, 256, 4).run(dict(c=c, a=a, b=b), backend="ptx", arch=ARCH)
+        assert np.all(np.abs(c - want) <= _fp8_bound(a, b, steps))
+        errors.append(np.abs(c - want).mean())
+    assert errors[0] < 0.8 * errors[1]

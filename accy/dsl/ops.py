@@ -94,15 +94,23 @@ class MmaKind(enum.StrEnum):
     BF16 = "bf16"  # m16n8k16, f32 accumulator
     TF32 = "tf32"  # m16n8k8, f32 accumulator; operands are f32 already rounded to tf32
     S8 = "s8"  # m16n8k32, i32 accumulator (wrapping)
+    # warpgroups only (wgmma m64nNk32, f32 accumulator; mma.sync takes fp8 widened to f16)
+    E4M3 = "e4m3"
+    E5M2 = "e5m2"
 
     @property
     def k(self) -> int:
-        return {"f16": 16, "bf16": 16, "tf32": 8, "s8": 32}[self.value]
+        return {"f16": 16, "bf16": 16, "tf32": 8, "s8": 32, "e4m3": 32, "e5m2": 32}[self.value]
 
     @property
     def inputs(self) -> str:
         """The element type name of the operands (tf32 values travel as f32)."""
-        return {"f16": "f16", "bf16": "bf16", "tf32": "f32", "s8": "i8"}[self.value]
+        return {"f16": "f16", "bf16": "bf16", "tf32": "f32", "s8": "i8", "e4m3": "f8e4m3", "e5m2": "f8e5m2"}[self.value]
+
+    @property
+    def bytes_wide(self) -> bool:
+        """Are its operands bytes (k32: four to a register)?"""
+        return self in (MmaKind.S8, MmaKind.E4M3, MmaKind.E5M2)
 
     @property
     def accumulator(self) -> str:
@@ -112,6 +120,9 @@ class MmaKind(enum.StrEnum):
     def a_count(self) -> int:
         """A's elements per lane (16 x k over 32 lanes); B's are half as many."""
         return self.k // 2
+
+
+MMA_SYNC_KINDS = (MmaKind.F16, MmaKind.BF16, MmaKind.TF32, MmaKind.S8)  # what mma.sync runs
 
 
 class MatrixOrder(enum.StrEnum):
@@ -869,6 +880,8 @@ def _shuffle(op, types, attrs_):
 
 def _mma(op, types, attrs_):
     kind = attrs_.kind
+    if kind not in MMA_SYNC_KINDS:
+        raise OpTypeError(f"mma {kind}: mma.sync takes {', '.join(MMA_SYNC_KINDS)} (fp8 runs widened to f16)")
     a, b, c = kind.a_count, kind.a_count // 2, 4
     if len(types) != a + b + c:
         raise OpTypeError(f"mma {kind} takes {a} A, {b} B and {c} C elements per lane, got {len(types)} operands")

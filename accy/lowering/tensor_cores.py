@@ -29,7 +29,7 @@ import attrs
 from ..dsl.ir import Graph, Op, constant_of
 from ..dsl.ops import AsyncCopyAttrs, MatrixOrder, MmaKind, Precision, SharedAttrs
 from ..dsl.traced import SharedArray
-from ..dsl.types import bf16, f16, f32, i8
+from ..dsl.types import bf16, f8e4m3, f8e5m2, f16, f32, i8
 from ..targets import WARP_SIZE
 from .fma_dot import round_to_tf32
 from .layouts import Blocked, Mma, Permute, unit_reshape
@@ -41,7 +41,8 @@ from .tile_memory import Deferred, MemoryAccesses
 from .warpgroups import ALIGN, SwizzledRows, WarpgroupDot
 
 # the element type each kind's operands are staged in
-STAGED = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8}
+STAGED = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8, MmaKind.E4M3: f8e4m3,
+          MmaKind.E5M2: f8e5m2}
 STAGED_KIND = {el: kind for kind, el in STAGED.items()}
 COPY_BYTES = 16
 
@@ -319,19 +320,20 @@ class OperandStaging(Part):
         swizzle then keep apart, so the copies share one address and immediate offsets."""
         if not isinstance(rows, SwizzledRows) or len(loaded) != 2 or layout.dims[0].per_thread != 1:
             return lambda r: place(coords[r])
-        core, b = self.core, self.b
-        first = []
+        core = self.core
+        key = ("staged", rows, layout.dims, id(base))
 
         def at(r):
             js = layout.register_indices(r)
             row, col = (d.static(j) for d, j in zip(layout.dims, js))
             if row % 8 or col % rows.per_row or any(d.wraps(j) for d, j in zip(layout.dims, js)):
                 return place(coords[r])
-            if not first:
+            first = core.lookup(key)  # (in the region it is asked in: a fallback's is another)
+            if first is None:
                 parts = [self.registers.thread_part(d) for d in layout.dims]
                 parts = [0 if part is None else part for part in parts]
-                first.append(core.add(rows.at(b, core, *parts), base))
-            return core.add(first[0], rows.at(b, core, row, col))
+                first = core.remember(key, core.add(rows.at(self.b, core, *parts), base))
+            return core.add(first, rows.at(self.b, core, row, col))
 
         return at
 
@@ -410,10 +412,18 @@ class TensorCoreDot(Part):
 
     def on_warpgroups(self, op: Op) -> bool:
         """Does the dot ``op`` run on wgmma?"""
+        return self.warpgroup_kind(op) is not None
+
+    def warpgroup_kind(self, op: Op) -> MmaKind | None:
+        """The wgmma the dot ``op`` runs on, or None: ``mma.sync``'s kind, but OCP fp8 inputs
+        as they are (e4m3 or e5m2, k32) where K allows."""
         if self.warpgroups is None or not self.enabled:
-            return False
+            return None
         kind = mma_kind(op, self.T)
-        return kind is not None and self.warpgroups.fits(op, kind, b_transposed(op))
+        dtype = op.operands[0].type.dtype
+        if kind is MmaKind.F16 and dtype in (f8e4m3, f8e5m2) and op.operands[0].type.shape[1] % 32 == 0:
+            kind = MmaKind.E4M3 if dtype == f8e4m3 else MmaKind.E5M2
+        return kind if kind is not None and self.warpgroups.fits(op, kind, b_transposed(op)) else None
 
     def warps_n(self, op: Op) -> int:
         """The warps along the columns of the dot ``op``'s result (its Mma layout's ``warps_n``)."""
@@ -424,9 +434,7 @@ class TensorCoreDot(Part):
 
     def mma_kind(self, op: Op) -> MmaKind | None:
         """The mma the dot ``op`` runs on, or None (FMA, or no tensor cores)."""
-        if self.on_warpgroups(op):
-            return mma_kind(op, self.T)
-        return mma_kind(op, self.T, self.grid) if self.enabled else None
+        return self.warpgroup_kind(op) or (mma_kind(op, self.T, self.grid) if self.enabled else None)
 
     def plan(self, op: Op, kind: MmaKind, a, b_) -> Staging:
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]

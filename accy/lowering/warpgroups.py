@@ -30,6 +30,11 @@ from ..targets import WARP_SIZE
 from .layouts import Mma
 from .rebuild import Part, Rebuild
 
+FP8 = (MmaKind.E4M3, MmaKind.E5M2)
+# fp8 wgmma accumulates with fewer bits than f32 (Hopper: about 14; DeepSeek-V3's report, 3.3.2):
+# its products are summed this many k-steps (k32 each: 128 elements, the report's interval) from
+# zero, then added to the f32 accumulator by an ordinary add
+FP8_PROMOTION_STEPS = 4
 WARPGROUP_WARPS = 4
 WARPGROUP_THREADS = WARPGROUP_WARPS * WARP_SIZE
 BLOCK_ROWS = 64  # a wgmma's M
@@ -132,8 +137,8 @@ class WarpgroupDot(Part):
         per_group = m // (BLOCK_ROWS * warps // WARPGROUP_WARPS)
         if per_group & (per_group - 1) or (n > MAX_N and n % MAX_N):
             return False
-        itemsize = {MmaKind.F16: 2, MmaKind.BF16: 2, MmaKind.TF32: 4, MmaKind.S8: 1}[kind]
-        if b_rows_n:
+        itemsize = {MmaKind.F16: 2, MmaKind.BF16: 2, MmaKind.TF32: 4}.get(kind, 1)
+        if b_rows_n or kind in FP8:  # (fp8 staged from registers, transposed where need be)
             return True
         return kind in (MmaKind.F16, MmaKind.BF16) and swizzle_for(min(n, MAX_N) * itemsize) is not None
 
@@ -160,16 +165,33 @@ class WarpgroupDot(Part):
         b, core = self.b, self.core
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         per_group = m // (BLOCK_ROWS * (self.T // WARP_SIZE // WARPGROUP_WARPS))
-        group = self.group()
         wide = min(n, MAX_N)
         held = not isinstance(a, tuple)
         a_array = b_array if held else a[0]
         attrs_ = WgmmaAttrs(kind=kind, n=wide, a_shared=a_array.name, b_shared=b_array.name,
                             a_swizzle=0 if held else a_rows.swizzle, a_chunk=0 if held else a_rows.chunk,
                             b_major=Major.K if b_rows_n else Major.MN, b_swizzle=b_rows.swizzle, b_chunk=b_rows.chunk)
+        steps = list(range(0, kk, kind.k))
+        if kind not in FP8:  # one group, on the accumulator itself
+            return self.group_of(steps, attrs_, a, a_rows, b_base, b_rows, b_rows_n, list(values), layout, per_group)
         values = list(values)
+        zero = b.constant(0.0, values[0].type)
+        for first in range(0, len(steps), FP8_PROMOTION_STEPS):  # each chunk from zero, then added in f32
+            chunk = steps[first:first + FP8_PROMOTION_STEPS]
+            partial = self.group_of(chunk, attrs_, a, a_rows, b_base, b_rows, b_rows_n, [zero] * len(values),
+                                    layout, per_group)
+            values = [b.add(v, p) for v, p in zip(values, partial)]
+        return values
+
+    def group_of(self, steps, attrs_: WgmmaAttrs, a, a_rows, b_base, b_rows, b_rows_n, values: list, layout: Mma,
+                 per_group: int) -> list:
+        """The k-steps ``steps`` of the dot as one wgmma group on ``values``, waited for."""
+        b, core = self.b, self.core
+        wide, n, kind = attrs_.n, layout.shape_[1], attrs_.kind
+        held = not attrs_.a_swizzle
+        group = self.group()
         b.wgmma_fence()
-        for k0 in range(0, kk, kind.k):
+        for k0 in steps:
             for q in range(per_group):
                 if held:
                     js = [(2 * q + h, 4 * (k0 // 16) + w) for w, h in ((0, 0), (1, 0), (0, 1), (1, 1), (2, 0),

@@ -39,7 +39,8 @@ TENSOR_CORE_OPS = ("mma", "ldmatrix", "async_copy", "async_commit", "async_wait"
                    "wgmma_commit", "wgmma_wait", "fence_proxy_async")
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # a descriptor's bits 62-63
 # a wgmma's element types in its PTX name, by kind
-WGMMA_TYPES = {MmaKind.F16: "f16", MmaKind.BF16: "bf16", MmaKind.TF32: "tf32", MmaKind.S8: "s8"}
+WGMMA_TYPES = {MmaKind.F16: "f16", MmaKind.BF16: "bf16", MmaKind.TF32: "tf32", MmaKind.S8: "s8",
+               MmaKind.E4M3: "e4m3", MmaKind.E5M2: "e5m2"}
 
 
 class TensorCoreEmitter:

@@ -40,7 +40,7 @@ def a_position(kind: MmaKind, i: int):
     g, t = _lanes()
     if kind is MmaKind.TF32:
         return g + 8 * (i & 1), t + 4 * (i >> 1)
-    if kind is MmaKind.S8:
+    if kind.bytes_wide:
         return g + 8 * ((i >> 2) & 1), 4 * t + (i & 3) + 16 * (i >> 3)
     return g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >> 2)
 
@@ -49,7 +49,7 @@ def b_position(kind: MmaKind, i: int):
     g, t = _lanes()
     if kind is MmaKind.TF32:
         return t + 4 * i, g
-    if kind is MmaKind.S8:
+    if kind.bytes_wide:
         return 4 * t + (i & 3) + 16 * (i >> 2), g
     return 2 * t + (i & 1) + 8 * (i >> 1), g
 
