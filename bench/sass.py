@@ -220,22 +220,28 @@ def run(archs=("sm_80", "sm_90", "sm_90a"), estimates: bool = True) -> list[dict
                 else f"Triton's: {theirs}"
             print(f"    accy's estimate on an H200 (sm_90 PTX on the emulator, 2 blocks sampled): "
                   f"{out[-1]['estimate_us']:.2f} us; {versus} (issue 32's figure for it: {job.estimate_target} us)")
+            if "sm_90a" in archs:  # Hopper's own code on both sides
+                out[-1]["estimate_90a_us"] = estimate(job, "sm_90a")
+                theirs = triton_estimate(job, 90)
+                out[-1]["triton_estimate_90a_us"] = theirs if isinstance(theirs, float) else None
+                versus = f"Triton's sm_90a PTX: {theirs:.2f} us" if isinstance(theirs, float) else f"Triton's: {theirs}"
+                print(f"    at sm_90a (wgmma): accy's estimate {out[-1]['estimate_90a_us']:.2f} us; {versus}")
     return out
 
 
-def triton_estimate(job: Job) -> float | str:
+def triton_estimate(job: Job, capability: int = 80) -> float | str:
     """Triton's PTX for the job on the emulator (bench.triton_kernels.emulated_estimate), or why none."""
     try:
         from . import triton_kernels
     except ImportError:
         return "Triton not installed (pip install '.[bench]')"
     name, constants, warps, stages = job.triton
-    return triton_kernels.emulated_estimate(name, constants, warps, stages)
+    return triton_kernels.emulated_estimate(name, constants, warps, stages, capability)
 
 
-def estimate(job: Job) -> float:
+def estimate(job: Job, arch: str = "sm_90") -> float:
     """accy's kernel at the issue's launch on an H200, microseconds (accy profile's model)."""
-    profile = job.accy().profile(job.arguments(), arch="sm_90", gpu="h200", sample=2)
+    profile = job.accy().profile(job.arguments(), arch=arch, gpu="h200", sample=2)
     return profile.estimated_seconds * 1e6
 
 

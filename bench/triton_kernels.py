@@ -130,15 +130,15 @@ def compile_for(name: str, constants: dict, warps: int, stages: int, capability:
                           options={"num_warps": warps, "num_stages": stages})
 
 
-def emulated_estimate(name: str, constants: dict, warps: int, stages: int) -> float:
-    """Triton's sm_80 PTX for the job ``name`` at issue 32's launch (matmul 4096 cubed; attention
-    B*H = 16, 4096 tokens) on accy's emulator, 2 blocks sampled, through the H200 roofline:
-    microseconds, the figure ``bench.sass`` sets beside accy's (Triton's sm_90 PTX is wgmma,
-    which the emulator does not run).  Its inputs are zeros: the counts do not depend on them."""
+def emulated_estimate(name: str, constants: dict, warps: int, stages: int, capability: int = 80) -> float:
+    """Triton's PTX for ``capability`` (80: mma.sync; 90: its sm_90a wgmma) for the job ``name`` at
+    issue 32's launch (matmul 4096 cubed; attention B*H = 16, 4096 tokens) on accy's emulator, 2
+    blocks sampled, through the H200 roofline: microseconds, the figure ``bench.sass`` sets beside
+    accy's.  Its inputs are zeros: the counts do not depend on them."""
     from accy.emulator import Device
     from accy.emulator.profile import build_profile, gpu_named, run_counted
 
-    compiled = compile_for(name, constants, warps, stages, 80)
+    compiled = compile_for(name, constants, warps, stages, capability)
     device = Device()
     function = device.load_module(compiled.asm["ptx"]).function(compiled.metadata.name)
 
@@ -160,6 +160,7 @@ def emulated_estimate(name: str, constants: dict, warps: int, stages: int) -> fl
     values += [0] * (len(function.param_types) - len(values))  # Triton's scratch pointers: none needed
     block = (warps * 32, 1, 1)
     counters, chosen = run_counted(function, grid, block, values, compiled.metadata.shared, 2)
-    profile = build_profile(function, counters, chosen, kernel=compiled.metadata.name, arch="sm_80",
+    arch = "sm_80" if capability == 80 else "sm_90a"
+    profile = build_profile(function, counters, chosen, kernel=compiled.metadata.name, arch=arch,
                             gpu=gpu_named("h200"), grid=grid, block=block, gmem=device.gmem)
     return profile.estimated_seconds * 1e6

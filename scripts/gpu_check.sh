@@ -155,7 +155,7 @@ xdist=()  # the image has pytest-xdist: its 16 cores compile and interpret in pa
 fuzz_cap=150  # the fuzzers one at a time
 "$py" -c "import xdist" 2>/dev/null && xdist=(-n "${GPU_CHECK_WORKERS:-8}") && fuzz_cap=120
 workers="${GPU_CHECK_WORKERS:-6}"  # processes for the tile comparison (each its own CUDA context)
-arch=sm_90  # the H100 and H200 this check is written for; the device's own when it runs
+arch=sm_90a  # the H100 and H200 this check is written for (wgmma); the device's own when it runs
 gpu=
 tests_rc=0 bench_rc=0 tile_bench_rc=0 ncu_rc=0 race_rc=0
 if [ "$dry" = 1 ]; then

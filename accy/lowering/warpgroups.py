@@ -130,7 +130,7 @@ class WarpgroupDot(Part):
 
     def fits(self, op: Op, kind: MmaKind, b_rows_n: bool) -> bool:
         """Can the dot ``op`` (of ``kind``, which ``mma.sync`` could run) run on wgmma?"""
-        (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
+        (m, _), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         warps = self.T // WARP_SIZE
         if warps % WARPGROUP_WARPS or m % (BLOCK_ROWS * warps // WARPGROUP_WARPS):
             return False
@@ -162,7 +162,7 @@ class WarpgroupDot(Part):
         """D = A B + C for every block of this warpgroup, k-step by k-step, as one group waited
         for: ``a`` is (A's array, its base) or the held A (its registers in an Mma layout);
         ``values`` the accumulator's registers in ``layout``; returns them updated."""
-        b, core = self.b, self.core
+        b = self.b
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         per_group = m // (BLOCK_ROWS * (self.T // WARP_SIZE // WARPGROUP_WARPS))
         wide = min(n, MAX_N)
@@ -187,7 +187,7 @@ class WarpgroupDot(Part):
                  per_group: int) -> list:
         """The k-steps ``steps`` of the dot as one wgmma group on ``values``, waited for."""
         b, core = self.b, self.core
-        wide, n, kind = attrs_.n, layout.shape_[1], attrs_.kind
+        wide, n = attrs_.n, layout.shape_[1]
         held = not attrs_.a_swizzle
         group = self.group()
         b.wgmma_fence()

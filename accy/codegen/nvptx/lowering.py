@@ -16,7 +16,6 @@ from llvmlite import ir
 from ...dsl.analysis import uniformity
 from ...dsl.analysis.intervals import within
 from ...dsl.ir import Graph, Op
-from ...dsl.ops import MatrixOrder, MmaKind
 from ...dsl.schedule import axes_on_x
 from ...dsl.types import DType, bf16, f32
 from .control_flow import NvptxControlFlow
@@ -24,8 +23,7 @@ from .debug_lines import DebugLines
 from .tensor_cores import TENSOR_CORE_OPS, TensorCoreEmitter
 from ..arithmetic import MATH
 from ..llvm import LoweredModule, Lowering
-from ...errors import CompileError
-from ..abi import STATUS_LOAD_OOB, dynamic_shared_bytes, shared_offsets
+from ..abi import dynamic_shared_bytes, shared_offsets
 from ..llvm_types import I1, I32, I64, VOID, constant, element_type, float_bits, llvm_type, memory_type
 from ...targets import NvptxTarget
 from ...targets import WARP_SIZE

@@ -184,11 +184,10 @@ class TensorCoreEmitter:
         accs = values[-count:]
         if attrs_.a_swizzle:
             a_args = [self._descriptor(attrs_.a_shared, op.operands[0], attrs_.a_swizzle, Major.K, attrs_.a_chunk)]
-            rest = values[1:-count]
         else:
             a_args = self._words(values[:kind.a_count])
-            rest = values[kind.a_count:-count]
-        b_desc = self._descriptor(attrs_.b_shared, op.operands[len(op.operands) - count - 1], attrs_.b_swizzle, attrs_.b_major, attrs_.b_chunk)
+        b_at = op.operands[-count - 1]  # (B's offset comes just before the accumulators)
+        b_desc = self._descriptor(attrs_.b_shared, b_at, attrs_.b_swizzle, attrs_.b_major, attrs_.b_chunk)
         reg = "r" if kind is MmaKind.S8 else "f"
         args = a_args + [b_desc, ir.Constant(I32, 1)] + accs
         first = count
