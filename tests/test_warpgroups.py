@@ -308,3 +308,102 @@ def test_promoting_fp8_partial_sums_more_often_loses_less(monkeypatch):
         assert np.all(np.abs(c - want) <= _fp8_bound(a, b, steps))
         errors.append(np.abs(c - want).mean())
     assert errors[0] < 0.8 * errors[1]
+
+
+# -- what the review found (a fold's stage shared with mma.sync, A staged before a nested fold,
+# the shared budget, integer N) -------------------------------------------------------------------
+def _both(program, args, outputs, want, atol):
+    """``program`` on the sm_90a graph (numpy) and its PTX (the emulator): each output near ``want``."""
+    for run in (lambda a: run_lowered(program, a), lambda a: program.run(a, backend="ptx", arch=ARCH)):
+        fresh = {k: (np.zeros_like(v) if k in outputs else v) for k, v in args.items()}
+        run(fresh)
+        for name in outputs:
+            np.testing.assert_allclose(fresh[name], want[name], atol=atol)
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("wgmma_first", [True, False])
+def test_a_stage_shared_with_an_mma_sync_dot_keeps_the_wgmma_blocks_aligned(wgmma_first):
+    """One fold, c = a @ b on wgmma and d = a @ b2 (8 columns: mma.sync) staged in one stage:
+    every part of it starts on the swizzle's 1024-byte span, whichever comes first."""
+
+    @accy.kernel(c=accy.tensor(f32, 2), d=accy.tensor(f32, 2), a=accy.tensor(bf16, 2), b=accy.tensor(bf16, 2),
+                 b2=accy.tensor(bf16, 2))
+    def mixed(k, p):
+        @k.for_each_tile(grid=(axis("m", cdiv(p.a.shape[0], 64)),), warps=4, num_stages=3)
+        def body(t, pid):
+            def step(t, k0, accs):
+                acc, acc2 = accs
+                a = p.a.load_tile((pid["m"] * 64, k0), (64, 32))
+                b, b2 = p.b.load_tile((k0, 0), (32, 64)), p.b2.load_tile((k0, 0), (32, 8))
+                if wgmma_first:
+                    return t.dot(a, b, acc), t.dot(a, b2, acc2)
+                acc2 = t.dot(a, b2, acc2)
+                return t.dot(a, b, acc), acc2
+
+            acc, acc2 = t.fold_range(0, p.a.shape[1], 32, (t.zeros((64, 64), f32), t.zeros((64, 8), f32)), step)
+            p.c.store_tile((pid["m"] * 64, 0), acc)
+            p.d.store_tile((pid["m"] * 64, 0), acc2)
+
+    assert products(mixed.lowered(Target.nvptx(ARCH))) == (2, 2)  # a trip's two k-steps each: one wgmma, one mma
+    rng = np.random.default_rng(8)
+    a, b, b2 = (rng.standard_normal(s).astype(bf16.numpy) for s in ((64, 128), (128, 64), (128, 8)))
+    want = {"c": a.astype(np.float64) @ b.astype(np.float64), "d": a.astype(np.float64) @ b2.astype(np.float64)}
+    _both(mixed, dict(c=np.zeros((64, 64), np.float32), d=np.zeros((64, 8), np.float32), a=a, b=b, b2=b2),
+          ("c", "d"), want, 1e-4)
+
+
+@NEEDS_PTXAS
+def test_an_a_staged_before_a_fold_nested_in_a_fold_is_staged_each_outer_trip():
+    """A loaded in an outer fold's trip, the inner fold's wgmma reading it from shared memory: the
+    outer fold's trial walk (its natural layouts) must not leave the staging behind."""
+
+    @accy.kernel(c=accy.tensor(f32, 2), a=accy.tensor(bf16, 2), b=accy.tensor(bf16, 2))
+    def nested(k, p):
+        @k.for_each_tile(grid=(axis("m", 1),), warps=8, num_stages=2)
+        def body(t, pid):
+            def outer(t, j, out):
+                a = p.a.load_tile((j, 0), (128, 64))
+                return t.fold_range(0, p.b.shape[1], 64, out, lambda t, n0, acc: t.dot(
+                    a, p.b.load_tile((0, n0), (64, 64)), acc))
+
+            p.c.store_tile((0, 0), t.fold_range(0, p.a.shape[0], 128, t.zeros((128, 64), f32), outer))
+
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((384, 64)).astype(bf16.numpy), rng.standard_normal((64, 128)).astype(bf16.numpy)
+    af, bf = a.astype(np.float64), b.astype(np.float64)
+    want = sum(af[j:j + 128] @ bf[:, n:n + 64] for j in range(0, 384, 128) for n in range(0, 128, 64))
+    _both(nested, dict(c=np.zeros((128, 64), np.float32), a=a, b=b), ("c",), {"c": want}, 1e-3)
+
+
+def test_the_stages_leave_room_for_an_a_staged_before_the_fold():
+    """A 128 x 256 A staged before an 8-stage fold: the stages give way to it, within sm_90's 227 KiB."""
+    from accy.codegen.abi import shared_offsets
+
+    @accy.kernel(c=accy.tensor(f32, 2), a=accy.tensor(bf16, 2), b=accy.tensor(bf16, 2))
+    def hoisted(k, p):
+        @k.for_each_tile(grid=(axis("m", cdiv(p.a.shape[0], 128)),), warps=8, num_stages=8)
+        def body(t, pid):
+            a = p.a.load_tile((pid["m"] * 128, 0), (128, 256))
+            acc = t.fold_range(0, p.b.shape[1], 64, t.zeros((128, 64), f32),
+                               lambda t, n0, acc: t.dot(a, p.b.load_tile((0, n0), (256, 64)), acc))
+            p.c.store_tile((pid["m"] * 128, 0), acc)
+
+    graph = hoisted.lowered(Target.nvptx(ARCH))
+    assert products(graph)[0] > 0 and shared_offsets(graph)[1] <= Target.nvptx(ARCH).limits.dynamic_shared
+
+
+def test_integer_wgmma_takes_only_the_isas_n():
+    """Integer wgmma has N 8, 16, 24 and multiples of 16: an i8 dot 40 wide stays on mma.sync, and
+    the op refuses the shape."""
+    from accy.dsl.ops import Major, OpTypeError, WgmmaAttrs, wgmma_n
+
+    assert wgmma_n(MmaKind.S8, 24) and wgmma_n(MmaKind.S8, 48) and not wgmma_n(MmaKind.S8, 40)
+    assert wgmma_n(MmaKind.BF16, 40)
+    graph = transposed_matmul(i8, i32, 64, 40, 64, 4).lowered(Target.nvptx(ARCH))
+    assert products(graph)[0] == 0 and products(graph)[1] > 0
+    from accy.dsl.ops import _wgmma
+    attrs_ = WgmmaAttrs(kind=MmaKind.S8, n=40, a_shared="x", b_shared="x", a_swizzle=32, a_chunk=2048,
+                        b_major=Major.K, b_swizzle=32, b_chunk=1280)
+    with pytest.raises(OpTypeError, match="no N of 40"):
+        _wgmma(None, [], attrs_)

@@ -419,6 +419,11 @@ def _n_wide(instance, field, value):
         _fail(instance, field, "a multiple of 8 from 8 to 256", value)
 
 
+def wgmma_n(kind: MmaKind, n: int) -> bool:
+    """Has wgmma an m64nNk of ``kind`` (integer ones: N 8, 16, 24 or a multiple of 16)?"""
+    return 8 <= n <= 256 and n % 8 == 0 and (kind is not MmaKind.S8 or n <= 24 or n % 16 == 0)
+
+
 @_schema
 class WgmmaAttrs(OpAttrs):
     """A warpgroup's ``wgmma.mma_async`` m64nNk: its operands' staged rows in the shared arrays
@@ -894,6 +899,8 @@ def _mma(op, types, attrs_):
 
 def _wgmma(op, types, attrs_):
     kind, n = attrs_.kind, attrs_.n
+    if not wgmma_n(kind, n):
+        raise OpTypeError(f"wgmma {kind} has no N of {n} (integer wgmma: 8, 16, 24 or a multiple of 16)")
     a = 1 if attrs_.a_swizzle else kind.a_count
     if len(types) != a + 1 + n // 2:
         raise OpTypeError(f"wgmma {kind} n {n} takes {'an A offset' if a == 1 else f'{a} A elements'}, a B offset "

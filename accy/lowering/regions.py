@@ -70,6 +70,7 @@ class Regions(Part):
         before = {id(o) for o in ops}
         saved, dirty = dict(core.scopes[-1]), scratch.dirty
         sizes = scratch.checkpoint()
+        hoisted = self.dots.checkpoint()  # (an inner fold's A read or staged before it: the trial's is dropped)
         region = op.regions[0]
         self.env[region.args[0]] = start
         for arg, x in zip(region.args[1:], inits):
@@ -81,6 +82,7 @@ class Regions(Part):
             core.scopes.pop()
         ops[:] = [o for o in ops if id(o) in before or o.opdef.declares_shared]
         scratch.roll_back(sizes)  # the scratch the trial needed is not the loop's
+        self.dots.roll_back(hoisted)
         core.scopes[-1].clear()
         core.scopes[-1].update(saved)
         scratch.dirty = dirty

@@ -14,6 +14,7 @@ from .tensor_cores import STAGED, STAGED_KIND, OperandStaging, TensorCoreDot
 from .tile_memory import Deferred
 from .warpgroups import ALIGN
 
+
 def stages_in_effect(graph) -> int:
     """The pipeline stages of a distributed graph's main loop (the fold with the most
     tensor-core ops): its prologue commits the copies of the first ``stages - 1`` trips as
@@ -110,6 +111,10 @@ class SoftwarePipeline(Part):
         if len(types) != 1:
             return None
         (el,) = types
+        # every part of a stage starts at a multiple of the span a wgmma's swizzle repeats over,
+        # where one of the fold's dots runs on wgmma (the swizzle is on the address itself)
+        warpgroups = any(self.dots.on_warpgroups(dot) for dot, *_ in dots)
+        align = ALIGN if warpgroups else 16
         offsets, operands, size = {}, [], 0
         for dot, kind, plan, a, b_ in dots:
             if dot.block is not region:
@@ -121,12 +126,15 @@ class SoftwarePipeline(Part):
                 continue
             offsets[dot] = (size, plan)
             operands += [(dot, role, x, size + base, rows) for role, x, base, rows in mine]
-            align = ALIGN if self.dots.on_warpgroups(dot) else 16  # (a wgmma's blocks: its swizzle's span)
             size += -(-plan.size * el.itemsize // align) * align // el.itemsize
         if not operands:
             return None
+        # (what the program holds besides: its scratch, other folds' stages, A's staged before a
+        # fold for its wgmma, and every aligned array's padding)
         budget = self.shared_bytes - self.scratch.bytes() - sum(
-            a.count * a.dtype.itemsize for t, a in self.stage_arrays.items() if t != el)
+            a.count * a.dtype.itemsize for t, a in self.stage_arrays.items() if t != el) - self.dots.held_bytes()
+        if warpgroups:
+            budget -= ALIGN * (len(self.stage_arrays) + len(self.scratch.pool) + 1)
         while stages > 1 and stages * size * el.itemsize > budget:
             stages -= 1
         if stages < 2:

@@ -401,6 +401,7 @@ class TensorCoreDot(Part):
         super().__init__(core)
         self.warpgroups = WarpgroupDot(core) if warpgroups else None  # wgmma where a dot fits it
         self.a_staged: dict = {}  # a wgmma dot -> the array its A was staged in before its fold
+        self.held: dict = {}  # a wgmma dot -> the shared array its A is staged in before its fold (kept)
         self.grid = grid  # may a dot's warps form a grid (warp_grid)? not where one dot feeds another
         self.registers = registers
         self.scratch = scratch
@@ -424,6 +425,17 @@ class TensorCoreDot(Part):
         if kind is MmaKind.F16 and dtype in (f8e4m3, f8e5m2) and op.operands[0].type.shape[1] % 32 == 0:
             kind = MmaKind.E4M3 if dtype == f8e4m3 else MmaKind.E5M2
         return kind if kind is not None and self.warpgroups.fits(op, kind, b_transposed(op)) else None
+
+    def checkpoint(self) -> tuple:
+        """What the dots read or staged before their folds, to :meth:`roll_back` to."""
+        return dict(self.a_fragments), dict(self.a_staged)
+
+    def roll_back(self, saved: tuple) -> None:
+        self.a_fragments, self.a_staged = (dict(x) for x in saved)
+
+    def held_bytes(self) -> int:
+        """The shared memory A's staged before their folds take (each aligned)."""
+        return sum(-(-a.count * a.dtype.itemsize // ALIGN) * ALIGN for a in self.held.values())
 
     def warps_n(self, op: Op) -> int:
         """The warps along the columns of the dot ``op``'s result (its Mma layout's ``warps_n``)."""
@@ -576,10 +588,13 @@ class TensorCoreDot(Part):
             (m, kk) = a.shape
             if self.on_warpgroups(dot):  # staged once where the wgmma of every trip reads it
                 el = STAGED[kind]
-                array, shared = self.core.launch.declare_scratch(el, m * kk, "held")
-                shared.attrs = SharedAttrs(name=array.name, dtype=el, count=m * kk, align=ALIGN)
-                self.staging.fill(array, a, 0, self.warpgroups.plan(dot, kind, False, True, el.itemsize)[0], False,
-                                  kind)
+                array = self.held.get(dot)
+                if array is None:
+                    array, shared = self.core.launch.declare_scratch(el, m * kk, "held")
+                    shared.attrs = SharedAttrs(name=array.name, dtype=el, count=m * kk, align=ALIGN)
+                    self.held[dot] = array
+                self.b.barrier()  # (a loop around the fold: every warpgroup's last wgmma read it)
+                self.staging.fill(array, a, 0, self.warpgroups.a_rows(dot, el.itemsize), False, kind)
                 self.written(True)
                 self.a_staged[dot] = (array, 0)
                 continue

@@ -23,9 +23,9 @@ from __future__ import annotations
 import attrs
 
 from ..dsl.ir import Op
-from ..dsl.ops import Major, MmaKind, WgmmaAttrs
+from ..dsl.ops import Major, MmaKind, WgmmaAttrs, wgmma_n
 from ..dsl.traced import SharedArray
-from ..dsl.warpgroups import pattern_bytes, swizzle_for
+from ..dsl.warpgroups import linear_offset, pattern_bytes, staged_offset, swizzle_for
 from ..targets import WARP_SIZE
 from .layouts import Mma
 from .rebuild import Part, Rebuild
@@ -93,15 +93,15 @@ class SwizzledRows:
         """The element offset of (``row``, ``col``) from the block's start (aligned to
         :data:`ALIGN`), swizzled as the hardware reads it."""
         row = self.position(b, core, row)
-        per_row = self.per_row
+        if isinstance(row, int) and isinstance(col, int):
+            return staged_offset(row, col, self.swizzle, self.chunk, self.itemsize)
+        per_row = self.per_row  # the same, recorded
         if isinstance(col, int):
-            linear = core.add(core.mul(row, per_row), col // per_row * self.chunk + col % per_row)
+            linear = core.add(core.mul(row, per_row), linear_offset(0, col, self.swizzle, self.chunk, self.itemsize))
         else:
             which = core.mul(b.shr(col, _log2(per_row)), self.chunk)
             linear = core.add(core.add(which, core.mul(row, per_row)), b.bitwise_and(col, per_row - 1))
         unit_bit, row_bit = _log2(16 // self.itemsize), _log2(128 // self.itemsize)
-        if isinstance(linear, int):
-            return linear ^ ((linear >> row_bit) & (self.swizzle // 16 - 1)) << unit_bit
         return b.bitwise_xor(linear, b.shl(b.bitwise_and(b.shr(linear, row_bit), self.swizzle // 16 - 1), unit_bit))
 
 
@@ -135,19 +135,24 @@ class WarpgroupDot(Part):
         if warps % WARPGROUP_WARPS or m % (BLOCK_ROWS * warps // WARPGROUP_WARPS):
             return False
         per_group = m // (BLOCK_ROWS * warps // WARPGROUP_WARPS)
-        if per_group & (per_group - 1) or (n > MAX_N and n % MAX_N):
+        if per_group & (per_group - 1) or (n > MAX_N and n % MAX_N) or not wgmma_n(kind, min(n, MAX_N)):
             return False
         itemsize = {MmaKind.F16: 2, MmaKind.BF16: 2, MmaKind.TF32: 4}.get(kind, 1)
         if b_rows_n or kind in FP8:  # (fp8 staged from registers, transposed where need be)
             return True
         return kind in (MmaKind.F16, MmaKind.BF16) and swizzle_for(min(n, MAX_N) * itemsize) is not None
 
+    def a_rows(self, op: Op, itemsize: int) -> SwizzledRows:
+        """How the dot ``op``'s A is staged: its m rows of K, in :meth:`SwizzledRows.position`'s order."""
+        (m, kk) = op.operands[0].type.shape
+        swizzle = swizzle_for(kk * itemsize)
+        return SwizzledRows(swizzle, m * swizzle // itemsize, itemsize, self.T // WARP_SIZE, m)
+
     def plan(self, op: Op, kind: MmaKind, a_held: bool, b_rows_n: bool, itemsize: int):
         """(A's rows, B's rows, B's base, the elements in all): A's 64-row blocks first (none
         where held), then B's, each start :data:`ALIGN`-aligned."""
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
-        a_swizzle = swizzle_for(kk * itemsize)
-        a_rows = SwizzledRows(a_swizzle, m * a_swizzle // itemsize, itemsize, self.T // WARP_SIZE, m)
+        a_rows = self.a_rows(op, itemsize)
         b_base = 0 if a_held else _aligned(m * kk, itemsize)
         if b_rows_n:  # n rows of k
             b_swizzle = swizzle_for(kk * itemsize)

@@ -144,7 +144,10 @@ class Instruction:
         if self.kind is not Kind.TENSOR:
             return 0.0
         if self.ptx:  # mma.sync.aligned.m16n8k16..., wgmma.mma_async...m64n128k16 (a warpgroup's)
-            m, n, k = (int(x) for x in _SHAPE.search(self.opcode).groups())
+            shape = _SHAPE.search(self.opcode)
+            if shape is None:  # wgmma.fence, commit_group, wait_group: no products
+                return 0.0
+            m, n, k = (int(x) for x in shape.groups())
             return m * n * k / (16 * 8 * 16) / (4 if self.base == "wgmma" else 1)
         parts = self.opcode.split(".")
         if parts[0] == "HGMMA":

@@ -21,6 +21,7 @@ from ...errors import CompileError
 from ..abi import STATUS_LOAD_OOB
 from ..llvm_types import I32, I64, VOID, memory_type
 
+
 def _peel(value) -> tuple:
     """``value`` as (a value, a constant added to it): its constant addends taken off."""
     extra = 0
