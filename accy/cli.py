@@ -323,7 +323,8 @@ def _compare(ns) -> int:
     kernel = _kernel(ns)
     args = _arguments(ns, kernel)
     backends = {} if ns.backends is None else {"backends": ns.backends}  # else accy.compare's own default
-    report = compare(kernel, args, rtol=ns.rtol, atol=ns.atol, **backends)
+    options = {} if ns.arch is None else {"options": {"ptx": {"arch": ns.arch}}}
+    report = compare(kernel, args, rtol=ns.rtol, atol=ns.atol, **backends, **options)
     print(report.to_json() if ns.json else report)
     if not ns.json and report.failed and not report.ran:
         print("  every backend failed: the generated inputs may not fit this kernel; set buffer sizes with "
@@ -447,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"comma-separated, of {', '.join(BACKENDS)} (default: every one, as accy.compare does; "
                           "those that cannot run here are listed as skipped, with the reason)")
     _add_sizes(cmp)
+    cmp.add_argument("--arch", default=None, help="the PTX the ptx backend runs (default sm_80; sm_90a: wgmma)")
     cmp.add_argument("--rtol", type=float, default=1e-5)
     cmp.add_argument("--atol", type=float, default=1e-6)
     cmp.add_argument("--json", action="store_true", help="print the report as JSON")

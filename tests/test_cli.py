@@ -215,6 +215,18 @@ def test_info_reports_registers_spills_shared_memory_and_occupancy(capsys):
         assert stages == "1" and limiter[0] in ("registers", "shared", "warps", "blocks")
 
 
+def test_compare_runs_the_ptx_of_the_arch_asked_for(capsys):
+    """``--arch sm_90a``: the ptx backend runs the tile matmul's wgmma code on the emulator."""
+    from accy.codegen.nvptx.toolchain import find_ptxas
+
+    if find_ptxas() is None:
+        pytest.skip("no ptxas: pip install nvidia-cuda-nvcc")
+    example = pathlib.Path(__file__).resolve().parent.parent / "examples" / "tile_matmul.py"
+    assert main(["compare", f"{example}:tile_matmul_bf16", "--backends", "numpy,ptx", "--arch", "sm_90a",
+                 "--size", "130", "--rtol", "1e-3", "--atol", "1e-3"]) == 0
+    assert "agree" in capsys.readouterr().out
+
+
 def test_info_counts_the_mma_instructions_of_a_tile_matmul(capsys):
     from accy.codegen.nvptx.toolchain import find_ptxas
 
