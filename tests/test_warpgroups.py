@@ -162,16 +162,33 @@ def test_tile_matmuls_on_warpgroups_agree_with_numpy(case):
 
 
 def test_a_dot_wgmma_cannot_take_stays_on_mma_sync():
-    """One warp is no warpgroup; a tf32 B in k rows of n is not K-major (the ISA transposes 16-bit
-    types only): both keep mma.sync at sm_90a, and still agree."""
+    """One warp is no warpgroup, nor are 64 rows on 8 warps: both keep mma.sync at sm_90a, and
+    still agree."""
     rng = np.random.default_rng(2)
-    for program, (M, N, K), dtype in ((matmul_program(bf16, f32, 16, 16, 16, 1), (32, 32, 32), bf16),
-                                      (matmul_program(f32, f32, 64, 64, 32, 4, "tf32"), (64, 64, 64), f32)):
-        a, b = _inputs(dtype, (M, K), rng), _inputs(dtype, (K, N), rng)
+    for program, (M, N, K) in ((matmul_program(bf16, f32, 16, 16, 16, 1), (32, 32, 32)),
+                               (matmul_program(bf16, f32, 64, 64, 32, 8), (64, 64, 64))):
+        a, b = _inputs(bf16, (M, K), rng), _inputs(bf16, (K, N), rng)
         c = np.zeros((M, N), np.float32)
         graph = run_lowered(program, dict(c=c, a=a, b=b))
         assert products(graph)[0] == 0 and products(graph)[1] > 0
-        _check(c, a, b, dtype, K)
+        _check(c, a, b, bf16, K)
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("dtype, acc, precision", [(f32, f32, "tf32"), (i8, i32, None)], ids=["tf32", "i8"])
+def test_a_tf32_or_i8_b_in_k_rows_is_staged_transposed_for_wgmma(dtype, acc, precision):
+    """The ISA transposes 16-bit operands only: a tf32 or i8 B loaded as k rows of n is staged
+    K-major through registers, on numpy and on the emulator."""
+    rng = np.random.default_rng(12)
+    program = matmul_program(dtype, acc, 64, 64, 32 if dtype == f32 else 64, 4, precision)
+    a, b = _inputs(dtype, (128, 128), rng), _inputs(dtype, (128, 64), rng)
+    graph = program.lowered(Target.nvptx(ARCH))
+    assert products(graph) == (products(graph)[0], 0) and products(graph)[0] > 0
+    assert {op.attrs.b_major.value for op in graph.body.walk() if op.opcode == "wgmma"} == {"k"}
+    for run in (lambda args: run_lowered(program, args), lambda args: program.run(args, backend="ptx", arch=ARCH)):
+        c = np.zeros((128, 64), acc.numpy)
+        run(dict(c=c, a=a, b=b))
+        _check(c, a, b, dtype, 128)
 
 
 @pytest.mark.parametrize("head, block_q, block_k, warps", [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 8)])

@@ -13,7 +13,8 @@
   held in an Mma layout is already each warp's register fragment.
 - A is K-major (rows of K); B is K-major where it is staged as n rows of k (a transposed
   operand, attention's ``key.T``) and MN-major (k rows of n) otherwise, which the ISA allows
-  for 16-bit types only: tf32 and i8 B in k rows take ``mma.sync``.
+  for 16-bit types only: a tf32, i8 or fp8 B in k rows goes through registers and is staged
+  transposed (no ``cp.async`` for it).
 - The products of one dot are one group: fenced, committed and waited for at once (no group
   left in flight across trips), so the stage a trip read is free when the next trip refills it.
 """
@@ -137,10 +138,9 @@ class WarpgroupDot(Part):
         per_group = m // (BLOCK_ROWS * warps // WARPGROUP_WARPS)
         if per_group & (per_group - 1) or (n > MAX_N and n % MAX_N) or not wgmma_n(kind, min(n, MAX_N)):
             return False
-        itemsize = {MmaKind.F16: 2, MmaKind.BF16: 2, MmaKind.TF32: 4}.get(kind, 1)
-        if b_rows_n or kind in FP8:  # (fp8 staged from registers, transposed where need be)
+        if b_rows_n or kind not in (MmaKind.F16, MmaKind.BF16):  # (others staged K-major: transposed from registers)
             return True
-        return kind in (MmaKind.F16, MmaKind.BF16) and swizzle_for(min(n, MAX_N) * itemsize) is not None
+        return swizzle_for(min(n, MAX_N) * 2) is not None
 
     def a_rows(self, op: Op, itemsize: int) -> SwizzledRows:
         """How the dot ``op``'s A is staged: its m rows of K, in :meth:`SwizzledRows.position`'s order."""
