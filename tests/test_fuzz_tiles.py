@@ -66,6 +66,8 @@ def _fuzz(request, first: int, default: int, backends, *, big: bool, variants: b
             if variants and "llvm" in backends:
                 runs["llvm, 3 threads"] = fuzz_tiles.run_on(drawn, "llvm", threads=3)
                 runs["llvm, checks=False"] = fuzz_tiles.run_on(drawn, "llvm", checks=False)
+            if "ptx" in backends and any(op.opcode == "dot" for op in drawn.program.graph.body.walk()):
+                runs["ptx, sm_90a"] = fuzz_tiles.run_on(drawn, "ptx", arch="sm_90a")  # wgmma where a dot fits
             problems = fuzz_tiles.check(drawn, runs)
         if problems:
             failed.append(_report(drawn, problems))
