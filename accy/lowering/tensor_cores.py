@@ -318,19 +318,21 @@ class OperandStaging(Part):
         one offset of the thread's plus a constant: the register's row bits lie apart from the
         thread's (a layout's rows one a thread), which a bit permutation of A's rows and the
         swizzle then keep apart, so the copies share one address and immediate offsets."""
-        if not isinstance(rows, SwizzledRows) or len(loaded) != 2 or layout.dims[0].per_thread != 1:
+        kept = [k for k, n in enumerate(loaded) if n != 1]  # (as place sees them: axes of 1 dropped)
+        if not isinstance(rows, SwizzledRows) or len(kept) != 2 or layout.dims[kept[0]].per_thread != 1:
             return lambda r: place(coords[r])
         core = self.core
+        dims = [layout.dims[k] for k in kept]
         key = ("staged", rows, layout.dims, id(base))
 
         def at(r):
-            js = layout.register_indices(r)
-            row, col = (d.static(j) for d, j in zip(layout.dims, js))
-            if row % 8 or col % rows.per_row or any(d.wraps(j) for d, j in zip(layout.dims, js)):
+            js = [layout.register_indices(r)[k] for k in kept]
+            row, col = (d.static(j) for d, j in zip(dims, js))
+            if row % 8 or col % rows.per_row or any(d.wraps(j) for d, j in zip(dims, js)):
                 return place(coords[r])
             first = core.lookup(key)  # (in the region it is asked in: a fallback's is another)
             if first is None:
-                parts = [self.registers.thread_part(d) for d in layout.dims]
+                parts = [self.registers.thread_part(d) for d in dims]
                 parts = [0 if part is None else part for part in parts]
                 first = core.remember(key, core.add(rows.at(self.b, core, *parts), base))
             return core.add(first, rows.at(self.b, core, row, col))
