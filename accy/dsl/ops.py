@@ -108,6 +108,12 @@ class MmaKind(enum.StrEnum):
         return {"f16": "f16", "bf16": "bf16", "tf32": "f32", "s8": "i8", "e4m3": "f8e4m3", "e5m2": "f8e5m2"}[self.value]
 
     @property
+    def transposes(self) -> bool:
+        """Are its operands 16-bit, the ones wgmma transposes (the ISA's transpose bits) and
+        ``ldmatrix.trans`` moves?"""
+        return self in (MmaKind.F16, MmaKind.BF16)
+
+    @property
     def bytes_wide(self) -> bool:
         """Are its operands bytes (k32: four to a register)?"""
         return self in (MmaKind.S8, MmaKind.E4M3, MmaKind.E5M2)
@@ -909,7 +915,7 @@ def _wgmma(op, types, attrs_):
     for position, (t, name) in enumerate(zip(types, wanted)):
         if not isinstance(t, DType) or t.name != name:
             raise OpTypeError(f"wgmma {kind}: operand {position} is {t}, expected {name}")
-    if attrs_.b_major is Major.MN and kind not in (MmaKind.F16, MmaKind.BF16):
+    if attrs_.b_major is Major.MN and not kind.transposes:
         raise OpTypeError(f"wgmma {kind}: a B with rows along K (mn-major) takes 16-bit types only")
     return tuple(types[-(n // 2):])
 

@@ -291,9 +291,19 @@ class Mma(Layout):
                 and shape[1] % (8 * warps_n) == 0)
 
 
+def a_fragment_registers(layout: Layout, q: int, k0: int) -> list[int]:
+    """The registers of a 16-bit tile in an :class:`Mma` layout that are its warp's A fragment
+    (m16n8k16's a0..a7, and each warp's share of a warpgroup's) for the warp's ``q``-th 16-row
+    tile and the k-step at column ``k0``: row halves ``2 q`` and ``2 q + 1``, two columns of
+    each 8."""
+    return [layout.register((2 * q + h, 4 * (k0 // 16) + w))
+            for w, h in ((0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1), (3, 1))]
+
+
 def unit_reshape(shape: tuple[int, ...], new: tuple[int, ...]) -> bool:
     """Does reshaping ``shape`` to ``new`` only add or drop axes of length 1?"""
     return tuple(n for n in shape if n != 1) == tuple(n for n in new if n != 1)
 
 
-__all__ = ["WARP_SIZE", "Dim", "Layout", "Blocked", "Slice", "Permute", "Expand", "Mma", "unit_reshape", "next_power_of_two"]
+__all__ = ["WARP_SIZE", "Dim", "Layout", "Blocked", "Slice", "Permute", "Expand", "Mma", "a_fragment_registers",
+           "unit_reshape", "next_power_of_two"]

@@ -12,7 +12,7 @@ from .registers import Registers
 from .scratch import Scratch
 from .tensor_cores import STAGED, STAGED_KIND, OperandStaging, TensorCoreDot
 from .tile_memory import Deferred
-from .warpgroups import ALIGN
+from .warpgroups import ALIGN, aligned
 
 
 def stages_in_effect(graph) -> int:
@@ -126,7 +126,7 @@ class SoftwarePipeline(Part):
                 continue
             offsets[dot] = (size, plan)
             operands += [(dot, role, x, size + base, rows) for role, x, base, rows in mine]
-            size += -(-plan.size * el.itemsize // align) * align // el.itemsize
+            size += aligned(plan.size, el.itemsize, align)
         if not operands:
             return None
         # (what the program holds besides: its scratch, other folds' stages, A's staged before a

@@ -32,13 +32,13 @@ from ..dsl.traced import SharedArray
 from ..dsl.types import bf16, f8e4m3, f8e5m2, f16, f32, i8
 from ..targets import WARP_SIZE
 from .fma_dot import round_to_tf32
-from .layouts import Blocked, Mma, Permute, unit_reshape
+from .layouts import Blocked, Mma, Permute, a_fragment_registers, unit_reshape
 from .rebuild import Part, Rebuild
 from .registers import Lazy, Registers, Regs
 from .scratch import Scratch, pitch
 from .tile_access import conjuncts
 from .tile_memory import Deferred, MemoryAccesses
-from .warpgroups import ALIGN, SwizzledRows, WarpgroupDot
+from .warpgroups import ALIGN, SwizzledRows, WarpgroupDot, aligned
 
 # the element type each kind's operands are staged in
 STAGED = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8, MmaKind.E4M3: f8e4m3,
@@ -437,7 +437,7 @@ class TensorCoreDot(Part):
 
     def held_bytes(self) -> int:
         """The shared memory A's staged before their folds take (each aligned)."""
-        return sum(-(-a.count * a.dtype.itemsize // ALIGN) * ALIGN for a in self.held.values())
+        return sum(aligned(a.count, a.dtype.itemsize) * a.dtype.itemsize for a in self.held.values())
 
     def warps_n(self, op: Op) -> int:
         """The warps along the columns of the dot ``op``'s result (its Mma layout's ``warps_n``)."""
@@ -457,7 +457,7 @@ class TensorCoreDot(Part):
         b_rows_n = (isinstance(b_, Deferred) and b_.transposed) or (hasattr(b_, "layout")
                                                                      and isinstance(b_.layout, Permute))
         if self.on_warpgroups(op):
-            b_rows_n = b_rows_n or kind not in (MmaKind.F16, MmaKind.BF16)  # (staged from registers)
+            b_rows_n = b_rows_n or not kind.transposes  # (staged from registers)
             a_rows, b_rows, b_base, size = self.warpgroups.plan(op, kind, a_held, b_rows_n, el.itemsize)
             return Staging(0, a_rows, b_base, b_rows, b_rows_n, size)
         a_rows = staged_rows(kk, el.itemsize)
@@ -535,9 +535,7 @@ class TensorCoreDot(Part):
                     frags_a.append(hoisted[k0 // kind.k][q])
                     continue
                 if a_held:
-                    js = [(2 * q + h, 4 * (k0 // 16) + w) for w, h in ((0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0),
-                                                                         (2, 1), (3, 1))]
-                    frags_a.append([a.values[a.layout.register(j)] for j in js])
+                    frags_a.append([a.values[r] for r in a_fragment_registers(a.layout, q, k0)])
                     continue
                 frags_a.append(self.a_fragment(array, a_base, plan.a_rows, q, k0, layout.warps_m))
             frags_b = self.b_fragments(kind, plan, array, b_base, k0, tiles_n, lane, row_in, matrix, layout)
@@ -618,7 +616,7 @@ class TensorCoreDot(Part):
         wn = layout.warps_n
         first = 0 if wn == 1 else core.mul(b.bitwise_and(b.shr(self.tid, 5 + layout.warps_m.bit_length() - 1), wn - 1), 8)
         out = []
-        if plan.b_rows_n or kind in (MmaKind.F16, MmaKind.BF16):
+        if plan.b_rows_n or kind.transposes:
             for p in range(0, tiles_n, 2):
                 count = 4 if p + 1 < tiles_n else 2
                 tile = core.add(core.mul(b.shr(matrix, 1), 8 * wn), 8 * wn * p) if count == 4 else 8 * wn * p

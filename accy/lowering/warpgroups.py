@@ -28,7 +28,7 @@ from ..dsl.ops import Major, MmaKind, WgmmaAttrs, wgmma_n
 from ..dsl.traced import SharedArray
 from ..dsl.warpgroups import linear_offset, pattern_bytes, staged_offset, swizzle_for
 from ..targets import WARP_SIZE
-from .layouts import Mma
+from .layouts import Mma, a_fragment_registers
 from .rebuild import Part, Rebuild
 
 FP8 = (MmaKind.E4M3, MmaKind.E5M2)
@@ -106,9 +106,9 @@ class SwizzledRows:
         return b.bitwise_xor(linear, b.shl(b.bitwise_and(b.shr(linear, row_bit), self.swizzle // 16 - 1), unit_bit))
 
 
-def _aligned(elements: int, itemsize: int) -> int:
-    """``elements`` rounded up to a multiple of :data:`ALIGN` bytes."""
-    return -(-elements * itemsize // ALIGN) * ALIGN // itemsize
+def aligned(elements: int, itemsize: int, align: int = ALIGN) -> int:
+    """``elements`` of ``itemsize`` bytes rounded up to a multiple of ``align`` bytes."""
+    return -(-elements * itemsize // align) * align // itemsize
 
 
 class WarpgroupDot(Part):
@@ -116,7 +116,7 @@ class WarpgroupDot(Part):
 
     def __init__(self, core: Rebuild):
         super().__init__(core)
-        self.warpgroup = None  # this thread's warpgroup, once a dot asked
+        self.warpgroup = None  # this thread's warpgroup (start), on more than one
 
     def start(self) -> None:
         """At the program's start: this thread's warpgroup, as lane 0 of its warp has it (so that
@@ -138,7 +138,7 @@ class WarpgroupDot(Part):
         per_group = m // (BLOCK_ROWS * warps // WARPGROUP_WARPS)
         if per_group & (per_group - 1) or (n > MAX_N and n % MAX_N) or not wgmma_n(kind, min(n, MAX_N)):
             return False
-        if b_rows_n or kind not in (MmaKind.F16, MmaKind.BF16):  # (others staged K-major: transposed from registers)
+        if b_rows_n or not kind.transposes:  # (others staged K-major: transposed from registers)
             return True
         return swizzle_for(min(n, MAX_N) * 2) is not None
 
@@ -153,14 +153,14 @@ class WarpgroupDot(Part):
         where held), then B's, each start :data:`ALIGN`-aligned."""
         (m, kk), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
         a_rows = self.a_rows(op, itemsize)
-        b_base = 0 if a_held else _aligned(m * kk, itemsize)
+        b_base = 0 if a_held else aligned(m * kk, itemsize)
         if b_rows_n:  # n rows of k
             b_swizzle = swizzle_for(kk * itemsize)
             b_rows = SwizzledRows(b_swizzle, n * b_swizzle // itemsize, itemsize)
         else:  # k rows of n
             b_swizzle = swizzle_for(min(n, MAX_N) * itemsize)
             b_rows = SwizzledRows(b_swizzle, kk * b_swizzle // itemsize, itemsize)
-        return a_rows, b_rows, b_base, _aligned(b_base + n * kk, itemsize)
+        return a_rows, b_rows, b_base, aligned(b_base + n * kk, itemsize)
 
     def products(self, op: Op, kind: MmaKind, a, a_rows: SwizzledRows, b_array: SharedArray, b_base,
                  b_rows: SwizzledRows, b_rows_n: bool, values: list, layout: Mma) -> list:
@@ -199,9 +199,7 @@ class WarpgroupDot(Part):
         for k0 in steps:
             for q in range(per_group):
                 if held:
-                    js = [(2 * q + h, 4 * (k0 // 16) + w) for w, h in ((0, 0), (1, 0), (0, 1), (1, 1), (2, 0),
-                                                                         (3, 0), (2, 1), (3, 1))]
-                    a_operand = [a.values[a.layout.register(j)] for j in js]
+                    a_operand = [a.values[r] for r in a_fragment_registers(a.layout, q, k0)]
                 else:
                     block = core.add(core.mul(group, per_group * BLOCK_ROWS), q * BLOCK_ROWS)
                     a_operand = core.add(core.add(a[1], core.mul(block, a_rows.per_row)), self.k_offset(a_rows, k0))
@@ -224,4 +222,4 @@ class WarpgroupDot(Part):
         return k0 // rows.per_row * rows.chunk + k0 % rows.per_row
 
 
-__all__ = ["WarpgroupDot", "SwizzledRows", "ALIGN", "WARPGROUP_THREADS"]
+__all__ = ["WarpgroupDot", "SwizzledRows", "ALIGN", "WARPGROUP_THREADS", "aligned"]

@@ -61,13 +61,11 @@ class TensorCoreEmitter:
         values = [self.lw.value(v) for v in op.operands]
         a_n = kind.a_count
         a, bb, c = values[:a_n], values[a_n:a_n + a_n // 2], values[a_n + a_n // 2:]
-        per = 4 // op.operands[0].type.itemsize  # elements in a register
         if kind is MmaKind.F16:
             words = lambda vs: [self._pack(vs[k:k + 2], ir.VectorType(vs[0].type, 2)) for k in range(0, len(vs), 2)]  # noqa: E731
             name = "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"
         else:
-            words = lambda vs: [b.bitcast(self._pack(vs[k:k + per], ir.VectorType(vs[0].type, per)), I32)  # noqa: E731
-                                if per > 1 else b.bitcast(vs[k], I32) for k in range(0, len(vs), per)]
+            words = lambda vs: self._words(vs, op.operands[0].type.itemsize)  # noqa: E731
             name = {MmaKind.BF16: "llvm.nvvm.mma.m16n8k16.row.col.bf16", MmaKind.TF32: "llvm.nvvm.mma.m16n8k8.row.col.tf32",
                     MmaKind.S8: "llvm.nvvm.mma.m16n8k32.row.col.s8"}[kind]
         args = words(a) + words(bb) + c
@@ -164,12 +162,12 @@ class TensorCoreEmitter:
         high = (8 * swizzle >> 4) | SWIZZLE_MODE[swizzle] << 30
         return b.or_(b.zext(start, I64), ir.Constant(I64, high << 32))
 
-    def _words(self, values: list) -> list:
-        """Fragment elements packed into 32-bit registers, the lowest element in the low bits."""
-        per = 4 // (values[0].type.width // 8 if isinstance(values[0].type, ir.IntType) else
-                    {"half": 2, "bfloat": 2, "float": 4}[str(values[0].type)])
+    def _words(self, values: list, itemsize: int) -> list:
+        """Fragment elements of ``itemsize`` bytes packed into 32-bit registers, the lowest
+        element in the low bits."""
+        per = 4 // itemsize
         if per == 1:
-            return [self.lw.b.bitcast(v, I32) if not isinstance(v.type, ir.IntType) else v for v in values]
+            return [self.lw.b.bitcast(v, I32) for v in values]
         return [self.lw.b.bitcast(self._pack(values[k:k + per], ir.VectorType(values[0].type, per)), I32)
                 for k in range(0, len(values), per)]
 
@@ -186,7 +184,7 @@ class TensorCoreEmitter:
         if attrs_.a_swizzle:
             a_args = [self._descriptor(attrs_.a_shared, op.operands[0], attrs_.a_swizzle, Major.K, attrs_.a_chunk)]
         else:
-            a_args = self._words(values[:kind.a_count])
+            a_args = self._words(values[:kind.a_count], op.operands[0].type.itemsize)
         b_at = op.operands[-count - 1]  # (B's offset comes just before the accumulators)
         b_desc = self._descriptor(attrs_.b_shared, b_at, attrs_.b_swizzle, attrs_.b_major, attrs_.b_chunk)
         reg = "r" if kind is MmaKind.S8 else "f"
@@ -194,7 +192,7 @@ class TensorCoreEmitter:
         first = count
         a_text = f"${first}" if attrs_.a_swizzle else "{" + ", ".join(f"${first + i}" for i in range(len(a_args))) + "}"
         after = first + len(a_args)
-        if kind in (MmaKind.F16, MmaKind.BF16):
+        if kind.transposes:
             trans_a = ", 0" if attrs_.a_swizzle else ""
             scales = f", 1, 1{trans_a}, {int(attrs_.b_major is Major.MN)}"
         elif kind is MmaKind.S8:
