@@ -88,27 +88,6 @@ def products(graph) -> tuple[int, int]:
     return ops.count("wgmma"), ops.count("mma")
 
 
-def transposed_matmul(dtype, acc_type, bm, bn, bk, warps, precision=None, stages=2):
-    """c = a @ b.T with b given as (N, K) rows: B staged K-major, as wgmma takes tf32 and i8."""
-
-    @accy.kernel(c=accy.tensor(acc_type, 2), a=accy.tensor(dtype, 2), b=accy.tensor(dtype, 2))
-    def matmul_t(k, p):
-        M, K = p.a.shape
-        N = p.b.shape[0]
-
-        @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=warps, num_stages=stages)
-        def body(t, pid):
-            def step(t, k0, acc):
-                a = p.a.load_tile((pid["m"] * bm, k0), (bm, bk))
-                b = p.b.load_tile((pid["n"] * bn, k0), (bn, bk))
-                return t.dot(a, t.trans(b), acc, **({"precision": precision} if precision else {}))
-
-            acc = t.fold_range(0, K, bk, t.zeros((bm, bn), acc_type), step)
-            p.c.store_tile((pid["m"] * bm, pid["n"] * bn), acc)
-
-    return matmul_t
-
-
 def _inputs(dtype, shape, rng):
     if dtype == i8:
         return rng.integers(-128, 128, shape).astype(np.int8)
@@ -139,10 +118,7 @@ MATMULS = [
 
 def _program(case):
     name, dtype, acc, (bm, bn, bk, warps), stages, transposed, precision, _ = case
-    if transposed:
-        return transposed_matmul(dtype, acc, bm, bn, bk, warps, precision, stages)
-    program = matmul_program(dtype, acc, bm, bn, bk, warps, precision)
-    return program
+    return matmul_program(dtype, acc, bm, bn, bk, warps, precision, transposed=transposed, stages=stages)
 
 
 def _args(case, rng):
@@ -418,7 +394,7 @@ def test_integer_wgmma_takes_only_the_isas_n():
 
     assert wgmma_n(MmaKind.S8, 24) and wgmma_n(MmaKind.S8, 48) and not wgmma_n(MmaKind.S8, 40)
     assert wgmma_n(MmaKind.BF16, 40)
-    graph = transposed_matmul(i8, i32, 64, 40, 64, 4).lowered(Target.nvptx(ARCH))
+    graph = matmul_program(i8, i32, 64, 40, 64, 4, transposed=True).lowered(Target.nvptx(ARCH))
     assert products(graph)[0] == 0 and products(graph)[1] > 0
     from accy.dsl.ops import _wgmma
     attrs_ = WgmmaAttrs(kind=MmaKind.S8, n=40, a_shared="x", b_shared="x", a_swizzle=32, a_chunk=2048,

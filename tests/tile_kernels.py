@@ -28,20 +28,25 @@ UNIT_ROUNDOFF = {np.dtype(np.float32): 2.0**-24, np.dtype(np.float64): 2.0**-53}
 
 
 def matmul_program(dtype=f32, acc_type=f32, bm: int = 64, bn: int = 64, bk: int = 32, warps: int = 4,
-                   precision=None):
+                   precision=None, *, transposed: bool = False, stages: int | None = None):
     """c (acc_type) = a @ b for ``dtype`` tensors, one bm x bn tile of c per program, K walked bk
-    at a time in a fold (the issue's matmul, at any tiles)."""
+    at a time in a fold (the issue's matmul, at any tiles); ``transposed``: c = a @ b.T, b given
+    as (N, K) rows; ``stages``: the fold's pipeline stages (None: the default)."""
+    pipeline = {} if stages is None else {"num_stages": stages}
 
     @accy.kernel(c=accy.tensor(acc_type, 2), a=accy.tensor(dtype, 2), b=accy.tensor(dtype, 2))
     def matmul(k, p):
         M, K = p.a.shape
-        N = p.b.shape[1]
+        N = p.b.shape[0 if transposed else 1]
 
-        @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=warps)
+        @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=warps, **pipeline)
         def body(t, pid):
             def step(t, k0, acc):
                 a = p.a.load_tile((pid["m"] * bm, k0), (bm, bk))
-                b = p.b.load_tile((k0, pid["n"] * bn), (bk, bn))
+                if transposed:
+                    b = t.trans(p.b.load_tile((pid["n"] * bn, k0), (bn, bk)))
+                else:
+                    b = p.b.load_tile((k0, pid["n"] * bn), (bk, bn))
                 return t.dot(a, b, acc, precision=precision) if precision else t.dot(a, b, acc)
 
             acc = t.fold_range(0, K, bk, t.zeros((bm, bn), acc_type), step)
