@@ -70,6 +70,9 @@ if "numpy" not in FUZZ_BACKENDS or set(FUZZ_BACKENDS) - {"numpy", "llvm", "ptx",
 DEVICE_BACKENDS = tuple(b for b in FUZZ_BACKENDS if b in ("ptx", "cuda"))
 
 TRACED = "numpy, traced graph"  # the run of the unoptimised graph
+# the optimised graph without multiply-add contraction, where the program contracts: the traced
+# graph's bits (contraction rounds a product once, docs/ir.md; the other passes change no bit)
+UNFUSED = "numpy, unfused"
 
 
 @attrs.frozen
@@ -101,7 +104,7 @@ def run(program, args, backend: str, **options) -> Outcome:
 
 def run_traced(program, args) -> Outcome:
     """The interpreter, with its memory checks (the race detector), on the unoptimised graph:
-    the passes must not change a bit (docs/ir.md)."""
+    the passes other than multiply-add contraction must not change a bit (docs/ir.md)."""
     args = copies(args)
     graph = program.traced_graph
     try:
@@ -117,7 +120,8 @@ def backend_runs(program, args, *, arch: str, checks_off: bool = True) -> dict[s
 
     * ``numpy`` (the reference, with the memory checks: every fuzzed program is race-free and
       writes every output), ``numpy, traced graph``, ``numpy, memory_cap=1`` (vectorised
-      folds one iteration per chunk);
+      folds one iteration per chunk) and, where the program contracts multiply-adds,
+      ``numpy, unfused`` (the traced graph's counterpart, see :func:`pairs`);
     * ``llvm``, ``llvm, 3 threads`` (the launch split over host threads) and, where
       ``checks_off`` (programs in bounds by construction), ``llvm, checks=False``;
     * each device backend: ``ptx`` (the PTX the cuda backend would launch for ``arch``, on
@@ -127,6 +131,8 @@ def backend_runs(program, args, *, arch: str, checks_off: bool = True) -> dict[s
     runs = {"numpy": run(program, args, "numpy", check_memory=True),
             TRACED: run_traced(program, args),
             "numpy, memory_cap=1": run(program, args, "numpy", memory_cap=1)}
+    if program.fp_fusion and any(op.opcode == "fma" for op in program.graph.body.walk()):
+        runs[UNFUSED] = run(program.with_fp_fusion(False), args, "numpy")
     if failures(runs):  # the reference refused it: a generator's bug, reported as it is, nothing native run
         return runs
     if "llvm" in FUZZ_BACKENDS:
@@ -148,9 +154,11 @@ def failures(runs: dict[str, Outcome]) -> dict[str, str]:
 
 def pairs(runs, compared=lambda name: True) -> list[tuple[str, str]]:
     """(reference, run) pairs that must agree: numpy against each backend (those ``compared``
-    accepts), and each variant against its own backend's plain run."""
+    accepts), and each variant against its own backend's plain run; the traced graph against
+    the unfused run where there is one (which is then no variant of numpy's fused one)."""
     out = [("numpy", name) for name in runs if "," not in name and name != "numpy" and compared(name)]
-    return out + [(name.split(",")[0], name) for name in runs if "," in name]
+    base = lambda name: UNFUSED if name == TRACED and UNFUSED in runs else name.split(",")[0]  # noqa: E731
+    return out + [(base(name), name) for name in runs if "," in name and name != UNFUSED]
 
 
 # -- comparing -------------------------------------------------------------------------------------

@@ -97,6 +97,22 @@ def test_backends_agree_on_warp_programs(request):
     fuzz()
 
 
+def test_a_contracted_product_is_held_to_the_unfused_run_not_the_traced_graph():
+    """Found by the fuzzer: x times a wide integer from shared memory plus another, contracted
+    to one fma, differs from the traced graph's two roundings in the last bit; the traced graph
+    is compared with the optimised graph run without contraction (its bits), the fused run with
+    every backend."""
+    desc = CoopProgram(
+        shape=Shape(grid=(GridAxis(extent=1, source="static", per=1, slack=0),), threads=(32,)),
+        stages=(Exchange(space="shared", dtype="f32", source="i", read=Lin(terms=(("t", -1),), const=31), into="f",
+                         combine="mul", offset=0, pad=0),
+                Arith(target="f", op="add", operand=Operand(kind="i", const=0, lin=None), swap=False),
+                Arith(target="f", op="add", operand=Operand(kind="f", const=0, lin=None), swap=False)),
+        trips=0, flag=False, seed=0, floats="ints", ints="wide", arch="sm_75")
+    assert any(op.opcode == "fma" for op in build(desc).graph.body.walk())
+    check_program(desc, log=lambda *_: None)
+
+
 @pytest.mark.fuzz
 def test_the_race_detector_catches_planted_bugs(request):
     @fuzz_settings(request, 60, 1500)
