@@ -6,6 +6,10 @@ Parameters, in order: one pointer per buffer (in parameter order; each points at
 buffer, each scalar by value as the unsigned integer of its width (its bits;
 a bool is one byte), and a pointer to the status word.  The host launcher adds
 the range of units of work it runs, two ``i64`` (see :mod:`accy.codegen.host.spmd`).
+A GPU kernel whose graph copies with the tensor memory accelerator adds, per tensor map
+(:func:`tensor_maps`), the map's 128 bytes (``.param .align 64 .b8 [128]``, read in place), then
+per map a ``u32`` that is 1 where the launch could describe the tensor (see
+:mod:`accy.runtime.tensor_maps`).
 
 The status word is 4 x i64, zeroed before the launch: ``kind, op ordinal,
 detail, lane``.  The first failing check records itself with a compare-and-swap
@@ -27,7 +31,7 @@ from ..diagnostics import division_by_zero, out_of_bounds, thread_text
 from ..targets import STATIC_SHARED_BYTES
 
 ABI = ("accy-v2: ptr buffer[n] (8 readable bytes even if empty), i64 count[n], "
-       "scalar[m] as uN of its width (bool: u8), ptr status[4 x i64]")
+       "scalar[m] as uN of its width (bool: u8), ptr status[4 x i64]; NVPTX: map[k] (128 bytes, align 64), u32 ready[k]")
 
 STATUS_OK, STATUS_LOAD_OOB, STATUS_STORE_OOB, STATUS_DIV_ZERO = 0, 1, 2, 3
 STATUS_WORDS = 4
@@ -42,6 +46,18 @@ def shared_offsets(graph: Graph) -> tuple[dict[str, int], int]:
         offsets[name] = end = -(-end // align) * align
         end += -(-op.attrs["count"] * op.attrs["dtype"].itemsize // 16) * 16
     return offsets, end
+
+
+def tensor_maps(graph: Graph) -> tuple:
+    """The tensor maps a graph's ``tma_load`` and ``tma_ready`` ops name
+    (:class:`~accy.dsl.ops.TensorMapAttrs`), in the order they first appear: their parameters'."""
+    seen = {}
+    for op in graph.body.walk():
+        if op.opcode == "tma_load":
+            seen.setdefault(op.attrs.map, None)
+        elif op.opcode == "tma_ready":
+            seen.setdefault(op.attrs, None)
+    return tuple(seen)
 
 
 def dynamic_shared_bytes(graph: Graph) -> int:

@@ -408,6 +408,60 @@ class AsyncWaitAttrs(OpAttrs):
     pending: int = _field(tf.INT, _min_blocks)  # groups a thread may leave in flight
 
 
+@_schema
+class MbarrierAttrs(OpAttrs):
+    shared: str = _field(tf.WORD, _is_name)  # the u64 shared array of mbarriers
+
+
+@_schema
+class MbarrierInitAttrs(OpAttrs):
+    shared: str = _field(tf.WORD, _is_name)
+    count: int = _field(tf.INT, _count)  # the arrivals each phase waits for
+
+
+def _tma_box(instance, field, value):
+    if not 1 <= len(value) <= 5 or any(isinstance(n, bool) or not 1 <= n <= 256 for n in value):
+        _fail(instance, field, "1 to 5 extents of 1 to 256 elements (a tensor copy's box)", value)
+
+
+def _tma_swizzle(instance, field, value):
+    if value not in (0, 32, 64, 128) or isinstance(value, bool):
+        _fail(instance, field, "0 (none), 32, 64 or 128 (the swizzle span in bytes)", value)
+
+
+@_schema
+class TensorMapAttrs(OpAttrs):
+    """A tensor map's compile-time half: the tensor parameter it describes, the box one copy
+    moves (outermost axis first) and the swizzle it writes shared memory in; the launch adds
+    the tensor's address, shape and strides (``accy.runtime.tensor_maps``)."""
+
+    tensor: str = _field(tf.WORD, _is_name)
+    dtype: DType = _field(tf.DTYPE, _is_dtype)
+    box: tuple[int, ...] = _field(tf.SHAPE, _tma_box)
+    swizzle: int = _field(tf.INT, _tma_swizzle, default=0)
+
+
+@_schema
+class TmaLoadAttrs(OpAttrs):
+    shared: str = _field(tf.WORD, _is_name)  # the shared array written
+    barrier: str = _field(tf.WORD, _is_name)  # the mbarrier array its bytes complete on
+    tensor: str = _field(tf.WORD, _is_name)
+    dtype: DType = _field(tf.DTYPE, _is_dtype)
+    box: tuple[int, ...] = _field(tf.SHAPE, _tma_box)
+    swizzle: int = _field(tf.INT, _tma_swizzle, default=0)
+
+    @property
+    def map(self) -> TensorMapAttrs:
+        return TensorMapAttrs(tensor=self.tensor, dtype=self.dtype, box=self.box, swizzle=self.swizzle)
+
+    @property
+    def bytes(self) -> int:
+        n = self.dtype.itemsize
+        for e in self.box:
+            n *= e
+        return n
+
+
 class Major(enum.StrEnum):
     """Which axis of a warpgroup mma's operand is contiguous in its staged rows."""
 
@@ -943,6 +997,26 @@ def _async_copy(op, types, attrs_):
     return ()
 
 
+def _index_operands(what: str):
+    def infer(op, types, attrs_):
+        for k, t in enumerate(types):
+            if not t.is_index:
+                raise OpTypeError(f"{what}: operand {k} is {t}; it must be index")
+        return ()
+    return infer
+
+
+def _tma_load(op, types, attrs_):
+    _index_operands("tma_load")(op, types, attrs_)
+    if len(types) != 2 + len(attrs_.box):
+        raise OpTypeError(f"tma_load: {len(types) - 2} coordinates for a box of {len(attrs_.box)} axes")
+    return ()
+
+
+def _tma_ready(op, types, attrs_):
+    return (boolean,)
+
+
 # -- constant folding on Python values (integer and bool types only) ---------------------------
 
 
@@ -1147,6 +1221,22 @@ OPS: dict[str, OpDef] = {
         _def("wgmma_wait", _same_as_operands, AsyncWaitAttrs, " {pending} $0... : $types", pure=False,
              in_blocks=True, nvptx_only=True),
         _def("fence_proxy_async", _no_results, NoAttrs, "", pure=False, in_blocks=True, nvptx_only=True),
+        # NVPTX at sm_90a only: the tensor memory accelerator.  An mbarrier (an element of a u64
+        # shared array) completes a phase when its arrivals and the bytes it expects have come;
+        # tma_load copies a box of a tensor parameter at coordinates $2... (outermost axis first;
+        # past the tensor's edges, zeros) into a shared array, in the map's swizzle, and completes
+        # its bytes on mbarrier $1; tma_ready says whether the launch could describe the tensor
+        # to the hardware (else the lowering's other path copies it)
+        _def("mbarrier_init", _index_operands("mbarrier_init"), MbarrierInitAttrs, " %{shared}[$0] count {count}",
+             pure=False, in_blocks=True, nvptx_only=True),
+        _def("mbarrier_arrive", _index_operands("mbarrier_arrive"), MbarrierAttrs, " %{shared}[$0] expect $1",
+             pure=False, in_blocks=True, nvptx_only=True),
+        _def("mbarrier_wait", _index_operands("mbarrier_wait"), MbarrierAttrs, " %{shared}[$0] parity $1",
+             pure=False, in_blocks=True, nvptx_only=True),
+        _def("tma_load", _tma_load, TmaLoadAttrs, " %{shared}[$0] = %{tensor}[$2...] box {box} swizzle {swizzle} "
+             "barrier %{barrier}[$1] : {dtype}", pure=False, in_blocks=True, nvptx_only=True),
+        _def("tma_ready", _tma_ready, TensorMapAttrs, " %{tensor} box {box} swizzle {swizzle} : {dtype}",
+             nvptx_only=True),
         # the tile level: programs over a grid, each computing on whole tiles
         _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps}{? stages {num_stages}} {", pure=False,
              regions=RegionKind.LAUNCH, verify=_launch_axes, tiles=True, tile_launch=True),

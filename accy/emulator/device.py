@@ -227,7 +227,7 @@ class Function:
         for i, (p, off, arg) in enumerate(zip(params, self._offsets, args)):
             size = type_size(p.type)
             if p.count is not None:
-                raw = bytes(arg) if isinstance(arg, (bytes, bytearray, memoryview)) else \
+                raw = bytes(arg) if isinstance(arg, (bytes, bytearray, memoryview, np.void)) else \
                     np.ascontiguousarray(arg).view(U8).tobytes()
                 if len(raw) != p.size:
                     raise PtxError(f"argument {i} of {self.name} must be {p.size} bytes, got {len(raw)}")

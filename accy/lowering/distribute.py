@@ -59,6 +59,7 @@ from .rebuild import Rebuild
 from .regions import Regions
 from .registers import Registers
 from .scratch import Scratch
+from .bulk_copies import TensorCopies
 from .software_pipeline import SoftwarePipeline
 from .tensor_cores import OperandStaging, TensorCoreDot, direct_loads, lone_dot
 from .tile_memory import MemoryAccesses
@@ -125,8 +126,9 @@ class _Distributor:
         staging = OperandStaging(core, registers, scratch, memory)
         self.fma = FmaDot(core, registers, scratch)
         self.mma = TensorCoreDot(core, registers, scratch, staging, tensor_cores, grid=grid, warpgroups=warpgroups)
+        bulk = TensorCopies(core, memory, graph) if warpgroups else None
         self.pipeline = SoftwarePipeline(core, self, registers, scratch, staging, self.mma,
-                                         self.launch.attrs.num_stages, shared_bytes)
+                                         self.launch.attrs.num_stages, shared_bytes, bulk)
         self.regions = Regions(core, self, registers, scratch, self.mma, self.pipeline)
         self.handlers = {
             "splat": self.values.splat, "arange": self.values.arange, "broadcast": self.values.broadcast,

@@ -6,7 +6,10 @@ their own stage of a staging array."""
 from __future__ import annotations
 
 from ..dsl.ir import Op
-from ..dsl.ops import SharedAttrs
+from ..dsl.ops import MbarrierAttrs, MbarrierInitAttrs, SharedAttrs
+from ..dsl.traced import Traced
+from ..dsl.types import u64
+from .bulk_copies import TensorCopies
 from .rebuild import Part, Rebuild
 from .registers import Registers
 from .scratch import Scratch
@@ -76,8 +79,11 @@ class SoftwarePipeline(Part):
     most ``shared_bytes`` less what the program's scratch holds."""
 
     def __init__(self, core: Rebuild, walker, registers: Registers, scratch: Scratch, staging: OperandStaging,
-                 dots: TensorCoreDot, num_stages: int, shared_bytes: int):
+                 dots: TensorCoreDot, num_stages: int, shared_bytes: int, bulk: TensorCopies | None = None):
         super().__init__(core)
+        self.bulk = bulk  # the tensor memory accelerator's copies (sm_90a), or None
+        self.barriers = None  # the mbarriers of folds whose stages TMA fills: (array, its shared op)
+        self.barrier_count = 0
         self.walker = walker
         self.registers = registers
         self.scratch = scratch
@@ -95,6 +101,9 @@ class SoftwarePipeline(Part):
         for dtype, array in self.stage_arrays.items():
             self.stage_ops[dtype].attrs = SharedAttrs(name=array.name, dtype=dtype, count=array.count,
                                                       align=self.stage_align.get(dtype, 16))
+        if self.barriers is not None:
+            array, op = self.barriers
+            op.attrs = SharedAttrs(name=array.name, dtype=u64, count=self.barrier_count)
 
     def plan(self, op: Op, dots: list):
         """For a fold whose dots take operands loaded per trip (Deferred, computed from the
@@ -139,11 +148,15 @@ class SoftwarePipeline(Part):
             stages -= 1
         if stages < 2:
             return None
-        return stages, el, size, offsets, operands
+        copies = {}
+        if self.bulk is not None and all(self.dots.on_warpgroups(dot) for dot in offsets):
+            copies = {k: c for k, (_, _, x, _, rows) in enumerate(operands)
+                      if (c := self.bulk.plan(x, rows)) is not None}
+        return stages, el, size, offsets, operands, copies
 
     def prefetch(self, region, plan, trip, stage) -> None:
         """Issue the copies of the Deferred operands of trip ``trip`` (its index) into stage ``stage``."""
-        stages, el, size, offsets, operands = plan
+        stages, el, size, offsets, operands, copies = plan
         core, staging = self.core, self.staging
         array = self.stage_array
         saved = dict(core.env)
@@ -154,15 +167,69 @@ class SoftwarePipeline(Part):
             loads = {x.op for _, _, x, _, _ in operands}
             for o in sorted({o for load in loads for o in computing(load, region)}, key=region.ops.index):
                 self.walker.op(o)
-            for dot, role, x, base, rows in operands:
+            bulk = []
+            for k, (dot, role, x, base, rows) in enumerate(operands):
                 fresh = Deferred(x.op, tuple(core.env[v] for v in x.op.operands), x.steps, x.shape, x.transposed)
                 at = core.add(core.mul(stage, size), base)
-                if not staging.copy(fresh, array, at, rows):
-                    staging.fill(array, staging.load_now(fresh), at, rows, x.transposed, STAGED_KIND[el])
+                if k in copies:
+                    bulk.append((fresh, copies[k], at, rows))
+                else:
+                    self.copy(fresh, array, at, rows)
+            if copies:
+                self.bulk_copies(bulk, array, stage)
         finally:
             core.scopes = scopes
             core.env.clear()
             core.env.update(saved)
+
+    def copy(self, x: Deferred, array, at, rows) -> None:
+        """Every thread's copies of operand ``x`` (cp.async where they can run, else loads and stores)."""
+        staging = self.staging
+        if not staging.copy(x, array, at, rows):
+            staging.fill(array, staging.load_now(x), at, rows, x.transposed, STAGED_KIND[array.dtype])
+
+    def bulk_copies(self, bulk: list, array, stage) -> None:
+        """A stage's TMA copies: thread 0 arrives on the stage's mbarrier expecting the bytes of
+        the operands whose tensors the launch could describe, then copies them; every thread
+        copies the others with ``cp.async`` (see :mod:`.bulk_copies`)."""
+        core, b = self.core, self.b
+        bars = self.barriers[0].name
+        readies = [Traced(self.bulk.ready(copies)) for _, copies, _, _ in bulk]
+        expected = core.const(0)
+        for ready, (x, _, _, _) in zip(readies, bulk):
+            nbytes = x.dtype.itemsize
+            for n in x.op.result.type.shape:
+                nbytes *= n
+            expected = b.add(expected, b.select(ready, core.const(nbytes), core.const(0)))
+
+        def issue():
+            core.record("mbarrier_arrive", [core.traced(stage), expected], MbarrierAttrs(shared=bars))
+            for ready, (x, copies, at, rows) in zip(readies, bulk):
+                b_ = self.b
+                b_.if_(ready, lambda inner, x=x, copies=copies, at=at, rows=rows: core.within(
+                    inner, lambda: self.bulk.issue(x, copies, array, at, rows, bars, stage)) and None)
+
+        b.if_(b.eq(core.tid, 0), lambda inner: core.within(inner, issue) and None)
+        for ready, (x, _, at, rows) in zip(readies, bulk):
+            b.if_(b.logical_not(ready), lambda inner, x=x, at=at, rows=rows: core.within(
+                inner, lambda: self.copy(x, array, at, rows)) and None)
+
+    def init_barriers(self, stages: int) -> None:
+        """Thread 0 sets up a fold's mbarriers (one per stage, one arrival a phase), between
+        barriers: the previous fold's waits are done, and every thread sees them set up."""
+        core, b = self.core, self.b
+        if self.barriers is None:
+            self.barriers = core.launch.declare_scratch(u64, 1, "bars")
+        self.barrier_count = max(self.barrier_count, stages)
+        bars = self.barriers[0].name
+
+        def init():
+            for s in range(stages):
+                core.record("mbarrier_init", [core.const(s)], MbarrierInitAttrs(shared=bars, count=1))
+
+        b.barrier()
+        b.if_(b.eq(core.tid, 0), lambda inner: core.within(inner, init) and None)
+        b.barrier()
 
     def fold(self, op: Op, start, stop, inits, layouts, plan) -> None:
         """The fold as a software pipeline: a prologue issues the copies of the first
@@ -170,7 +237,7 @@ class SoftwarePipeline(Part):
         flight), meets its block at a barrier (every thread's copies landed, every thread done
         with the stage about to be refilled), issues the copies of the trip ``stages - 1`` ahead
         into that stage, then computes from its own stage."""
-        stages, el, size, offsets, operands = plan
+        stages, el, size, offsets, operands, copies = plan
         core, registers = self.core, self.registers
         region = op.regions[0]
         step = op.attrs.step
@@ -184,6 +251,8 @@ class SoftwarePipeline(Part):
         if warpgroups:
             self.stage_align[el] = ALIGN
         b = self.b
+        if copies:
+            self.init_barriers(stages)
         for s in range(stages - 1):
             trip = core.add(start, s * step)
             b.if_(b.lt(trip, stop), lambda inner, s=s, trip=trip: core.within(
@@ -192,15 +261,20 @@ class SoftwarePipeline(Part):
 
         def body(inner, i, carries):
             with core.region(inner):
-                *accs, stage, refill = carries
+                if copies:
+                    *accs, stage, refill, parity = carries
+                else:
+                    *accs, stage, refill = carries
                 b = self.b
-                b.async_wait(stages - 2)
-                if warpgroups:  # the copies landed are seen by the wgmma's (asynchronous) reads
-                    b.fence_proxy_async()
-                b.barrier()
                 # the stage carried is in [0, stages): said so, the ranges prove each access to
                 # it inside the staging array (no check per ldmatrix)
                 stage = b.max(b.min(stage, stages - 1), 0)
+                b.async_wait(stages - 2)
+                if copies:  # the stage's TMA bytes (and thread 0's arrival) have come
+                    core.record("mbarrier_wait", [stage, parity], MbarrierAttrs(shared=self.barriers[0].name))
+                if warpgroups:  # the copies landed are seen by the wgmma's (asynchronous) reads
+                    b.fence_proxy_async()
+                b.barrier()
                 self.scratch.dirty = False
                 ahead = core.add(i, (stages - 1) * step)
                 refill = b.max(b.min(refill, stages - 1), 0)  # likewise (the stage the trip before read)
@@ -214,13 +288,16 @@ class SoftwarePipeline(Part):
                 core.env[region.args[0]] = i
                 registers.unflatten(region.args[1:], accs, layouts)
                 results = self.walker.walk(region)
-                following = b.select(b.eq(stage, stages - 1), 0, b.add(stage, 1))
-                return tuple(registers.flatten(results, layouts)) + (following, stage)
+                wraps = b.eq(stage, stages - 1)
+                following = b.select(wraps, 0, b.add(stage, 1))
+                # a stage's mbarrier completes a phase per use: the parity waited for flips each round
+                flipped = (b.select(wraps, b.sub(1, parity), parity),) if copies else ()
+                return tuple(registers.flatten(results, layouts)) + (following, stage) + flipped
 
-        flat = self.b.loop(start, stop, step, tuple(registers.flatten(inits, layouts)) + (
-            core.const(0), core.const(stages - 1)), body)
+        carried_init = (core.const(0), core.const(stages - 1)) + ((core.const(0),) if copies else ())
+        flat = self.b.loop(start, stop, step, tuple(registers.flatten(inits, layouts)) + carried_init, body)
         for dot in offsets:
             self.dots.pipelined.pop(dot, None)
         self.b.async_wait(0)
         self.scratch.dirty = True
-        registers.unflatten(op.results, flat[:-2], layouts)
+        registers.unflatten(op.results, flat[:-len(carried_init)], layouts)

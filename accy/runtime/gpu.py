@@ -17,7 +17,9 @@ import numpy as np
 
 from ..dsl.ir import Graph
 from ..dsl.schedule import Launch
-from ..codegen.abi import STATUS_WORDS, dynamic_shared_bytes, scalar_bits, scalar_words, status_error
+from ..codegen.abi import STATUS_WORDS, dynamic_shared_bytes, scalar_bits, scalar_words, status_error, tensor_maps
+from ..emulator.tensor_map import MAP_BYTES
+from .tensor_maps import describe, tensor_layout
 from .arguments import Binding
 from ..codegen.machine import emit_ptx
 from .drivers import Driver, KernelLaunch
@@ -76,10 +78,23 @@ class DeviceLaunch:
         self.driver.memset(status, 0, STATUS_WORDS * 8, self.stream)
         scalars = [_UNSIGNED[scalar_bits(p.dtype)](word)
                    for p, word in zip(self.graph.scalars, scalar_words(self.graph, self.binding.scalars))]
+        maps, ready = self.tensor_maps(pointers)
         params = (*(np.uint64(pointers[n]) for n in buffers), *(np.int64(self.binding.infos[n].size) for n in buffers),
-                  *scalars, np.uint64(status))
+                  *scalars, np.uint64(status), *maps, *ready)
         grid, block = (tuple(int(n) for n in dims) for dims in (self.launch.grid, self.launch.block))
         return KernelLaunch(grid, block, params, dynamic_shared_bytes(self.graph)), pointers, status
+
+    def tensor_maps(self, pointers: dict[str, int]) -> tuple[list, list]:
+        """Each tensor map's bytes as the driver encodes them (zeros where the tensor cannot be
+        described: its kernel copies it another way) and its ready flag."""
+        maps, ready = [], []
+        for m in tensor_maps(self.graph):
+            shape, strides, offset = tensor_layout(m.tensor, self.binding.scalars, len(m.box))
+            fields = describe(m, pointers[m.tensor], shape, strides, offset)
+            ok = not isinstance(fields, str)
+            maps.append(np.void(self.driver.tensor_map(fields) if ok else bytes(MAP_BYTES)))
+            ready.append(np.uint32(ok))
+        return maps, ready
 
     def run(self, kernel, *, timing: bool = False) -> float | None:
         """Stage, launch ``kernel`` (a handle from the driver's ``load``), check, copy back,

@@ -20,10 +20,11 @@ from ...dsl.schedule import axes_on_x
 from ...dsl.types import DType, bf16, f32
 from .control_flow import NvptxControlFlow
 from .debug_lines import DebugLines
+from .bulk_copies import BULK_COPY_OPS, MAP_ALIGN, MAP_TYPE, BulkCopyEmitter
 from .tensor_cores import TENSOR_CORE_OPS, TensorCoreEmitter
 from ..arithmetic import MATH
 from ..llvm import LoweredModule, Lowering
-from ..abi import dynamic_shared_bytes, shared_offsets
+from ..abi import dynamic_shared_bytes, shared_offsets, tensor_maps
 from ..llvm_types import I1, I32, I64, VOID, constant, element_type, float_bits, llvm_type, memory_type
 from ...targets import NvptxTarget
 from ...targets import WARP_SIZE
@@ -148,11 +149,35 @@ class NvptxLowering(Lowering):
             return self.call("llvm.nvvm.div.approx.f", args, ty=llvm_type(f32))
         return super().float_divide(t, args)
 
+    # -- tensor maps (kernel parameters after the status word; see accy.codegen.abi) ---------
+    def _signature(self) -> list[ir.Type]:
+        maps = tensor_maps(self.graph)
+        return super()._signature() + [ir.PointerType(MAP_TYPE)] * len(maps) + [I32] * len(maps)
+
+    def _bind_params(self, fn: ir.Function) -> None:
+        """The ABI's parameters, then each tensor map (``byval``, 64-byte aligned, read in place
+        through its parameter-space address: a grid constant) and its ready flag."""
+        super()._bind_params(fn)
+        maps = tensor_maps(self.graph)
+        first = len(fn.args) - 2 * len(maps)
+        self.maps = {}
+        for k, m in enumerate(maps):
+            arg, flag = fn.args[first + k], fn.args[first + len(maps) + k]
+            arg.attributes.add("byval")
+            arg.attributes.align = MAP_ALIGN
+            arg.name, flag.name = f"{m.tensor}_map{k}", f"{m.tensor}_map{k}_ready"
+            self.maps[m] = (arg, flag)
+        if maps:
+            self.module.add_named_metadata("nvvm.annotations", [
+                fn, ir.MetaDataString(self.module, "grid_constant"),
+                self.module.add_metadata([ir.Constant(I32, first + k + 1) for k in range(len(maps))])])
+
     def op_emitters(self):
         """The target-neutral table, with the block level's and the tensor cores' ops."""
-        cores = TensorCoreEmitter(self)
+        cores, bulk = TensorCoreEmitter(self), BulkCopyEmitter(self)
         return {**super().op_emitters(), "barrier": self.op_barrier, "shuffle": self.op_shuffle,
-                **{name: getattr(cores, name) for name in TENSOR_CORE_OPS}}
+                **{name: getattr(cores, name) for name in TENSOR_CORE_OPS},
+                **{name: getattr(bulk, name) for name in BULK_COPY_OPS}}
 
     # -- the block level ----------------------------------------------------------------
     def _declare_shared(self) -> None:

@@ -41,8 +41,42 @@ class KernelLaunch:
 
     @property
     def struct_format(self) -> str:
-        """The parameters' layout as :mod:`struct` codes (what PyCUDA's ``prepare`` takes)."""
-        return "".join(_STRUCT_CODES[p.dtype.itemsize, p.dtype.kind] for p in self.params)
+        """The parameters' layout as :mod:`struct` codes (what PyCUDA's ``prepare`` takes), a
+        tensor map (``np.void`` of 128 bytes) at its 64-byte alignment after explicit padding."""
+        out, offset = [], 0
+        for p in self.params:
+            size = p.dtype.itemsize
+            if p.dtype.kind == "V":
+                pad = -offset % MAP_ALIGN
+                out.append(f"{pad}x{size}s" if pad else f"{size}s")
+                offset += pad
+            else:
+                offset += -offset % size
+                out.append(_STRUCT_CODES[size, p.dtype.kind])
+            offset += size
+        return "".join(out)
+
+    @property
+    def has_maps(self) -> bool:
+        return any(p.dtype.kind == "V" for p in self.params)
+
+
+MAP_ALIGN = 64
+
+
+def encode_tiled(cu, fields) -> bytes:
+    """A tensor map's 128 bytes from ``cuTensorMapEncodeTiled`` (``cu``: ``cuda.bindings.driver``),
+    for the GPU drivers; ``fields``: a :class:`~accy.emulator.tensor_map.TensorMapFields`."""
+    import struct
+
+    error, encoded = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType(int(fields.element_type)), fields.rank, fields.address, list(fields.dims),
+        list(fields.strides), list(fields.box), list(fields.element_strides),
+        cu.CUtensorMapInterleave(int(fields.interleave)), cu.CUtensorMapSwizzle(int(fields.swizzle)),
+        cu.CUtensorMapL2promotion(int(fields.l2_promotion)), cu.CUtensorMapFloatOOBfill(int(fields.oob_fill)))
+    if error != cu.CUresult.CUDA_SUCCESS:
+        raise ArgumentError(f"cuTensorMapEncodeTiled refused a tensor map ({getattr(error, 'name', error)}): {fields}")
+    return struct.pack("<16Q", *encoded.opaque)
 
 
 class Driver(Protocol):
@@ -64,6 +98,7 @@ class Driver(Protocol):
     def copy_device(self, dst: int, src: int, nbytes: int, stream) -> None: ...
     def memset(self, address: int, value: int, nbytes: int, stream) -> None: ...
     def launch(self, kernel, spec: KernelLaunch, stream) -> None: ...
+    def tensor_map(self, fields) -> bytes: ...  # a TensorMapFields as the device reads it (128 bytes)
     def synchronize(self, stream) -> None: ...
     def record(self, stream) -> object: ...  # an event (for timing)
     def elapsed_ms(self, start, end) -> float: ...

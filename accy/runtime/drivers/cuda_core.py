@@ -14,7 +14,7 @@ import numpy as np
 
 from ...errors import BackendUnavailableError, ExecutionError
 from ...targets import STATIC_SHARED_BYTES, device_arch
-from . import KernelLaunch, foreign_stream_handle, stream_error
+from . import KernelLaunch, encode_tiled, foreign_stream_handle, stream_error
 
 
 def _import_core():
@@ -118,8 +118,26 @@ class CudaCoreDriver:
             self._check(self.cu.cuKernelSetAttribute(attribute, spec.shared_bytes, kernel.kernel._handle,
                                                      self.cu.CUdevice(self.ordinal)), "cuKernelSetAttribute")
             kernel.dynamic_shared = spec.shared_bytes
+        if spec.has_maps:  # a tensor map is a 128-byte struct: launched with the parameters laid out by hand
+            self._launch_raw(kernel, spec, stream)
+            return
         config = self.core.LaunchConfig(grid=spec.grid, block=spec.block, shmem_size=spec.shared_bytes)
         self.core.launch(stream, config, kernel.kernel, *spec.params)
+
+    def _launch_raw(self, kernel: _Kernel, spec: KernelLaunch, stream) -> None:
+        """``cuLaunchKernel`` with ``kernelParams``: a pointer to each parameter's bytes (the
+        driver places each at its offset); a CUkernel stands for a CUfunction since CUDA 12."""
+        import ctypes
+
+        held = [(ctypes.c_uint8 * p.dtype.itemsize).from_buffer_copy(np.asarray(p).tobytes()) for p in spec.params]
+        pointers = (ctypes.c_void_p * len(held))(*(ctypes.addressof(h) for h in held))
+        handle = self.cu.CUfunction(int(kernel.kernel._handle))
+        self._check(self.cu.cuLaunchKernel(handle, *spec.grid, *spec.block, spec.shared_bytes,
+                                           self.cu.CUstream(int(self._handle(stream))), ctypes.addressof(pointers), 0),
+                    "cuLaunchKernel")
+
+    def tensor_map(self, fields) -> bytes:
+        return encode_tiled(self.cu, fields)
 
     def synchronize(self, stream) -> None:
         stream.sync()

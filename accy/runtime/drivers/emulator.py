@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from ...emulator.tensor_map import encode
 from . import KernelLaunch, stream_error
 
 
@@ -34,6 +35,9 @@ class EmulatorDriver:
 
     def launch(self, kernel, spec: KernelLaunch, stream) -> None:
         kernel.launch(spec.grid, spec.block, spec.params, spec.shared_bytes, schedule=self.schedule)
+
+    def tensor_map(self, fields) -> bytes:
+        return encode(fields)  # the emulated driver's own format
 
     def synchronize(self, stream) -> None:
         pass

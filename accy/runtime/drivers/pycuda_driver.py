@@ -12,7 +12,7 @@ import numpy as np
 
 from ...errors import BackendUnavailableError
 from ...targets import STATIC_SHARED_BYTES, device_arch
-from . import KernelLaunch, stream_error
+from . import KernelLaunch, encode_tiled, stream_error
 
 
 class _Kernel:
@@ -76,8 +76,14 @@ class PycudaDriver:
         if spec.shared_bytes > max(kernel.dynamic_shared, STATIC_SHARED_BYTES):  # past 48 KiB: opt the kernel in
             kernel.function.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, spec.shared_bytes)
             kernel.dynamic_shared = spec.shared_bytes
-        kernel.function.prepared_async_call(spec.grid, spec.block, stream, *spec.params,
+        params = [p.tobytes() if p.dtype.kind == "V" else p for p in spec.params]  # a map packs as "128s"
+        kernel.function.prepared_async_call(spec.grid, spec.block, stream, *params,
                                             shared_size=spec.shared_bytes)
+
+    def tensor_map(self, fields) -> bytes:
+        from cuda.bindings import driver as cu  # PyCUDA has no tensor maps; the driver API's bindings do
+
+        return encode_tiled(cu, fields)
 
     def synchronize(self, stream) -> None:
         if stream is None:

@@ -50,6 +50,7 @@ from .sanitizer import Sanitizer
 from .shared import ScalarOps
 from .simt_control import SimtControl, _FoldPlan, fold_plan, uses
 from .simt_cooperation import BlockCooperation
+from .simt_bulk import BulkCopies
 from .simt_memory import SimtMemory
 
 DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
@@ -58,7 +59,8 @@ DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may h
 STRUCTURAL = frozenset({"const", "size", "aligned", "cast", "bitcast", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle", "ldmatrix", "mma", "async_copy",
                         "async_commit", "async_wait", "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait",
-                        "fence_proxy_async"})
+                        "fence_proxy_async", "mbarrier_init", "mbarrier_arrive", "mbarrier_wait", "tma_load",
+                        "tma_ready"})
 CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
 
 
@@ -174,7 +176,9 @@ class Interpreter(ScalarOps):
         self.memory = SimtMemory(self)
         self.cooperation = BlockCooperation(self)
         self.control = SimtControl(self, {} if plain else schedule.plans, memory_cap)
-        parts = {"interpreter": self, "memory": self.memory, "cooperation": self.cooperation, "control": self.control}
+        self.bulk = BulkCopies(self)
+        parts = {"interpreter": self, "memory": self.memory, "cooperation": self.cooperation, "control": self.control,
+                 "bulk": self.bulk}
         # read from the classes now, so that a method patched on a class (as tests do) is the one that runs
         self.handlers = {name: getattr(parts[part], method) for name, (part, method) in HANDLERS.items()}
 
@@ -298,7 +302,8 @@ class Interpreter(ScalarOps):
 # the handler table's entries: each op of the interpreter's own, by its name, to the method
 # op_<name> of the interpreter (its own or its ScalarOps') or of a part
 HANDLERS = {name[3:]: (part, name) for part, cls in (("interpreter", Interpreter), ("memory", SimtMemory),
-                                                     ("cooperation", BlockCooperation), ("control", SimtControl))
+                                                     ("cooperation", BlockCooperation), ("control", SimtControl),
+                                                     ("bulk", BulkCopies))
             for name in dir(cls) if name.startswith("op_")}
 assert set(HANDLERS) == STRUCTURAL | CHECKED, sorted(set(HANDLERS) ^ (STRUCTURAL | CHECKED))
 
