@@ -281,6 +281,7 @@ def test_every_backend_table_covers_exactly_the_op_table():
     from accy.targets import Target
     from accy.dsl.ops import SIMT_OPS, NVPTX_OPS, TILE_OPS
     from accy.codegen.nvptx.tensor_cores import TensorCoreEmitter
+    from accy.codegen.nvptx.bulk_copies import BULK_COPY_OPS, BulkCopyEmitter
 
     # the SIMT lowerings cover the SIMT level; tile ops reach them only after accy.lowering.distribute;
     # tensor-core ops only the interpreter (their reference) and the NVPTX lowering have
@@ -292,7 +293,8 @@ def test_every_backend_table_covers_exactly_the_op_table():
     nvptx = NvptxLowering(Program("dot", PARAMS, pythonic_style).graph, Target.nvptx())
     emitters = nvptx.op_emitters()
     for name in NVPTX_OPS:
-        assert emitters[name] != nvptx._nvptx_only and emitters[name].__func__ is getattr(TensorCoreEmitter, name), name
+        emitter = BulkCopyEmitter if name in BULK_COPY_OPS else TensorCoreEmitter
+        assert emitters[name] != nvptx._nvptx_only and emitters[name].__func__ is getattr(emitter, name), name
     # the tables themselves: one entry per pointwise op, no entry for an op that does not exist
     pointwise = {name for name, d in OPS.items() if d.pointwise}
     assert set(interpreter.EVAL) == pointwise and not set(interpreter.EVAL) & interpreter.STRUCTURAL

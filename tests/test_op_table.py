@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy import axis, bf16, boolean, dynamic_buffer, f32, i8, i32, index, kernel
+from accy import axis, bf16, boolean, dynamic_buffer, f32, i8, i32, index, kernel, tensor
 from accy.dsl import ir, ops, parse, textformat
 from accy.dsl.ops import (OPS, AtomicAttrs, Bounds, ConstAttrs, FoldAttrs, ForEachAttrs, ForEachBlockAttrs, IfAttrs,
                           LoadAttrs, NoAttrs, OpAttrs, OpAttrsError, RegionKind, SharedAttrs, ShuffleAttrs, SizeAttrs,
@@ -226,6 +226,22 @@ def warpgroup_kernel():
     return wgmma
 
 
+def tma_kernel():
+    """A pipelined bf16 dot on tensors at sm_90a: its boxes copied by TMA, completing on
+    mbarriers, under the tensors' ready flags."""
+
+    @kernel(c=tensor(f32, 2), a=tensor(bf16, 2), b=tensor(bf16, 2))
+    def tma(k, p):
+        @k.for_each_tile(grid=axis("i", 1), warps=4, num_stages=2)
+        def body(t, pid):
+            def step(t, k0, acc):
+                return t.dot(p.a.load_tile((0, k0), (64, 64)), p.b.load_tile((k0, 0), (64, 64)), acc)
+
+            p.c.store_tile((0, 0), t.fold_range(0, p.a.shape[1], 64, t.zeros((64, 64), f32), step))
+
+    return tma
+
+
 def test_the_block_ops_text_form_is_the_documented_one():
     assert block_kernel().traced_graph.text() == EXPECTED_BLOCK_TEXT
 
@@ -233,7 +249,7 @@ def test_the_block_ops_text_form_is_the_documented_one():
 def test_every_op_prints_and_parses_back_exactly():
     graphs = [pointwise_kernel().traced_graph, block_kernel().traced_graph, tile_kernel().traced_graph,
               vector_kernel().graph_for("ptx"), tensor_core_kernel().graph_for("ptx"),
-              warpgroup_kernel().graph_for("ptx", "sm_90a")]
+              warpgroup_kernel().graph_for("ptx", "sm_90a"), tma_kernel().graph_for("ptx", "sm_90a")]
     seen = {op.opcode for g in graphs for op in g.body.walk()}
     assert seen == set(OPS), sorted(set(OPS) - seen)
     for graph in graphs:
@@ -372,7 +388,8 @@ def test_traits_are_consistent():
     assert _having("own_result") == {"shuffle", "atomic", "mma", "ldmatrix", "wgmma"}
     assert _having("nvptx_only") == ops.NVPTX_OPS == {"mma", "ldmatrix", "async_copy", "async_commit", "async_wait",
                                                        "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait",
-                                                       "fence_proxy_async"}
+                                                       "fence_proxy_async", "mbarrier_init", "mbarrier_arrive",
+                                                       "mbarrier_wait", "tma_load", "tma_ready"}
 
 
 def test_the_inexact_math_functions_are_one_trait():

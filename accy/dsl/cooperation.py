@@ -9,8 +9,8 @@ import math
 import numpy as np
 
 from .combines import COMBINES, Combine
-from .ops import (OPS, REDUCTIONS, AsyncCopyAttrs, AsyncWaitAttrs, LdmatrixAttrs, MatrixOrder, MmaAttrs, MmaKind,
-                  NoAttrs, ShuffleAttrs, WgmmaAttrs)
+from .ops import (OPS, REDUCTIONS, AsyncCopyAttrs, AsyncWaitAttrs, LdmatrixAttrs, MatrixOrder, MbarrierAttrs,
+                  MbarrierInitAttrs, MmaAttrs, MmaKind, NoAttrs, ShuffleAttrs, TensorMapAttrs, TmaLoadAttrs, WgmmaAttrs)
 from .traced import BuilderBase, SharedArray, Traced, _LaunchInfo, _error
 from .types import DType, boolean, index, u32
 from ..targets import WARP_SIZE
@@ -179,6 +179,44 @@ class Cooperation:
         """Make this thread's shared-memory writes visible to the asynchronous proxy (wgmma's reads)."""
         self._block_launch("fence_proxy_async")
         self._record("fence_proxy_async", (), NoAttrs())
+
+    # -- the tensor memory accelerator (NVPTX at sm_90a: mbarriers, cp.async.bulk.tensor) ----
+    def mbarrier_init(self, barriers: SharedArray, slot, count: int = 1) -> None:
+        """Set up mbarrier ``slot`` of the u64 shared array ``barriers``: each phase completes
+        when ``count`` threads have arrived and every byte expected has come."""
+        self._block_launch("mbarrier_init")
+        self._record("mbarrier_init", (self._lift(slot, index, "mbarrier_init"),),
+                     MbarrierInitAttrs(shared=barriers.name, count=count))
+
+    def mbarrier_arrive(self, barriers: SharedArray, slot, expect_bytes=0) -> None:
+        """This thread arrives on mbarrier ``slot``, its phase now also expecting ``expect_bytes``."""
+        self._block_launch("mbarrier_arrive")
+        self._record("mbarrier_arrive", tuple(self._lift(v, index, "mbarrier_arrive") for v in (slot, expect_bytes)),
+                     MbarrierAttrs(shared=barriers.name))
+
+    def mbarrier_wait(self, barriers: SharedArray, slot, parity) -> None:
+        """Wait until the phase of ``parity`` (0 or 1: phases alternate) of mbarrier ``slot`` completed."""
+        self._block_launch("mbarrier_wait")
+        self._record("mbarrier_wait", tuple(self._lift(v, index, "mbarrier_wait") for v in (slot, parity)),
+                     MbarrierAttrs(shared=barriers.name))
+
+    def tma_load(self, dst: SharedArray, at, tensor, coords, box, barriers: SharedArray, slot,
+                 swizzle: int = 0) -> None:
+        """This thread's ``cp.async.bulk.tensor``: the ``box`` of tensor parameter ``tensor`` at
+        ``coords`` (outermost axis first; zeros past its edges) into ``dst`` from element ``at``
+        (aligned to 128 bytes, to the swizzle's 8-row span where swizzled), in the ``swizzle``
+        (0, 32, 64 or 128 bytes) wgmma reads; its bytes complete on mbarrier ``slot``."""
+        self._block_launch("tma_load")
+        attrs_ = TmaLoadAttrs(shared=dst.name, barrier=barriers.name, tensor=tensor.name, dtype=tensor.dtype,
+                              box=tuple(box), swizzle=swizzle)
+        values = (at, slot, *coords)
+        self._record("tma_load", tuple(self._lift(v, index, "tma_load") for v in values), attrs_)
+
+    def tma_ready(self, tensor, box, swizzle: int = 0) -> Traced:
+        """Whether the launch could describe ``tensor`` to the hardware for boxes of ``box`` (its
+        address and strides; where not, copy it another way)."""
+        attrs_ = TensorMapAttrs(tensor=tensor.name, dtype=tensor.dtype, box=tuple(box), swizzle=swizzle)
+        return Traced(self._record("tma_ready", (), attrs_).result)
 
     def _combine(self, what: str, op: str) -> str:
         """The builder method a reduction named ``op`` combines with."""

@@ -70,18 +70,19 @@ class Memory:
         value = self._stored(value, buffer.dtype, "store")  # a store converts, as cast does
         self._record("store", (idx, value), StoreAttrs(buffer=buffer.name, dtype=buffer.dtype, space=buffer.space))
 
-    def shared(self, dtype, count: int, name: str | None = None) -> SharedArray:
+    def shared(self, dtype, count: int, name: str | None = None, align: int = 16) -> SharedArray:
         """A per-block array of ``count`` elements of ``dtype`` in shared memory: ``s[i]`` reads,
-        ``s[i] = v`` writes.  Allocated at the top of the block body; its bytes count against
-        ``Limits.max_shared_bytes`` when the kernel is launched."""
+        ``s[i] = v`` writes.  Allocated at the top of the block body, its start a multiple of
+        ``align`` bytes (a power of two, 16 or more: 1024 for a 128-byte swizzled TMA or wgmma
+        operand); its bytes count against ``Limits.max_shared_bytes`` when the kernel is launched."""
         info = self._block_launch("shared")
         if self._active() is not info.body:
             raise _error("shared: shared arrays are allocated at the top of the block body, not inside a loop or "
                          "branch (allocate it before the loop and use it inside)")
-        return self._declare_shared(info, dtype, count, name)
+        return self._declare_shared(info, dtype, count, name, align=align)
 
     def _declare_shared(self, info: _LaunchInfo, dtype, count, name, *, first: bool = False,
-                        stem: str = "shared") -> SharedArray:
+                        stem: str = "shared", align: int = 16) -> SharedArray:
         try:
             dtype = as_dtype(dtype)
         except TypeError as e:
@@ -102,7 +103,7 @@ class Memory:
                          "traced before this line)")
         info.shared_names.add(name)
         # in the block body itself, also where a loop or branch inside it asked for the scratch
-        op = self._record_here("shared", (), SharedAttrs(name=name, dtype=dtype, count=int(count)))
+        op = self._record_here("shared", (), SharedAttrs(name=name, dtype=dtype, count=int(count), align=align))
         if first:  # scratch the builder needs: declared before everything else in the block body
             self.block.ops.remove(op)
             self.block.ops.insert(0, op)

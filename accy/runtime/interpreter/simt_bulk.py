@@ -103,7 +103,10 @@ class BulkCopies:
             values = np.zeros(linear.size, memory.dtype)
             values[inside] = buffer[element[inside]]
             place = dst + linear  # the swizzle is on the address itself (the array is aligned)
-            memory[block, swizzled(place, a.swizzle, memory.dtype.itemsize) if a.swizzle else place] = values
+            place = swizzled(place, a.swizzle, memory.dtype.itemsize) if a.swizzle else place
+            memory[block, place] = values
+            if run.sanitizer is not None:
+                run.sanitizer.copied(op, block * memory.shape[1] + place, np.full(place.size, lane))
             s = self._barrier(op, a.barrier, block, slot, lane)
             s[2] -= a.bytes
             self._settle(s)

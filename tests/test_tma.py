@@ -1,0 +1,177 @@
+"""The tensor memory accelerator (issue 35): tensor maps at launch, the mbarrier and
+``tma_load`` ops on numpy (their reference) and on the emulator at sm_90a, and pipelined
+warpgroup matmuls whose stages TMA fills, falling back to ``cp.async`` where a tensor's layout
+cannot be described."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import accy
+from accy import axis, bf16, f32, kernel, tensor, u64
+from accy.codegen.abi import tensor_maps
+from accy.dsl.ops import TensorMapAttrs
+from accy.dsl.warpgroups import swizzled
+from accy.emulator.tensor_map import ElementType, Swizzle, decode, encode
+from accy.errors import BarrierError
+from accy.runtime.tensor_maps import describe
+from accy.targets import Target
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_warpgroups import MATMULS, _args, _check, _program, run_lowered  # noqa: E402
+
+ARCH = "sm_90a"
+BF16_MAP = TensorMapAttrs(tensor="x", dtype=bf16, box=(8, 64), swizzle=128)
+
+
+# -- tensor maps at launch -----------------------------------------------------------------------
+def test_a_row_major_tensor_is_described_innermost_first():
+    f = describe(BF16_MAP, 4096, (100, 72), (72, 1), 8)
+    assert not isinstance(f, str)
+    assert f.element_type is ElementType.BFLOAT16 and f.address == 4096 + 16
+    assert f.dims == (72, 100) and f.strides == (144,) and f.box == (64, 8) and f.swizzle is Swizzle.B128
+    assert decode(encode(f)) == f
+
+
+@pytest.mark.parametrize("address, shape, strides, offset, why", [
+    (4096, (100, 72), (72, 1), 1, "first element"),  # 2 bytes past an aligned span
+    (4096, (100, 71), (71, 1), 0, "strides"),  # rows of 142 bytes
+    (4096, (100, 72), (1, 100), 0, "innermost stride"),  # a transposed view
+    (4096, (0, 72), (72, 1), 0, "extent"),
+])
+def test_a_layout_the_hardware_cannot_take_says_why(address, shape, strides, offset, why):
+    assert why in describe(BF16_MAP, address, shape, strides, offset)
+
+
+def test_a_box_the_hardware_cannot_take_says_why():
+    wide = TensorMapAttrs(tensor="x", dtype=bf16, box=(8, 128), swizzle=128)
+    assert "wider than the 128-byte swizzle" in describe(wide, 0, (8, 128), (128, 1), 0)
+    odd = TensorMapAttrs(tensor="x", dtype=bf16, box=(8, 12), swizzle=0)
+    assert "not a multiple of 16" in describe(odd, 0, (8, 12), (16, 1), 0)
+
+
+# -- the ops, on a block kernel: one thread copies a box, every thread reads it ------------------
+def box_kernel(rows: int, cols: int, swizzle: int, parity_waited: int = 0, arrive: bool = True):
+    """Thread 0 copies the rows x cols box of ``x`` at (r0, c0) into shared memory; every thread
+    waits on the mbarrier, then copies the shared array out as it lies (swizzle and all)."""
+
+    @kernel(out=accy.dynamic_buffer(bf16), x=tensor(bf16, 2), r0=accy.scalar(accy.index),
+            c0=accy.scalar(accy.index))
+    def copy_box(k, p):
+        @k.for_each_block(grid=axis("b", 1), threads=axis("t", 128))
+        def body(inner, block, thread):
+            t = thread["t"]
+            staged = inner.shared(bf16, rows * cols, "staged", align=1024)
+            bars = inner.shared(u64, 1, "bars")
+            inner.if_(t == 0, lambda i: i.mbarrier_init(bars, 0, 1))
+            inner.barrier()
+
+            def issue(i):
+                i.mbarrier_arrive(bars, 0, rows * cols * 2)
+                i.tma_load(staged, 0, p.x, (p.r0, p.c0), (rows, cols), bars, 0, swizzle)
+
+            if arrive:
+                inner.if_(t == 0, issue)
+            inner.mbarrier_wait(bars, 0, parity_waited)
+
+            def out(i, e):
+                p.out[e] = staged[e]
+
+            inner.for_range(t, rows * cols, 128, out)
+
+    return copy_box
+
+
+def _expected_box(x, r0, c0, rows, cols, swizzle):
+    box = np.zeros((rows, cols), x.dtype)
+    for r in range(rows):
+        for c in range(cols):
+            if 0 <= r0 + r < x.shape[0] and 0 <= c0 + c < x.shape[1]:
+                box[r, c] = x[r0 + r, c0 + c]
+    out = np.zeros(rows * cols, x.dtype)
+    linear = np.arange(rows * cols)
+    out[swizzled(linear, swizzle, 2) if swizzle else linear] = box.reshape(-1)
+    return out
+
+
+def _distinct(shape):
+    return (np.arange(np.prod(shape)) % 251 - 125).reshape(shape).astype(bf16.numpy)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "ptx"])
+@pytest.mark.parametrize("rows, cols, swizzle, r0, c0", [
+    (8, 64, 128, 3, 16),  # inside
+    (16, 32, 64, 30, -8),  # over the bottom and the left edges
+    (8, 16, 32, -5, 40),  # over the top and the right edges
+    (8, 64, 0, 0, 0),
+])
+def test_a_box_lands_swizzled_with_zeros_past_the_edges(backend, rows, cols, swizzle, r0, c0):
+    x = _distinct((40, 48))
+    out = np.zeros(rows * cols, bf16.numpy)
+    box_kernel(rows, cols, swizzle).run(dict(out=out, x=x, r0=r0, c0=c0), backend=backend,
+                                        **({"arch": ARCH} if backend == "ptx" else {}))
+    np.testing.assert_array_equal(out.view(np.uint16), _expected_box(x, r0, c0, rows, cols, swizzle).view(np.uint16))
+
+
+def test_a_wait_for_a_phase_that_never_completes_is_named():
+    x = _distinct((16, 64))
+    with pytest.raises(BarrierError, match=r"waits for the phase of parity 0 .* on a GPU this hangs"):
+        box_kernel(8, 64, 128, arrive=False).run(dict(out=np.zeros(512, bf16.numpy), x=x, r0=0, c0=0),
+                                                 backend="numpy")
+
+
+def test_the_kernel_takes_each_map_as_an_aligned_grid_constant():
+    program = box_kernel(8, 64, 128)
+    graph = program.graph_for("ptx", ARCH) if hasattr(program, "graph_for") else program.graph
+    assert [m.box for m in tensor_maps(graph)] == [(8, 64)]
+    ptx = program.ptx(ARCH)
+    assert ".param .align 64 .b8 copy_box_param_" in ptx and "cvta.param.u64" in ptx
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+    assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx
+
+
+# -- pipelined matmuls ---------------------------------------------------------------------------
+def _ops(graph):
+    ops = [op.opcode for op in graph.body.walk()]
+    return {k: ops.count(k) for k in ("tma_load", "mbarrier_wait", "async_copy")}
+
+
+def _strided(a, extra=1):
+    """``a`` as a view into wider rows (each row's bytes no multiple of 16): no map describes it."""
+    wide = np.zeros((a.shape[0], a.shape[1] + extra), a.dtype)
+    wide[:, :a.shape[1]] = a
+    return wide[:, :a.shape[1]]
+
+
+@pytest.mark.parametrize("case", [MATMULS[0], MATMULS[3], MATMULS[4]], ids=lambda c: c[0])
+def test_a_pipelined_warpgroup_matmul_copies_its_stages_by_tma(case):
+    program = _program(case)
+    counts = _ops(program.lowered(Target.nvptx(ARCH)))
+    assert counts["tma_load"] > 0 and counts["mbarrier_wait"] == 1  # the fold's one wait per trip
+    rng = np.random.default_rng(5)
+    a, b, c = _args(case, rng)
+    run_lowered(program, dict(c=c, a=a, b=b))
+    _check(c, a, b.T if case[5] else b, case[1], a.shape[1])
+
+
+@pytest.mark.parametrize("backend", ["sm_90a graph on numpy", "ptx"])
+def test_a_tensor_no_map_describes_is_copied_by_cp_async(backend):
+    case = MATMULS[0]
+    program = _program(case)
+    rng = np.random.default_rng(6)
+    a, b, c = _args(case, rng)
+    a = _strided(a)
+    if backend == "ptx":
+        program.run(dict(c=c, a=a, b=b), backend="ptx", arch=ARCH)
+    else:
+        run_lowered(program, dict(c=c, a=a, b=b))
+    _check(c, a, b, case[1], a.shape[1])
+
+
+def test_the_mma_sync_targets_keep_cp_async():
+    counts = _ops(_program(MATMULS[0]).lowered(Target.nvptx("sm_90")))
+    assert counts["tma_load"] == 0 and counts["async_copy"] > 0
