@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy import axis, bf16, f32, kernel, tensor, u64
+from accy import axis, bf16, kernel, tensor, u64
 from accy.codegen.abi import tensor_maps
 from accy.dsl.ops import TensorMapAttrs
 from accy.dsl.warpgroups import swizzled

@@ -157,7 +157,7 @@ class SoftwarePipeline(Part):
     def prefetch(self, region, plan, trip, stage) -> None:
         """Issue the copies of the Deferred operands of trip ``trip`` (its index) into stage ``stage``."""
         stages, el, size, offsets, operands, copies = plan
-        core, staging = self.core, self.staging
+        core = self.core
         array = self.stage_array
         saved = dict(core.env)
         scopes = core.scopes
