@@ -113,13 +113,28 @@ class TensorCopies(Part):
             return None
         shapes = self.memory.shapes
         form, box = shapes.affine(offsets), shapes.box(mask)
-        if form is None or box is None or box.zero_lows or box.zero_highs or box.flags:
+        if form is None or box is None or box.flags:
             return None
         name = t.name
         param = lambda s: {(self.scalars[f"{name}__{s}"],): 1}  # noqa: E731
         expected = param("offset")
+        # an axis of one element has no position: its bounds hold or not for the whole tile
+        # (0 <= origin, 0 < shape - origin), so they are matched to it by its shape
+        zero_lows = [polynomial(e) for e in box.zero_lows]
+        zero_highs = [polynomial(e) for e in box.zero_highs]
         origin = []
         for d in range(t.ndim):
+            if op.result.type.shape[d] == 1:
+                if box.lows[d] or box.highs[d]:
+                    return None
+                match = next(((lo, hi) for lo in zero_lows for hi in zero_highs if lo is not None and hi is not None
+                              and hi == _plus((1, param(f"shape{d}")), (1, lo))), None)
+                if match is None:
+                    return None
+                zero_lows.remove(match[0])
+                zero_highs.remove(match[1])
+                origin.append(_plus((-1, match[0])))
+                continue
             if polynomial(form.coefs[d]) != param(f"stride{d}") or len(box.lows[d]) != 1 or len(box.highs[d]) != 1:
                 return None
             low, high = polynomial(box.lows[d][0]), polynomial(box.highs[d][0])
@@ -129,9 +144,10 @@ class TensorCopies(Part):
             if high != _plus((1, param(f"shape{d}")), (-1, start)):  # i < shape - origin
                 return None
             origin.append(start)
+        for d, start in enumerate(origin):
             expected = _plus((1, expected), (1, polynomial(("mul", _expression(start),
                                                             self.scalars[f"{name}__stride{d}"]))))
-        if polynomial(form.base) != expected:
+        if zero_lows or zero_highs or polynomial(form.base) != expected:
             return None
         return TensorBox(name, tuple(_expression(o) for o in origin))
 
