@@ -84,6 +84,7 @@ class SoftwarePipeline(Part):
         self.bulk = bulk  # the tensor memory accelerator's copies (sm_90a), or None
         self.barriers = None  # the mbarriers of folds whose stages TMA fills: (array, its shared op)
         self.barrier_count = 0
+        self.stages_now = 0  # the stages of the fold being built
         self.walker = walker
         self.registers = registers
         self.scratch = scratch
@@ -154,8 +155,10 @@ class SoftwarePipeline(Part):
                       if (c := self.bulk.plan(x, rows)) is not None}
         return stages, el, size, offsets, operands, copies
 
-    def prefetch(self, region, plan, trip, stage) -> None:
-        """Issue the copies of the Deferred operands of trip ``trip`` (its index) into stage ``stage``."""
+    def prefetch(self, region, plan, trip, stage, empty_parity=None) -> None:
+        """Issue the copies of the Deferred operands of trip ``trip`` (its index) into stage
+        ``stage``; TMA's, after the stage's last readers arrived on its 'empty' mbarrier in the
+        phase of parity ``empty_parity`` (None: the stage is fresh)."""
         stages, el, size, offsets, operands, copies = plan
         core = self.core
         array = self.stage_array
@@ -176,7 +179,7 @@ class SoftwarePipeline(Part):
                 else:
                     self.copy(fresh, array, at, rows)
             if copies:
-                self.bulk_copies(bulk, array, stage)
+                self.bulk_copies(bulk, array, stage, empty_parity)
         finally:
             core.scopes = scopes
             core.env.clear()
@@ -188,12 +191,18 @@ class SoftwarePipeline(Part):
         if not staging.copy(x, array, at, rows):
             staging.fill(array, staging.load_now(x), at, rows, x.transposed, STAGED_KIND[array.dtype])
 
-    def bulk_copies(self, bulk: list, array, stage) -> None:
-        """A stage's TMA copies: thread 0 arrives on the stage's mbarrier expecting the bytes of
-        the operands whose tensors the launch could describe, then copies them; every thread
-        copies the others with ``cp.async`` (see :mod:`.bulk_copies`)."""
+    def ready(self, copies: dict):
+        """Each TMA-copied operand's ready flag, in operand order (the flags are launch-wide)."""
+        return [Traced(self.bulk.ready(c)) for _, c in sorted(copies.items())]
+
+    def bulk_copies(self, bulk: list, array, stage, empty_parity) -> None:
+        """A stage's TMA copies: thread 0 waits until the stage's readers are done with it (its
+        'empty' mbarrier), arrives on its 'full' mbarrier expecting the bytes of the operands
+        whose tensors the launch could describe, then copies them; every thread copies the
+        others with ``cp.async`` (see :mod:`.bulk_copies`)."""
         core, b = self.core, self.b
         bars = self.barriers[0].name
+        stages = self.stages_now
         readies = [Traced(self.bulk.ready(copies)) for _, copies, _, _ in bulk]
         expected = core.const(0)
         for ready, (x, _, _, _) in zip(readies, bulk):
@@ -203,6 +212,8 @@ class SoftwarePipeline(Part):
             expected = b.add(expected, b.select(ready, core.const(nbytes), core.const(0)))
 
         def issue():
+            if empty_parity is not None:
+                core.record("mbarrier_wait", [core.add(stage, stages), empty_parity], MbarrierAttrs(shared=bars))
             core.record("mbarrier_arrive", [core.traced(stage), expected], MbarrierAttrs(shared=bars))
             for ready, (x, copies, at, rows) in zip(readies, bulk):
                 b_ = self.b
@@ -215,17 +226,20 @@ class SoftwarePipeline(Part):
                 inner, lambda: self.copy(x, array, at, rows)) and None)
 
     def init_barriers(self, stages: int) -> None:
-        """Thread 0 sets up a fold's mbarriers (one per stage, one arrival a phase), between
-        barriers: the previous fold's waits are done, and every thread sees them set up."""
+        """Thread 0 sets up a fold's mbarriers, between barriers (the previous fold's waits are
+        done, and every thread sees them set up): per stage a 'full' one (slot ``s``: thread 0's
+        arrival and the stage's TMA bytes) and an 'empty' one (slot ``stages + s``: every
+        thread's arrival once done reading the stage)."""
         core, b = self.core, self.b
         if self.barriers is None:
             self.barriers = core.launch.declare_scratch(u64, 1, "bars")
-        self.barrier_count = max(self.barrier_count, stages)
+        self.barrier_count = max(self.barrier_count, 2 * stages)
         bars = self.barriers[0].name
 
         def init():
             for s in range(stages):
                 core.record("mbarrier_init", [core.const(s)], MbarrierInitAttrs(shared=bars, count=1))
+                core.record("mbarrier_init", [core.const(stages + s)], MbarrierInitAttrs(shared=bars, count=self.T))
 
         b.barrier()
         b.if_(b.eq(core.tid, 0), lambda inner: core.within(inner, init) and None)
@@ -251,8 +265,14 @@ class SoftwarePipeline(Part):
         if warpgroups:
             self.stage_align[el] = ALIGN
         b = self.b
+        self.stages_now = stages
+        every_operand = len(copies) == len(operands)
         if copies:
             self.init_barriers(stages)
+            readies = self.ready(copies)
+            all_ready = readies[0]
+            for r in readies[1:]:
+                all_ready = b.logical_and(all_ready, r)
         for s in range(stages - 1):
             trip = core.add(start, s * step)
             b.if_(b.lt(trip, stop), lambda inner, s=s, trip=trip: core.within(
@@ -262,7 +282,7 @@ class SoftwarePipeline(Part):
         def body(inner, i, carries):
             with core.region(inner):
                 if copies:
-                    *accs, stage, refill, parity = carries
+                    *accs, stage, refill, parity, last_parity = carries
                 else:
                     *accs, stage, refill = carries
                 b = self.b
@@ -274,12 +294,18 @@ class SoftwarePipeline(Part):
                     core.record("mbarrier_wait", [stage, parity], MbarrierAttrs(shared=self.barriers[0].name))
                 if warpgroups:  # the copies landed are seen by the wgmma's (asynchronous) reads
                     b.fence_proxy_async()
-                b.barrier()
-                self.scratch.dirty = False
+                if copies and every_operand:
+                    # every stage TMA fills waits for its readers on its 'empty' mbarrier: the
+                    # block meets only where some tensor is copied by every thread instead
+                    b.if_(b.logical_not(all_ready), lambda inner: core.within(inner, lambda: self.b.barrier()) and None)
+                else:
+                    b.barrier()
+                    self.scratch.dirty = False
                 ahead = core.add(i, (stages - 1) * step)
                 refill = b.max(b.min(refill, stages - 1), 0)  # likewise (the stage the trip before read)
+                empty = last_parity if copies else None
                 b.if_(b.lt(ahead, stop), lambda inner: core.within(
-                    inner, lambda: self.prefetch(region, plan, ahead, refill)) and None)
+                    inner, lambda: self.prefetch(region, plan, ahead, refill, empty)) and None)
                 b.async_commit()
                 for dot, (offset, dot_plan) in offsets.items():
                     base = core.add(core.mul(stage, size), offset)
@@ -288,16 +314,25 @@ class SoftwarePipeline(Part):
                 core.env[region.args[0]] = i
                 registers.unflatten(region.args[1:], accs, layouts)
                 results = self.walker.walk(region)
+                b = self.b
+                if copies:  # done reading the stage (each dot waited for its wgmma)
+                    core.record("mbarrier_arrive", [core.add(stage, stages), core.const(0)],
+                                MbarrierAttrs(shared=self.barriers[0].name))
                 wraps = b.eq(stage, stages - 1)
                 following = b.select(wraps, 0, b.add(stage, 1))
-                # a stage's mbarrier completes a phase per use: the parity waited for flips each round
-                flipped = (b.select(wraps, b.sub(1, parity), parity),) if copies else ()
+                # a stage's mbarriers complete a phase per use: the parity waited for flips each
+                # round; the stage refilled next trip is this one, whose 'empty' phase is this parity
+                flipped = (b.select(wraps, b.sub(1, parity), parity), parity) if copies else ()
                 return tuple(registers.flatten(results, layouts)) + (following, stage) + flipped
 
-        carried_init = (core.const(0), core.const(stages - 1)) + ((core.const(0),) if copies else ())
+        # the first refill's stage (stages - 1) is fresh: its 'empty' phase of parity 1, the one
+        # before phase 0, counts as complete
+        carried_init = (core.const(0), core.const(stages - 1)) + ((core.const(0), core.const(1)) if copies else ())
         flat = self.b.loop(start, stop, step, tuple(registers.flatten(inits, layouts)) + carried_init, body)
         for dot in offsets:
             self.dots.pipelined.pop(dot, None)
         self.b.async_wait(0)
+        if copies:  # the block meets after the fold: no thread refills a stage another still reads
+            self.b.barrier()
         self.scratch.dirty = True
         registers.unflatten(op.results, flat[:-len(carried_init)], layouts)
