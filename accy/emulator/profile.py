@@ -38,8 +38,16 @@ per SM per clock, and ``dram_bytes`` over the DRAM bandwidth; the estimate is th
 slowest of these plus a launch latency.  The compute ceilings are the busiest SM's
 (:class:`Waves`): a grid that does not divide the SMs leaves some idle, and an SM with fewer
 resident warps than its 4 schedulers issues fewer instructions a clock.  It cannot see caches
-other than a perfect L2, latency hiding, occupancy below the threads and blocks limits, or
-the order warps are scheduled in.
+other than a perfect L2, or occupancy below the threads and blocks limits.
+
+The latency model (:mod:`.latency`, when the counters are given a ``LatencyClocks``, as
+:func:`run_counted` does with a ``gpu``): per-warp clocks by event, with asynchronous copies
+and wgmmas queued on each block's share of its SM's memory path and tensor pipe, and waits
+and barriers joining; its bound is waves x a block's critical path.  The estimate is the max
+of the roofline's throughput bound and the latency bound, plus the launch latency; ``bound``
+is "latency" and ``limiter`` "critical path" where the latency bound sets it.  The TMA /
+mbarrier hooks (:meth:`LaunchCounters.async_issue`, :meth:`LaunchCounters.barrier_wait`) are
+described there.
 """
 
 from __future__ import annotations
