@@ -280,7 +280,11 @@ def test_tile_matmul_profile_numbers(tile_matmul_profile):
     assert p.global_traffic["load"].requests == 0  # both operands by cp.async (no element loads)
     assert p.async_copy_bytes == 2 * 128 * 128 * 2  # its one 128x128 program copies all of a and b
     assert p.dram_bytes == 2 * 128 * 128 * 2 + 4 * 128 * 128
-    assert p.estimated_seconds == pytest.approx(p.roofline.estimated_seconds)
+    # one 128x128 program on one SM: its critical path (the latency model) outlasts its throughput
+    r = p.roofline
+    assert p.latency is not None and p.latency_seconds > max(r.compute_seconds, r.memory_seconds)
+    assert p.estimated_seconds == pytest.approx(p.latency_seconds + r.launch_seconds)
+    assert p.limiter == "critical path" and p.to_dict()["latency"]["waves"] == 1
 
 
 # -- sampling ---------------------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ class AsyncCopies:
         if ignore is not None:
             reads = np.where(np.broadcast_to(np.asarray(ignore, bool), (n,))[sel], 0, reads)
         if T.prof is not None:
-            T.prof.async_copy(T, where, dst, src, reads, cp_size)
+            T.prof.async_copy(T, where, dst, src, reads, cp_size, dst_site.line)
         # the destination: bounds and alignment as a store of cp_size bytes, and no copy in flight there
         flat = memory.shared_index(T, where, dst_site, dst, None)
         spans = flat[:, None] + np.arange(cp_size)

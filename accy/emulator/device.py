@@ -307,6 +307,8 @@ class Function:
         nwarps = -(-tpb // 32)
         counter = itertools.count()
         races = LaunchRaces(grid, block, str(schedule))
+        if profile is not None:
+            profile.bind(self)  # the latency model reads the blocks' instructions
         with np.errstate(all="ignore"):
             for c0 in range(0, len(order), per_batch):
                 cids = order[c0:c0 + per_batch]

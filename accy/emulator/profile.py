@@ -38,8 +38,16 @@ per SM per clock, and ``dram_bytes`` over the DRAM bandwidth; the estimate is th
 slowest of these plus a launch latency.  The compute ceilings are the busiest SM's
 (:class:`Waves`): a grid that does not divide the SMs leaves some idle, and an SM with fewer
 resident warps than its 4 schedulers issues fewer instructions a clock.  It cannot see caches
-other than a perfect L2, latency hiding, occupancy below the threads and blocks limits, or
-the order warps are scheduled in.
+other than a perfect L2, or occupancy below the threads and blocks limits.
+
+The latency model (:mod:`.latency`, when the counters are given a ``LatencyClocks``, as
+:func:`run_counted` does with a ``gpu``): per-warp clocks by event, with asynchronous copies
+and wgmmas queued on each block's share of its SM's memory path and tensor pipe, and waits
+and barriers joining; its bound is waves x a block's critical path.  The estimate is the max
+of the roofline's throughput bound and the latency bound, plus the launch latency; ``bound``
+is "latency" and ``limiter`` "critical path" where the latency bound sets it.  The TMA /
+mbarrier hooks (:meth:`LaunchCounters.async_issue`, :meth:`LaunchCounters.barrier_wait`) are
+described there.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ import attrs
 import numpy as np
 
 from ..errors import ArgumentError
+from .latency import AMPERE, HOPPER, AsyncKind, LatencyBound, LatencyClocks, Latencies, Share
 from .memory import SHARED_WINDOW, WINDOW_SHIFT
 
 WARP = 32
@@ -206,7 +215,8 @@ class LaunchCounters:
     up: a sample's blocks run in more than one launch).  The emulator calls the hooks;
     :meth:`totals` sums them up."""
 
-    def __init__(self):
+    def __init__(self, clocks: "LatencyClocks | None" = None):
+        self.clocks = clocks  # the latency model's per-warp clocks (None: not kept)
         self.runs: dict[int, list] = {}  # block key -> [warps, lanes] that ran it
         self._wkey = None
         self._nwarps = 0
@@ -216,9 +226,17 @@ class LaunchCounters:
         self._sectors: list = []  # arrays of the sectors touched (duplicates allowed until compacted)
         self._pending = 0
 
+    def bind(self, function) -> None:
+        """The launch of ``function`` (an emulator Function) is about to count here: the latency
+        model reads its blocks' instructions."""
+        if self.clocks is not None:
+            self.clocks.bind(*_fn_tables(function))
+
     # -- hooks ---------------------------------------------------------------------------------------------
     def block(self, key: int, T, ids) -> None:
         """A basic block ran for the threads ``ids`` of ``T`` (None: all of them)."""
+        if self.clocks is not None:
+            self.clocks.block(key, T, ids)
         if ids is None:
             wk = T.wkey
             if wk is not self._wkey:  # the converged case: one count per set of live threads
@@ -261,9 +279,11 @@ class LaunchCounters:
         if len(where):
             self._shared(kind, 16, T.wkey[where], T.lane[where], np.asarray(rows, np.uint64))
 
-    def async_copy(self, T, where, dst, src, reads, cp_size: int) -> None:
+    def async_copy(self, T, where, dst, src, reads, cp_size: int, line: int | None = None) -> None:
         """``cp.async`` by the threads ``where`` (indices into T): ``reads[i]`` bytes from the
         global ``src[i]`` (the rest zero-filled), ``cp_size`` bytes to the shared ``dst[i]``."""
+        if self.clocks is not None:
+            self.clocks.dynamic(AsyncKind.CP_ASYNC, T, where, cp_size, line, None)
         wk, lane = T.wkey[where], T.lane[where]
         self.async_bytes += len(where) * cp_size
         self._shared("async_copy", cp_size, wk, lane, np.asarray(dst, np.uint64))
@@ -274,6 +294,20 @@ class LaunchCounters:
             else:
                 self._global("async_copy", cp_size, wk[reading], np.asarray(src, np.uint64)[reading])
             self.global_["async_copy"][2] += int(reads.sum()) - int(np.count_nonzero(reading)) * cp_size
+
+    def async_issue(self, kind: AsyncKind, T, where, amount, *, line: int, barrier=None) -> None:
+        """The threads ``where`` (indices into T) issue an asynchronous op (``kind``) of ``amount``
+        bytes or flops each at the PTX line ``line``; with ``barrier`` (its shared addresses, per
+        thread) it completes on that mbarrier (see :mod:`.latency`).  Timing only: the traffic is
+        counted by the other hooks."""
+        if self.clocks is not None:
+            self.clocks.dynamic(kind, T, where, amount, line, barrier)
+
+    def barrier_wait(self, T, where, barrier, *, line: int) -> None:
+        """The threads ``where`` waited on the mbarrier at ``barrier`` (shared addresses) at the
+        PTX line ``line`` and saw it complete: their warps' clocks join its completion."""
+        if self.clocks is not None:
+            self.clocks.dynamic(None, T, where, None, line, barrier)
 
     # -- the arithmetic ------------------------------------------------------------------------------------
     def _global(self, kind: str, width: int, wk, addr) -> None:
@@ -438,6 +472,7 @@ class GPU:
     wgmma_bf16: float | None  # the dense bf16 peak with wgmma, for reference (None: no wgmma)
     launch_latency: float  # seconds
     source: str
+    latencies: Latencies = HOPPER  # the latency model's figures (cycles; see .latency)
 
     @property
     def issue_rate(self) -> float:
@@ -473,7 +508,7 @@ def _hopper(key: str, name: str, bandwidth: float, bw_source: str) -> GPU:
     peaks.update({Pipe.FP32: 66.9e12, Pipe.FP64: 33.5e12, Pipe.FP16: 133.8e12, Pipe.BF16: 133.8e12})
     return GPU(key, name, 132, 1.98e9, bandwidth, peaks, 989.4e12, LAUNCH_LATENCY,
                f"{_HOPPER_SOURCE}; {bw_source}; mma.sync at 2/3 of the dense tensor peaks (FlashAttention-3, "
-               f"arXiv:2407.08608)")
+               f"arXiv:2407.08608)", HOPPER)
 
 
 GPUS: dict[str, GPU] = {
@@ -484,7 +519,7 @@ GPUS: dict[str, GPU] = {
                  Pipe.FP64: 9.7e12, Pipe.FP16: 78e12, Pipe.BF16: 39e12}, None, LAUNCH_LATENCY,
                 "NVIDIA A100 datasheet and Ampere architecture whitepaper (SXM4 80GB: 108 SMs, 1.41 GHz boost; "
                 "dense bf16/f16 312, tf32 156, int8 624 TFLOP/s with mma.sync; fp32 19.5, fp64 9.7, fp16 78, "
-                "bf16 39 TFLOP/s non-tensor; 2.039 TB/s HBM2e)"),
+                "bf16 39 TFLOP/s non-tensor; 2.039 TB/s HBM2e)", AMPERE),
 }
 DEFAULT_GPU = {"sm_80": "a100", "sm_86": "a100", "sm_89": "a100", "sm_90": "h200", "sm_90a": "h200"}
 
@@ -661,6 +696,7 @@ class Profile:
     async_copy_bytes: int
     dram_bytes: int
     roofline: Roofline
+    latency: LatencyBound | None = None  # the latency model's bound (None: not modelled)
     ptx: str = attrs.field(default="", repr=False)  # what ran: the main loop's trip is read from it
 
     @functools.cached_property
@@ -714,19 +750,35 @@ class Profile:
         return sum(t.requests for t in self.shared_traffic.values())
 
     @property
+    def latency_seconds(self) -> float:
+        """The latency model's bound (0 without one): waves x a block's critical path."""
+        return 0.0 if self.latency is None else self.latency.seconds
+
+    @property
+    def latency_bound(self) -> bool:
+        """Whether the latency model's bound exceeds the roofline's throughput bound."""
+        r = self.roofline
+        return self.latency_seconds > max(r.compute_seconds, r.memory_seconds)
+
+    @property
     def estimated_seconds(self) -> float:
-        return self.roofline.estimated_seconds
+        """The slower of the roofline's throughput bound and the latency bound, plus the launch."""
+        r = self.roofline
+        return max(r.compute_seconds, r.memory_seconds, self.latency_seconds) + r.launch_seconds
 
     @property
     def bound(self) -> str:
-        """"compute", "memory" or "latency": which of the roofline's terms sets the estimate."""
+        """"compute", "memory" or "latency": what sets the estimate ("latency": the latency
+        model's critical paths, or a launch too short for either to outweigh its latency)."""
+        if self.latency_bound and self.latency_seconds > self.roofline.launch_seconds:
+            return "latency"
         return self.roofline.bound
 
     @property
     def limiter(self) -> str:
         """The slowest ceiling by name: a pipe ("tensor f16/bf16", "fp32", ...), "issue",
-        "shared memory" or "dram"."""
-        return self.roofline.limiter
+        "shared memory" or "dram", or "critical path" (the latency model's)."""
+        return "critical path" if self.latency_bound else self.roofline.limiter
 
     @property
     def tflops(self) -> float:
@@ -759,7 +811,9 @@ class Profile:
             "mma_instructions": self.mma_instructions, "flops": self.flops, "flops_by_pipe": dict(self.flops_by_pipe),
             "barriers": self.barriers, "async_copy_bytes": self.async_copy_bytes, "dram_bytes": self.dram_bytes,
             "compute_seconds": r.compute_seconds, "memory_seconds": r.memory_seconds,
-            "launch_seconds": r.launch_seconds, "estimated_seconds": self.estimated_seconds, "bound": self.bound,
+            "launch_seconds": r.launch_seconds, "latency_seconds": self.latency_seconds,
+            "latency": None if self.latency is None else self.latency.to_dict(),
+            "estimated_seconds": self.estimated_seconds, "bound": self.bound,
             "limiter": self.limiter, "tflops": self.tflops,
             "waves": None if r.waves is None else {"busiest_sm_blocks": r.waves.busiest,
                                                    "imbalance": r.waves.imbalance,
@@ -799,10 +853,13 @@ class Profile:
         r = self.roofline
         used = [f"{p.value} {r_peak(g, p)}" for p in r.pipes]
         lines.append(f"  roofline       {g.name} ({', '.join(used + [f'{g.dram_bandwidth / 1e12:.3g} TB/s'])}): "
-                     f"compute {_time(r.compute_seconds)}, memory {_time(r.memory_seconds)}, launch "
+                     f"compute {_time(r.compute_seconds)}, memory {_time(r.memory_seconds)}, "
+                     + (f"latency {_time(self.latency_seconds)}, " if self.latency is not None else "") + "launch "
                      f"{_time(r.launch_seconds)} -> {_time(self.estimated_seconds)}, {self.bound}-bound "
-                     f"({'then ' if self.bound == 'latency' else ''}{self.limiter}), {self.tflops:.4g} TFLOP/s"
+                     f"({'then ' if self.bound == 'latency' and not self.latency_bound else ''}{self.limiter}), {self.tflops:.4g} TFLOP/s"
                      + _waves_text(r.waves))
+        if self.latency is not None:
+            lines.append(f"  latency        {self.latency.describe()} -> {_time(self.latency_seconds)}")
         if self.loop is not None:
             lines.append(f"  main loop      one trip of a warp: {self.loop.describe()}")
         return "\n".join(lines)
@@ -862,13 +919,22 @@ def warp_instructions(counters: LaunchCounters, function) -> int:
                for key, (warps, _) in counters.runs.items())
 
 
-def run_counted(function, grid, block, args, shared_bytes: int = 0, sample: int | None = None):
+def run_counted(function, grid, block, args, shared_bytes: int = 0, sample: int | None = None, *,
+                gpu=None, arch: str | None = None):
     """Launch ``function`` (an emulator :class:`~.device.Function`) counting: the whole grid,
     or a sample of its blocks (``sample``: that many, evenly spaced; None: as the module's
-    comment above says).  Returns the counters and the blocks run (ascending)."""
+    comment above says).  With ``gpu`` (and ``arch``, for occupancy) the latency model's clocks
+    run too (:mod:`.latency`).  Returns the counters and the blocks run (ascending)."""
     grid3 = tuple(grid) + (1,) * (3 - len(tuple(grid)))
     total = math.prod(grid3)
-    counters = LaunchCounters()
+    clocks = None
+    if gpu is not None:
+        gpu = gpu_named(gpu)
+        threads = math.prod(tuple(block) + (1,) * (3 - len(tuple(block))))
+        shared = int(function.module._c.mc.shared_size) + int(shared_bytes)
+        arch = arch or ("sm_80" if gpu.wgmma_bf16 is None else "sm_90")
+        clocks = LatencyClocks(Share.of(gpu, arch, total, threads, shared), classify)
+    counters = LaunchCounters(clocks)
 
     def launch(chosen):
         if len(chosen):
@@ -932,6 +998,7 @@ def build_profile(function, counters: LaunchCounters, chosen, *, kernel: str, ar
     wavefronts = sum(s.wavefronts for s in shar.values())
     model = roofline(gpu, flops, instructions, wavefronts, dram, blocks=total,
                      warps_per_block=-(-math.prod(block3) // WARP))
+    latency = None if counters.clocks is None else counters.clocks.bound(total, gpu.sms)
     return Profile(kernel, arch, gpu, grid3, block3, total, ran, instructions, classes, glob, shar, up(t.mma),
                    sum(flops.values()), {p.value: v for p, v in flops.items()}, up(t.barriers),
-                   up(counters.async_bytes), dram, model)
+                   up(counters.async_bytes), dram, model, latency)

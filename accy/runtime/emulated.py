@@ -99,7 +99,8 @@ def profile(program, args, *, arch: str = "sm_90", gpu=None, sample: int | None 
         staged = DeviceLaunch(driver, graph, binding, launch)
         try:
             spec, _, status = staged.parameters()
-            counters, chosen = run_counted(function, spec.grid, spec.block, spec.params, spec.shared_bytes, sample)
+            counters, chosen = run_counted(function, spec.grid, spec.block, spec.params, spec.shared_bytes, sample,
+                                           gpu=gpu, arch=arch)
             words = np.zeros(STATUS_WORDS, np.int64)
             driver.copy_from_device(words, status, None)
             error = status_error(graph, tuple(graph.body.walk()), words, binding.sizes, launch.extents)
