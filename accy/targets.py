@@ -53,6 +53,8 @@ class Capabilities:
     cp_async: bool = False  # cp.async: global -> shared copies in flight (sm_80)
     tma: bool = False  # the tensor memory accelerator's bulk tensor copies (sm_90)
     wgmma: bool = False  # warpgroup mma from shared memory (sm_90a only)
+    sms: int = 0  # the SMs of the architecture's data-centre part (H100/H200 SXM, A100), which a
+    #             persistent tile launch sizes its grid by (0: it launches a block per program)
 
 
 # the CPU: a block's threads run as vector lanes, with memory as it comes
@@ -81,7 +83,12 @@ def nvptx_capabilities(arch: str) -> Capabilities:
     """What ``sm_NN`` (``sm_NNa``: with its architecture-specific features) offers."""
     sm = int(arch[3:].rstrip("a"))
     return Capabilities(mma=("f16", "bf16", "tf32", "s8") if sm >= 80 else (), ldmatrix=sm >= 75,
-                        cp_async=sm >= 80, tma=sm >= 90, wgmma=arch == "sm_90a")
+                        cp_async=sm >= 80, tma=sm >= 90, wgmma=arch == "sm_90a", sms=PERSISTENT_SMS.get(sm, 0))
+
+
+# NVIDIA's datasheets: A100 108 SMs, H100 and H200 SXM 132 (H100 PCIe has 114: a persistent launch
+# sized for 132 runs its last 18 blocks as a second wave there)
+PERSISTENT_SMS = {80: 108, 90: 132}
 
 
 @attrs.frozen(kw_only=True)

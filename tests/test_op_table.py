@@ -228,11 +228,11 @@ def warpgroup_kernel():
 
 def tma_kernel():
     """A pipelined bf16 dot on tensors at sm_90a: its boxes copied by TMA, completing on
-    mbarriers, under the tensors' ready flags."""
+    mbarriers, under the tensors' ready flags; the programs persistent."""
 
     @kernel(c=tensor(f32, 2), a=tensor(bf16, 2), b=tensor(bf16, 2))
     def tma(k, p):
-        @k.for_each_tile(grid=axis("i", 1), warps=4, num_stages=2)
+        @k.for_each_tile(grid=axis("i", 1), warps=4, num_stages=2, persistent=True)
         def body(t, pid):
             def step(t, k0, acc):
                 return t.dot(p.a.load_tile((0, k0), (64, 64)), p.b.load_tile((k0, 0), (64, 64)), acc)

@@ -26,7 +26,7 @@ from .cooperation import Cooperation
 from .ir import Axis, Block, Op, Value
 from .memory import Memory
 from .ops import (
-    OPS, CastAttrs, ConstAttrs, ForEachAttrs, ForEachBlockAttrs, ForEachTileAttrs, NoAttrs, OpTypeError, infer,
+    OPS, CastAttrs, ConstAttrs, ForEachAttrs, ForEachBlockAttrs, ForEachTileAttrs, NoAttrs, Programs, OpTypeError, infer,
 )
 from .traced import (
     _METHOD_NAMES, AxisIndex, BuilderBase, LaunchIndex, RuntimeAxis, SharedArray, Traced, _LaunchInfo, _NO_CTX,
@@ -549,7 +549,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
     forEachBlock = for_each_block
 
     # -- the tile level -------------------------------------------------------------
-    def for_each_tile(self, grid=None, warps: int = 4, body=None, *, num_stages: int = 2):
+    def for_each_tile(self, grid=None, warps: int = 4, body=None, *, num_stages: int = 2, persistent: bool = False):
         """Run ``body(t, pid)`` once per program: one per point of ``grid`` (one axis or a tuple of
         any number, extents may be run-time values), with the tile builder ``t`` and the program's
         indices (``pid["m"]``).  A program computes on whole tiles (``t.arange``, ``p.x.load_tile``,
@@ -557,7 +557,9 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         CPU a program runs on one core and ``warps`` is a hint).  ``num_stages`` (1 to 8): on a
         GPU with tensor cores, a ``fold_range`` whose dots' operands are loaded per trip keeps the
         copies of ``num_stages - 1`` trips ahead in flight (software pipelining; 1: none; fewer
-        where shared memory runs short).  Also a decorator."""
+        where shared memory runs short).  ``persistent``: on a GPU, one block per SM, each walking
+        the programs in grouped order (runs of 8 along the first axis, so neighbours share their
+        operands in L2) rather than a block per program; the results are the same.  Also a decorator."""
         if not self.is_kernel_scope:
             raise _error("for_each_tile: launches can only be opened at the kernel's top level")
         if self._launched:
@@ -571,7 +573,7 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
             raise _error(f"for_each_tile: num_stages must be an int from 1 to 8, got {num_stages!r}")
         if body is None:
             def decorate(fn):
-                self.for_each_tile(grid, warps, fn, num_stages=num_stages)
+                self.for_each_tile(grid, warps, fn, num_stages=num_stages, persistent=persistent)
                 return fn
 
             return decorate
@@ -588,8 +590,12 @@ class Builder(ControlFlow, Memory, Cooperation, RandomOps, BuilderBase):
         pid = LaunchIndex([AxisIndex(a.name, a.extent if isinstance(a, Axis) else None, Traced(v))
                            for a, v in zip(axes, block.args)])
         self._run_body(block, body, (pid,), launch=_LaunchInfo(False, tuple(block.args), ()), builder=TileBuilder)
+        if not isinstance(persistent, (bool, np.bool_)):
+            raise _error(f"for_each_tile: persistent must be True or False, got {persistent!r}")
+        programs = Programs.PERSISTENT if persistent else Programs.PER_BLOCK
         self._record("for_each_tile", extents, ForEachTileAttrs(axes=tuple(names), warps=int(warps),
-                                                                num_stages=int(num_stages)), regions=(block,))
+                                                                num_stages=int(num_stages), programs=programs),
+                     regions=(block,))
         return None
 
     forEachTile = for_each_tile

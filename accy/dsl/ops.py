@@ -598,12 +598,22 @@ def _stages(instance, field, value):
         _fail(instance, field, "an int from 1 to 8", value)
 
 
+class Programs(enum.StrEnum):
+    """How a GPU runs a tile launch's programs: a block each, or (``persistent``) one block per
+    SM, each walking the programs in grouped order."""
+
+    PER_BLOCK = "per_block"
+    PERSISTENT = "persistent"
+
+
 @_schema
 class ForEachTileAttrs(OpAttrs):
     axes: tuple[str, ...] = attrs.field(validator=_names_of)  # written by the template's $grid
     warps: int = _field(tf.INT, _warps, default=4)
     # a GPU program's fold over tiles keeps the copies of num_stages - 1 trips ahead in flight
     num_stages: int = _field(tf.INT, _stages, default=2)
+    programs: "Programs" = _field(tf.enum_codec(Programs), default=Programs.PER_BLOCK,
+                                  converter=_to_enum(Programs, "programs"))
 
 
 # -- operand classes ---------------------------------------------------------------------------
@@ -1238,7 +1248,8 @@ OPS: dict[str, OpDef] = {
         _def("tma_ready", _tma_ready, TensorMapAttrs, " %{tensor} box {box} swizzle {swizzle} : {dtype}",
              nvptx_only=True),
         # the tile level: programs over a grid, each computing on whole tiles
-        _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps}{? stages {num_stages}} {", pure=False,
+        _def("for_each_tile", _for_each, ForEachTileAttrs, " ($grid) warps {warps}{? stages {num_stages}}{? {programs}} {",
+             pure=False,
              regions=RegionKind.LAUNCH, verify=_launch_axes, tiles=True, tile_launch=True),
         _def("splat", _splat, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),
         _def("broadcast", _broadcast, ShapeAttrs, " $0 to {shape} : $0:type", tiles=True),

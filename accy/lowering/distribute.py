@@ -48,7 +48,7 @@ import attrs
 
 from ..dsl.ir import Graph, Op
 from ..errors import TraceError
-from ..dsl.ops import BlockUnit
+from ..dsl.ops import BlockUnit, Programs
 from ..dsl.trace import trace
 from ..dsl.traced import Traced, axis
 from ..dsl.types import TileType
@@ -75,16 +75,40 @@ MAX_ELEMENTS_PER_THREAD = 512
 
 
 def distribute(graph: Graph, tensor_cores: bool = False, shared_bytes: int = STATIC_SHARED_BYTES,
-               warpgroups: bool = False) -> Graph:
+               warpgroups: bool = False, sms: int = 0) -> Graph:
     """The SIMT block-launch graph that computes what the tile graph ``graph`` does; with
     ``tensor_cores`` (NVPTX at sm_80 and later) a ``dot`` whose shapes and types allow it runs
     on ``mma.sync``, or with ``warpgroups`` (sm_90a) on ``wgmma`` where it fits; a program's
     shared memory stays within ``shared_bytes`` (the target's per-block limit: past 48 KiB the
-    launch opts into dynamic shared memory)."""
+    launch opts into dynamic shared memory).  A persistent launch runs ``sms`` times the
+    resident blocks an SM holds, each walking the programs (:meth:`_Distributor.open_launch`);
+    with ``sms`` 0, a block per program."""
     if not graph.is_tile_launch:
         raise ValueError(f"distribute: kernel '{graph.name}' is not a tile launch")
     _check_per_thread(graph)
-    return _Distributor(graph, tensor_cores, shared_bytes, warpgroups).run()
+    return _Distributor(graph, tensor_cores, shared_bytes, warpgroups, sms).run()
+
+
+GROUP = 8  # a persistent launch's programs run in runs of this many along the first grid axis
+
+
+def grouped_order(b, tile, extents: list) -> list:
+    """The grid coordinates of the ``tile``-th program a persistent launch runs: for two axes
+    (m, n), ``GROUP`` consecutive m for each n in turn, so the programs running together share
+    their rows of one operand and their columns of the other in L2 (Triton's grouped order); for
+    other ranks, the launch's own order (the first axis fastest)."""
+    if len(extents) == 2:
+        rows_m, cols_n = extents
+        width = b.mul(cols_n, GROUP)
+        first = b.mul(b.floor_div(tile, width), GROUP)
+        rows = b.min(b.sub(rows_m, first), GROUP)
+        within = b.mod(tile, width)
+        return [b.add(first, b.mod(within, rows)), b.floor_div(within, rows)]
+    out = []
+    for k, extent in enumerate(extents):
+        out.append(tile if k == len(extents) - 1 else b.mod(tile, extent))
+        tile = b.floor_div(tile, extent)
+    return out
 
 
 def _check_per_thread(graph: Graph) -> None:
@@ -108,8 +132,9 @@ class _Distributor:
     copied as it is otherwise), all recording through one rebuilding core."""
 
     def __init__(self, graph: Graph, tensor_cores: bool = False, shared_bytes: int = STATIC_SHARED_BYTES,
-                 warpgroups: bool = False):
+                 warpgroups: bool = False, sms: int = 0):
         self.graph = graph
+        self.sms = sms
         self.launch = graph.launch_op
         threads = self.launch.attrs.warps * WARP_SIZE
         self.core = core = Rebuild(threads)
@@ -159,23 +184,48 @@ class _Distributor:
         thread = next(n for n in ("thread", "lane_", "thread_") if n not in names)
         grid = tuple(axis(name, core.env[v]) for name, v in zip(names, op.operands))
         region = op.regions[0]
+        outer = core.b
+        resident = max(1, RESIDENT_THREADS // core.T)
+        persistent = op.attrs.programs is Programs.PERSISTENT and self.sms > 0
+        if persistent:  # one block per resident slot of every SM, at most one per program
+            extents = [core.env[v] for v in op.operands]
+            total = extents[0]
+            for e in extents[1:]:
+                total = outer.mul(total, e)
+            blocks = outer.min(total, self.sms * resident)
+            walker = next(n for n in ("sm_block", "block_") if n not in names)
+            grid = (axis(walker, blocks),)
 
         def program(inner, block, threads):
             core.b = core.launch = inner
             core.tid = threads[thread]
             if self.mma.warpgroups is not None:
                 self.mma.warpgroups.start()
-            for name, arg in zip(names, region.args):
-                core.env[arg] = block[name]
-            self.walk(region)
+            if persistent:  # this block's programs: its index, then every ``blocks``-th
+                first = block[walker]
+                count = inner.floor_div(inner.add(inner.sub(total, first), inner.sub(blocks, 1)), blocks)
+
+                def each(loop, j):
+                    with core.region(loop):
+                        tile = core.b.add(first, core.b.mul(j, blocks))
+                        for arg, index in zip(region.args, grouped_order(core.b, tile, extents)):
+                            core.env[arg] = index
+                        self.walk(region)
+                        core.b.barrier()  # the next program's copies may refill what this one read
+
+                inner.for_range(0, count, 1, each)
+                core.b = inner
+            else:
+                for name, arg in zip(names, region.args):
+                    core.env[arg] = block[name]
+                self.walk(region)
             self.scratch.declare_sizes()  # each array sized to its largest use
             self.pipeline.declare_sizes()
 
-        outer = core.b
         outer.for_each_block(grid=grid, threads=(axis(thread, core.T),), body=program)
         core.b = outer
         block = next(o for o in reversed(outer.block.ops) if o.opcode == "for_each_block")
-        block.attrs = attrs.evolve(block.attrs, min_blocks=max(1, RESIDENT_THREADS // core.T), unit=BlockUnit.PROGRAM)
+        block.attrs = attrs.evolve(block.attrs, min_blocks=resident, unit=BlockUnit.PROGRAM)
 
     def walk(self, block) -> list:
         """The ops of ``block`` rewritten; the values its terminator yields."""

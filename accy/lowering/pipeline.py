@@ -44,7 +44,7 @@ def _analysis(graph: Graph, target: Target) -> Graph:
 
 def _distribute(graph: Graph, target: Target) -> Graph:
     return distribute(graph, tensor_cores=bool(target.capabilities.mma), shared_bytes=target.limits.dynamic_shared,
-                      warpgroups=target.capabilities.wgmma)
+                      warpgroups=target.capabilities.wgmma, sms=target.capabilities.sms)
 
 
 PASSES: dict[str, Pass] = {p.name: p for p in (
