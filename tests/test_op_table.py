@@ -217,7 +217,7 @@ def warpgroup_kernel():
 
     @kernel(dst=dynamic_buffer(f32), x=dynamic_buffer(bf16))
     def wgmma(k, a):
-        @k.for_each_tile(grid=axis("i", 1), warps=4)
+        @k.for_each_tile(grid=axis("i", 1), warps=4, persistent=True)
         def body(t, pid):
             at = t.arange(64)[:, None] * 64 + t.arange(64)[None, :]
             x, y = a.x.load(at), a.x.load(at + 4096)
@@ -228,11 +228,11 @@ def warpgroup_kernel():
 
 def tma_kernel():
     """A pipelined bf16 dot on tensors at sm_90a: its boxes copied by TMA, completing on
-    mbarriers, under the tensors' ready flags; the programs persistent."""
+    mbarriers, under the tensors' ready flags, by a producer warpgroup (warp roles)."""
 
     @kernel(c=tensor(f32, 2), a=tensor(bf16, 2), b=tensor(bf16, 2))
     def tma(k, p):
-        @k.for_each_tile(grid=axis("i", 1), warps=4, num_stages=2, persistent=True)
+        @k.for_each_tile(grid=axis("i", 1), warps=4, num_stages=2)
         def body(t, pid):
             def step(t, k0, acc):
                 return t.dot(p.a.load_tile((0, k0), (64, 64)), p.b.load_tile((k0, 0), (64, 64)), acc)
@@ -389,7 +389,7 @@ def test_traits_are_consistent():
     assert _having("nvptx_only") == ops.NVPTX_OPS == {"mma", "ldmatrix", "async_copy", "async_commit", "async_wait",
                                                        "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait",
                                                        "fence_proxy_async", "mbarrier_init", "mbarrier_arrive",
-                                                       "mbarrier_wait", "tma_load", "tma_ready"}
+                                                       "mbarrier_wait", "tma_load", "tma_ready", "setmaxnreg"}
 
 
 def test_the_inexact_math_functions_are_one_trait():

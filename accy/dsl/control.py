@@ -11,7 +11,7 @@ import numpy as np
 
 from . import context
 from .ir import Block, Value
-from .ops import OPS, FoldAttrs, IfAttrs
+from .ops import OPS, FoldAttrs, IfAttrs, IfKind
 from .traced import BuilderBase, Traced, _LaunchInfo, _NO_CTX, _describe, _error
 from .types import INDEX_MAX, boolean, index
 
@@ -154,12 +154,13 @@ class ControlFlow:
             checked.append(r.value)
         return checked
 
-    def if_(self, cond, then: Callable, otherwise: Callable | None = None):
+    def if_(self, cond, then: Callable, otherwise: Callable | None = None, *, roles: bool = False):
         """Run ``then(inner)`` where ``cond`` holds, else ``otherwise(inner)``.
 
         Branches may load, store, loop and nest.  With ``otherwise``, both return
         values of equal types (one value or a tuple), which ``if_`` returns;
-        without it, ``then`` returns nothing.
+        without it, ``then`` returns nothing.  ``roles``: the sides are warps of different
+        roles that wait for each other (mbarriers), run concurrently; they return nothing.
         """
         cond = self._lift(cond, boolean, "if_")
         cond = self._check_visible("if_", cond)
@@ -168,7 +169,8 @@ class ControlFlow:
         for name, fn in (("then", then), ("otherwise", otherwise)):
             if fn is not None and not callable(fn):
                 raise _error(f"if_: {name} must be a function (inner) -> values, got {fn!r}")
-        guard = ("an if_ whose condition depends", (cond,), context.user_location())
+        # a roles if_ splits whole warps (its sides' barriers name the threads they wait for)
+        guard = ("an if_ whose condition depends", () if roles else (cond,), context.user_location())
         then_block = Block()
         then_inner, then_result = self._run_body(then_block, then, (), guard=guard)
         regions, results = [then_block], []
@@ -186,7 +188,8 @@ class ControlFlow:
             results = self._branch_results(then_inner, then_result, else_inner, else_result)
             regions.append(else_block)
         types = tuple(v.type for v in results[0]) if results else ()
-        op = self._record("if", (cond,), IfAttrs(results=types), regions=regions)
+        op = self._record("if", (cond,), IfAttrs(results=types, kind=IfKind.ROLES if roles else IfKind.BRANCH),
+                          regions=regions)
         out = tuple(Traced(r) for r in op.results)
         if not out:
             return None

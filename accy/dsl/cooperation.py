@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from .combines import COMBINES, Combine
-from .ops import (OPS, REDUCTIONS, AsyncCopyAttrs, AsyncWaitAttrs, LdmatrixAttrs, MatrixOrder, MbarrierAttrs,
+from .ops import (OPS, REDUCTIONS, AsyncCopyAttrs, BarrierAttrs, AsyncWaitAttrs, LdmatrixAttrs, MatrixOrder, MbarrierAttrs,
                   MbarrierInitAttrs, MmaAttrs, MmaKind, NoAttrs, ShuffleAttrs, TensorMapAttrs, TmaLoadAttrs, WgmmaAttrs)
 from .traced import BuilderBase, SharedArray, Traced, _LaunchInfo, _error
 from .types import DType, boolean, index, u32
@@ -43,7 +43,7 @@ class Cooperation:
         is visible to every thread of the block after it."""
         info = self._block_launch("barrier")
         self._check_uniform("barrier", info)
-        self._record("barrier", ())
+        self._record("barrier", (), BarrierAttrs())
 
     syncthreads = barrier
 

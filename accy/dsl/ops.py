@@ -299,9 +299,17 @@ def _dtypes(instance, field, value):
         _fail(instance, field, "a tuple of DTypes (or TileTypes, in a tile program)", value)
 
 
+class IfKind(enum.StrEnum):
+    BRANCH = "branch"
+    ROLES = "roles"
+
+
 @_schema
 class IfAttrs(OpAttrs):
     results: tuple[DType, ...] = _field(tf.DTYPE_LIST, _dtypes, default=())
+    # ``roles``: the threads taking each side are warps of different roles, which wait for each
+    # other (a warp-specialised program's producer and consumers): the sides run concurrently
+    kind: "IfKind" = _field(tf.enum_codec(IfKind), default=IfKind.BRANCH, converter=_to_enum(IfKind, "if kind"))
 
 
 @_schema
@@ -408,6 +416,19 @@ class AsyncWaitAttrs(OpAttrs):
     pending: int = _field(tf.INT, _min_blocks)  # groups a thread may leave in flight
 
 
+def _barrier_threads(instance, field, value):
+    if isinstance(value, bool) or value < 0 or value % 32:
+        _fail(instance, field, "0 (every thread of the block) or a multiple of 32", value)
+
+
+@_schema
+class BarrierAttrs(OpAttrs):
+    """barrier: ``threads`` 0 waits for every thread of the block; else for the block's first
+    ``threads`` threads alone (the consumers of a warp-specialised program), which all reach it."""
+
+    threads: int = _field(tf.INT, _barrier_threads, default=0)
+
+
 @_schema
 class MbarrierAttrs(OpAttrs):
     shared: str = _field(tf.WORD, _is_name)  # the u64 shared array of mbarriers
@@ -417,6 +438,22 @@ class MbarrierAttrs(OpAttrs):
 class MbarrierInitAttrs(OpAttrs):
     shared: str = _field(tf.WORD, _is_name)
     count: int = _field(tf.INT, _count)  # the arrivals each phase waits for
+
+
+class RegisterAction(enum.StrEnum):
+    INC = "inc"
+    DEC = "dec"
+
+
+def _register_count(instance, field, value):
+    if isinstance(value, bool) or not 24 <= value <= 256 or value % 8:
+        _fail(instance, field, "a multiple of 8 from 24 to 256 (registers per thread)", value)
+
+
+@_schema
+class SetmaxnregAttrs(OpAttrs):
+    action: RegisterAction = _field(tf.enum_codec(RegisterAction), converter=_to_enum(RegisterAction, "action"))
+    count: int = _field(tf.INT, _register_count)
 
 
 def _tma_box(instance, field, value):
@@ -738,6 +775,8 @@ def _if(op, types, attrs_):
     (cond,) = types
     if isinstance(cond, TileType) or not cond.is_bool:
         raise OpTypeError(f"condition is {cond}; if_ needs a bool condition (use a comparison)")
+    if attrs_.kind is IfKind.ROLES and attrs_.results:
+        raise OpTypeError("a roles if_ yields no values (its sides run concurrently)")
     return tuple(attrs_.results)
 
 
@@ -1186,7 +1225,7 @@ OPS: dict[str, OpDef] = {
         _def("aligned", _aligned, AlignedAttrs, " %{buffer} {bytes}"),
         _def("fold", _fold, FoldAttrs, (" $0 to $1 step {step} init($2...) -> ($types) {", "^($args):"),
              regions=RegionKind.LOOP),  # pure unless its body stores
-        _def("if", _if, IfAttrs, " $0{? -> ({results})} {", regions=RegionKind.BRANCH),  # likewise
+        _def("if", _if, IfAttrs, " $0{? {kind}}{? -> ({results})} {", regions=RegionKind.BRANCH),  # likewise
         _def("for_each", _for_each, ForEachAttrs, " ($grid) {", pure=False, regions=RegionKind.LAUNCH,
              verify=_launch_axes),
         _def("yield", _no_results, NoAttrs, "{? $0...}", pure=False, terminator=True),
@@ -1197,7 +1236,8 @@ OPS: dict[str, OpDef] = {
         # declares a per-block array (name, dtype, count)
         _def("shared", _no_results, SharedAttrs, " %{name} : {dtype}[{count}]{? align {align}}", pure=False, in_blocks=True,
              declares_shared=True),
-        _def("barrier", _no_results, NoAttrs, "", pure=False, in_blocks=True, synchronises=Sync.BLOCK),
+        _def("barrier", _no_results, BarrierAttrs, "{? threads {threads}}", pure=False, in_blocks=True,
+             synchronises=Sync.BLOCK),
         # returns the element's old value
         _def("atomic", _atomic, AtomicAttrs, " {op}" + _MEMORY + "[$0], $1... : {dtype}", pure=False, reads=True,
              writes=True, own_result=True),
@@ -1245,6 +1285,10 @@ OPS: dict[str, OpDef] = {
              pure=False, in_blocks=True, nvptx_only=True),
         _def("tma_load", _tma_load, TmaLoadAttrs, " %{shared}[$0] = %{tensor}[$2...] box {box} swizzle {swizzle} "
              "barrier %{barrier}[$1] : {dtype}", pure=False, in_blocks=True, nvptx_only=True),
+        # a warpgroup's registers per thread moved to or from its block's pool (all four warps
+        # together; the reference has no registers: nothing to do there)
+        _def("setmaxnreg", _no_results, SetmaxnregAttrs, " {action} {count}", pure=False, in_blocks=True,
+             nvptx_only=True),
         _def("tma_ready", _tma_ready, TensorMapAttrs, " %{tensor} box {box} swizzle {swizzle} : {dtype}",
              nvptx_only=True),
         # the tile level: programs over a grid, each computing on whole tiles

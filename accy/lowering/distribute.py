@@ -60,6 +60,7 @@ from .regions import Regions
 from .registers import Registers
 from .scratch import Scratch
 from .bulk_copies import TensorCopies
+from .warp_roles import PRODUCER_THREADS, WarpRoles
 from .software_pipeline import SoftwarePipeline
 from .tensor_cores import OperandStaging, TensorCoreDot, direct_loads, lone_dot
 from .tile_memory import MemoryAccesses
@@ -154,6 +155,9 @@ class _Distributor:
         bulk = TensorCopies(core, memory, graph) if warpgroups else None
         self.pipeline = SoftwarePipeline(core, self, registers, scratch, staging, self.mma,
                                          self.launch.attrs.num_stages, shared_bytes, bulk)
+        # warp roles where a warpgroup's worth of warps computes (accy.lowering.warp_roles)
+        self.roles = WarpRoles(core, bulk, graph, self.launch.attrs.num_stages) \
+            if bulk is not None and self.launch.attrs.warps % 4 == 0 else None
         self.regions = Regions(core, self, registers, scratch, self.mma, self.pipeline)
         self.handlers = {
             "splat": self.values.splat, "arange": self.values.arange, "broadcast": self.values.broadcast,
@@ -195,10 +199,42 @@ class _Distributor:
             blocks = outer.min(total, self.sms * resident)
             walker = next(n for n in ("sm_block", "block_") if n not in names)
             grid = (axis(walker, blocks),)
+        roles = self.roles if self.roles is not None and self.roles.choose(region, persistent) else None
+        self.pipeline.roles = roles
+        extra = PRODUCER_THREADS if roles is not None else 0
+
+        def specialised(inner, block) -> None:
+            """Warp roles: the mbarriers set up, then the consumers' side and the producer's."""
+            roles.set_up()
+            before = dict(core.env)
+            for name, arg in zip(names, region.args):
+                core.env[arg] = block[name]
+
+            def consumers(side):
+                with core.region(side):
+                    if self.mma.warpgroups is not None:
+                        self.mma.warpgroups.start()
+                    roles.consumers(lambda: self.walk(region))
+
+            def producer(side):
+                core.env.clear()
+                core.env.update(before)
+                for name, arg in zip(names, region.args):
+                    core.env[arg] = block[name]
+                with core.region(side):
+                    roles.producer(region, self)
+
+            inner.if_(inner.lt(core.tid, core.T), consumers, producer, roles=True)
+            roles.name_barriers(inner.block.ops[-1].regions[0])
 
         def program(inner, block, threads):
             core.b = core.launch = inner
             core.tid = threads[thread]
+            if roles is not None:
+                specialised(inner, block)
+                self.scratch.declare_sizes()
+                self.pipeline.declare_sizes()
+                return
             if self.mma.warpgroups is not None:
                 self.mma.warpgroups.start()
             if persistent:  # this block's programs: its index, then every ``blocks``-th
@@ -222,9 +258,10 @@ class _Distributor:
             self.scratch.declare_sizes()  # each array sized to its largest use
             self.pipeline.declare_sizes()
 
-        outer.for_each_block(grid=grid, threads=(axis(thread, core.T),), body=program)
+        outer.for_each_block(grid=grid, threads=(axis(thread, core.T + extra),), body=program)
         core.b = outer
         block = next(o for o in reversed(outer.block.ops) if o.opcode == "for_each_block")
+        resident = max(1, RESIDENT_THREADS // (core.T + extra))
         block.attrs = attrs.evolve(block.attrs, min_blocks=resident, unit=BlockUnit.PROGRAM)
 
     def walk(self, block) -> list:

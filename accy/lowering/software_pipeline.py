@@ -5,6 +5,8 @@ their own stage of a staging array."""
 
 from __future__ import annotations
 
+import attrs
+
 from ..dsl.ir import Op
 from ..dsl.ops import MbarrierAttrs, MbarrierInitAttrs, SharedAttrs
 from ..dsl.traced import Traced
@@ -71,6 +73,19 @@ def prefetchable(load: Op, region, carries: set) -> bool:
     return ops is not None and not any(v in carries for o in ops + [load] for v in o.operands)
 
 
+@attrs.frozen
+class Slots:
+    """A TMA fold's mbarriers: in shared array ``array``, stage ``s``'s full one at ``full + s``,
+    its empty one at ``empty + s``; ``producer``: a producer warpgroup copies by TMA (the
+    program's threads copy only what the launch could not describe, ``readies`` false)."""
+
+    array: str
+    full: int
+    empty: int
+    producer: bool
+    readies: list
+
+
 class SoftwarePipeline(Part):
     """Pipelined folds: which dots' operands can be copied ahead (:meth:`plan`), and the fold
     rebuilt as a prologue and a loop that copies ahead (:meth:`fold`); every pipelined fold's
@@ -84,7 +99,8 @@ class SoftwarePipeline(Part):
         self.bulk = bulk  # the tensor memory accelerator's copies (sm_90a), or None
         self.barriers = None  # the mbarriers of folds whose stages TMA fills: (array, its shared op)
         self.barrier_count = 0
-        self.stages_now = 0  # the stages of the fold being built
+        self.slots: Slots | None = None  # the mbarriers of the TMA fold being built
+        self.roles = None  # the program's warp roles (accy.lowering.warp_roles), where it has them
         self.walker = walker
         self.registers = registers
         self.scratch = scratch
@@ -178,7 +194,11 @@ class SoftwarePipeline(Part):
                     bulk.append((fresh, copies[k], at, rows))
                 else:
                     self.copy(fresh, array, at, rows)
-            if copies:
+            if copies and self.slots.producer:  # the producer warpgroup copies by TMA: the others only
+                for ready, (x, _, at, rows) in zip(self.slots.readies, bulk):
+                    self.b.if_(self.b.logical_not(ready), lambda inner, x=x, at=at, rows=rows: core.within(
+                        inner, lambda: self.copy(x, array, at, rows)) and None)
+            elif copies:
                 self.bulk_copies(bulk, array, stage, empty_parity)
         finally:
             core.scopes = scopes
@@ -201,8 +221,8 @@ class SoftwarePipeline(Part):
         whose tensors the launch could describe, then copies them; every thread copies the
         others with ``cp.async`` (see :mod:`.bulk_copies`)."""
         core, b = self.core, self.b
-        bars = self.barriers[0].name
-        stages = self.stages_now
+        slots = self.slots
+        bars = slots.array
         readies = [Traced(self.bulk.ready(copies)) for _, copies, _, _ in bulk]
         expected = core.const(0)
         for ready, (x, _, _, _) in zip(readies, bulk):
@@ -213,12 +233,13 @@ class SoftwarePipeline(Part):
 
         def issue():
             if empty_parity is not None:
-                core.record("mbarrier_wait", [core.add(stage, stages), empty_parity], MbarrierAttrs(shared=bars))
-            core.record("mbarrier_arrive", [core.traced(stage), expected], MbarrierAttrs(shared=bars))
+                core.record("mbarrier_wait", [core.add(stage, slots.empty), empty_parity], MbarrierAttrs(shared=bars))
+            full = core.traced(core.add(stage, slots.full))
+            core.record("mbarrier_arrive", [full, expected], MbarrierAttrs(shared=bars))
             for ready, (x, copies, at, rows) in zip(readies, bulk):
                 b_ = self.b
                 b_.if_(ready, lambda inner, x=x, copies=copies, at=at, rows=rows: core.within(
-                    inner, lambda: self.bulk.issue(x, copies, array, at, rows, bars, stage)) and None)
+                    inner, lambda: self.bulk.issue(x, copies, array, at, rows, bars, full)) and None)
 
         b.if_(b.eq(core.tid, 0), lambda inner: core.within(inner, issue) and None)
         for ready, (x, _, at, rows) in zip(readies, bulk):
@@ -265,14 +286,20 @@ class SoftwarePipeline(Part):
         if warpgroups:
             self.stage_align[el] = ALIGN
         b = self.b
-        self.stages_now = stages
         every_operand = len(copies) == len(operands)
+        roles = self.roles if self.roles is not None and op in self.roles.folds and copies else None
         if copies:
-            self.init_barriers(stages)
             readies = self.ready(copies)
             all_ready = readies[0]
             for r in readies[1:]:
                 all_ready = b.logical_and(all_ready, r)
+            if roles is not None:  # set up before the roles split (warp_roles)
+                self.slots = Slots(roles.barriers[0].name, roles.full(op), roles.empty(op), True, readies)
+                roles.plans[op] = (stages, size, array, [(x, copies[k], base, rows) for k, (_, _, x, base, rows)
+                                                         in enumerate(operands) if k in copies])
+            else:
+                self.init_barriers(stages)
+                self.slots = Slots(self.barriers[0].name, 0, stages, False, readies)
         for s in range(stages - 1):
             trip = core.add(start, s * step)
             b.if_(b.lt(trip, stop), lambda inner, s=s, trip=trip: core.within(
@@ -290,8 +317,9 @@ class SoftwarePipeline(Part):
                 # it inside the staging array (no check per ldmatrix)
                 stage = b.max(b.min(stage, stages - 1), 0)
                 b.async_wait(stages - 2)
-                if copies:  # the stage's TMA bytes (and thread 0's arrival) have come
-                    core.record("mbarrier_wait", [stage, parity], MbarrierAttrs(shared=self.barriers[0].name))
+                if copies:  # the stage's TMA bytes (and its copier's arrival) have come
+                    core.record("mbarrier_wait", [core.add(stage, self.slots.full), parity],
+                                MbarrierAttrs(shared=self.slots.array))
                 if warpgroups:  # the copies landed are seen by the wgmma's (asynchronous) reads
                     b.fence_proxy_async()
                 if copies and every_operand:
@@ -316,8 +344,8 @@ class SoftwarePipeline(Part):
                 results = self.walker.walk(region)
                 b = self.b
                 if copies:  # done reading the stage (each dot waited for its wgmma)
-                    core.record("mbarrier_arrive", [core.add(stage, stages), core.const(0)],
-                                MbarrierAttrs(shared=self.barriers[0].name))
+                    core.record("mbarrier_arrive", [core.add(stage, self.slots.empty), core.const(0)],
+                                MbarrierAttrs(shared=self.slots.array))
                 wraps = b.eq(stage, stages - 1)
                 following = b.select(wraps, 0, b.add(stage, 1))
                 # a stage's mbarriers complete a phase per use: the parity waited for flips each

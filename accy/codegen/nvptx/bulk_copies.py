@@ -9,7 +9,7 @@ from llvmlite import ir
 from ...dsl.ir import Op
 from ..llvm_types import I32, I64, VOID
 
-BULK_COPY_OPS = ("mbarrier_init", "mbarrier_arrive", "mbarrier_wait", "tma_load", "tma_ready")
+BULK_COPY_OPS = ("mbarrier_init", "mbarrier_arrive", "mbarrier_wait", "tma_load", "tma_ready", "setmaxnreg")
 MAP_TYPE = ir.ArrayType(ir.IntType(8), 128)  # a CUtensorMap: 128 opaque bytes
 MAP_ALIGN = 64
 
@@ -67,3 +67,6 @@ class BulkCopyEmitter:
     def tma_ready(self, op: Op) -> None:
         flag = self.lw.maps[op.attrs][1]
         self.lw.values[op.result] = self.lw.b.icmp_unsigned("!=", flag, ir.Constant(I32, 0))
+
+    def setmaxnreg(self, op: Op) -> None:
+        self._asm(f"setmaxnreg.{op.attrs.action.value}.sync.aligned.u32 {op.attrs.count};", [], "~{memory}")

@@ -29,6 +29,8 @@ from ..llvm_types import I1, I32, I64, VOID, constant, element_type, float_bits,
 from ...targets import NvptxTarget
 from ...targets import WARP_SIZE
 
+REGISTER_FILE = 65536  # 32-bit registers per SM, a block's most
+
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 
 # the NVPTX approximate instruction fast_math uses for an f32 math function, if any
@@ -203,6 +205,10 @@ class NvptxLowering(Lowering):
             self.shared_ptrs[name] = self.b.gep(var, [zero, zero], inbounds=True)
 
     def op_barrier(self, op: Op) -> None:
+        if op.attrs.threads:  # named barrier 1 of the block's first threads (warp roles' consumers)
+            self.b.call(ir.InlineAsm(ir.FunctionType(VOID, []), f"bar.sync 1, {op.attrs.threads};", "~{memory}",
+                                     side_effect=True), [])
+            return
         self.call("llvm.nvvm.barrier0", [], ty=VOID)
 
     def op_shuffle(self, op: Op) -> None:
@@ -292,8 +298,12 @@ class NvptxLowering(Lowering):
         # aim at 512 resident threads per SM (at most 128 registers each) unless the launch says
         # how many blocks to budget for (a tile program does): without a hint ptxas trades
         # registers for occupancy on its own and may spill
+        # setmaxnreg moves registers between a block's warps: the ISA asks for the kernel's count
+        # to be stated (.maxnreg), the register file's share of each thread
+        moves = any(op.opcode == "setmaxnreg" for op in self.graph.body.walk())
         self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)),
-                       min_blocks=launch.attrs.min_blocks or max(1, 512 // per_block))
+                       min_blocks=launch.attrs.min_blocks or max(1, 512 // per_block),
+                       max_registers=min(248, REGISTER_FILE // per_block // 8 * 8) if moves else None)
         return fn
 
     def _block_indices(self, sreg) -> list[ir.Value]:
@@ -327,12 +337,15 @@ class NvptxLowering(Lowering):
             stride *= extent
         return linear
 
-    def _annotate(self, fn: ir.Function, block: tuple[int, int, int], min_blocks: int | None = None) -> None:
+    def _annotate(self, fn: ir.Function, block: tuple[int, int, int], min_blocks: int | None = None,
+                  max_registers: int | None = None) -> None:
         # the calling convention marks the kernel for LLVM >= 20; the annotations keep
         # older NVVM readers informed and bound the block size the kernel is built for
         annotations = [("kernel", 1)] + [(f"maxntid{dim}", threads) for dim, threads in zip("xyz", block)]
         if min_blocks is not None:
             annotations.append(("minctasm", min_blocks))
+        if max_registers is not None:
+            annotations.append(("maxnreg", max_registers))
         for key, number in annotations:
             self.module.add_named_metadata(
                 "nvvm.annotations", [fn, ir.MetaDataString(self.module, key), ir.Constant(I32, number)])

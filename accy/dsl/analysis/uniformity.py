@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ...errors import BarrierError
 from ..ir import Block, Value
-from ..ops import OPS, RegionKind
+from ..ops import OPS, IfKind, RegionKind
 
 ALWAYS = None  # inputs() of a value that varies whatever its operands
 
@@ -93,6 +93,8 @@ def divergent_synchronisation(graph) -> tuple | None:
     region = launch.regions[0]
     varying = varying_values(region, region.args[len(launch.operands):])
     for op in region.walk():
+        if op.opcode == "if" and op.attrs.kind is IfKind.ROLES:
+            continue  # whole warps take each side, whose barriers name their threads
         guards = {"fold": op.operands[:2], "if": op.operands[:1]}.get(op.opcode, ())
         if any(v in varying for v in guards):
             inner = next((o for o in op.walk() if o is not op and OPS[o.opcode].synchronises is not None), None)

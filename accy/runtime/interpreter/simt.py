@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import weakref
+import threading
 
 import attrs
 import numpy as np
@@ -55,12 +56,16 @@ from .simt_memory import SimtMemory
 
 DEFAULT_MEMORY_CAP = 256 * 2**20  # bytes of temporaries a vectorised fold may hold
 
+
+class _Lanes(threading.local):
+    active = None
+
 # ops the interpreter runs with its own state (methods op_<name> of the Interpreter or of its parts)
 STRUCTURAL = frozenset({"const", "size", "aligned", "cast", "bitcast", "load", "store", "fold", "if", "for_each", "yield",
                         "for_each_block", "shared", "barrier", "atomic", "shuffle", "ldmatrix", "mma", "async_copy",
                         "async_commit", "async_wait", "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait",
                         "fence_proxy_async", "mbarrier_init", "mbarrier_arrive", "mbarrier_wait", "tma_load",
-                        "tma_ready"})
+                        "tma_ready", "setmaxnreg"})
 CHECKED = frozenset({"div", "mod"})  # integer division checks its divisor
 
 
@@ -159,7 +164,8 @@ class Interpreter(ScalarOps):
         self.env: dict[Value, object] = {}
         for p, v in zip(graph.scalars, graph.body.args):
             self.env[v] = scalars[p.name]
-        self.active = None  # None: every lane is active; else a bool array
+        self._lanes = _Lanes()  # the active lanes, per thread (warp roles run on threads of their own)
+        self.roles = None  # the warp roles running (accy.runtime.interpreter.roles), if any
         self.axes = graph.lane_axes(extents)  # a thread's coordinates, fastest first
         self.thread = thread
         # the launch's shape, outermost axis first: (nz, ny, nx), or a block launch's
@@ -181,6 +187,15 @@ class Interpreter(ScalarOps):
                  "bulk": self.bulk}
         # read from the classes now, so that a method patched on a class (as tests do) is the one that runs
         self.handlers = {name: getattr(parts[part], method) for name, (part, method) in HANDLERS.items()}
+
+    @property
+    def active(self):
+        """None: every lane is active; else a bool array."""
+        return self._lanes.active
+
+    @active.setter
+    def active(self, mask) -> None:
+        self._lanes.active = mask
 
     def run(self) -> None:
         with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the semantics, not warnings

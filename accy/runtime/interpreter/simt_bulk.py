@@ -71,10 +71,17 @@ class BulkCopies:
             self._settle(s)
 
     def op_mbarrier_wait(self, op: Op) -> None:
-        env = self.interpreter.env
+        run = self.interpreter
+        env = run.env
         blocks, lanes, (slots, parity) = self._lanes(op, env[op.operands[0]], env[op.operands[1]])
-        for block, lane, slot, p in zip(blocks, lanes, slots, parity):
-            s = self._barrier(op, op.attrs.shared, block, slot, lane)
+        states = [self._barrier(op, op.attrs.shared, block, slot, lane) for block, lane, slot in
+                  zip(blocks, lanes, slots)]
+        if run.roles is not None:  # another role may complete the phase: it runs meanwhile
+            who = run.lane_name(int(lanes[0])) if len(lanes) else "?"
+            run.roles.wait_until(lambda: all(s[0] % 2 != p % 2 for s, p in zip(states, parity)),
+                                 f"thread {who} waits on %{op.attrs.shared}[{int(slots[0])}]{at(op)}")
+            return
+        for lane, slot, p, s in zip(lanes, slots, parity, states):
             if s[0] % 2 == p % 2:  # the phase of this parity is the one still in progress
                 raise BarrierError(
                     f"mbarrier_wait{at(op)}: thread {self.interpreter.lane_name(lane)} waits for the phase of "
@@ -122,3 +129,6 @@ class BulkCopies:
     def _scalars(self) -> dict:
         run = self.interpreter
         return {p.name: run.env[v] for p, v in zip(run.graph.scalars, run.graph.body.args)}
+
+    def op_setmaxnreg(self, op: Op) -> None:
+        pass  # registers are the hardware's: the reference has none to move

@@ -11,10 +11,11 @@ import attrs
 import numpy as np
 
 from ...dsl.ir import Block, Op, Value
-from ...dsl.ops import REDUCTIONS
+from ...dsl.ops import REDUCTIONS, IfKind
 from . import numerics
 from .pointwise import EVAL, WIDE
 from .shared import branch_values, divergent_fold
+from .roles import Roles
 
 
 @attrs.frozen
@@ -36,7 +37,8 @@ def uses(block: Block) -> set[Value]:
 
 _COMBINES = {name: EVAL[name] for name in REDUCTIONS.values()}
 # a fold whose body writes memory or cooperates runs iteration by iteration
-_NOT_VECTORISED = frozenset({"store", "atomic", "barrier", "shuffle"})
+_NOT_VECTORISED = frozenset({"store", "atomic", "barrier", "shuffle", "mbarrier_init", "mbarrier_arrive",
+                             "mbarrier_wait", "tma_load"})
 
 
 def fold_plan(op: Op) -> _FoldPlan:
@@ -94,9 +96,35 @@ class SimtControl:
     def op_if(self, op: Op) -> None:
         run = self.interpreter
         then, otherwise = op.regions[0], (op.regions[1] if len(op.regions) > 1 else None)
+        if op.attrs.kind is IfKind.ROLES:
+            self._roles(op, run.env[op.operands[0]], then, otherwise)
+            return
         values = branch_values(run, run.env[op.operands[0]], then, otherwise, self._region_values, np.where)
         for r, value in zip(op.results, values):
             run.env[r] = value
+
+    def _roles(self, op: Op, cond, then: Block, otherwise: Block | None) -> None:
+        """The sides of a roles ``if``, each under its lanes, as coroutines (:mod:`.roles`)."""
+        run = self.interpreter
+        outer = run.active
+        cond = np.broadcast_to(cond, run.grid) if np.ndim(cond) == 0 else cond
+        sides = [(then, cond if outer is None else cond & outer)]
+        if otherwise is not None:
+            sides.append((otherwise, ~cond if outer is None else ~cond & outer))
+
+        def side(region, mask):
+            def go():
+                if np.any(mask):
+                    run.active = mask
+                    run.run_block(region)
+            return go
+
+        run.roles = Roles()
+        try:
+            run.roles.run([side(region, mask) for region, mask in sides])
+        finally:
+            run.roles = None
+            run.active = outer
 
     # -- folds -------------------------------------------------------------------
     def op_fold(self, op: Op) -> None:

@@ -26,6 +26,8 @@ class BlockCooperation:
         run = self.interpreter
         if run.active is not None:  # inside a branch or loop: did every thread of each block arrive?
             reached = np.broadcast_to(run.active, run.grid).reshape(run.blocks, run.block_threads)
+            if op.attrs.threads:  # a barrier of the block's first threads alone
+                reached = reached[:, :op.attrs.threads]
             partial = reached.any(axis=1) & ~reached.all(axis=1)
             if partial.any():
                 block = int(np.argmax(partial))
