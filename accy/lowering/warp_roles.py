@@ -11,7 +11,7 @@ the copies among the consumers (:mod:`.software_pipeline`).
 The block gets four more warps.  Thread 0 sets up every specialised fold's mbarriers before
 the roles part (a 'full' one per stage: the producer's arrival and the stage's bytes; an
 'empty' one: every consumer's arrival once done reading it); then a *roles* ``if`` splits
-the block: the consumers (the first ``warps * 32`` threads) run the program as ever, their
+the block: the consumers (the program's own warps, the first) run the program as ever, their
 barriers named so the producer is not waited for, each trip waiting for its stage to be full
 and arriving on its empty barrier when done; the producer warpgroup gives up registers
 (``setmaxnreg``) and one of its threads walks each specialised fold's trips, waiting for a stage
