@@ -81,19 +81,25 @@ class WarpRoles(Part):
             v in known for v in op.operands)
 
     def _feedable(self, fold: Op, known: set) -> bool:
-        """Every dot of ``fold`` reads tensors' boxes at origins of known scalars and the trip."""
+        """Every operand ``fold``'s dots load per trip is a tensor's box at an origin of known
+        scalars and the trip (the others, computed or loaded before the fold, are the
+        consumers'), and there is one."""
         body = fold.regions[0]
         dots = [o for o in body.ops if o.opcode == "dot"]
         if not dots or not all(v in known for v in fold.operands[:2]):
             return False
         reachable = known | {body.args[0]}  # (the producer computes nothing of the body but the trip)
+        fed = 0
         for dot in dots:
             for v in dot.operands[:2]:
                 load = _loaded(v)
-                found = self.bulk.tensor_box(load) if load is not None and load.block is body else None
+                if load is None or load.block is not body:
+                    continue
+                found = self.bulk.tensor_box(load)
                 if found is None or not all(_leaves(e) <= reachable for e in found.origin):
                     return False
-        return True
+                fed += 1
+        return fed > 0
 
     # -- slots: fold f's full mbarriers from 2 f S, its empty ones S after -------------------
     def full(self, fold: Op) -> int:

@@ -106,7 +106,10 @@ class BlockCooperation:
             by chunks; the swizzle on the element's own offset (the array is aligned)."""
             memory = run.memory.shared[name].reshape(run.blocks, -1)
             itemsize = memory.dtype.itemsize
-            first = per_group(at)[..., 0].astype(np.int64)[..., None, None]
+            first = per_group(at)[..., 0].astype(np.int64)
+            if run.active is not None:  # a warpgroup not here (another role's) reads nothing
+                first = np.where(per_group(run.active)[..., 0], first, 0)
+            first = first[..., None, None]
             r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
             step = c if k_major else linear_offset(0, c, swizzle, chunk, itemsize)
             where = swizzled(first + r * (swizzle // itemsize) + step, swizzle, itemsize)
