@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import sys
 import time
@@ -363,12 +364,15 @@ def _info(ns) -> int:
     program = _program(ns)
     launch = program.threads
     threads = launch.x * launch.y * launch.z
+    program_threads = threads
     print(f"{program.name}: {threads} threads per block {launch.block}"
           f"{'' if program.graph.static_extents is None else f', grid {program.launch().grid}'}")
     print(f"  {'arch':6} {'registers':>9} {'spills (st/ld)':>15} {'stack':>6} {'shared':>8} "
           f"{'blocks/SM':>9} {'occupancy':>9} {'mma':>5} {'wgmma':>5} {'warpgroups':>10} {'stages':>6}  limited by")
     for arch in (a.strip() for a in ns.arch.split(",")):
         ptx = program.ptx(arch, fast_math=ns.fast_math, checks=not ns.no_checks)
+        graph = program.graph_for("cuda", arch)
+        threads = math.prod(graph.block_shape) if graph.is_block_launch else program_threads  # warp roles add some
         used = resources(ptx, arch)
         occ = occupancy(used, threads)
         spills = f"{used.spill_stores}/{used.spill_loads} B"
@@ -381,7 +385,36 @@ def _info(ns) -> int:
         print(f"  {arch:6} {used.registers:>9} {spills:>15} {used.stack_bytes:>4} B {shared:>6} B "
               f"{occ.blocks_per_sm:>9} {occ.fraction:>8.0%} {mma:>5} {wgmma:>5} {groups:>10} {stages:>6}  "
               f"{occ.limiter}")
+        for line in _roles_and_copies(graph, used.registers):
+            print(f"         {line}")
     return 0
+
+
+def _roles_and_copies(graph, registers: int) -> list[str]:
+    """What ``accy info`` says of a GPU graph's warp roles (registers each after setmaxnreg) and
+    of how each tensor reaches shared memory (TMA boxes, cp.async)."""
+    from .codegen.abi import tensor_maps
+    from .lowering.warp_roles import PRODUCER_THREADS
+    from .lowering.warpgroups import WARPGROUP_THREADS
+
+    out = []
+    moves = {op.attrs.action.value: op.attrs.count for op in graph.body.walk() if op.opcode == "setmaxnreg"}
+    if moves and graph.is_block_launch:
+        consumers = (math.prod(graph.block_shape) - PRODUCER_THREADS) // WARPGROUP_THREADS
+        out.append(f"roles: {consumers} consumer warpgroup{'s' * (consumers != 1)} at {moves.get('inc', registers)} "
+                   f"registers, 1 producer warpgroup at {moves.get('dec', registers)} (setmaxnreg; "
+                   f"{registers} at launch)")
+    maps = tensor_maps(graph)
+    copied = {op.attrs.buffer for op in graph.body.walk() if op.opcode == "async_copy"}
+    for tensor in dict.fromkeys([m.tensor for m in maps] + sorted(copied)):
+        boxes = ", ".join(f"{'x'.join(map(str, m.box))}" + (f" swizzle {m.swizzle}" if m.swizzle else "")
+                          for m in maps if m.tensor == tensor)
+        if boxes:
+            also = ", cp.async where the launch cannot describe it" if tensor in copied else ""
+            out.append(f"{tensor}: TMA (boxes {boxes}){also}")
+        else:
+            out.append(f"{tensor}: cp.async")
+    return out
 
 
 def _profile(ns) -> int:
