@@ -18,7 +18,7 @@ import math
 import attrs
 import numpy as np
 
-from accy import Program, axis, bf16, cdiv, dynamic_buffer, f16, f32, i8, i32, kernel, tensor
+from accy import Program, axis, bf16, cdiv, dynamic_buffer, f8e4m3, f16, f32, i8, i32, kernel, tensor
 from accy.dsl.types import DType
 from accy.library import ScaledDotProduct, scaled_dot_product_tile
 
@@ -27,23 +27,27 @@ TF32_DROPPED_BITS = 13  # f32 keeps 23 mantissa bits, tf32 10
 
 @functools.cache
 def tile_matmul(dtype: DType = bf16, bm: int = 64, bn: int = 64, bk: int = 32, warps: int = 4,
-                precision: str = "ieee", stages: int = 2) -> Program:
+                precision: str = "ieee", stages: int = 2, transposed: bool = False) -> Program:
     """c = a @ b, one bm x bn tile of c per program walking K bk at a time (zeros past the
-    edges), accumulated by ``t.dot`` in f32 (i32 for i8 inputs), ``stages`` buffers per operand."""
+    edges), accumulated by ``t.dot`` in f32 (i32 for i8 inputs), ``stages`` buffers per operand;
+    ``transposed``: b given as (N, K) rows (the layout fp8 GEMMs take, "TN")."""
     acc_type = i32 if dtype == i8 else f32
     name = f"tile_matmul_{dtype.name}{'_tf32' if precision == 'tf32' else ''}_{bm}x{bn}x{bk}w{warps}" \
-        + (f"s{stages}" if stages != 2 else "")
+        + (f"s{stages}" if stages != 2 else "") + ("_tn" if transposed else "")
 
     @kernel(name, c=tensor(acc_type, 2), a=tensor(dtype, 2), b=tensor(dtype, 2))
     def matmul(k, p):
         M, K = p.a.shape
-        N = p.b.shape[1]
+        N = p.b.shape[0 if transposed else 1]
 
         @k.for_each_tile(grid=(axis("m", cdiv(M, bm)), axis("n", cdiv(N, bn))), warps=warps, num_stages=stages)
         def body(t, pid):
             def step(t, k0, acc):
                 a = p.a.load_tile((pid["m"] * bm, k0), (bm, bk))
-                b = p.b.load_tile((k0, pid["n"] * bn), (bk, bn))
+                if transposed:
+                    b = t.trans(p.b.load_tile((pid["n"] * bn, k0), (bn, bk)))
+                else:
+                    b = p.b.load_tile((k0, pid["n"] * bn), (bk, bn))
                 return t.dot(a, b, acc, precision=precision)
 
             acc = t.fold_range(0, K, bk, t.zeros((bm, bn), acc_type), step)
@@ -121,21 +125,22 @@ class Case:
 
 
 def matmul_case(bm: int, bn: int, bk: int, warps: int, m: int, n: int, k: int, dtype: DType = bf16,
-                stages: int = 2) -> Case:
-    program = tile_matmul(dtype, bm, bn, bk, warps, stages=stages)
+                stages: int = 2, transposed: bool = False, suffix: str = "") -> Case:
+    program = tile_matmul(dtype, bm, bn, bk, warps, stages=stages, transposed=transposed)
     acc = i32 if dtype == i8 else f32
     staged = f"s{stages}" if stages != 2 else ""
-    return Case(f"matmul-{dtype.name}-{bm}x{bn}x{bk}w{warps}{staged}", "matmul", program,
-                (((m, n), acc), ((m, k), dtype), ((k, n), dtype)),
-                2 * m * n * k, f"tile matmul {dtype} {m}x{k} @ {k}x{n}, {bm}x{bn}x{bk} tiles on {warps} warps, "
-                               f"{stages} stages")
+    b_shape = (n, k) if transposed else (k, n)
+    return Case(f"matmul-{dtype.name}-{bm}x{bn}x{bk}w{warps}{staged}{'-tn' if transposed else ''}{suffix}", "matmul",
+                program, (((m, n), acc), ((m, k), dtype), (b_shape, dtype)),
+                2 * m * n * k, f"tile matmul {dtype} {m}x{k} @ {k}x{n}{' (b as n x k)' if transposed else ''}, "
+                               f"{bm}x{bn}x{bk} tiles on {warps} warps, {stages} stages")
 
 
-def attention_case(spec: ScaledDotProduct, dtype: DType = bf16) -> Case:
+def attention_case(spec: ScaledDotProduct, dtype: DType = bf16, suffix: str = "") -> Case:
     b, q, k, h, v = spec.batch, spec.queries, spec.keys, spec.qk, spec.value
     entry = scaled_dot_product_tile(spec, dtype)
     pairs = q * k if not spec.causal else sum(min(i + 1, k) for i in range(q))  # (query, key) pairs scored
-    return Case(f"attention-{dtype.name}-h{h}{'-causal' if spec.causal else ''}", "attention", entry.program,
+    return Case(f"attention-{dtype.name}-h{h}{'-causal' if spec.causal else ''}{suffix}", "attention", entry.program,
                 (((b, q, v), dtype), ((b, q, h), dtype), ((b, k, h), dtype), ((b, k, v), dtype)),
                 2 * b * pairs * (h + v), f"tile attention {dtype} (b,q,k,h,v) = {spec.shape_text.replace('x', ',')}")
 
@@ -163,6 +168,15 @@ BENCH = _by_key([
     matmul_case(64, 64, 32, 4, 4096, 4096, 4096),
     attention_case(ScaledDotProduct(16, GPU_BENCH_TOKENS, GPU_BENCH_TOKENS, 64, 64)),
     attention_case(ScaledDotProduct(16, GPU_BENCH_TOKENS, GPU_BENCH_TOKENS, 128, 128)),
+])
+HOPPER_TOKENS = 8192
+# issue 35's jobs on Hopper's asynchronous machinery (TMA, warp roles): bf16 and fp8 e4m3 matmuls
+# at 8192^3 on 128x256 tiles (two consumer warpgroups, fp8's B as n x k rows), attention at head
+# dimension 128, B*H = 16, 8192 tokens
+HOPPER = _by_key([
+    matmul_case(128, 256, 64, 8, 8192, 8192, 8192, stages=4, suffix="-8192"),
+    matmul_case(128, 256, 128, 8, 8192, 8192, 8192, f8e4m3, stages=4, transposed=True, suffix="-8192"),
+    attention_case(ScaledDotProduct(16, HOPPER_TOKENS, HOPPER_TOKENS, 128, 128), suffix="-8192"),
 ])
 # the same kernels on a few programs (Nsight Compute and racecheck are slow; the emulator counts
 # them whole), and the transposes: padded, unpadded (31 bank conflicts a column read) and racy
