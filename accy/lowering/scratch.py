@@ -35,8 +35,7 @@ class Scratch(Part):
     def scratch(self, dtype: DType, count: int, op: Op, align: int = 16) -> SharedArray:
         dtype = u8 if dtype.is_bool else dtype
         entry = self.pool.get(dtype)
-        total = sum(a.count * a.dtype.itemsize for a, _ in self.pool.values() if a.dtype != dtype)
-        needed = total + max(count, entry[0].count if entry else 0) * dtype.itemsize
+        needed = self._needed(dtype, count)
         if needed > SHARED_LIMIT:
             what = f"{op.opcode} of a {', '.join(str(v.type) for v in op.operands if isinstance(v.type, TileType))}"
             raise TraceError(f"{what}: its program needs {needed} bytes of shared memory on a GPU ({count} {dtype} "
@@ -48,6 +47,16 @@ class Scratch(Part):
         if align > self.aligned.get(dtype, 16):
             self.aligned[dtype] = align
         return entry[0]
+
+    def _needed(self, dtype: DType, count: int) -> int:
+        """The scratch's bytes once ``dtype``'s array (bool as u8) holds ``count`` elements."""
+        entry = self.pool.get(dtype)
+        total = sum(a.count * a.dtype.itemsize for a, _ in self.pool.values() if a.dtype != dtype)
+        return total + max(count, entry[0].count if entry else 0) * dtype.itemsize
+
+    def fits(self, dtype: DType, count: int) -> bool:
+        """Would :meth:`scratch` of ``count`` ``dtype`` elements stay within the limit?"""
+        return self._needed(u8 if dtype.is_bool else dtype, count) <= SHARED_LIMIT
 
     def bytes(self) -> int:
         """What the scratch takes now."""

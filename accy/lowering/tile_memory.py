@@ -4,6 +4,8 @@ where the offsets' form and alignment allow it."""
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from ..dsl.ir import Op, Value
@@ -217,7 +219,9 @@ class MemoryAccesses(Part):
         (each thread's runs 4 bytes, so a warp's store fills half of each 32-byte sector it
         writes) through shared memory, its rows padded to an odd number of 16-byte units
         (conflict-free both ways), into the layout where each thread holds 16 contiguous bytes:
-        16-byte stores, a warp's whole rows, every sector full; any other tile as it is."""
+        16-byte stores, a warp's whole rows, every sector full; any other tile as it is, and so
+        this one where the scratch it needs would pass the program's shared-memory limit (an fp8
+        matmul's 128x128 bf16 tile beside its operands' scratch)."""
         if not isinstance(value, Regs) or op.attrs.space is not Space.GLOBAL or value.dtype.itemsize != 2:
             return value
         held = value.layout.parent if isinstance(value.layout, Expand) else value.layout
@@ -225,7 +229,10 @@ class MemoryAccesses(Part):
         layout = Blocked(tuple(value.shape), self.T, vec=vec)
         if not isinstance(held, Mma) or columns % vec or layout.dims[-1].per_thread != vec:
             return value
-        return self.registers.convert(value, layout, op, row_pitch=pitch(columns, value.dtype.itemsize))
+        row_pitch = pitch(columns, value.dtype.itemsize)
+        if not self.scratch.fits(value.dtype, math.prod(value.shape[:-1]) * row_pitch):
+            return value
+        return self.registers.convert(value, layout, op, row_pitch=row_pitch)
 
     def guarded_each(self, op: Op, access, plan_for=None, offsets=None, attrs_=None, restage=False) -> None:
         """``access(offset, value)`` for every register whose element this thread owns and whose

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..dsl.ir import Op, constant_of
 from ..dsl.traced import Traced
 from ..dsl.types import index
@@ -20,6 +22,9 @@ class TileValues(Part):
     def __init__(self, core: Rebuild, registers: Registers):
         super().__init__(core)
         self.registers = registers
+        # the registers each broadcast made (by id) -> (them, its source tile, coordinate map):
+        # an elementwise op may broadcast the source again into a layout another operand holds
+        self.broadcasts: dict[int, tuple] = {}
 
     def splat(self, op: Op) -> None:
         x = self.env[op.operands[0]]
@@ -43,9 +48,11 @@ class TileValues(Part):
             for r in range(target.registers):
                 js = tuple(0 if n == 1 else j for n, j in zip(src_shape, target.register_indices(r)))
                 values.append(x.values[x.layout.register(js)])
-            self.env[op.result] = Regs(target, x.dtype, tuple(values))
-            return
-        self.env[op.result] = self.registers.convert(x, target, op, source)
+            result = Regs(target, x.dtype, tuple(values))
+        else:
+            result = self.registers.convert(x, target, op, source)
+        self.broadcasts[id(result)] = (result, x, source)
+        self.env[op.result] = result
 
     def unsliced(self, layout: Layout, shape) -> Layout:
         """Where to broadcast a tile in ``layout`` to ``shape``: a reduction's result back into
@@ -124,7 +131,25 @@ class TileValues(Part):
         held = [x for x in xs if isinstance(x, Regs)]
         canonical = self.registers.canonical(t.shape)
         layout = canonical if any(x.layout.same(canonical) for x in held) else held[0].layout
-        regs = [self.registers.regs(x, layout, op) for x in xs]
+        moved = min((h.layout for h in held), key=lambda candidate: self.moved(held, candidate))
+        if self.moved(held, moved) < self.moved(held, layout):  # an mma accumulator times a row's scales
+            layout = moved
+        regs = [self.in_layout(x, layout, op) for x in xs]
         values = tuple(Traced(self.core.record(op.opcode, vs, op.attrs).result)
                        for vs in zip(*(r.values for r in regs)))
         self.env[op.result] = Regs(layout, t.dtype, values)
+
+    def moved(self, held: list, layout: Layout) -> int:
+        """The elements that go through shared memory to hold every tile of ``held`` in ``layout``
+        (a broadcast's: its source's)."""
+        def size(x: Regs) -> int:
+            found = self.broadcasts.get(id(x))
+            return math.prod((found[1] if found is not None and found[0] is x else x).shape)
+        return sum(size(x) for x in held if not x.layout.same(layout))
+
+    def in_layout(self, x, layout: Layout, op: Op):
+        """``x`` in ``layout``; a broadcast's registers broadcast again from its source."""
+        found = self.broadcasts.get(id(x)) if isinstance(x, Regs) else None
+        if found is not None and found[0] is x and not x.layout.same(layout):
+            return self.registers.convert(found[1], layout, op, found[2])
+        return self.registers.regs(x, layout, op)

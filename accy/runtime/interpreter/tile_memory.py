@@ -371,8 +371,9 @@ def _rows(array: np.ndarray, rows, box: tuple[slice, ...]):
         return None
     shape, steps = lead
     step = region.strides[0]
-    return np.lib.stride_tricks.as_strided(region[int(rows[0]):], shape + region.shape[1:], tuple(
-        s * step for s in steps) + region.strides[1:])
+    start = region[int(rows[0]):]  # strided_view: fp8 too (as_strided cannot rebuild f8e5m2's "<f1")
+    return strided_view(start, shape + region.shape[1:], tuple(s * step for s in steps) + region.strides[1:],
+                        writeable=start.flags.writeable)
 
 
 def _copy_boxes(plan: _Plan, memory: np.ndarray, result: np.ndarray) -> None:
