@@ -147,7 +147,7 @@ class _Distributor:
         self.reductions = Reductions(core, registers, scratch)
         used = {v for op in graph.body.walk() for v in op.operands}
         grid = lone_dot(graph)  # may a dot's warps form a grid (see tensor_cores.warp_grid)?
-        direct = direct_loads(graph, threads, grid) if tensor_cores else frozenset()
+        direct = direct_loads(graph, threads, grid, warpgroups) if tensor_cores else frozenset()
         self.memory = memory = MemoryAccesses(core, registers, scratch, direct, used)
         staging = OperandStaging(core, registers, scratch, memory)
         self.fma = FmaDot(core, registers, scratch)

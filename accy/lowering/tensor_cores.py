@@ -38,7 +38,7 @@ from .registers import Lazy, Registers, Regs
 from .scratch import Scratch, pitch
 from .tile_access import conjuncts
 from .tile_memory import Deferred, MemoryAccesses
-from .warpgroups import ALIGN, SwizzledRows, WarpgroupDot, aligned
+from .warpgroups import ALIGN, SwizzledRows, WarpgroupDot, aligned, warpgroup_fits
 
 # the element type each kind's operands are staged in
 STAGED = {MmaKind.F16: f16, MmaKind.BF16: bf16, MmaKind.TF32: f32, MmaKind.S8: i8, MmaKind.E4M3: f8e4m3,
@@ -150,11 +150,12 @@ def mma_kind(op: Op, threads: int, grid: bool = False) -> MmaKind | None:
     return kind if warps_n is not None and Mma.fits((m, n), threads, warps_n) and k % kind.k == 0 else None
 
 
-def direct_loads(graph: Graph, threads: int, grid: bool = False) -> frozenset:
+def direct_loads(graph: Graph, threads: int, grid: bool = False, warpgroups: bool = False) -> frozenset:
     """The tile_loads of ``graph`` whose one use (through unit reshapes, and for B a transpose)
     is an operand of a tensor-core dot in the same region, of its staged type with 0 past the
     edges: they can go from global to shared memory without registers (``grid``: as
-    :func:`mma_kind`'s, whether the dots' warps may form a grid)."""
+    :func:`mma_kind`'s, whether the dots' warps may form a grid; ``warpgroups``: fp8 dots that
+    fit a warpgroup stage fp8 as it is, B only as n rows of k)."""
     users: dict = {}
     for op in graph.body.walk():
         for v in op.operands:
@@ -164,18 +165,34 @@ def direct_loads(graph: Graph, threads: int, grid: bool = False) -> frozenset:
         kind = dot.opcode == "dot" and mma_kind(dot, threads, grid)
         if not kind or kind is MmaKind.TF32:  # tf32 rounds its inputs on the way in
             continue
+        if warpgroups:
+            kind = fp8_kind(dot, kind, threads)
         for position in (0, 1):
             v = dot.operands[position]
+            transposed = False
             while v.op is not None and len(users.get(v, ())) == 1 and (
                     (v.op.opcode == "reshape" and unit_reshape(v.op.operands[0].type.shape, v.type.shape))
                     or (v.op.opcode == "trans" and position == 1)):
+                transposed |= v.op.opcode == "trans"
                 v = v.op.operands[0]
+            if position == 1 and not kind.transposes and not transposed:
+                continue  # a B of k rows that the ISA cannot transpose goes through registers
             load = v.op
             if (load is not None and load.opcode == "tile_load" and len(users.get(v, ())) == 1
                     and load.block is dot.block and load.attrs.dtype == STAGED[kind]
                     and constant_of(load.operands[1]) == 0):
                 out.add(load)
     return frozenset(out)
+
+
+def fp8_kind(op: Op, kind: MmaKind, threads: int) -> MmaKind:
+    """At sm_90a, the wgmma an fp8 dot that ``mma.sync`` would run as f16 takes (e4m3 or e5m2,
+    k32) where K allows and it fits a warpgroup; else ``kind``."""
+    dtype = op.operands[0].type.dtype
+    if kind is not MmaKind.F16 or dtype not in (f8e4m3, f8e5m2) or op.operands[0].type.shape[1] % 32:
+        return kind
+    fp8 = MmaKind.E4M3 if dtype == f8e4m3 else MmaKind.E5M2
+    return fp8 if warpgroup_fits(op, fp8, b_transposed(op), threads) else kind
 
 
 class OperandStaging(Part):
@@ -423,9 +440,8 @@ class TensorCoreDot(Part):
         if self.warpgroups is None or not self.enabled:
             return None
         kind = mma_kind(op, self.T)
-        dtype = op.operands[0].type.dtype
-        if kind is MmaKind.F16 and dtype in (f8e4m3, f8e5m2) and op.operands[0].type.shape[1] % 32 == 0:
-            kind = MmaKind.E4M3 if dtype == f8e4m3 else MmaKind.E5M2
+        if kind is not None:
+            kind = fp8_kind(op, kind, self.T)
         return kind if kind is not None and self.warpgroups.fits(op, kind, b_transposed(op)) else None
 
     def checkpoint(self) -> tuple:

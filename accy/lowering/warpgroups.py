@@ -106,6 +106,21 @@ class SwizzledRows:
         return b.bitwise_xor(linear, b.shl(b.bitwise_and(b.shr(linear, row_bit), self.swizzle // 16 - 1), unit_bit))
 
 
+def warpgroup_fits(op: Op, kind: MmaKind, b_rows_n: bool, threads: int) -> bool:
+    """Can the dot ``op`` (of ``kind``, which ``mma.sync`` could run) of a program of
+    ``threads`` run on wgmma?"""
+    (m, _), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
+    warps = threads // WARP_SIZE
+    if warps % WARPGROUP_WARPS or m % (BLOCK_ROWS * warps // WARPGROUP_WARPS):
+        return False
+    per_group = m // (BLOCK_ROWS * warps // WARPGROUP_WARPS)
+    if per_group & (per_group - 1) or (n > MAX_N and n % MAX_N) or not wgmma_n(kind, min(n, MAX_N)):
+        return False
+    if b_rows_n or not kind.transposes:  # (others staged K-major: transposed from registers)
+        return True
+    return swizzle_for(min(n, MAX_N) * 2) is not None
+
+
 def aligned(elements: int, itemsize: int, align: int = ALIGN) -> int:
     """``elements`` of ``itemsize`` bytes rounded up to a multiple of ``align`` bytes."""
     return -(-elements * itemsize // align) * align // itemsize
@@ -131,16 +146,7 @@ class WarpgroupDot(Part):
 
     def fits(self, op: Op, kind: MmaKind, b_rows_n: bool) -> bool:
         """Can the dot ``op`` (of ``kind``, which ``mma.sync`` could run) run on wgmma?"""
-        (m, _), n = op.operands[0].type.shape, op.operands[1].type.shape[1]
-        warps = self.T // WARP_SIZE
-        if warps % WARPGROUP_WARPS or m % (BLOCK_ROWS * warps // WARPGROUP_WARPS):
-            return False
-        per_group = m // (BLOCK_ROWS * warps // WARPGROUP_WARPS)
-        if per_group & (per_group - 1) or (n > MAX_N and n % MAX_N) or not wgmma_n(kind, min(n, MAX_N)):
-            return False
-        if b_rows_n or not kind.transposes:  # (others staged K-major: transposed from registers)
-            return True
-        return swizzle_for(min(n, MAX_N) * 2) is not None
+        return warpgroup_fits(op, kind, b_rows_n, self.T)
 
     def a_rows(self, op: Op, itemsize: int) -> SwizzledRows:
         """How the dot ``op``'s A is staged: its m rows of K, in :meth:`SwizzledRows.position`'s order."""
