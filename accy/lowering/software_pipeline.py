@@ -315,9 +315,10 @@ class SoftwarePipeline(Part):
                 b = self.b
                 # the stage carried is in [0, stages): said so, the ranges prove each access to
                 # it inside the staging array (no check per ldmatrix)
-                stage = b.max(b.min(stage, stages - 1), 0)
+                clamp = lambda s: b.max(b.min(s, stages - 1), 0)  # noqa: E731
                 b.async_wait(stages - 2)
                 if copies:  # the stage's TMA bytes (and its copier's arrival) have come
+                    stage = clamp(stage)
                     core.record("mbarrier_wait", [core.add(stage, self.slots.full), parity],
                                 MbarrierAttrs(shared=self.slots.array))
                 if warpgroups:  # the copies landed are seen by the wgmma's (asynchronous) reads
@@ -329,6 +330,8 @@ class SoftwarePipeline(Part):
                 else:
                     b.barrier()
                     self.scratch.dirty = False
+                if not copies:
+                    stage = clamp(stage)
                 ahead = core.add(i, (stages - 1) * step)
                 refill = b.max(b.min(refill, stages - 1), 0)  # likewise (the stage the trip before read)
                 empty = last_parity if copies else None
