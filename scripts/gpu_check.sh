@@ -13,7 +13,10 @@
 #   3. the GPU benchmark (issue 19 §5): accy's bf16 tile matmul at 4096^3 against torch.matmul (cuBLAS)
 #      and its tile attention (B*H = 16, 4096 tokens, head dim 64 and 128) against torch's flash SDPA,
 #      and against Triton's kernels for the same jobs (bench/triton_kernels.py, where Triton is importable),
-#      CUDA events on device-resident inputs, TFLOP/s and the ratios (target: 0.5x torch);
+#      CUDA events on device-resident inputs, TFLOP/s and the ratios (target: 0.5x torch); and issue 35's
+#      Hopper jobs (TMA, warp roles): bf16 and fp8 e4m3 matmuls at 8192^3 against cuBLAS (torch.matmul,
+#      torch._scaled_mm; target 0.9x) and attention at head dim 128, B*H = 16, 8192 tokens against torch's
+#      flash SDPA (target 1.0x) and FlashAttention-3 where importable (target 0.8x);
 #   4. every tile kernel (matmuls in bf16, f16, tf32, i8 and f32; the tile attention entry in bf16, f16,
 #      f32, causal and not) on cuda against ptx (the same PTX on the emulator) and numpy, within the dot
 #      bound;
