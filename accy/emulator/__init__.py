@@ -47,7 +47,7 @@ is an error naming the instruction.
 
 from __future__ import annotations
 
-from . import ops_arith, ops_control, ops_convert, ops_mem, ops_mma, ops_wgmma  # noqa: F401  (registers the handlers)
+from . import ops_arith, ops_control, ops_convert, ops_mem, ops_mma, ops_tma, ops_wgmma  # noqa: F401  (registers the handlers)
 from .compiler import HANDLERS, Unsupported, parse_form
 from .device import Device, Function, Module
 from .errors import PtxAsyncCopyError, PtxBarrierError, PtxError, PtxMemoryError, RaceError

@@ -21,6 +21,7 @@ from .numerics import U8, U32
 from .parser import imm_bits, parsed, type_size
 from .races import LaunchRaces
 from .wgmma_async import Warpgroups
+from .async_proxy import Proxy
 from .schedule import Schedule
 from .schedule import resolve as resolve_schedule
 
@@ -344,6 +345,7 @@ class Function:
                 T.budget = Budget(budget)  # each batch its own: a bound on what one warp runs
                 T.copies = AsyncCopies(n, len(T.smem))  # the batch's cp.async copies in flight
                 T.wgmma = Warpgroups()  # the batch's wgmma groups and wgmmas in flight
+                T.proxy = Proxy(n, tpb, len(T.smem), True)  # mbarriers, TMA and the asynchronous proxy's clocks
                 T.prof = profile  # the counters of a profiled launch (None: no counting)
                 T.bt = np.arange(n)
                 T.races = races
