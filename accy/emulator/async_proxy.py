@@ -26,9 +26,8 @@ so they do not depend on the warp schedule:
   wait, is a race.
 
 Generic accesses are logged per 16-byte chunk (the latest access of each thread and kind); a
-TMA load clears its destination's log.  The clocks and the log start with the first
-asynchronous-proxy instruction a batch executes (normally the ``mbarrier.init`` at the top);
-accesses before it are not seen.  Generic-proxy pairs stay with the phase-based checker of
+TMA load clears its destination's log.  The clocks and the log run in the launches of
+modules that use mbarriers or the asynchronous proxy (:func:`uses_async_proxy`), from the start.  Generic-proxy pairs stay with the phase-based checker of
 :mod:`.races`, which does not know mbarriers: two generic accesses of different warps ordered
 only by an mbarrier are reported there.
 """
@@ -165,6 +164,8 @@ class Proxy:
         self.sites: list = []
         self.bytes_copied = 0
         self.registers: dict = {}  # warp key -> setmaxnreg's register count
+        if enabled:  # the module uses the asynchronous proxy: its clocks and log run from the start
+            self.start()
 
     def start(self) -> None:
         if self.active:
@@ -378,6 +379,16 @@ def _side(T, k: int, bt: int, kind, site) -> Side:
     thread = (local % nx, (local // nx) % ny, local // (nx * ny))
     block = tuple(int(a[k]) for a in T.ctaid)
     return Side(kind, block, thread, site.line, site.text, getattr(site, "loc", None))
+
+
+def uses_async_proxy(module) -> bool:
+    """Whether a parsed module has an instruction of the asynchronous proxy or an mbarrier."""
+    from .parser import Instruction
+
+    return any(isinstance(s, Instruction) and (
+        s.opcode in ("mbarrier", "tensormap") or (s.opcode == "fence" and "proxy" in s.mods)
+        or (s.opcode == "cp" and s.mods[:2] in (("async", "bulk"), ("async", "mbarrier"))))
+        for fn in module.functions.values() for s in fn.body)
 
 
 def proxy_of(T) -> Proxy:

@@ -176,7 +176,7 @@ def bulk_tensor(T, ids, mask, site, gsite, mapaddr, coords, smem, bar, rank, loa
     sel, where = _where(T, ids, mask, n)
     maps = _arr(mapaddr, n)[sel]
     sm = _arr(smem, n)[sel].view(I64)
-    bars = _arr(bar, n)[sel]
+    bars = _arr(bar, n)[sel] if load else None
     cs = [_arr(c, n, I32)[sel] for c in coords]
     for j, k in enumerate(where):
         c = [int(x[j]) for x in cs]

@@ -1,0 +1,512 @@
+"""The PTX emulator's Hopper asynchronous copies: mbarrier, TMA tensor loads and stores, bulk
+copies and groups, tensormap.replace, the asynchronous proxy's race checks, deadlocks and misuse.
+
+Every kernel is hand-written PTX, assembled by ptxas for sm_90a first, run on the emulator and
+checked against NumPy.  The box placement is computed here from the documentation (the CUDA
+programming guide's TMA swizzle: the 16-byte chunk index within each swizzle span XOR the
+128-byte row number modulo span/16), independently of accy/emulator/tma.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from accy.emulator import Device, PtxError, RaceError
+from accy.emulator.tensor_map import ElementType, OobFill, Swizzle, TensorMapFields, encode
+
+from emulator_support import NEEDS_PTXAS, assembled
+
+pytestmark = NEEDS_PTXAS
+
+ARCH = "sm_90a"
+SCHEDULES = ("lockstep", "reverse", "random")
+HEAD = ".version 8.5\n.target sm_90a\n.address_size 64\n"
+NP = {ElementType.FLOAT32: np.float32, ElementType.FLOAT16: np.uint16, ElementType.BFLOAT16: np.uint16,
+      ElementType.UINT8: np.uint8}
+
+
+def ptx_of(text: str) -> str:
+    return assembled(HEAD + text, ARCH)
+
+
+# -- the documented placement, written here ----------------------------------------------------------------
+
+
+def swizzle_place(offset: int, span: int) -> int:
+    """Where the byte at ``offset`` of a dense box lands: its 16-byte chunk within the span-byte
+    row is XORed with the 128-byte row's number modulo span / 16."""
+    if span == 0:
+        return offset
+    return offset ^ (((offset >> 7) % (span // 16)) << 4)
+
+
+def expected_box(tensor: np.ndarray, f: TensorMapFields, coords) -> np.ndarray:
+    """The shared-memory bytes of the box, from the tensor (NumPy, outermost first, with the
+    map's dims as its trailing extent)."""
+    e = f.element_type.itemsize
+    counts = [-(-b // s) for b, s in zip(f.box, f.element_strides)]
+    dense = np.zeros(int(np.prod(counts)) * e, np.uint8)
+    fill = None
+    if f.oob_fill is OobFill.NAN:
+        fill = np.array([np.nan], np.float32).view(np.uint8)
+    pos = 0
+    for idx in np.ndindex(*counts[::-1]):
+        g = [c + i * s for c, i, s in zip(coords, idx[::-1], f.element_strides)]
+        if all(0 <= x < n for x, n in zip(g, f.dims)):
+            dense[pos:pos + e] = np.ascontiguousarray(tensor[tuple(g[::-1])]).view(np.uint8).reshape(-1)
+        elif fill is not None:
+            dense[pos:pos + e] = np.frombuffer(np.array(0x7FFFFFFF, np.uint32).tobytes()[:e], np.uint8)
+        pos += e
+    out = np.zeros_like(dense)
+    span = f.swizzle.span
+    for o in range(0, len(dense), 16):
+        p = swizzle_place(o, span)
+        out[p:p + 16] = dense[o:o + 16]
+    return out
+
+
+def tensor_data(etype, shape):
+    """Distinct elements (outermost first)."""
+    n = int(np.prod(shape))
+    if etype is ElementType.FLOAT32:
+        return (np.arange(n, dtype=np.float32) + 0.5).reshape(shape)
+    if etype is ElementType.UINT8:
+        assert n <= 256
+        return np.arange(n, dtype=np.uint8).reshape(shape)
+    return (np.arange(n, dtype=np.uint16) + 1).reshape(shape)
+
+
+# -- kernels -----------------------------------------------------------------------------------------------
+
+
+def load_kernel(rank: int, nbytes: int, wait: bool = True) -> str:
+    """Thread 0 loads the box at (c0 .. c<rank-1>) into ``buf``; every thread waits, then the block
+    copies buf's words to ``out``."""
+    coords = ", ".join(f"%r{2 + d}" for d in range(rank))
+    params = "".join(f", .param .u32 c{d}" for d in range(rank))
+    loads = "".join(f"    ld.param.u32 %r{2 + d}, [c{d}];\n" for d in range(rank))
+    waiting = ("WAIT:\n    mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;\n    @!%p2 bra WAIT;\n"
+               if wait else "")
+    return ptx_of(f""".visible .entry tload(.param .align 64 .b8 tmap[128], .param .u64 out{params})
+{{
+    .reg .b64 %rd<12>;
+    .reg .b32 %r<24>;
+    .reg .pred %p<4>;
+    .shared .align 1024 .b8 buf[{max(nbytes, 16)}];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r1, %tid.x;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 mbarrier.init.shared::cta.b64 [bar], 1;
+    fence.mbarrier_init.release.cluster;
+    bar.sync 0;
+    @!%p1 bra ISSUED;
+    mov.b64 %rd1, tmap;
+    cvta.param.u64 %rd2, %rd1;
+{loads}    mbarrier.arrive.expect_tx.shared::cta.b64 %rd3, [bar], {nbytes};
+    cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [buf], [%rd2, {{{coords}}}], [bar];
+ISSUED:
+{waiting}    ld.param.u64 %rd4, [out];
+    mov.u32 %r10, %r1;
+LOOP:
+    setp.ge.u32 %p3, %r10, {nbytes // 4};
+    @%p3 bra DONE;
+    shl.b32 %r11, %r10, 2;
+    mov.u32 %r12, buf;
+    add.u32 %r12, %r12, %r11;
+    ld.shared.u32 %r13, [%r12];
+    mul.wide.u32 %rd5, %r10, 4;
+    add.u64 %rd6, %rd4, %rd5;
+    st.global.u32 [%rd6], %r13;
+    add.u32 %r10, %r10, 128;
+    bra LOOP;
+DONE:
+    ret;
+}}
+""")
+
+
+def map_arg(f: TensorMapFields):
+    return np.frombuffer(encode(f), np.uint8)
+
+
+def run_load(tensor, f, coords, schedule="lockstep", wait=True):
+    e = f.element_type.itemsize
+    counts = [-(-b // s) for b, s in zip(f.box, f.element_strides)]
+    nbytes = int(np.prod(counts)) * e
+    dev = Device()
+    g = dev.alloc(tensor.nbytes)
+    dev.copy_to_device(g, tensor)
+    f = TensorMapFields(f.element_type, int(g), f.dims, f.strides, f.box, f.element_strides,
+                        swizzle=f.swizzle, oob_fill=f.oob_fill)
+    out = dev.alloc(nbytes)
+    fn = dev.load_module(load_kernel(len(f.dims), nbytes, wait)).function("tload")
+    fn.launch((1, 1, 1), (128, 1, 1), [map_arg(f), out, *[np.int32(c) for c in coords]], schedule=schedule)
+    got = np.zeros(nbytes, np.uint8)
+    dev.copy_from_device(got, out)
+    return got, f
+
+
+def fields(etype, dims, box, strides=None, es=None, swizzle=Swizzle.NONE, fill=OobFill.ZEROS):
+    e = etype.itemsize
+    if strides is None:
+        strides, s = [], e
+        for d in dims[:-1]:
+            s *= d
+            strides.append(s)
+    return TensorMapFields(etype, 0, tuple(dims), tuple(strides), tuple(box), tuple(es or (1,) * len(dims)),
+                           swizzle=swizzle, oob_fill=fill)
+
+
+F32, F16, BF16, U8 = ElementType.FLOAT32, ElementType.FLOAT16, ElementType.BFLOAT16, ElementType.UINT8
+
+LOADS = {
+    "2d": (F32, (40, 20), (16, 8), (8, 4), {}),
+    "2d-right-bottom-edges": (F32, (40, 20), (16, 8), (32, 16), {}),
+    "2d-negative-left-top-edges": (F32, (40, 20), (16, 8), (-8, -3), {}),
+    "2d-past-every-edge": (F32, (12, 5), (16, 8), (-2, -1), {}),
+    "2d-padded-rows": (F32, (20, 10), (8, 4), (12, 7), {"strides": (96,)}),
+    "2d-element-strides": (F32, (40, 20), (16, 8), (3, 2), {"es": (2, 3)}),
+    "f16-swizzle-32": (F16, (64, 24), (16, 8), (16, 5), {"swizzle": Swizzle.B32}),
+    "bf16-swizzle-64": (BF16, (64, 24), (32, 8), (16, 20), {"swizzle": Swizzle.B64}),
+    "f16-swizzle-128": (F16, (96, 30), (64, 8), (50, 26), {"swizzle": Swizzle.B128}),
+    "f32-swizzle-128-tall": (F32, (32, 40), (32, 16), (0, 30), {"swizzle": Swizzle.B128}),
+    "u8": (U8, (16, 16), (16, 8), (0, 12), {}),
+    "u8-swizzle-128": (U8, (16, 16), (16, 16), (0, -3), {"swizzle": Swizzle.B128}),
+    "3d": (F32, (8, 6, 5), (8, 4, 3), (0, 4, -1), {}),
+    "3d-strided-bf16": (BF16, (16, 7, 6), (8, 4, 4), (4, -1, 3), {"es": (1, 2, 1)}),
+    "5d": (F32, (4, 3, 3, 2, 3), (4, 2, 2, 2, 2), (0, 2, -1, 1, 2), {}),
+    "nan-fill": (F32, (12, 6), (8, 4), (8, 4), {"fill": OobFill.NAN}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOADS))
+def test_tensor_load_box(case):
+    etype, dims, box, coords, extra = LOADS[case]
+    f = fields(etype, dims, box, **extra)
+    e = etype.itemsize
+    # the tensor in memory: outermost first, padded where a stride leaves a gap
+    padded = [f.strides[0] // e] + list(dims[1:]) if len(dims) == 2 and f.strides[0] != dims[0] * e else list(dims)
+    full = tensor_data(etype, tuple(padded[::-1]) if padded != list(dims) else tuple(dims[::-1]))
+    view = full[..., :dims[0]] if padded != list(dims) else full
+    got, f = run_load(full, f, coords)
+    np.testing.assert_array_equal(got, expected_box(view, f, coords))
+
+
+def test_tensor_load_under_every_schedule():
+    f = fields(F16, (96, 30), (64, 8), swizzle=Swizzle.B128)
+    data = tensor_data(F16, (30, 96))
+    for schedule in SCHEDULES:
+        got, g = run_load(data, f, (40, 25), schedule)
+        np.testing.assert_array_equal(got, expected_box(data, g, (40, 25)))
+
+
+# -- a producer/consumer ring ---------------------------------------------------------------------------------
+
+RING = """.visible .entry ring(.param .align 64 .b8 tmap[128], .param .u64 out)
+{{
+    .reg .b64 %rd<16>;
+    .reg .b32 %r<40>;
+    .reg .pred %p<8>;
+    .reg .f32 %f<8>;
+    .shared .align 1024 .b8 buf[{nbytes}];
+    .shared .align 8 .b64 full[{stages}];
+    .shared .align 8 .b64 empty[{stages}];
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra INITED;
+    mov.u32 %r2, 0;
+INIT:
+    mov.u32 %r3, full;
+    mad.lo.u32 %r3, %r2, 8, %r3;
+    mbarrier.init.shared::cta.b64 [%r3], 1;
+    mov.u32 %r3, empty;
+    mad.lo.u32 %r3, %r2, 8, %r3;
+    mbarrier.init.shared::cta.b64 [%r3], 32;
+    add.u32 %r2, %r2, 1;
+    setp.lt.u32 %p2, %r2, {stages};
+    @%p2 bra INIT;
+INITED:
+    fence.mbarrier_init.release.cluster;
+    bar.sync 0;
+    setp.ge.u32 %p3, %r1, 32;
+    @%p3 bra CONSUMER;
+    // the producer warp: one elected lane issues every tile
+    elect.sync _|%p4, -1;
+    @!%p4 bra END;
+    mov.b64 %rd1, tmap;
+    cvta.param.u64 %rd2, %rd1;
+    mov.u32 %r4, 0;
+PRODUCE:
+    rem.u32 %r5, %r4, {stages};
+    div.u32 %r6, %r4, {stages};
+    setp.lt.u32 %p5, %r4, {stages};
+    @%p5 bra FREE;
+    mov.u32 %r7, empty;
+    mad.lo.u32 %r7, %r5, 8, %r7;
+    add.u32 %r8, %r6, 1;
+    and.b32 %r8, %r8, 1;
+{empty_wait}FREE:
+    mov.u32 %r9, full;
+    mad.lo.u32 %r9, %r5, 8, %r9;
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r9], 1024;
+    mov.u32 %r10, buf;
+    mad.lo.u32 %r10, %r5, 1024, %r10;
+    mul.lo.u32 %r11, %r4, 8;
+    mov.u32 %r12, 0;
+    cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r10], [%rd2, {{%r12, %r11}}], [%r9];
+    add.u32 %r4, %r4, 1;
+    setp.lt.u32 %p6, %r4, {tiles};
+    @%p6 bra PRODUCE;
+    bra END;
+CONSUMER:
+    // the consumer warp: lane l sums column l of every tile
+    sub.u32 %r20, %r1, 32;
+    mov.f32 %f1, 0f00000000;
+    mov.u32 %r4, 0;
+CONSUME:
+    rem.u32 %r5, %r4, {stages};
+    div.u32 %r6, %r4, {stages};
+    and.b32 %r21, %r6, 1;
+    mov.u32 %r9, full;
+    mad.lo.u32 %r9, %r5, 8, %r9;
+WAITFULL:
+    mbarrier.try_wait.parity.shared::cta.b64 %p7, [%r9], %r21;
+    @!%p7 bra WAITFULL;
+    mov.u32 %r10, buf;
+    mad.lo.u32 %r10, %r5, 1024, %r10;
+    shl.b32 %r22, %r20, 2;
+    add.u32 %r10, %r10, %r22;
+    mov.u32 %r23, 0;
+ROWS:
+    ld.shared.f32 %f2, [%r10];
+    add.f32 %f1, %f1, %f2;
+    add.u32 %r10, %r10, 128;
+    add.u32 %r23, %r23, 1;
+    setp.lt.u32 %p7, %r23, 8;
+    @%p7 bra ROWS;
+    mov.u32 %r7, empty;
+    mad.lo.u32 %r7, %r5, 8, %r7;
+    mbarrier.arrive.release.cta.shared::cta.b64 _, [%r7];
+    add.u32 %r4, %r4, 1;
+    setp.lt.u32 %p7, %r4, {tiles};
+    @%p7 bra CONSUME;
+    ld.param.u64 %rd3, [out];
+    mul.wide.u32 %rd4, %r20, 4;
+    add.u64 %rd5, %rd3, %rd4;
+    st.global.f32 [%rd5], %f1;
+END:
+    ret;
+}}
+"""
+EMPTY_WAIT = """WAITEMPTY:
+    mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r7], %r8;
+    @!%p5 bra WAITEMPTY;
+"""
+
+
+def run_ring(stages, tiles, schedule, empty_wait=True):
+    text = RING.format(stages=stages, tiles=tiles, nbytes=stages * 1024, empty_wait=EMPTY_WAIT)
+    if not empty_wait:  # the bug: the producer waits on the stage's 'full' mbarrier, not its 'empty' one
+        text = text.replace("mov.u32 %r7, empty;\n    mad.lo.u32 %r7, %r5, 8, %r7;\n    add.u32 %r8",
+                            "mov.u32 %r7, full;\n    mad.lo.u32 %r7, %r5, 8, %r7;\n    add.u32 %r8")
+        assert "mov.u32 %r7, full;" in text
+    ptx = ptx_of(text)
+    data = (np.arange(tiles * 8 * 32, dtype=np.float32) % 97 + np.arange(tiles * 8 * 32) / 4096).astype(
+        np.float32).reshape(tiles * 8, 32)
+    dev = Device()
+    g = dev.alloc(data.nbytes)
+    dev.copy_to_device(g, data)
+    out = dev.alloc(128)
+    f = TensorMapFields(F32, int(g), (32, tiles * 8), (128,), (32, 8), (1, 1))
+    dev.load_module(ptx).function("ring").launch((1, 1, 1), (64, 1, 1), [map_arg(f), out], schedule=schedule)
+    got = np.zeros(32, np.float32)
+    dev.copy_from_device(got, out)
+    want = np.zeros(32, np.float32)
+    for row in data:  # the consumer's order: tile after tile, row after row
+        want = (want + row).astype(np.float32)
+    return got, want
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("stages", (2, 3))
+def test_ring_of_stages(stages, schedule):
+    got, want = run_ring(stages, 7, schedule)
+    np.testing.assert_array_equal(got, want)
+
+
+REFILL = """.visible .entry refill(.param .align 64 .b8 tmap[128], .param .u64 out)
+{{
+    .reg .b64 %rd<8>;
+    .reg .b32 %r<16>;
+    .reg .pred %p<4>;
+    .shared .align 1024 .b8 buf[1024];
+    .shared .align 8 .b64 full;
+    .shared .align 8 .b64 empty;
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra INITED;
+    mbarrier.init.shared::cta.b64 [full], 1;
+    mbarrier.init.shared::cta.b64 [empty], 32;
+INITED:
+    fence.mbarrier_init.release.cluster;
+    bar.sync 0;
+    shl.b32 %r2, %r1, 2;
+    mov.u32 %r3, buf;
+    add.u32 %r3, %r3, %r2;
+    setp.lt.u32 %p2, %r1, 32;
+    @%p2 bra PRODUCER;
+    // the consumer warp reads the stage's old contents, then frees it
+    ld.shared.u32 %r4, [%r3];
+    mbarrier.arrive.shared::cta.b64 _, [empty];
+    bra WAITFULL;
+PRODUCER:
+    @%p1 bra WAITFULL;
+{wait}    mbarrier.arrive.expect_tx.shared::cta.b64 _, [full], 1024;
+    mov.b64 %rd1, tmap;
+    cvta.param.u64 %rd2, %rd1;
+    mov.u32 %r5, 0;
+    cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [buf], [%rd2, {{%r5, %r5}}], [full];
+WAITFULL:
+    mbarrier.try_wait.parity.shared::cta.b64 %p3, [full], 0;
+    @!%p3 bra WAITFULL;
+    ld.shared.u32 %r6, [%r3];
+    ld.param.u64 %rd3, [out];
+    mul.wide.u32 %rd4, %r1, 4;
+    add.u64 %rd5, %rd3, %rd4;
+    st.global.u32 [%rd5], %r6;
+    ret;
+}}
+"""
+EMPTY = """WAITEMPTY:
+    mbarrier.try_wait.parity.shared::cta.b64 %p3, [empty], 0;
+    @!%p3 bra WAITEMPTY;
+"""
+
+
+def run_refill(schedule, wait):
+    ptx = ptx_of(REFILL.format(wait=EMPTY if wait else ""))
+    data = np.arange(256, dtype=np.uint32).reshape(8, 32) * 3 + 1
+    dev = Device()
+    g = dev.alloc(data.nbytes)
+    dev.copy_to_device(g, data)
+    out = dev.alloc(256)
+    f = TensorMapFields(ElementType.UINT32, int(g), (32, 8), (128,), (32, 8), (1, 1))
+    dev.load_module(ptx).function("refill").launch((1, 1, 1), (64, 1, 1), [map_arg(f), out], schedule=schedule)
+    got = np.zeros(64, np.uint32)
+    dev.copy_from_device(got, out)
+    np.testing.assert_array_equal(got, data.reshape(-1)[:64])
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_refilling_a_stage_before_the_consumers_freed_it_races(schedule):
+    """Rule (b): the producer issues into a stage the consumers still read, without waiting on the
+    'empty' mbarrier they arrive on (where the load lands before their read, rule (a) reports it)."""
+    run_refill(schedule, wait=True)
+    with pytest.raises(RaceError) as e:
+        run_refill(schedule, wait=False)
+    text = str(e.value)
+    assert "cp.async.bulk.tensor.2d" in text and "ld.shared.u32 %r4" in text
+    if schedule != "random":  # the consumer warp runs first: its read precedes the unordered issue
+        assert "nothing orders that access before the load's issue" in text
+
+
+# -- rule (a): reading a TMA destination before observing its phase -------------------------------------------
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_reading_before_the_wait_races(schedule):
+    f = fields(F32, (64, 8), (32, 8))
+    data = tensor_data(F32, (8, 64))
+    got, g = run_load(data, f, (0, 0), schedule)  # the correct program
+    np.testing.assert_array_equal(got, expected_box(data, g, (0, 0)))
+    with pytest.raises(RaceError) as e:
+        run_load(data, f, (0, 0), schedule, wait=False)
+    text = str(e.value)
+    assert "cp.async.bulk.tensor.2d" in text and "ld.shared.u32" in text
+
+
+# -- TMA stores, bulk groups, rules (c) and (d) ---------------------------------------------------------------
+
+STORE = """.visible .entry tstore(.param .align 64 .b8 tmap[128], .param .u32 c0, .param .u32 c1)
+{{
+    .reg .b64 %rd<8>;
+    .reg .b32 %r<16>;
+    .reg .pred %p<4>;
+    .shared .align 1024 .b8 buf[2048];
+    mov.u32 %r1, %tid.x;
+    // each thread writes four words of the 16 x 32 box (f32), values 1000 + index
+    mov.u32 %r2, %r1;
+FILL:
+    shl.b32 %r3, %r2, 2;
+    mov.u32 %r4, buf;
+    add.u32 %r4, %r4, %r3;
+    add.u32 %r5, %r2, 1000;
+    cvt.rn.f32.u32 %r6, %r5;
+    st.shared.b32 [%r4], %r6;
+    add.u32 %r2, %r2, 128;
+    setp.lt.u32 %p1, %r2, 512;
+    @%p1 bra FILL;
+{fence}    bar.sync 0;
+    setp.ne.u32 %p2, %r1, 0;
+    @%p2 bra END;
+    mov.b64 %rd1, tmap;
+    cvta.param.u64 %rd2, %rd1;
+    ld.param.u32 %r7, [c0];
+    ld.param.u32 %r8, [c1];
+    cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%rd2, {{%r7, %r8}}], [buf];
+    cp.async.bulk.commit_group;
+{early}    cp.async.bulk.wait_group.read 0;
+    mov.u32 %r9, buf;
+    st.shared.u32 [%r9], %r1;
+    cp.async.bulk.wait_group 0;
+END:
+    ret;
+}}
+"""
+
+
+def run_store(coords, schedule, fence=True, early=False):
+    ptx = ptx_of(STORE.format(fence="    fence.proxy.async.shared::cta;\n" if fence else "",
+                              early="    mov.u32 %r9, buf;\n    st.shared.u32 [%r9], %r1;\n" if early else ""))
+    H, W = 20, 40
+    base = -np.arange(H * W, dtype=np.float32).reshape(H, W) - 1
+    dev = Device()
+    g = dev.alloc(base.nbytes)
+    dev.copy_to_device(g, base)
+    f = TensorMapFields(F32, int(g), (W, H), (W * 4,), (32, 16), (1, 1))
+    dev.load_module(ptx).function("tstore").launch((1, 1, 1), (128, 1, 1),
+                                                    [map_arg(f), *[np.int32(c) for c in coords]], schedule=schedule)
+    got = np.zeros_like(base)
+    dev.copy_from_device(got, g)
+    want = base.copy()
+    box = (1000 + np.arange(512, dtype=np.float32)).reshape(16, 32)
+    x, y = coords
+    for r in range(16):
+        for c in range(32):
+            if 0 <= y + r < H and 0 <= x + c < W:
+                want[y + r, x + c] = box[r, c]
+    return got, want
+
+
+@pytest.mark.parametrize("coords", [(4, 2), (24, 10), (-20, -9), (-5, 15)])
+def test_tensor_store_clips_at_the_edges(coords):
+    got, want = run_store(coords, "lockstep")
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_store_without_proxy_fence_races(schedule):
+    got, want = run_store((3, 3), schedule)
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(RaceError) as e:
+        run_store((3, 3), schedule, fence=False)
+    text = str(e.value)
+    assert "st.shared.b32" in text and "cp.async.bulk.tensor.2d.global" in text and "fence.proxy.async" in text
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_overwriting_a_store_source_before_wait_read_races(schedule):
+    with pytest.raises(RaceError) as e:
+        run_store((3, 3), schedule, early=True)
+    text = str(e.value)
+    assert "st.shared.u32" in text and "cp.async.bulk.tensor.2d.global" in text and "wait_group.read" in text
