@@ -245,6 +245,11 @@ def set_maxnreg(T, ids, site, mask, count, inc):
             raise PtxError(f"setmaxnreg.{'inc' if inc else 'dec'} to {count} registers from {old}: .inc may only "
                            f"raise the count, .dec only lower it", line=site.line, source=site.text)
         p.registers[int(w)] = count
+        if T.prof is not None:  # a profiled launch keeps each warp's count: (block, warp) -> registers
+            slot, warp = divmod(int(w), int(T.nwarps))
+            k = int(np.flatnonzero(T.cta == slot)[0])
+            block = tuple(int(a[k]) for a in T.ctaid)
+            T.prof.__dict__.setdefault("warp_registers", {})[(block, warp)] = count
 
 
 # -- the handlers -----------------------------------------------------------------------------------------------
