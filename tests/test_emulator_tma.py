@@ -510,3 +510,204 @@ def test_overwriting_a_store_source_before_wait_read_races(schedule):
         run_store((3, 3), schedule, early=True)
     text = str(e.value)
     assert "st.shared.u32" in text and "cp.async.bulk.tensor.2d.global" in text and "wait_group.read" in text
+
+
+# -- the mbarrier forms ------------------------------------------------------------------------------------
+
+FORMS = """.visible .entry forms(.param .u64 out)
+{
+    .reg .b64 %rd<12>;
+    .reg .b32 %r<16>;
+    .reg .pred %p<8>;
+    .shared .align 8 .b64 bars[4];
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r1, 16;
+    add.u64 %rd3, %rd1, %rd2;
+    mov.u32 %r2, bars;
+    cvta.shared.u64 %rd4, bars;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra INITED;
+    mbarrier.init.shared::cta.b64 [%r2], 64;
+    mbarrier.init.shared::cta.b64 [%r2+8], 3;
+    mbarrier.init.shared.b64 [%r2+16], 1;
+    // through a generic address: the fourth, invalidated and initialised again
+    mbarrier.init.b64 [%rd4+24], 5;
+    mbarrier.inval.b64 [%rd4+24];
+    mbarrier.init.b64 [%rd4+24], 1;
+INITED:
+    fence.mbarrier_init.release.cluster;
+    bar.sync 0;
+    // every thread arrives on the first; the state's pending count tells the arrival's rank
+    mbarrier.arrive.release.cta.shared::cta.b64 %rd5, [%r2];
+    mbarrier.pending_count.b64 %r3, %rd5;
+    st.global.u32 [%rd3], %r3;
+    mbarrier.test_wait.shared::cta.b64 %p2, [%r2], %rd5;
+    selp.u32 %r4, 1, 0, %p2;
+    st.global.u32 [%rd3+4], %r4;
+    // thread 0 arrives twice over on the second (count 2), thread 1 once
+    setp.gt.u32 %p3, %r1, 1;
+    @%p3 bra COUNTED;
+    setp.eq.u32 %p4, %r1, 0;
+    selp.u32 %r5, 2, 1, %p4;
+    mbarrier.arrive.shared::cta.b64 _, [%r2+8], %r5;
+COUNTED:
+    mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 %p5, [%r2+8], 0, 1000;
+    selp.u32 %r6, 1, 0, %p5;
+    st.global.u32 [%rd3+8], %r6;
+    // the third completes when thread 0's arrive and thread 1's complete_tx of 48 bytes are in
+    @%p1 bra NOTZERO;
+    mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%r2+16], 48;
+    mbarrier.arrive.expect_tx.b64 _, [%rd4+24], 0;
+    mbarrier.arrive.shared::cta.b64 _, [%r2+16];
+NOTZERO:
+    setp.ne.u32 %p6, %r1, 1;
+    @%p6 bra WAIT3;
+    mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [%r2+16], 48;
+WAIT3:
+    mbarrier.try_wait.parity.b64 %p7, [%rd4+16], 0;
+    @!%p7 bra WAIT3;
+    mbarrier.try_wait.parity.b64 %p7, [%rd4+24], 0;
+    selp.u32 %r7, 1, 0, %p7;
+    st.global.u32 [%rd3+12], %r7;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_mbarrier_forms(schedule):
+    dev = Device()
+    out = dev.alloc(64 * 16)
+    dev.load_module(ptx_of(FORMS)).function("forms").launch((1, 1, 1), (64, 1, 1), [out], schedule=schedule)
+    got = np.zeros((64, 4), np.uint32)
+    dev.copy_from_device(got, out)
+    assert sorted(got[:, 0]) == list(range(64))  # each arrival left a different pending count
+    assert (got[:, 1:] == 1).all()
+
+
+DEADLOCK = """.visible .entry stuck()
+{
+    .reg .b32 %r<4>;
+    .reg .pred %p<4>;
+    .shared .align 8 .b64 bar;
+    mov.u32 %r1, %tid.x;
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 mbarrier.init.shared::cta.b64 [bar], 2;
+    bar.sync 0;
+    @%p1 mbarrier.arrive.shared::cta.b64 _, [bar];
+WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;
+    @!%p2 bra WAIT;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_phase_that_never_completes_is_a_deadlock(schedule):
+    dev = Device()
+    with pytest.raises(PtxError, match=r"deadlock[\s\S]*mbarrier.try_wait.parity[\s\S]*1 of 2 arrivals pending"):
+        dev.load_module(ptx_of(DEADLOCK)).function("stuck").launch((1, 1, 1), (64, 1, 1), [], schedule=schedule)
+
+
+# -- misuse -----------------------------------------------------------------------------------------------------
+
+
+def misuse_kernel(body: str, params: str = "") -> str:
+    return ptx_of(f""".visible .entry bad(.param .align 64 .b8 tmap[128]{params})
+{{
+    .reg .b64 %rd<8>;
+    .reg .b32 %r<8>;
+    .reg .pred %p<4>;
+    .shared .align 1024 .b8 buf[4096];
+    .shared .align 8 .b64 bar[2];
+    mov.u32 %r1, bar;
+    mov.b64 %rd1, tmap;
+    cvta.param.u64 %rd2, %rd1;
+    mov.u32 %r2, 0;
+    mov.u32 %r3, buf;
+{body}
+    ret;
+}}
+""")
+
+
+MISUSE = {
+    "uninitialised": ("mbarrier.arrive.shared::cta.b64 _, [%r1];", r"not initialised"),
+    "count-zero": ("mov.u32 %r4, 0;\n    mbarrier.init.shared::cta.b64 [%r1], %r4;", r"count 0: it must lie in 1 \.\. 1048575"),
+    "count-too-big": ("mov.u32 %r4, 1048576;\n    mbarrier.init.shared::cta.b64 [%r1], %r4;", r"count 1048576"),
+    "misaligned": ("cvta.shared.u64 %rd3, bar;\n    mbarrier.init.b64 [%rd3+4], 1;", r"not 8-byte aligned"),
+    "tx-overflow": ("mbarrier.init.shared::cta.b64 [%r1], 1;\n    mbarrier.expect_tx.shared::cta.b64 [%r1], 1048575;\n"
+                    "    mbarrier.expect_tx.shared::cta.b64 [%r1], 1;", r"tx-count .* 1048576"),
+    "tx-underflow": ("mbarrier.init.shared::cta.b64 [%r1], 1;\n    mbarrier.complete_tx.shared::cta.b64 [%r1], 1048575;\n"
+                     "    mbarrier.complete_tx.shared::cta.b64 [%r1], 1;", r"tx-count .* -1048576"),
+    "too-many-arrivals": ("mbarrier.init.shared::cta.b64 [%r1], 1;\n    mbarrier.expect_tx.shared::cta.b64 [%r1], 16;\n"
+                          "    mbarrier.arrive.shared::cta.b64 _, [%r1], 2;", r"2 arrivals .* only 1 pending"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISUSE))
+def test_mbarrier_misuse(case):
+    body, message = MISUSE[case]
+    dev = Device()
+    fn = dev.load_module(misuse_kernel(body)).function("bad")
+    with pytest.raises(PtxError, match=message):
+        fn.launch((1, 1, 1), (1, 1, 1), [map_arg(fields(F32, (32, 8), (32, 8)))])
+
+
+LOAD_BODY = """mbarrier.init.shared::cta.b64 [%r1], 1;
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r1], 1024;
+    cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r3+{offset}], [%rd2, {{%r2, %r2}}], [%r1];"""
+
+BAD_MAPS = {
+    "box-over-256": ({"box": (8, 300)}, r"box dimension 1 is 300"),
+    "inner-box-not-16-bytes": ({"box": (5, 8)}, r"inner dimension is 20 bytes"),
+    "inner-box-over-the-span": ({"box": (32, 8), "swizzle": Swizzle.B64}, r"over the 64-byte swizzle span"),
+    "stride-not-16": ({"strides": (136,)}, r"stride of dimension 1 is 136 bytes"),
+    "element-stride": ({"es": (1, 9)}, r"element stride of dimension 1 is 9"),
+    "nan-fill-of-integers": ({"etype": U8, "fill": OobFill.NAN}, r"NaN out-of-bounds fill"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MAPS))
+def test_the_driver_checks_of_a_map(case):
+    extra, message = BAD_MAPS[case]
+    extra = dict(extra)
+    etype = extra.pop("etype", F32)
+    f = fields(etype, (32, 8), extra.pop("box", (32, 8)), **extra)
+    dev = Device()
+    g = dev.alloc(32 * 8 * 4 + 1024)
+    f = TensorMapFields(f.element_type, int(g), f.dims, f.strides, f.box, f.element_strides, swizzle=f.swizzle,
+                        oob_fill=f.oob_fill)
+    fn = dev.load_module(misuse_kernel(LOAD_BODY.format(offset=0))).function("bad")
+    with pytest.raises(PtxError, match=message):
+        fn.launch((1, 1, 1), (1, 1, 1), [map_arg(f)])
+
+
+@pytest.mark.parametrize("offset, swizzle, message", [
+    (16, Swizzle.NONE, r"0x10 is not 128-byte aligned"),
+    (128, Swizzle.B128, r"0x80 is not 1024-byte aligned"),
+    (3968, Swizzle.NONE, r"runs past the block's"),
+])
+def test_tma_destination_checks(offset, swizzle, message):
+    dev = Device()
+    g = dev.alloc(32 * 8 * 4)
+    f = fields(F32, (32, 8), (32, 8) if swizzle is Swizzle.NONE else (32, 8), swizzle=swizzle)
+    f = TensorMapFields(F32, int(g), f.dims, f.strides, f.box, f.element_strides, swizzle=swizzle)
+    fn = dev.load_module(misuse_kernel(LOAD_BODY.format(offset=offset))).function("bad")
+    with pytest.raises(PtxError, match=message):
+        fn.launch((1, 1, 1), (1, 1, 1), [map_arg(f)])
+
+
+def test_rank_must_match_and_prefetch_checks_the_map():
+    dev = Device()
+    g = dev.alloc(4096)
+    f = TensorMapFields(F32, int(g), (32, 8, 2), (128, 1024), (32, 8, 1), (1, 1, 1))
+    fn = dev.load_module(misuse_kernel(LOAD_BODY.format(offset=0))).function("bad")
+    with pytest.raises(PtxError, match=r"its rank is 3, the instruction's \.2d names 2"):
+        fn.launch((1, 1, 1), (1, 1, 1), [map_arg(f)])
+    fn = dev.load_module(misuse_kernel("prefetch.tensormap [%rd2];")).function("bad")
+    fn.launch((1, 1, 1), (1, 1, 1), [map_arg(f)])  # a map: fine
+    with pytest.raises(PtxError, match=r"not a tensor map"):
+        fn.launch((1, 1, 1), (1, 1, 1), [np.zeros(128, np.uint8)])
