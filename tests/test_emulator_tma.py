@@ -304,13 +304,8 @@ EMPTY_WAIT = """WAITEMPTY:
 """
 
 
-def run_ring(stages, tiles, schedule, empty_wait=True):
-    text = RING.format(stages=stages, tiles=tiles, nbytes=stages * 1024, empty_wait=EMPTY_WAIT)
-    if not empty_wait:  # the bug: the producer waits on the stage's 'full' mbarrier, not its 'empty' one
-        text = text.replace("mov.u32 %r7, empty;\n    mad.lo.u32 %r7, %r5, 8, %r7;\n    add.u32 %r8",
-                            "mov.u32 %r7, full;\n    mad.lo.u32 %r7, %r5, 8, %r7;\n    add.u32 %r8")
-        assert "mov.u32 %r7, full;" in text
-    ptx = ptx_of(text)
+def run_ring(stages, tiles, schedule):
+    ptx = ptx_of(RING.format(stages=stages, tiles=tiles, nbytes=stages * 1024, empty_wait=EMPTY_WAIT))
     data = (np.arange(tiles * 8 * 32, dtype=np.float32) % 97 + np.arange(tiles * 8 * 32) / 4096).astype(
         np.float32).reshape(tiles * 8, 32)
     dev = Device()
@@ -449,7 +444,7 @@ FILL:
 {fence}    bar.sync 0;
     setp.ne.u32 %p2, %r1, 0;
     @%p2 bra END;
-    mov.b64 %rd1, tmap;
+{issuer_fence}    mov.b64 %rd1, tmap;
     cvta.param.u64 %rd2, %rd1;
     ld.param.u32 %r7, [c0];
     ld.param.u32 %r8, [c1];
@@ -465,8 +460,9 @@ END:
 """
 
 
-def run_store(coords, schedule, fence=True, early=False):
-    ptx = ptx_of(STORE.format(fence="    fence.proxy.async.shared::cta;\n" if fence else "",
+def run_store(coords, schedule, fence="writer", early=False):
+    text = "    fence.proxy.async.shared::cta;\n"
+    ptx = ptx_of(STORE.format(fence=text if fence == "writer" else "", issuer_fence=text if fence == "issuer" else "",
                               early="    mov.u32 %r9, buf;\n    st.shared.u32 [%r9], %r1;\n" if early else ""))
     H, W = 20, 40
     base = -np.arange(H * W, dtype=np.float32).reshape(H, W) - 1
@@ -496,10 +492,11 @@ def test_tensor_store_clips_at_the_edges(coords):
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_store_without_proxy_fence_races(schedule):
-    got, want = run_store((3, 3), schedule)
-    np.testing.assert_array_equal(got, want)
+    for fence in ("writer", "issuer"):  # the writers fence before the barrier, or the issuing thread after it
+        got, want = run_store((3, 3), schedule, fence)
+        np.testing.assert_array_equal(got, want)
     with pytest.raises(RaceError) as e:
-        run_store((3, 3), schedule, fence=False)
+        run_store((3, 3), schedule, fence=None)
     text = str(e.value)
     assert "st.shared.b32" in text and "cp.async.bulk.tensor.2d.global" in text and "fence.proxy.async" in text
 
@@ -711,3 +708,57 @@ def test_rank_must_match_and_prefetch_checks_the_map():
     fn.launch((1, 1, 1), (1, 1, 1), [map_arg(f)])  # a map: fine
     with pytest.raises(PtxError, match=r"not a tensor map"):
         fn.launch((1, 1, 1), (1, 1, 1), [np.zeros(128, np.uint8)])
+
+
+# -- rule (c) for wgmma: a generic write of an operand needs fence.proxy.async --------------------------------
+
+WGMMA = """.visible .entry wg()
+{{
+    .reg .b64 %rd<8>;
+    .reg .b32 %r<16>;
+    .reg .f32 %f<4>;
+    .reg .pred %p<2>;
+    .shared .align 1024 .b8 ops[2304];
+    mov.u32 %r1, %tid.x;
+    // A (64 x 16 f16) in 2048 bytes, B (8 x 16) in 256 more: every thread writes 16 bytes of A,
+    // threads 0 .. 15 16 bytes of B
+    mov.u32 %r2, ops;
+    shl.b32 %r3, %r1, 4;
+    add.u32 %r4, %r2, %r3;
+    add.u32 %r5, %r1, 1;
+    st.shared.v4.u32 [%r4], {{%r5, %r5, %r5, %r5}};
+    setp.lt.u32 %p1, %r1, 16;
+    @%p1 st.shared.v4.u32 [%r4+2048], {{%r5, %r5, %r5, %r5}};
+{writer}    bar.sync 0;
+{reader}    cvt.u64.u32 %rd1, %r2;
+    shr.u64 %rd1, %rd1, 4;
+    or.b64 %rd2, %rd1, {a_bits};
+    add.u64 %rd3, %rd1, 128;
+    or.b64 %rd3, %rd3, {b_bits};
+    setp.ne.u32 %p1, %r1, %r1;
+    wgmma.fence.sync.aligned;
+    wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {{%f0, %f1, %f2, %f3}}, %rd2, %rd3, %p1, 1, 1, 0, 0;
+    wgmma.commit_group.sync.aligned;
+    wgmma.wait_group.sync.aligned 0;
+    ret;
+}}
+"""
+
+
+def wgmma_kernel(fence):
+    # no swizzle, K-major: LBO 128 bytes (between the K halves), SBO 256 (between row octets)
+    bits = (128 >> 4) << 16 | (256 >> 4) << 32
+    text = "    fence.proxy.async.shared::cta;\n"
+    return ptx_of(WGMMA.format(writer=text if fence == "writer" else "", reader=text if fence == "reader" else "",
+                               a_bits=bits, b_bits=bits))
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_wgmma_operand_written_without_proxy_fence_races(schedule):
+    dev = Device()
+    for fence in ("writer", "reader"):  # the writers fence before the barrier, or the wgmma's threads after it
+        dev.load_module(wgmma_kernel(fence)).function("wg").launch((1, 1, 1), (128, 1, 1), [], schedule=schedule)
+    with pytest.raises(RaceError) as e:
+        dev.load_module(wgmma_kernel(None)).function("wg").launch((1, 1, 1), (128, 1, 1), [], schedule=schedule)
+    text = str(e.value)
+    assert "st.shared.v4.u32" in text and "wgmma.mma_async" in text and "fence.proxy.async" in text

@@ -43,7 +43,6 @@ from .numerics import I64
 from .races import Access, Side
 
 CHUNK = 16
-INF = np.iinfo(np.int32).max
 
 
 class Clocks:
@@ -55,8 +54,7 @@ class Clocks:
         self.own = np.arange(n) % tpb
         self.vc[np.arange(n), self.own] = 1
         self.mb = np.zeros((n, 0), np.int32)
-        self.fences = np.zeros((n, 4), np.int32)  # the stamps of each thread's fence.proxy.async
-        self.nfence = np.zeros(n, I64)
+        self.fvc = np.zeros((n, tpb), np.int32)  # what fences (fence.proxy.async) have covered, as known
 
     def grow(self, cols: int) -> None:
         if cols > self.mb.shape[1]:
@@ -70,13 +68,14 @@ class Clocks:
         return (p == u) | (self.vc[p, self.own[u]] >= s)
 
     def release(self, bt):
-        """The clocks the threads ``bt`` release (rows), ticking their own entries after."""
-        out = self.vc[bt].copy(), self.mb[bt].copy()
+        """The clocks (vc, mb, fvc rows) the threads ``bt`` release, ticking their own entries after."""
+        out = self.vc[bt].copy(), self.mb[bt].copy(), self.fvc[bt].copy()
         self.vc[bt, self.own[bt]] += 1
         return out
 
-    def acquire(self, bt, vc, mb) -> None:
+    def acquire(self, bt, vc, mb, fvc) -> None:
         self.vc[bt] = np.maximum(self.vc[bt], vc)
+        self.fvc[bt] = np.maximum(self.fvc[bt], fvc)
         if len(mb):
             self.grow(len(mb))
             self.mb[bt, :len(mb)] = np.maximum(self.mb[bt, :len(mb)], mb)
@@ -90,32 +89,28 @@ class Clocks:
         starts = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
         counts = np.diff(np.r_[starts, len(bt)])
         self.vc[bt] = np.repeat(np.maximum.reduceat(self.vc[bt], starts, axis=0), counts, axis=0)
+        self.fvc[bt] = np.repeat(np.maximum.reduceat(self.fvc[bt], starts, axis=0), counts, axis=0)
         if self.mb.shape[1]:
             self.mb[bt] = np.repeat(np.maximum.reduceat(self.mb[bt], starts, axis=0), counts, axis=0)
         self.vc[bt, self.own[bt]] += 1
 
     def fence(self, bt) -> None:
-        """``fence.proxy.async`` by the threads ``bt``: stamped between two ticks, so that a
-        write before it has a smaller stamp and one after it a larger."""
-        self.vc[bt, self.own[bt]] += 1
-        need = int(self.nfence[bt].max()) + 1
-        if need > self.fences.shape[1]:
-            self.fences = np.pad(self.fences, ((0, 0), (0, max(need, 2 * self.fences.shape[1]) - self.fences.shape[1])))
-        self.fences[bt, self.nfence[bt]] = self.vc[bt, self.own[bt]]
-        self.nfence[bt] += 1
+        """``fence.proxy.async`` by the threads ``bt``: every generic access they know of (their
+        vector clocks) is fenced for the asynchronous proxy (their fence clocks take it in); their
+        own entries tick, so that a write after the fence is not covered."""
+        self.fvc[bt] = np.maximum(self.fvc[bt], self.vc[bt])
         self.vc[bt, self.own[bt]] += 1
 
-    def fence_after(self, u, nf):
-        """The stamp of thread ``u``'s first fence after it had executed ``nf`` (INF: none yet)."""
-        have = nf < self.nfence[u]
-        return np.where(have, self.fences[u, np.minimum(nf, self.fences.shape[1] - 1)], INF)
+    def fenced(self, p, u, s):
+        """Whether a fence that the events of ``u`` stamped ``s`` happen before happens before ``p`` now."""
+        return self.fvc[p, self.own[u]] >= s
 
 
 class Shadow:
     """The generic accesses of shared memory, per 16-byte chunk: (chunk, thread, stamp, write,
-    fences before it, site number), the latest per chunk, thread and kind once compacted."""
+    site number), the latest per chunk, thread and kind once compacted."""
 
-    FIELDS = ("chunk", "bt", "stamp", "write", "nf", "site")
+    FIELDS = ("chunk", "bt", "stamp", "write", "site")
 
     def __init__(self):
         self.parts: list = []
@@ -220,8 +215,7 @@ class Proxy:
             self._check_loaded(T, where, bt, chunks, site, "generic")
             if write:
                 self._check_store_source(T, where, bt, chunks, site)
-            self.shadow.add(chunk=chunks, bt=bt, stamp=self.clocks.stamp(bt), write=int(write),
-                            nf=self.clocks.nfence[bt], site=sid)
+            self.shadow.add(chunk=chunks, bt=bt, stamp=self.clocks.stamp(bt), write=int(write), site=sid)
 
     def async_read(self, T, where, chunks, site) -> None:
         """An asynchronous read of shared chunks by the threads ``where`` (context positions, one
@@ -230,8 +224,8 @@ class Proxy:
             return
         bt = T.bt[where]
         self._check_loaded(T, where, bt, chunks, site, "async")
-        self.shadow.add(chunk=chunks, bt=bt, stamp=self.clocks.stamp(bt), write=0,
-                        nf=self.clocks.nfence[bt], site=self.site_id(site))
+        self._check_fenced(T, where, bt, chunks, site, only_ordered=True)
+        self.shadow.add(chunk=chunks, bt=bt, stamp=self.clocks.stamp(bt), write=0, site=self.site_id(site))
 
     def _check_loaded(self, T, where, bt, chunks, site, how) -> None:
         """(a): the chunks a TMA load wrote may be touched once the toucher observed its phase."""
@@ -319,27 +313,39 @@ class Proxy:
         p = int(T.bt[k])
         chunks = np.unique(chunks)
         self._check_loaded(T, np.full(len(chunks), k), np.full(len(chunks), p), chunks, site, "async")
-        t = self.shadow.take(chunks)
-        w = np.flatnonzero(t["write"] == 1)
-        if len(w):
-            u, s, nf = t["bt"][w], t["stamp"][w], t["nf"][w]
-            ordered = self.clocks.knows(np.full(len(u), p), u, s)
-            fence = self.clocks.fence_after(u, nf)
-            fenced = np.where(u == p, self.clocks.nfence[u] > nf, fence <= self.clocks.vc[p, self.clocks.own[u]])
-            bad = np.flatnonzero(~(ordered & fenced))
-            if len(bad):
-                j = w[bad[0]]
-                why = ("the writing thread executed no fence.proxy.async between the write and the synchronisation "
-                       "that orders it before the store (a generic-proxy write is not visible to the asynchronous "
-                       "proxy without one)" if ordered[bad[0]] else
-                       "nothing orders the write before the store's issue (an mbarrier or barrier)")
-                raise self._error(T, int(t["bt"][j]), Access.WRITE, self.sites[int(t["site"][j])], p, Access.READ,
-                                  site, int(t["chunk"][j]), k, f"the TMA store reads bytes a generic write put there: "
-                                                               f"{why}")
+        self._check_fenced(T, np.full(len(chunks), k), np.full(len(chunks), p), chunks, site, only_ordered=False)
         rec = len(self.stores["bt"])
         for f, v in (("bt", p), ("group", self.committed[p]), ("retired", -1), ("site", self.site_id(site))):
             self.stores[f] = np.append(self.stores[f], v)
         self.store_of[chunks] = rec
+
+    def _check_fenced(self, T, where, bt, chunks, site, only_ordered: bool) -> None:
+        """(c): the generic writes of the chunks an asynchronous read (by the threads ``bt``, one per
+        chunk) reads must happen before it, fenced: a fence.proxy.async that the write happens
+        before must happen before the read (in the writer's thread before its release, or in the
+        reader's after its acquire).  ``only_ordered``: unordered writes are left to :mod:`.races`."""
+        t = self.shadow.take(np.unique(chunks))
+        w = np.flatnonzero(t["write"] == 1)
+        if not len(w):
+            return
+        reader = np.zeros(int(chunks.max()) + 1, I64)
+        reader[chunks] = np.arange(len(chunks))
+        j_of = reader[t["chunk"][w]]
+        p = bt[j_of]
+        u, s = t["bt"][w], t["stamp"][w]
+        ordered = self.clocks.knows(p, u, s)
+        fenced = self.clocks.fenced(p, u, s)
+        bad = np.flatnonzero(~fenced & (ordered if only_ordered else True))
+        if len(bad):
+            i = bad[0]
+            j = w[i]
+            why = ("no fence.proxy.async comes between them: the writing thread fences after the write and before "
+                   "the synchronisation that orders it before the read, or the reading thread after it (a "
+                   "generic-proxy write is not visible to the asynchronous proxy without one)" if ordered[i] else
+                   "nothing orders the write before the read (an mbarrier or barrier), and no fence.proxy.async")
+            raise self._error(T, int(u[i]), Access.WRITE, self.sites[int(t["site"][j])], int(p[i]), Access.READ,
+                              site, int(t["chunk"][j]), int(where[j_of[i]]),
+                              f"the asynchronous proxy reads bytes a generic write put there: {why}")
 
     def commit(self, T, where) -> None:
         self.committed[T.bt[where]] += 1
@@ -386,7 +392,7 @@ def uses_async_proxy(module) -> bool:
     from .parser import Instruction
 
     return any(isinstance(s, Instruction) and (
-        s.opcode in ("mbarrier", "tensormap") or (s.opcode == "fence" and "proxy" in s.mods)
+        s.opcode in ("mbarrier", "tensormap", "wgmma") or (s.opcode == "fence" and "proxy" in s.mods)
         or (s.opcode == "cp" and s.mods[:2] in (("async", "bulk"), ("async", "mbarrier"))))
         for fn in module.functions.values() for s in fn.body)
 

@@ -39,12 +39,14 @@ STATE_TAG = np.uint64(0xA5 << 56)  # marks an opaque state value this emulator r
 class MBarrier:
     """One initialised mbarrier object of one block."""
 
-    __slots__ = ("flat", "slot", "col", "count", "pending", "tx", "phase", "acc_vc", "acc_mb", "done", "valid")
+    __slots__ = ("flat", "slot", "col", "count", "pending", "tx", "phase", "acc_vc", "acc_mb", "acc_fvc", "done",
+                 "valid")
 
     def __init__(self, flat: int, slot: int, col: int, count: int, tpb: int):
         self.flat, self.slot, self.col, self.count = flat, slot, col, count
         self.pending, self.tx, self.phase = count, 0, 0
         self.acc_vc = np.zeros(tpb, np.int32)  # the clocks released to the current phase
+        self.acc_fvc = np.zeros(tpb, np.int32)
         self.acc_mb = np.zeros(0, np.int32)
         self.done: dict = {}  # phase -> (vc, mb) released by it (the last two)
         self.valid = True
@@ -135,23 +137,29 @@ class MBarriers:
                            f"({b.phase}) has only {b.pending} pending (more arrivals than mbarrier.init's count)",
                            line=site.line, source=site.text, thread=thread_text(T, k))
         if release:
-            vc, mb = self.proxy.clocks.release(np.array([T.bt[k]]))
-            np.maximum(b.acc_vc, vc[0], out=b.acc_vc)
-            b.acc_mb = _join(b.acc_mb, mb[0])
+            self.release(T, k, b)
         b.pending -= count
         state = STATE_TAG | np.uint64(b.phase << 20 | b.pending)
         self._maybe_complete(b)
         return int(state)
 
+    def release(self, T, k, b: MBarrier) -> None:
+        """The thread ``k`` releases its clocks to ``b``'s current phase."""
+        vc, mb, fvc = self.proxy.clocks.release(np.array([T.bt[k]]))
+        np.maximum(b.acc_vc, vc[0], out=b.acc_vc)
+        np.maximum(b.acc_fvc, fvc[0], out=b.acc_fvc)
+        b.acc_mb = _join(b.acc_mb, mb[0])
+
     def _maybe_complete(self, b: MBarrier) -> None:
         if b.pending == 0 and b.tx == 0:
             mb = _join(b.acc_mb, np.zeros(b.col + 1, np.int32))
             mb[b.col] = max(mb[b.col], b.phase + 1)
-            b.done[b.phase] = (b.acc_vc.copy(), mb)
+            b.done[b.phase] = (b.acc_vc.copy(), mb, b.acc_fvc.copy())
             b.done.pop(b.phase - 2, None)
             b.phase += 1
             b.pending, b.tx = b.count, 0
             b.acc_vc = np.zeros_like(b.acc_vc)
+            b.acc_fvc = np.zeros_like(b.acc_fvc)
             b.acc_mb = np.zeros(0, np.int32)
 
     # -- waits ---------------------------------------------------------------------------------------------

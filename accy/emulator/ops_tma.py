@@ -12,7 +12,6 @@ from . import ops_mem, ops_mma, tma
 from .async_proxy import proxy_of
 from .compiler import Mods, SyncInfo, Unsupported, handler
 from .errors import PtxError
-from .mbarrier import _join as join
 from .memory import PARAM_WINDOW, Site, thread_text
 from .numerics import BOOL, I32, I64, U32, U64
 from .ops_arith import Spec
@@ -140,7 +139,7 @@ def mb_waited(T, ids, mask, site, addr, arg, parity, generic):
         for k, (b, ph) in zip(where, _phases(T, where, site, flat, _arr(arg, n)[sel], parity)):
             got = b.done.get(ph) or (b.done[max(b.done)] if b.done else None)
             if got is not None and ph >= 0:
-                p.clocks.acquire(np.array([T.bt[k]]), got[0], got[1])
+                p.clocks.acquire(np.array([T.bt[k]]), *got)
     return np.ones(n, bool)
 
 
@@ -159,9 +158,7 @@ def cp_mbar_arrive(T, ids, mask, site, addr, noinc, generic):
         if noinc:
             p.bars.arrive(T, k, b, 1, site, True)
         else:
-            vc, mb = p.clocks.release(np.array([T.bt[k]]))
-            np.maximum(b.acc_vc, vc[0], out=b.acc_vc)
-            b.acc_mb = join(b.acc_mb, mb[0])
+            p.bars.release(T, k, b)
 
 
 def pending_count(state):
