@@ -762,3 +762,305 @@ def test_wgmma_operand_written_without_proxy_fence_races(schedule):
         dev.load_module(wgmma_kernel(None)).function("wg").launch((1, 1, 1), (128, 1, 1), [], schedule=schedule)
     text = str(e.value)
     assert "st.shared.v4.u32" in text and "wgmma.mma_async" in text and "fence.proxy.async" in text
+
+
+# -- tensormap.replace, then a load through the edited map ---------------------------------------------------
+
+REPLACE = """.visible .entry repl(.param .u64 map, .param .u64 other, .param .u64 out)
+{{
+    .reg .b64 %rd<12>;
+    .reg .b32 %r<16>;
+    .reg .pred %p<4>;
+    .shared .align 1024 .b8 buf[1024];
+    .shared .align 128 .b8 smap[128];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra ISSUED;
+    ld.param.u64 %rd1, [map];
+    ld.param.u64 %rd2, [other];
+    mbarrier.init.shared::cta.b64 [bar], 1;
+{edits}    fence.proxy.tensormap::generic.release.gpu;
+    fence.proxy.tensormap::generic.acquire.gpu [%rd1], 128;
+    prefetch.tensormap [%rd1];
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], 1024;
+    mov.u32 %r2, 0;
+    cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [buf], [%rd1, {{%r2, %r2}}], [bar];
+ISSUED:
+    bar.sync 0;
+WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;
+    @!%p2 bra WAIT;
+    // the map edited in shared memory too: its 128 bytes go out after the box's 1024
+    ld.param.u64 %rd4, [out];
+    shl.b32 %r3, %r1, 2;
+    mov.u32 %r4, buf;
+    add.u32 %r4, %r4, %r3;
+    ld.shared.u32 %r5, [%r4];
+    ld.shared.u32 %r6, [%r4+512];
+    mul.wide.u32 %rd5, %r1, 4;
+    add.u64 %rd6, %rd4, %rd5;
+    st.global.u32 [%rd6], %r5;
+    st.global.u32 [%rd6+512], %r6;
+    ret;
+}}
+"""
+
+
+def test_tensormap_replace_then_load():
+    edits = ("    tensormap.replace.tile.global_address.global.b1024.b64 [%rd1], %rd2;\n"
+             "    tensormap.replace.tile.global_dim.global.b1024.b32 [%rd1], 1, 5;\n"
+             "    tensormap.replace.tile.swizzle_mode.global.b1024.b32 [%rd1], 3;\n")
+    ptx = ptx_of(REPLACE.format(edits=edits))
+    first = tensor_data(F32, (16, 32))
+    other = first + 10000
+    dev = Device()
+    g1, g2 = dev.alloc(first.nbytes), dev.alloc(other.nbytes)
+    dev.copy_to_device(g1, first)
+    dev.copy_to_device(g2, other)
+    f = TensorMapFields(F32, int(g1), (32, 16), (128,), (32, 8), (1, 1))
+    m = dev.alloc(128)
+    dev.copy_to_device(m, map_arg(f))
+    out = dev.alloc(1024)
+    dev.load_module(ptx).function("repl").launch((1, 1, 1), (128, 1, 1), [m, g2, out])
+    got = np.zeros(1024, np.uint8)
+    dev.copy_from_device(got, out)
+    edited = TensorMapFields(F32, int(g2), (32, 5), (128,), (32, 8), (1, 1), swizzle=Swizzle.B128)
+    np.testing.assert_array_equal(got, expected_box(other, edited, (0, 0)))
+    back = np.zeros(128, np.uint8)
+    dev.copy_from_device(back, m)
+    from accy.emulator.tensor_map import decode
+    assert decode(back.tobytes()) == edited
+
+
+def test_tensormap_replace_in_shared_memory_and_its_ordinal():
+    ptx = ptx_of(""".visible .entry srepl(.param .u64 map)
+{
+    .reg .b64 %rd<8>;
+    .reg .b32 %r<8>;
+    .reg .pred %p<2>;
+    .shared .align 128 .b8 smap[128];
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd1, [map];
+    mul.wide.u32 %rd2, %r1, 8;
+    add.u64 %rd3, %rd1, %rd2;
+    mov.u32 %r2, smap;
+    shl.b32 %r3, %r1, 3;
+    add.u32 %r4, %r2, %r3;
+    ld.global.u64 %rd4, [%rd3];
+    st.shared.u64 [%r4], %rd4;
+    bar.sync 0;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra DONE;
+    tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [smap], 1, 4;
+    mov.b64 %rd5, 256;
+    tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [smap], 0, %rd5;
+DONE:
+    bar.sync 0;
+    ld.shared.u64 %rd6, [%r4];
+    st.global.u64 [%rd3], %rd6;
+    ret;
+}
+""")
+    dev = Device()
+    f = TensorMapFields(F32, 1 << 36, (32, 16), (128,), (32, 8), (1, 1))
+    m = dev.alloc(128)
+    dev.copy_to_device(m, map_arg(f))
+    dev.load_module(ptx).function("srepl").launch((1, 1, 1), (16, 1, 1), [m])
+    back = np.zeros(128, np.uint8)
+    dev.copy_from_device(back, m)
+    from accy.emulator.tensor_map import decode
+    assert decode(back.tobytes()) == TensorMapFields(F32, 1 << 36, (32, 16), (256,), (32, 4), (1, 1))
+
+
+# -- plain bulk copies, cp.async.mbarrier.arrive, elect.sync, setmaxnreg, refusals -----------------------------
+
+BULK = """.visible .entry bulk(.param .u64 src, .param .u64 dst)
+{
+    .reg .b64 %rd<8>;
+    .reg .b32 %r<16>;
+    .reg .pred %p<4>;
+    .shared .align 128 .b8 buf[512];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    ld.param.u64 %rd1, [src];
+    ld.param.u64 %rd2, [dst];
+    @%p1 bra ISSUED;
+    mbarrier.init.shared::cta.b64 [bar], 1;
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], 512;
+    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [buf], [%rd1], 512, [bar];
+ISSUED:
+    bar.sync 0;
+WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;
+    @!%p2 bra WAIT;
+    // every word doubled in place, then thread 0 stores the buffer in bulk
+    shl.b32 %r2, %r1, 2;
+    mov.u32 %r3, buf;
+    add.u32 %r3, %r3, %r2;
+    ld.shared.u32 %r4, [%r3];
+    shl.b32 %r4, %r4, 1;
+    st.shared.u32 [%r3], %r4;
+    fence.proxy.async.shared::cta;
+    bar.sync 0;
+    @%p1 bra DONE;
+    cp.async.bulk.global.shared::cta.bulk_group [%rd2], [buf], 512;
+    cp.async.bulk.commit_group;
+    cp.async.bulk.wait_group 0;
+DONE:
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_plain_bulk_copies(schedule):
+    data = np.arange(128, dtype=np.uint32) * 7 + 3
+    dev = Device()
+    src, dst = dev.alloc(512), dev.alloc(512)
+    dev.copy_to_device(src, data)
+    dev.load_module(ptx_of(BULK)).function("bulk").launch((1, 1, 1), (128, 1, 1), [src, dst], schedule=schedule)
+    got = np.zeros(128, np.uint32)
+    dev.copy_from_device(got, dst)
+    np.testing.assert_array_equal(got, data * 2)
+
+
+CP_ARRIVE = """.visible .entry cparrive(.param .u64 src, .param .u64 dst)
+{{
+    .reg .b64 %rd<8>;
+    .reg .b32 %r<16>;
+    .reg .pred %p<4>;
+    .shared .align 16 .b8 buf[2048];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra INITED;
+    mbarrier.init.shared::cta.b64 [bar], {count};
+INITED:
+    bar.sync 0;
+    // each thread copies 16 bytes with cp.async and has the mbarrier arrive when they land
+    ld.param.u64 %rd1, [src];
+    mul.wide.u32 %rd2, %r1, 16;
+    add.u64 %rd3, %rd1, %rd2;
+    shl.b32 %r2, %r1, 4;
+    mov.u32 %r3, buf;
+    add.u32 %r3, %r3, %r2;
+    cp.async.cg.shared.global [%r3], [%rd3], 16;
+    cp.async.mbarrier.arrive{noinc}.shared::cta.b64 [bar];
+{arrive}WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;
+    @!%p2 bra WAIT;
+    // read the thread's own copy (another thread's would be ordered by the phase, but the phase-based
+    // race checker of generic accesses does not know mbarriers, see accy/emulator/async_proxy.py)
+    shl.b32 %r5, %r1, 4;
+    mov.u32 %r6, buf;
+    add.u32 %r6, %r6, %r5;
+    ld.shared.u32 %r7, [%r6];
+    ld.param.u64 %rd4, [dst];
+    mul.wide.u32 %rd5, %r1, 4;
+    add.u64 %rd6, %rd4, %rd5;
+    st.global.u32 [%rd6], %r7;
+    ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("noinc", (True, False))
+def test_cp_async_mbarrier_arrive(noinc):
+    ptx = ptx_of(CP_ARRIVE.format(count=128, noinc=".noinc" if noinc else "",
+                                  arrive="" if noinc else "    mbarrier.arrive.shared::cta.b64 _, [bar];\n"))
+    data = np.arange(512, dtype=np.uint32)
+    dev = Device()
+    src, dst = dev.alloc(2048), dev.alloc(512)
+    dev.copy_to_device(src, data)
+    dev.load_module(ptx).function("cparrive").launch((1, 1, 1), (128, 1, 1), [src, dst])
+    got = np.zeros(128, np.uint32)
+    dev.copy_from_device(got, dst)
+    np.testing.assert_array_equal(got, data.reshape(128, 4)[:, 0])
+
+
+def test_elect_sync_elects_the_lowest_lane_of_the_mask():
+    ptx = ptx_of(""".visible .entry el(.param .u64 out)
+{
+    .reg .b64 %rd<6>;
+    .reg .b32 %r<8>;
+    .reg .pred %p<4>;
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r1, 8;
+    add.u64 %rd3, %rd1, %rd2;
+    mov.u32 %r2, 99;
+    mov.u32 %r5, %laneid;
+    setp.lt.u32 %p1, %r5, 4;
+    @%p1 bra DONE;
+    elect.sync %r2|%p2, 0xFFFFFFF0;
+    elect.sync _|%p3, 0xFFFFFFF0;
+    selp.u32 %r3, 1, 0, %p2;
+    selp.u32 %r4, 1, 0, %p3;
+    add.u32 %r3, %r3, %r4;
+    st.global.u32 [%rd3+4], %r3;
+DONE:
+    st.global.u32 [%rd3], %r2;
+    ret;
+}
+""")
+    dev = Device()
+    out = dev.alloc(64 * 8)
+    dev.load_module(ptx).function("el").launch((1, 1, 1), (64, 1, 1), [out])
+    got = np.zeros((64, 2), np.uint32)
+    dev.copy_from_device(got, out)
+    lane = np.arange(64) % 32
+    np.testing.assert_array_equal(got[:, 0], np.where(lane < 4, 99, 4))
+    np.testing.assert_array_equal(got[:, 1], np.where(lane == 4, 2, 0))
+
+
+SETMAXNREG = """.visible .entry regs()
+{{
+    .reg .b32 %r<4>;
+    .reg .pred %p<2>;
+    mov.u32 %r1, %tid.x;
+    setp.lt.u32 %p1, %r1, 128;
+    @%p1 bra PRODUCER;
+    setmaxnreg.inc.sync.aligned.u32 {inc};
+    bra DONE;
+PRODUCER:
+    setmaxnreg.dec.sync.aligned.u32 40;
+DONE:
+    ret;
+}}
+"""
+
+
+def test_setmaxnreg_per_warpgroup():
+    from accy.emulator.profile import LaunchCounters
+
+    dev = Device()
+    counters = LaunchCounters()
+    dev.load_module(ptx_of(SETMAXNREG.format(inc=232))).function("regs").launch((1, 1, 1), (256, 1, 1), [],
+                                                                                 profile=counters)
+    assert counters.warp_registers == {((0, 0, 0), w): 40 if w < 4 else 232 for w in range(8)}
+    with pytest.raises(PtxError, match=r"setmaxnreg is warpgroup-collective"):
+        dev.load_module(ptx_of(SETMAXNREG.format(inc=232))).function("regs").launch((1, 1, 1), (192, 1, 1), [])
+    with pytest.raises(PtxError, match=r"multiple of 8 in 24 \.\. 256"):
+        dev.load_module(HEAD + SETMAXNREG.format(inc=20))
+
+
+def test_multicast_is_refused():
+    ptx = HEAD + """.visible .entry mc(.param .u64 m)
+{
+    .reg .b64 %rd<4>;
+    .reg .b32 %r<4>;
+    .reg .b16 %rs<2>;
+    .shared .align 128 .b8 buf[1024];
+    .shared .align 8 .b64 bar;
+    ld.param.u64 %rd1, [m];
+    mov.u32 %r1, 0;
+    mov.b16 %rs1, 3;
+    cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [buf], [%rd1, {%r1, %r1}], [bar], %rs1;
+    ret;
+}
+"""
+    assembled(ptx, ARCH)
+    with pytest.raises(PtxError, match=r"multicast::cluster is not emulated"):
+        Device().load_module(ptx)
