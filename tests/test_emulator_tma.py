@@ -951,9 +951,10 @@ INITED:
 {arrive}WAIT:
     mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;
     @!%p2 bra WAIT;
-    // read the thread's own copy (another thread's would be ordered by the phase, but the phase-based
-    // race checker of generic accesses does not know mbarriers, see accy/emulator/async_proxy.py)
-    shl.b32 %r5, %r1, 4;
+    // read a neighbour's copy (another warp's): the phase orders it
+    add.u32 %r4, %r1, 64;
+    and.b32 %r4, %r4, 127;
+    shl.b32 %r5, %r4, 4;
     mov.u32 %r6, buf;
     add.u32 %r6, %r6, %r5;
     ld.shared.u32 %r7, [%r6];
@@ -966,18 +967,33 @@ INITED:
 """
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("noinc", (True, False))
-def test_cp_async_mbarrier_arrive(noinc):
-    ptx = ptx_of(CP_ARRIVE.format(count=128, noinc=".noinc" if noinc else "",
-                                  arrive="" if noinc else "    mbarrier.arrive.shared::cta.b64 _, [bar];\n"))
+def test_cp_async_mbarrier_arrive(noinc, schedule):
+    """The phase orders the copies before another warp's reads (the generic race checker asks the
+    mbarriers' clocks); without the wait it does not."""
+    run_cp_arrive(noinc, schedule, wait=True)
+    with pytest.raises(PtxError) as e:
+        run_cp_arrive(noinc, schedule, wait=False)
+    assert "cp.async.cg" in str(e.value) and "ld.shared.u32 %r7" in str(e.value)
+
+
+def run_cp_arrive(noinc, schedule, wait):
+    ptx = CP_ARRIVE.format(count=128, noinc=".noinc" if noinc else "",
+                           arrive="" if noinc else "    mbarrier.arrive.shared::cta.b64 _, [bar];\n")
+    if not wait:
+        wait_loop = "WAIT:\n    mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;\n    @!%p2 bra WAIT;\n"
+        assert wait_loop in ptx
+        ptx = ptx.replace(wait_loop, "")
+    ptx = ptx_of(ptx)
     data = np.arange(512, dtype=np.uint32)
     dev = Device()
     src, dst = dev.alloc(2048), dev.alloc(512)
     dev.copy_to_device(src, data)
-    dev.load_module(ptx).function("cparrive").launch((1, 1, 1), (128, 1, 1), [src, dst])
+    dev.load_module(ptx).function("cparrive").launch((1, 1, 1), (128, 1, 1), [src, dst], schedule=schedule)
     got = np.zeros(128, np.uint32)
     dev.copy_from_device(got, dst)
-    np.testing.assert_array_equal(got, data.reshape(128, 4)[:, 0])
+    np.testing.assert_array_equal(got, data.reshape(128, 4)[(np.arange(128) + 64) % 128, 0])
 
 
 def test_elect_sync_elects_the_lowest_lane_of_the_mask():

@@ -18,18 +18,28 @@ so they do not depend on the warp schedule:
 * (b) a TMA load into bytes some thread read or wrote without a happens-before edge from that
   access to the load's issue is a race (and so is one into the destination of an earlier load
   whose completion the issuing thread has not observed);
-* (c) a TMA store that reads bytes a generic write put there is a race unless the write
-  happens before the store's issue and the writing thread executed ``fence.proxy.async``
-  after the write and before the release that orders it (the fence happens before the issue);
+* (c) a TMA store (or a wgmma) that reads bytes a generic write put there is a race unless
+  the write happens before the read's issue through a ``fence.proxy.async``: one the write
+  happens before and that happens before the issue (the writer's, after the write and before
+  the release that orders it; or the issuing thread's, after the acquire).  Each thread keeps
+  a second vector clock of what fences have covered (a fence takes in the thread's clock);
+  for wgmma, writes nothing orders are left to the phase-based checker;
 * (d) a write (generic or a TMA load) to a TMA store's source before the issuing thread's
   ``cp.async.bulk.wait_group.read`` retired its group, or without happens-before from that
   wait, is a race.
 
 Generic accesses are logged per 16-byte chunk (the latest access of each thread and kind); a
 TMA load clears its destination's log.  The clocks and the log run in the launches of
-modules that use mbarriers or the asynchronous proxy (:func:`uses_async_proxy`), from the start.  Generic-proxy pairs stay with the phase-based checker of
-:mod:`.races`, which does not know mbarriers: two generic accesses of different warps ordered
-only by an mbarrier are reported there.
+modules that use mbarriers, wgmma or the asynchronous proxy (:func:`uses_async_proxy`), from
+the start.
+
+Generic-proxy pairs stay with the phase-based checker of :mod:`.races`; where it finds two
+accesses of one phase unordered, it asks :meth:`Clocks.happened_before` whether an mbarrier
+orders them (what each thread learnt from its waits and warp syncs, kept with the clock it had
+then), so that a ``cp.async.mbarrier.arrive`` or an arrive/wait pair orders generic accesses of
+different warps.  Approximations: a TMA load clears its destination's log (later loads there
+are checked against the accesses since); a wait that observes a phase older than the last two
+acquires the clocks of the older of the two kept; ``bar.arrive`` releases nothing.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ class Clocks:
         self.vc[np.arange(n), self.own] = 1
         self.mb = np.zeros((n, 0), np.int32)
         self.fvc = np.zeros((n, tpb), np.int32)  # what fences (fence.proxy.async) have covered, as known
+        self.history: dict = {}  # thread -> [(own clock after, clock row it learnt)]: its mbarrier waits and warp syncs
 
     def grow(self, cols: int) -> None:
         if cols > self.mb.shape[1]:
@@ -74,25 +85,43 @@ class Clocks:
         return out
 
     def acquire(self, bt, vc, mb, fvc) -> None:
+        """The threads ``bt`` acquire the clocks of an mbarrier phase (their own entries tick after, so that
+        their accesses after the wait are told from those before it)."""
         self.vc[bt] = np.maximum(self.vc[bt], vc)
+        self.vc[bt, self.own[bt]] += 1
+        for t in np.atleast_1d(bt):
+            self.history.setdefault(int(t), []).append((int(self.vc[t, self.own[t]]), vc))
         self.fvc[bt] = np.maximum(self.fvc[bt], fvc)
         if len(mb):
             self.grow(len(mb))
             self.mb[bt, :len(mb)] = np.maximum(self.mb[bt, :len(mb)], mb)
 
-    def join(self, bt, keys) -> None:
-        """Threads ``bt`` synchronise in groups ``keys`` (a barrier: blocks; a warp instruction: warps)."""
+    def join(self, bt, keys, remember: bool = False) -> None:
+        """Threads ``bt`` synchronise in groups ``keys`` (a barrier: blocks; a warp instruction: warps);
+        ``remember``: keep what each learnt in its history (a warp sync: the phase-based race checker
+        orders accesses across barriers itself)."""
         if not len(bt):
             return
         order = np.argsort(keys, kind="stable")
         bt, k = bt[order], keys[order]
         starts = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
         counts = np.diff(np.r_[starts, len(bt)])
-        self.vc[bt] = np.repeat(np.maximum.reduceat(self.vc[bt], starts, axis=0), counts, axis=0)
+        rows = np.maximum.reduceat(self.vc[bt], starts, axis=0)
+        self.vc[bt] = np.repeat(rows, counts, axis=0)
         self.fvc[bt] = np.repeat(np.maximum.reduceat(self.fvc[bt], starts, axis=0), counts, axis=0)
         if self.mb.shape[1]:
             self.mb[bt] = np.repeat(np.maximum.reduceat(self.mb[bt], starts, axis=0), counts, axis=0)
         self.vc[bt, self.own[bt]] += 1
+        if remember and self.history:  # (only once some thread waited on an mbarrier)
+            group = np.repeat(np.arange(len(starts)), counts)
+            for t, g in zip(bt, group):
+                self.history.setdefault(int(t), []).append((int(self.vc[t, self.own[t]]), rows[g]))
+
+    def happened_before(self, u: int, s: int, p: int, s2: int) -> bool:
+        """Whether the access of thread ``u`` at clock ``s`` happens before that of ``p`` at ``s2`` through
+        what ``p`` learnt from mbarrier waits and warp syncs (barriers are the phases' business)."""
+        col = self.own[u]
+        return any(at <= s2 and row[col] >= s for at, row in self.history.get(p, ()))
 
     def fence(self, bt) -> None:
         """``fence.proxy.async`` by the threads ``bt``: every generic access they know of (their
@@ -162,6 +191,9 @@ class Proxy:
         if enabled:  # the module uses the asynchronous proxy: its clocks and log run from the start
             self.start()
 
+    def happened_before(self, u: int, s: int, p: int, s2: int) -> bool:
+        return self.clocks.happened_before(u, s, p, s2)
+
     def start(self) -> None:
         if self.active:
             return
@@ -197,7 +229,7 @@ class Proxy:
     def warp_sync(self, T, pos) -> None:
         if self.active and len(pos):
             bt = T.bt[pos]
-            self.clocks.join(bt, (bt // self.tpb) * 64 + (bt % self.tpb) // 32)
+            self.clocks.join(bt, (bt // self.tpb) * 64 + (bt % self.tpb) // 32, remember=True)
 
     # -- generic accesses ------------------------------------------------------------------------------
     def generic(self, T, ids, mask, site, flat) -> None:

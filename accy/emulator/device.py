@@ -352,6 +352,7 @@ class Function:
                 T.races = races
                 first = int(cids[0])
                 races.begin_batch(first, n, S)
+                races.hb = T.proxy if T.proxy.active else None  # mbarriers order threads the phases do not
                 try:
                     run_entry(self.module.program, self._cf, T, schedule, first)
                 except Exception as failure:
