@@ -160,6 +160,7 @@ def fields(etype, dims, box, strides=None, es=None, swizzle=Swizzle.NONE, fill=O
 F32, F16, BF16, U8 = ElementType.FLOAT32, ElementType.FLOAT16, ElementType.BFLOAT16, ElementType.UINT8
 
 LOADS = {
+    "1d-past-the-end": (F32, (100,), (32,), (80,), {}),
     "2d": (F32, (40, 20), (16, 8), (8, 4), {}),
     "2d-right-bottom-edges": (F32, (40, 20), (16, 8), (32, 16), {}),
     "2d-negative-left-top-edges": (F32, (40, 20), (16, 8), (-8, -3), {}),
@@ -174,6 +175,7 @@ LOADS = {
     "u8-swizzle-128": (U8, (16, 16), (16, 16), (0, -3), {"swizzle": Swizzle.B128}),
     "3d": (F32, (8, 6, 5), (8, 4, 3), (0, 4, -1), {}),
     "3d-strided-bf16": (BF16, (16, 7, 6), (8, 4, 4), (4, -1, 3), {"es": (1, 2, 1)}),
+    "4d": (BF16, (8, 3, 2, 3), (8, 2, 2, 2), (0, 2, -1, 2), {}),
     "5d": (F32, (4, 3, 3, 2, 3), (4, 2, 2, 2, 2), (0, 2, -1, 1, 2), {}),
     "nan-fill": (F32, (12, 6), (8, 4), (8, 4), {"fill": OobFill.NAN}),
 }
@@ -1080,3 +1082,27 @@ def test_multicast_is_refused():
     assembled(ptx, ARCH)
     with pytest.raises(PtxError, match=r"multicast::cluster is not emulated"):
         Device().load_module(ptx)
+
+
+def test_generic_reads_through_a_kernel_parameter_address():
+    """``mov`` of a kernel parameter's name gives its .param address, ``cvta.param`` the generic one."""
+    ptx = ptx_of(""".visible .entry par(.param .align 64 .b8 tmap[128], .param .u64 out)
+{
+    .reg .b64 %rd<8>;
+    mov.b64 %rd1, tmap;
+    cvta.param.u64 %rd2, %rd1;
+    ld.u64 %rd3, [%rd2+16];
+    ld.u32 %rd4, [%rd2+24];
+    ld.param.u64 %rd5, [out];
+    st.global.u64 [%rd5], %rd3;
+    st.global.u64 [%rd5+8], %rd4;
+    ret;
+}
+""")
+    dev = Device()
+    out = dev.alloc(16)
+    f = TensorMapFields(F32, 0x1234560, (48, 8), (192,), (16, 8), (1, 1))
+    dev.load_module(ptx).function("par").launch((1, 1, 1), (1, 1, 1), [map_arg(f), out])
+    got = np.zeros(2, np.uint64)
+    dev.copy_from_device(got, out)
+    assert list(got) == [0x1234560, 48]
