@@ -293,7 +293,9 @@ ROWS:
     setp.lt.u32 %p7, %r4, {tiles};
     @%p7 bra CONSUME;
     ld.param.u64 %rd3, [out];
-    mul.wide.u32 %rd4, %r20, 4;
+    mov.u32 %r24, %ctaid.x;
+    mad.lo.u32 %r24, %r24, 32, %r20;
+    mul.wide.u32 %rd4, %r24, 4;
     add.u64 %rd5, %rd3, %rd4;
     st.global.f32 [%rd5], %f1;
 END:
@@ -306,28 +308,34 @@ EMPTY_WAIT = """WAITEMPTY:
 """
 
 
-def run_ring(stages, tiles, schedule):
+def run_ring(stages, tiles, schedule, blocks=1):
     ptx = ptx_of(RING.format(stages=stages, tiles=tiles, nbytes=stages * 1024, empty_wait=EMPTY_WAIT))
     data = (np.arange(tiles * 8 * 32, dtype=np.float32) % 97 + np.arange(tiles * 8 * 32) / 4096).astype(
         np.float32).reshape(tiles * 8, 32)
     dev = Device()
     g = dev.alloc(data.nbytes)
     dev.copy_to_device(g, data)
-    out = dev.alloc(128)
+    out = dev.alloc(128 * blocks)
     f = TensorMapFields(F32, int(g), (32, tiles * 8), (128,), (32, 8), (1, 1))
-    dev.load_module(ptx).function("ring").launch((1, 1, 1), (64, 1, 1), [map_arg(f), out], schedule=schedule)
-    got = np.zeros(32, np.float32)
+    dev.load_module(ptx).function("ring").launch((blocks, 1, 1), (64, 1, 1), [map_arg(f), out], schedule=schedule)
+    got = np.zeros((blocks, 32), np.float32)
     dev.copy_from_device(got, out)
     want = np.zeros(32, np.float32)
     for row in data:  # the consumer's order: tile after tile, row after row
         want = (want + row).astype(np.float32)
-    return got, want
+    return got, np.tile(want, (blocks, 1))
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("stages", (2, 3))
 def test_ring_of_stages(stages, schedule):
     got, want = run_ring(stages, 7, schedule)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("schedule", ("lockstep", "random"))
+def test_ring_in_several_blocks(schedule):
+    got, want = run_ring(2, 5, schedule, blocks=3)
     np.testing.assert_array_equal(got, want)
 
 
@@ -1106,3 +1114,88 @@ def test_generic_reads_through_a_kernel_parameter_address():
     got = np.zeros(2, np.uint64)
     dev.copy_from_device(got, out)
     assert list(got) == [0x1234560, 48]
+
+
+# -- a bulk load feeding wgmma, and one overwriting its operands in flight ---------------------------------------
+
+TMA_WGMMA = """.visible .entry tw(.param .u64 src, .param .u64 out)
+{{
+    .reg .b64 %rd<12>;
+    .reg .b32 %r<16>;
+    .reg .f32 %f<4>;
+    .reg .pred %p<4>;
+    .shared .align 1024 .b8 ops[2304];
+    .shared .align 8 .b64 bar;
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    ld.param.u64 %rd1, [src];
+    @%p1 bra INITED;
+    mbarrier.init.shared::cta.b64 [bar], 1;
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], 2304;
+    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [ops], [%rd1], 2304, [bar];
+INITED:
+    bar.sync 0;
+WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [bar], 0;
+    @!%p2 bra WAIT;
+    mov.u32 %r2, ops;
+    cvt.u64.u32 %rd2, %r2;
+    shr.u64 %rd2, %rd2, 4;
+    or.b64 %rd3, %rd2, {bits};
+    add.u64 %rd4, %rd2, 128;
+    or.b64 %rd4, %rd4, {bits};
+    setp.ne.u32 %p3, %r1, %r1;
+    wgmma.fence.sync.aligned;
+    wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {{%f0, %f1, %f2, %f3}}, %rd3, %rd4, %p3, 1, 1, 0, 0;
+    wgmma.commit_group.sync.aligned;
+{early}    wgmma.wait_group.sync.aligned 0;
+{late}    ld.param.u64 %rd5, [out];
+    mul.wide.u32 %rd6, %r1, 16;
+    add.u64 %rd7, %rd5, %rd6;
+    st.global.v4.f32 [%rd7], {{%f0, %f1, %f2, %f3}};
+    ret;
+}}
+"""
+REFILL_LOAD = """    @%p1 bra REFILLED{n};
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], 2304;
+    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [ops], [%rd1], 2304, [bar];
+REFILLED{n}:
+"""
+
+
+def run_tma_wgmma(schedule, refill):
+    bits = (128 >> 4) << 16 | (256 >> 4) << 32  # no swizzle, K-major: LBO 128, SBO 256
+    ptx = ptx_of(TMA_WGMMA.format(bits=bits, early=REFILL_LOAD.format(n=0) if refill == "early" else "",
+                                  late=REFILL_LOAD.format(n=1) if refill == "late" else ""))
+    rng = np.random.default_rng(5)
+    A = rng.integers(-4, 5, (64, 16)).astype(np.float16)
+    B = rng.integers(-4, 5, (8, 16)).astype(np.float16)
+    image = np.zeros(2304 // 2, np.float16)
+    for r in range(64):
+        for k in range(16):
+            image[((r // 8) * 256 + (r % 8) * 16 + (k // 8) * 128 + (k % 8) * 2) // 2] = A[r, k]
+    for n in range(8):
+        for k in range(16):
+            image[(2048 + (n % 8) * 16 + (k // 8) * 128 + (k % 8) * 2) // 2] = B[n, k]
+    dev = Device()
+    src, out = dev.alloc(2304), dev.alloc(128 * 16)
+    dev.copy_to_device(src, image)
+    dev.load_module(ptx).function("tw").launch((1, 1, 1), (128, 1, 1), [src, out], schedule=schedule)
+    got = np.zeros((128, 4), np.float32)
+    dev.copy_from_device(got, out)
+    D = A.astype(np.float64) @ B.astype(np.float64).T
+    for tid in range(128):
+        w, lane = divmod(tid, 32)
+        g, t = lane >> 2, lane % 4
+        for i in range(4):
+            assert got[tid, i] == D[16 * w + g + 8 * (i >> 1), 2 * t + (i & 1)]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_bulk_load_feeding_wgmma(schedule):
+    run_tma_wgmma(schedule, None)
+    run_tma_wgmma(schedule, "late")  # refilling the operands after wgmma.wait_group: fine
+    with pytest.raises(RaceError) as e:
+        run_tma_wgmma(schedule, "early")
+    text = str(e.value)
+    assert "wgmma.mma_async" in text and "cp.async.bulk.shared::cluster" in text and "in flight" in text

@@ -333,11 +333,28 @@ class Proxy:
                                   "the TMA load overwrites the destination of an earlier TMA load whose mbarrier "
                                   "phase the issuing thread has not observed complete")
         self._check_store_source(T, np.full(len(chunks), k), np.full(len(chunks), p), chunks, site)
+        self._check_wgmma_reads(T, k, chunks, site)
         self.shadow.clear(chunks)
         rec = len(self.loads["col"])
         for f, v in (("col", bar.col), ("phase", bar.phase), ("bt", p), ("site", self.site_id(site))):
             self.loads[f] = np.append(self.loads[f], v)
         self.load_of[chunks] = rec
+
+    def _check_wgmma_reads(self, T, k: int, chunks, site) -> None:
+        """A load into bytes a wgmma still in flight reads (its warpgroup has not retired it with
+        wgmma.wait_group): the load's issue cannot come after that wait, so they race."""
+        wg = getattr(T, "wgmma", None)
+        if wg is None or not wg.live:
+            return
+        for f in wg.flights:
+            hit = np.isin(f.chunks[f.live] // CHUNK, chunks)
+            if hit.any():
+                g, c = (int(x[0]) for x in np.nonzero(hit))
+                reader = int(f.readers[np.flatnonzero(f.live)[g], 0])
+                raise self._error(T, reader, Access.READ, f.site, int(T.bt[k]), Access.WRITE, site,
+                                  int(f.chunks[f.live][g, c] // CHUNK), k,
+                                  "the load overwrites an operand of a wgmma still in flight: its warpgroup has not "
+                                  "retired it (wgmma.commit_group, then wgmma.wait_group) before the load's issue")
 
     def store_issued(self, T, k: int, chunks, site) -> None:
         """A TMA/bulk store by the thread ``k`` reading the chunks: rules (a) and (c); the chunks

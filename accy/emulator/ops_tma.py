@@ -129,8 +129,9 @@ def mb_explain(T, ids, site, addr, generic):
     return "; ".join(seen[:3])
 
 
-def mb_waited(T, ids, mask, site, addr, arg, parity, generic):
-    """The wait returns true for the released threads: each acquires the clocks of its phase."""
+def mb_waited(T, ids, mask, site, addr, arg, parity, generic, acquire=True):
+    """The wait returns true for the released threads: each acquires the clocks of its phase
+    (unless the wait is .relaxed)."""
     n = _n(T, ids)
     sel, where = _where(T, ids, mask, n)
     if len(sel):
@@ -138,7 +139,7 @@ def mb_waited(T, ids, mask, site, addr, arg, parity, generic):
         flat = p.bars.flat(T, where, site, _arr(addr, n)[sel], generic)
         for k, (b, ph) in zip(where, _phases(T, where, site, flat, _arr(arg, n)[sel], parity)):
             got = b.done.get(ph) or (b.done[max(b.done)] if b.done else None)
-            if got is not None and ph >= 0:
+            if got is not None and ph >= 0 and acquire:
                 p.clocks.acquire(np.array([T.bt[k]]), *got)
     return np.ones(n, bool)
 
@@ -332,7 +333,7 @@ class MBarrierOp:
             arg = E.src(ops[2], U32 if s.parity else U64)
             t = E.tmp()
             E.line(f"{t} = {E.const(mb_waited, 'mb')}(T, ids, {E.mask}, {site}, {_addr(E, ops[1], g)}, {arg}, "
-                   f"{s.parity}, {g})")
+                   f"{s.parity}, {g}, {s.sem != 'relaxed'})")
             E.dst(ops[0], BOOL, t, scalar=False)
 
     @staticmethod
