@@ -122,11 +122,11 @@ def test_shared_out_of_bounds_is_reported():
 def test_unknown_instruction_is_an_error_naming_its_form_and_line():
     ptx = simple_kernel("unk", """
         mov.u32 %r1, sm;
-        mbarrier.init.shared.b64 [%r1], 32;
+        mbarrier.arrive_drop.shared.b64 _, [%r1];
         ret;
     """, extra=".shared .align 8 .b8 sm[8];\n")
-    assert unsupported(instruction_forms(ptx)) == {"mbarrier.init.shared.b64"}
-    with pytest.raises(PtxError, match=r"mbarrier\.init\.shared\.b64") as err:
+    assert unsupported(instruction_forms(ptx)) == {"mbarrier.arrive_drop.shared.b64"}
+    with pytest.raises(PtxError, match=r"mbarrier\.arrive_drop\.shared\.b64") as err:
         Device().load_module(ptx)
     line = next(i for i, l in enumerate(ptx.splitlines(), 1) if "mbarrier" in l)
     assert f"line {line}" in str(err.value)

@@ -43,11 +43,19 @@ f32 (real tensor cores may differ in the last bits; see :mod:`.mma`).  ``ldmatri
 earlier, or from another thread before a barrier, is a :class:`PtxAsyncCopyError`.
 These warp-collective instructions need the whole warp: a partial or diverged warp
 is an error naming the instruction.
+
+Hopper's asynchronous copies (sm_90a): ``mbarrier`` objects with phases, arrival and
+transaction counts (:mod:`.mbarrier`; ``try_wait``/``test_wait`` suspend the warp until the
+phase completes, and a block whose threads all wait with nothing left to complete a phase is a
+deadlock error), TMA tensor loads and stores and plain bulk copies from the emulated driver's
+tensor maps (:mod:`.tma`, :mod:`.tensor_map`), bulk groups, ``tensormap.replace``,
+``fence.proxy.async``, ``setmaxnreg``; the asynchronous proxy's race checks go by
+happens-before over mbarrier phases, barriers, warp syncs and proxy fences (:mod:`.async_proxy`).
 """
 
 from __future__ import annotations
 
-from . import ops_arith, ops_control, ops_convert, ops_mem, ops_mma, ops_wgmma  # noqa: F401  (registers the handlers)
+from . import ops_arith, ops_control, ops_convert, ops_mem, ops_mma, ops_tma, ops_wgmma  # noqa: F401  (registers the handlers)
 from .compiler import HANDLERS, Unsupported, parse_form
 from .device import Device, Function, Module
 from .errors import PtxAsyncCopyError, PtxBarrierError, PtxError, PtxMemoryError, RaceError

@@ -151,6 +151,23 @@ class AsyncCopies:
             T.smem[self.dst[recs][:, None] + np.arange(size)] = self.data[recs, :size]
         self.state[done] = LANDED
 
+    def complete_threads(self, T, where):
+        """Every copy the threads ``where`` issued lands and becomes visible to all (the arrive of
+        ``cp.async.mbarrier.arrive``: whoever observes the mbarrier's phase may read them)."""
+        if self.owner is None or not self.live:
+            return
+        recs = np.flatnonzero(np.isin(self.gid, _gids(T, where)) & (self.state != PUBLISHED))
+        for size in np.unique(self.size[recs]):
+            r = recs[self.size[recs] == size]
+            pending = r[self.state[r] == PENDING]
+            spans = self.dst[r][:, None] + np.arange(size)
+            if len(pending):
+                T.smem[self.dst[pending][:, None] + np.arange(size)] = self.data[pending, :size]
+            mine = self.owner[spans] == r[:, None]
+            self.owner[spans[mine]] = -1
+        self.state[recs] = PUBLISHED
+        self.live -= len(recs)
+
     def barrier(self, T, ids):
         """A block barrier released the threads ``ids``: their landed copies become visible to all."""
         if not self.live:

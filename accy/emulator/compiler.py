@@ -214,6 +214,13 @@ class Mods:
         return ".".join((self.opcode,) + self.all)
 
 
+def block_kind(cls, spec) -> str:
+    """"code", "sync" or "call": the class's kind, or the spec's where one form of an opcode
+    is a sync block and the others code (``mbarrier.try_wait``)."""
+    own = spec.get("kind") if isinstance(spec, dict) else None
+    return own or getattr(cls, "kind", "code")
+
+
 def parse_form(form: str):
     """(handler class, spec) for an instruction form such as ``fma.rn.f32``."""
     opcode, *mods = form.split(".")
@@ -511,13 +518,14 @@ class Block:
 
 @attrs.define(eq=False)
 class SyncInfo:
-    kind: str  # "bar", "warp" or "group" (a warpgroup collective: wgmma)
+    kind: str  # "bar", "warp", "group" (a warpgroup collective: wgmma) or "mbar" (an mbarrier wait)
     line: int
     text: str
     group: object = None  # for bar: fn(T, ids) -> barrier ids; for warp: fn(T, ids) -> membermask
     count: object = None  # bar: fn(T, ids) -> expected thread count (or None)
     arrive: bool = False  # bar.arrive: do not wait
     full_mask: bool = False  # warp: the member mask is the constant 0xffffffff
+    explain: object = None  # mbar: fn(T, ids) -> why the waits cannot complete (a deadlock's message)
 
 
 @attrs.define(eq=False)
@@ -654,7 +662,7 @@ class FunctionCompiler:
         for name, at in labels.items():
             leaders.add(at)
         for i, (ins, (cls, spec)) in enumerate(zip(instructions, specs)):
-            kind = getattr(cls, "kind", "code")
+            kind = block_kind(cls, spec)
             if kind in ("sync", "call"):
                 leaders.add(i)
                 leaders.add(i + 1)
@@ -672,7 +680,7 @@ class FunctionCompiler:
         for b, s in enumerate(starts):
             e = leaders[leaders.index(s) + 1]
             body = list(zip(instructions[s:e], specs[s:e]))
-            kind = getattr(body[0][1][0], "kind", "code")
+            kind = block_kind(*body[0][1])
             blk = Block(kind, s, [i for i, _ in body], next=b + 1)
             first = body[0][0]
             if first.opcode in ("ret", "exit") and first.guard is None:
@@ -933,7 +941,9 @@ class ModuleCompiler:
             return "global", name
         if name in self.fn_index:
             return "const", FUNCTION_BASE + 16 * self.fn_index[name]
-        if fc is not None and (name in fc.param_regs or name in fc.kparam_offsets):
+        if fc is not None and name in fc.kparam_offsets:  # a kernel parameter's .param address
+            return "const", fc.kparam_offsets[name][0]
+        if fc is not None and name in fc.param_regs:
             raise PtxError(f"taking the address of the parameter {name} is not supported",
                            line=ins.line if ins else None, source=ins.text if ins else None)
         raise PtxError(f"unknown symbol {name}", line=ins.line if ins else None, source=ins.text if ins else None)

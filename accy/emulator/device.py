@@ -21,6 +21,7 @@ from .numerics import U8, U32
 from .parser import imm_bits, parsed, type_size
 from .races import LaunchRaces
 from .wgmma_async import Warpgroups
+from .async_proxy import Proxy, uses_async_proxy
 from .schedule import Schedule
 from .schedule import resolve as resolve_schedule
 
@@ -212,6 +213,7 @@ class Function:
         self.name = name
         c = module._c
         self._cf = c.functions[name]
+        self._async_proxy = uses_async_proxy(c.mc.module)  # mbarriers or TMA: the proxy's clocks run
         self._fn = c.ast.functions[name]
         fc = self._cf.fc
         self.param_types = tuple(p.type if p.count is None else f"{p.type}[{p.count}]" for p in self._fn.params)
@@ -346,11 +348,13 @@ class Function:
                 T.budget = Budget(budget)  # each batch its own: a bound on what one warp runs
                 T.copies = AsyncCopies(n, len(T.smem))  # the batch's cp.async copies in flight
                 T.wgmma = Warpgroups()  # the batch's wgmma groups and wgmmas in flight
+                T.proxy = Proxy(n, tpb, len(T.smem), self._async_proxy)  # mbarriers, TMA and the asynchronous proxy's clocks
                 T.prof = profile  # the counters of a profiled launch (None: no counting)
                 T.bt = np.arange(n)
                 T.races = races
                 first = int(cids[0])
                 races.begin_batch(first, n, S)
+                races.hb = T.proxy if T.proxy.active else None  # mbarriers order threads the phases do not
                 try:
                     run_entry(self.module.program, self._cf, T, schedule, first)
                 except Exception as failure:

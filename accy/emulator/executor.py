@@ -299,8 +299,12 @@ class Frame:
                     if self.park and blk.info.kind in PARKING and not blk.info.arrive:
                         self.pcs = np.full(T.n, WAIT + pc, np.int64)
                         return self.finish()
+                    if blk.info.kind == "mbar":  # an mbarrier wait: the threads whose phase is complete go on
+                        self.pcs = np.full(T.n, pc, np.int64)
+                        self.sync(pc, blk, np.arange(T.n))
+                        continue
                     r = blk.full(T, None)
-                    if T.races is not None and blk.info.kind != "group":
+                    if T.races is not None and blk.info.kind not in ("group", "mbar"):
                         self.synced(blk.info, np.arange(T.n), None)
                 else:
                     r = self.call(blk, None)
@@ -332,6 +336,8 @@ class Frame:
             if m >= WAIT:
                 if m >= DEAD or self.park:  # parked: the scheduler completes the barriers
                     return self.finish()
+                if self.poll_mbarriers():  # a wait whose phase completed meanwhile goes on
+                    continue
                 self.deadlock()
             sel = np.flatnonzero(pcs == m)
             if len(sel) == T.n - self.ndead:
@@ -399,6 +405,8 @@ class Frame:
         alive = pcs < DEAD
         if info.kind == "bar":
             release = self._complete(info, arrived, alive)
+        elif info.kind == "mbar":
+            release = arrived[np.asarray(info.group(T, arrived), bool)]
         elif info.kind == "group":
             release = self._group_complete(arrived, alive)
         else:
@@ -417,12 +425,26 @@ class Frame:
             release = arrived[missing[wk] == 0]
         if len(release):
             blk.sel(T, release)
-            if T.races is not None and info.kind != "group":  # a warpgroup collective orders no memory
+            if T.races is not None and info.kind not in ("group", "mbar"):  # a collective orders no memory
                 self.synced(info, release, None if info.kind == "bar" else alive_bits & ~wanted)
             self.assign(release, blk.next)
         held = np.setdiff1d(arrived, release, assume_unique=True)
         if len(held):
             pcs[held] = WAIT + m
+
+    def poll_mbarriers(self) -> bool:
+        """Release the threads waiting at mbarrier waits whose phase has completed; whether any."""
+        pcs = self.pcs
+        waiting = pcs[(pcs >= WAIT) & (pcs < DEAD)]
+        released = False
+        for m in np.unique(waiting) - WAIT:
+            blk = self.blocks[int(m)]
+            if blk.info.kind != "mbar":
+                continue
+            before = int(np.count_nonzero(pcs == WAIT + m))
+            self.sync(int(m), blk, np.zeros(0, np.int64))
+            released |= int(np.count_nonzero(self.pcs == WAIT + m)) < before
+        return released
 
     def _complete(self, info, arrived, alive):
         """The threads of ``arrived`` (waiting at the barrier ``info``) whose block's barrier is
@@ -510,10 +532,12 @@ class Frame:
         released = False
         for m in np.unique(pcs[waiting]) - WAIT:
             blk = self.blocks[int(m)]
-            if blk.info.kind not in PARKING:
+            if blk.info.kind not in PARKING + ("mbar",):
                 continue  # a warp instruction waiting across rounds can never complete
             arrived = waiting[pcs[waiting] == WAIT + m]
-            if blk.info.kind == "group":  # the warpgroup's warps ran alone up to it
+            if blk.info.kind == "mbar":  # an mbarrier wait whose phase another warp completed
+                release = arrived[np.asarray(blk.info.group(T, arrived), bool)]
+            elif blk.info.kind == "group":  # the warpgroup's warps ran alone up to it
                 release = self._group_complete(arrived, pcs < DEAD)
             else:
                 release = self._complete(blk.info, arrived, pcs < DEAD)
@@ -547,6 +571,9 @@ class Frame:
         if uncovered is not None:
             pos = pos[uncovered[T.wkey[pos]] == 0]
         races.warp_sync(T.bt[pos])
+        proxy = getattr(T, "proxy", None)
+        if proxy is not None and proxy.active:
+            proxy.warp_sync(T, pos)
 
     def deadlock(self):
         """No thread can run and some wait: explain which barrier cannot complete."""
@@ -568,6 +595,16 @@ class Frame:
         bars = [i for i in infos if i.kind == "bar"]
         info = bars[0] if bars else infos[0]
         thread = thread_text(T, same_cta[0])
+        waits = [b for b in places if self.blocks[b].info.kind == "mbar"]
+        if waits:
+            info = self.blocks[waits[0]].info
+            why = "; ".join(f"{where(b)}, {self.blocks[b].info.explain(T, same_cta[pcs[same_cta] == WAIT + b])}"
+                            for b in waits)
+            others = [where(b) for b in places if b not in waits]
+            raise PtxBarrierError(f"deadlock: every live thread of the block waits, and no pending arrival or "
+                                  f"asynchronous copy can complete the mbarrier phases waited on ({why})"
+                                  + (f"; others wait at {'; '.join(others)}" if others else ""),
+                                  line=info.line, source=info.text, thread=thread)
         if len(places) > 1 and len(bars) == len(infos):
             raise PtxBarrierError(f"the threads of a block wait at different barriers "
                                   f"({'; '.join(where(b) for b in places)})",

@@ -38,6 +38,7 @@ WINDOW_SHIFT = 52
 CONST_WINDOW = 1 << WINDOW_SHIFT
 SHARED_WINDOW = 2 << WINDOW_SHIFT
 LOCAL_WINDOW = 3 << WINDOW_SHIFT
+PARAM_WINDOW = 4 << WINDOW_SHIFT  # kernel parameters (cvta.param), read-only
 GAP = 256
 ALIGN = 256
 
@@ -406,6 +407,9 @@ def shared_index(T, ids, site, addr, mask):
     wgmma = getattr(T, "wgmma", None)
     if wgmma is not None and wgmma.live and (site.access != READ or site.kind == "cp.async"):
         wgmma.check_write(T, ids, mask, site, idx)  # a wgmma in flight may be reading these bytes
+    proxy = getattr(T, "proxy", None)
+    if proxy is not None and proxy.active:  # the asynchronous proxy's checks (TMA, bulk copies)
+        proxy.generic(T, ids, mask, site, idx)
     return idx
 
 
@@ -471,12 +475,26 @@ def const_store(T, ids, site, addr, values, dtype, nvec, mask=None):
     raise PtxError("store to the const state space", line=site.line, source=site.text)
 
 
+def param_load(T, ids, site, addr, dtype, nvec, mask=None):
+    """A generic read of a kernel parameter (through ``cvta.param``'s address)."""
+    a = _as_i64(_select(addr, mask))
+    _window_check(T, ids, mask, site, a, len(T.kparams), "param",
+                  f"the kernel's parameters take {len(T.kparams)} bytes")
+    flat = T.kparams if len(T.kparams) % 16 == 0 else np.pad(T.kparams, (0, -len(T.kparams) % 16))
+    return _flat_load(flat, a, dtype, nvec, mask, len(addr))
+
+
+def param_store(T, ids, site, addr, values, dtype, nvec, mask=None):
+    raise PtxError("store to a kernel parameter (the param state space is read-only)", line=site.line,
+                   source=site.text)
+
+
 # -- generic addressing --------------------------------------------------------------------------------
 
-_LOADS = {0: global_load, 1: const_load, 2: shared_load, 3: local_load}
-_STORES = {0: global_store, 1: const_store, 2: shared_store, 3: local_store}
-_WINDOWS = {0: 0, 1: CONST_WINDOW, 2: SHARED_WINDOW, 3: LOCAL_WINDOW}
-SPACE_NAMES = {0: "global", 1: "const", 2: "shared", 3: "local"}
+_LOADS = {0: global_load, 1: const_load, 2: shared_load, 3: local_load, 4: param_load}
+_STORES = {0: global_store, 1: const_store, 2: shared_store, 3: local_store, 4: param_store}
+_WINDOWS = {0: 0, 1: CONST_WINDOW, 2: SHARED_WINDOW, 3: LOCAL_WINDOW, 4: PARAM_WINDOW}
+SPACE_NAMES = {0: "global", 1: "const", 2: "shared", 3: "local", 4: "param"}
 
 
 def _classify(addr):

@@ -9,6 +9,7 @@ import numpy as np
 
 from .async_copy import barrier_reached
 from .wgmma_async import barrier_reached as wgmma_barrier
+from .async_proxy import barrier_reached as proxy_barrier
 from .compiler import DONE, EXIT, CallInfo, Mods, SyncInfo, Unsupported, handler
 from .errors import PtxError
 from .numerics import BOOL, U32, U64
@@ -227,6 +228,7 @@ class Bar:
         if s.what in ("sync", "red"):  # the released threads' landed cp.async copies become visible to all
             E.line(f"{E.const(barrier_reached, 'abar')}(T, ids)")
             E.line(f"{E.const(wgmma_barrier, 'wbar')}(T, ids)")  # in-flight wgmmas' reads last into the next phase
+            E.line(f"{E.const(proxy_barrier, 'pbar')}(T, ids)")  # the asynchronous proxy's clocks join
 
     @staticmethod
     def prepare(fc, blk, ins, s, b):

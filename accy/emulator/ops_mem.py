@@ -21,7 +21,8 @@ SCOPES = ("cta", "gpu", "sys", "cluster")
 CACHE = ("ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc")
 ALL_TYPES = ("u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "b8", "b16", "b32", "b64", "b128",
              "f16", "f16x2", "bf16", "bf16x2", "f32", "f64", "pred")
-WINDOWS = {"global": 0, "const": memory.CONST_WINDOW, "shared": memory.SHARED_WINDOW, "local": memory.LOCAL_WINDOW}
+WINDOWS = {"global": 0, "const": memory.CONST_WINDOW, "shared": memory.SHARED_WINDOW, "local": memory.LOCAL_WINDOW,
+           "param": memory.PARAM_WINDOW}
 
 
 def mem_dtype(t: str):
@@ -293,7 +294,7 @@ class Cvta:
         space = _space(m)
         s = Spec(to=to, space=space, t=m.type(("u32", "u64")))
         m.done()
-        if space in ("generic", "param"):
+        if space == "generic":
             raise Unsupported(f"cvta of the {space} space")
         return s
 

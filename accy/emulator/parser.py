@@ -58,6 +58,14 @@ class Addr:
 
 
 @attrs.frozen
+class TensorRef:
+    """``[tensorMap, {c0, ...}]``: a tensor map's address and a box's coordinates (TMA)."""
+
+    base: Addr
+    coords: "Vec"
+
+
+@attrs.frozen
 class Vec:
     items: tuple  # Reg / Imm / Sink
 
@@ -435,6 +443,12 @@ class _InstructionParser(_Cursor):
             if n.kind != "num":
                 raise self.error("expected a number in an address", n)
             offset += sign * parse_int(n.text)
+        if self.accept(","):  # [tensorMap, {coordinates}] (cp.async.bulk.tensor)
+            coords = self.operand()
+            if not isinstance(coords, Vec):
+                raise self.error("expected {coordinates} after the tensor map's address", self.peek())
+            self.expect("]")
+            return TensorRef(Addr(base, offset), coords)
         self.expect("]")
         return Addr(base, offset)
 

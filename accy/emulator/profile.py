@@ -159,8 +159,13 @@ def classify(opcode: str, mods: tuple) -> Cost:
     if opcode in ("ldmatrix", "stmatrix"):
         return Cost(InstructionClass.MEM_SHARED)
     if opcode == "cp":
-        return Cost(InstructionClass.SYNC if mods[1:2] and mods[1] in ("commit_group", "wait_group", "wait_all")
-                    else InstructionClass.MEM_GLOBAL)
+        group = ("commit_group", "wait_group", "wait_all", "mbarrier")  # cp.async.mbarrier.arrive: an arrive
+        step = mods[2:3] if mods[1:2] == ("bulk",) else mods[1:2]  # cp.async.bulk.{commit,wait}_group
+        return Cost(InstructionClass.SYNC if step and step[0] in group else InstructionClass.MEM_GLOBAL)
+    if opcode in ("mbarrier", "setmaxnreg"):
+        return Cost(InstructionClass.SYNC)
+    if opcode == "tensormap":  # tensormap.replace: a store of one field of a map
+        return Cost(InstructionClass.MEM_SHARED if "shared::cta" in mods else InstructionClass.MEM_GLOBAL)
     if opcode in ("bar", "barrier", "membar", "fence"):
         return Cost(InstructionClass.SYNC)
     if opcode in ("shfl", "vote", "redux", "match", "elect", "activemask"):

@@ -15,7 +15,9 @@ has completed together (its *count*).  Two accesses *race* when
   memory), so accesses in different phases of one block are ordered; a warp-synchronous
   instruction (``bar.warp.sync``, ``shfl.sync``, ``vote.sync``, ``redux.sync``,
   ``match.sync``, ``elect.sync``) whose member mask covers every running lane of its warp
-  orders the warp's lanes, and nothing else orders them.
+  orders the warp's lanes, and an mbarrier phase orders the accesses of the threads that
+  arrived on it before those of the threads that observed it complete (asked of
+  :mod:`.async_proxy`'s clocks for the pairs the phases leave unordered).
 
 The rules are the interpreter's detector's (:mod:`accy.runtime.interpreter.sanitizer`),
 but one, the hardware's: lanes of one warp storing the same value to one shared address in
@@ -62,7 +64,8 @@ WARPGROUP = 128  # threads of a warpgroup (wgmma's, four warps)
 SHARED_TAG = 1 << 62  # set on shared addresses (a batch's flat shared bytes) in the checker's tables
 FLUSH_ENTRIES = 1 << 21  # log this many thread accesses, then check and compact
 ORDERED_BY = ("a barrier (bar.sync) orders the threads of one block, a warp-synchronous instruction "
-              "(bar.warp.sync, shfl.sync, ...) the lanes of one warp; threads of different blocks are never "
+              "(bar.warp.sync, shfl.sync, ...) the lanes of one warp, an mbarrier phase the threads that arrived "
+              "on it before those that observed it complete; threads of different blocks are never "
               "ordered within a launch; atomics race only with plain accesses")
 
 
@@ -175,6 +178,7 @@ class LaunchRaces:
         self.epoch = np.zeros(0, np.int64)  # per thread of the batch: phase * PHASE + count
         self.shared_size = 1  # bytes of shared memory per block
         self.written: set = set()  # the allocations ("shared": the batch's shared memory) written so far
+        self.hb = None  # the batch's asynchronous proxy (.async_proxy), where mbarriers may order threads
 
     # -- the batch's clocks ----------------------------------------------------------------------------
     def begin_batch(self, first_block: int, n: int, shared_size: int) -> None:
@@ -205,7 +209,8 @@ class LaunchRaces:
         where the caller knows it (None: unknown, or several).  Only references are kept (the
         threads' epochs are looked up when the log is checked)."""
         bt = T.bt if lanes is None else T.bt[lanes]
-        self.entries.append((kind, site, sizes, flat, bt, self.epoch, shared, "shared" if shared else region, -1))
+        self.entries.append((kind, site, sizes, flat, bt, self.epoch, shared, "shared" if shared else region, -1,
+                             self._stamps(bt)))
         self.pending += len(bt)
         if self.pending > FLUSH_ENTRIES:
             error = self.check(end_of_batch=False)
@@ -218,8 +223,14 @@ class LaunchRaces:
         with (they order it by program order: it is theirs); ``flat``: shared bytes; ``epoch``: the
         clocks to log it at (None: now), for an asynchronous read that lasts into later phases."""
         wg = (self.first + np.asarray(bt, np.int64)) % self.tpb // WARPGROUP
-        self.entries.append((kind, site, sizes, flat, bt, self.epoch if epoch is None else epoch, True, "shared", wg))
+        self.entries.append((kind, site, sizes, flat, bt, self.epoch if epoch is None else epoch, True, "shared", wg,
+                             self._stamps(np.asarray(bt))))
         self.pending += len(bt)
+
+    def _stamps(self, bt):
+        """The threads' own happens-before clocks now (mbarriers order accesses the phases do not)."""
+        hb = self.hb
+        return -1 if hb is None else hb.clocks.stamp(bt).astype(np.int64)
 
     # -- checking ---------------------------------------------------------------------------------------
     def check(self, end_of_batch: bool, last: bool = False) -> RaceError | None:
@@ -242,7 +253,7 @@ class LaunchRaces:
         if t is not None:
             rows = _hot(t)
             hot = _granules(t if rows is None else {k: v[rows] for k, v in t.items()})
-            race = _find_race(hot, self.tpb)
+            race = _find_race(hot, self.tpb, self._ordered if self.hb is not None else None)
             if race is not None:
                 self.carry = None
                 return self._error(hot, *race)
@@ -279,7 +290,9 @@ class LaunchRaces:
                 site=np.repeat(np.array([id(e[2]) for e in entries], np.int64), counts),
                 order=np.repeat(np.array([e[0] for e in entries], np.int64), counts),
                 gtid=bt + self.first, phase=epoch >> PHASE_BITS, count=epoch & COUNT_MASK,
-                wg=np.concatenate([np.broadcast_to(np.asarray(e[9], np.int64), (c,)) for e, c in zip(entries, counts)])))
+                wg=np.concatenate([np.broadcast_to(np.asarray(e[9], np.int64), (c,)) for e, c in zip(entries, counts)]),
+                stamp=np.concatenate([np.broadcast_to(np.asarray(e[10], np.int64), (c,))
+                                      for e, c in zip(entries, counts)])))
         if carry is not None:
             parts.append(carry)
         return _concat(parts)
@@ -314,6 +327,15 @@ class LaunchRaces:
             keep |= _ends(starts) & np.repeat(live, np.diff(np.r_[idx, n]))
         return _carried({k: v[keep] for k, v in s.items()})
 
+    def _ordered(self, a_gtid, a_stamp, b_gtid, b_stamp):
+        """Whether each earlier access (thread, clock) happens before the later one through mbarriers."""
+        a, b = a_gtid - self.first, b_gtid - self.first
+        inside = (a >= 0) & (b >= 0) & (a < self.hb.n) & (b < self.hb.n) & (a_stamp >= 0) & (b_stamp >= 0)
+        out = np.zeros(len(a), bool)
+        for i in np.flatnonzero(inside):
+            out[i] = self.hb.happened_before(int(a[i]), int(a_stamp[i]), int(b[i]), int(b_stamp[i]))
+        return out
+
     # -- the report ---------------------------------------------------------------------------------------
     def _error(self, t: dict, i: int, j: int, level: int) -> RaceError:
         first, second = sorted((i, j), key=lambda k: (t["order"][k], t["gtid"][k]))
@@ -345,7 +367,7 @@ class LaunchRaces:
         return Side(Access(int(t["kind"][k])), block, thread, site.line, site.text, getattr(site, "loc", None))
 
 
-_CARRIED = ("addr", "width", "kind", "site", "order", "gtid", "phase", "count", "wg")
+_CARRIED = ("addr", "width", "kind", "site", "order", "gtid", "phase", "count", "wg", "stamp")
 
 
 def _granules(t: dict | None) -> dict | None:
@@ -459,7 +481,7 @@ def _ends(starts) -> np.ndarray:
     return keep
 
 
-def _find_race(t: dict | None, tpb: int):
+def _find_race(t: dict | None, tpb: int, ordered=None):
     """(row, row, level) of the earliest race among the rows (granules), or None."""
     if t is None:
         return None
@@ -485,7 +507,8 @@ def _find_race(t: dict | None, tpb: int):
     warp_count = k3 >> 5
     d2 = d1 | (warp_count[1:] != warp_count[:-1])
     kind = kind[order]
-    s = {"kind": kind, "order": t["order"][order], "wg": t["wg"][order], "own": local[order] // WARPGROUP}
+    s = {"kind": kind, "order": t["order"][order], "wg": t["wg"][order], "own": local[order] // WARPGROUP,
+         "gtid": gtid[order], "stamp": t["stamp"][order], "ordered": ordered}
     w, a, r = kind == Access.WRITE, kind == Access.ATOMIC, kind == Access.READ
     idents = ((d0, gtid[order] // tpb), (d1, k3 >> 53), (d2, k3 & 31))
     best = None
@@ -529,6 +552,11 @@ def _pair(s, ident, lo: int, hi: int):
         else:
             ok = other & (kind != Access.ATOMIC)
         ys = np.flatnonzero(ok)
+        if len(ys) and s["ordered"] is not None:  # pairs an mbarrier's phase orders do not race
+            gt, st = s["gtid"][lo:hi], s["stamp"][lo:hi]
+            first = np.where(order[ys] < order[x], ys, x)
+            second = np.where(order[ys] < order[x], x, ys)
+            ys = ys[~s["ordered"](gt[first], st[first], gt[second], st[second])]
         if not len(ys):
             continue
         late = np.maximum(order[ys], order[x])

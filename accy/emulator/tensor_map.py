@@ -160,7 +160,8 @@ def decode(data: bytes) -> TensorMapFields:
     def get(name, count=None):
         offset, fmt, entries = LAYOUT[name]
         size = struct.calcsize(fmt)
-        return tuple(struct.unpack_from(fmt, data, offset + k * size)[0] for k in range(count or entries))
+        n = entries if count is None else count  # (a rank-1 map has no strides: count 0)
+        return tuple(struct.unpack_from(fmt, data, offset + k * size)[0] for k in range(n))
 
     (rank,) = get("rank")
     if not 1 <= rank <= MAX_RANK:

@@ -306,6 +306,9 @@ def mma_async(T, ids, form: WgmmaForm, site, mask, c, a, b_desc, scale_d, imms, 
     races = getattr(T, "races", None)
     if races is not None:
         _log_reads(races, site, chunks, readers)
+    proxy = getattr(T, "proxy", None)
+    if proxy is not None and proxy.active:  # a TMA load's destination read before its phase was observed
+        proxy.async_read(T, np.repeat(where[:, 0], chunks.shape[1]), chunks.reshape(-1) // CHUNK, site)
     copies = getattr(T, "copies", None)
     if copies is not None and copies.live:  # a cp.async still writing an operand: a premature read
         copies.check(T, np.repeat(where[:, 0], chunks.shape[1]), None, site, chunks.reshape(-1))
