@@ -62,6 +62,7 @@ class WarpRoles(Part):
         self.folds: dict[Op, int] = {}
         self.plans: dict[Op, tuple] = {}
         self.barriers = None  # (array, its shared op)
+        self.filled = None  # the fold the producer filled last: (op, start, stop, stages)
 
     def choose(self, region, persistent: bool) -> bool:
         """Find the folds to specialise (see the module's doc); whether there are any."""
@@ -137,15 +138,35 @@ class WarpRoles(Part):
         core.record("setmaxnreg", [], SetmaxnregAttrs(action=RegisterAction.DEC, count=PRODUCER_REGISTERS))
         b = self.b
 
+        self.filled = None
+
         def walk():
             for op in region.ops:
                 if op in self.plans:
+                    self._drain()
                     self._fill(op)
                 elif not op.regions and all(v in core.env for v in op.operands) and (
                         op.opdef.pure and not any(isinstance(r.type, TileType) for r in op.results)):
                     core.copy(op)
 
         b.if_(b.eq(core.tid, self.T), lambda inner: core.within(inner, walk) and None)
+
+    def _drain(self) -> None:
+        """Before filling the next fold's stages (the same arrays), wait until the consumers
+        released every stage of the fold filled before: each stage's last phase of its 'empty'
+        mbarrier (stage ``s`` was filled ``ceil((trips - s) / stages)`` times)."""
+        if self.filled is None:
+            return
+        core, b = self.core, self.b
+        fold, start, stop, stages = self.filled
+        step = fold.attrs.step
+        trips = b.max(b.floor_div(b.add(b.sub(stop, start), step - 1), step), 0)
+        bars = self.barriers[0].name
+        for s in range(stages):
+            uses = b.floor_div(b.add(trips, stages - 1 - s), stages)
+            parity = b.bitwise_and(b.sub(uses, 1), 1)
+            b.if_(b.gt(uses, 0), lambda inner, s=s, parity=parity: core.within(inner, lambda: core.record(
+                "mbarrier_wait", [core.const(self.empty(fold) + s), parity], MbarrierAttrs(shared=bars))) and None)
 
     def _fill(self, fold: Op) -> None:
         """The producer's loop over ``fold``'s trips: per trip, wait until its stage is empty
@@ -182,6 +203,7 @@ class WarpRoles(Part):
                 return b.select(wraps, 0, b.add(stage, 1)), b.select(wraps, b.sub(1, parity), parity)
 
         b.loop(start, stop, fold.attrs.step, (core.const(0), core.const(1)), body)
+        self.filled = (fold, start, stop, stages)
 
     def name_barriers(self, block) -> None:
         """The consumers' barriers wait for the consumers alone (named barrier 1)."""

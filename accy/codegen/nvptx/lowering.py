@@ -205,9 +205,10 @@ class NvptxLowering(Lowering):
             self.shared_ptrs[name] = self.b.gep(var, [zero, zero], inbounds=True)
 
     def op_barrier(self, op: Op) -> None:
-        if op.attrs.threads:  # named barrier 1 of the block's first threads (warp roles' consumers)
-            self.b.call(ir.InlineAsm(ir.FunctionType(VOID, []), f"bar.sync 1, {op.attrs.threads};", "~{memory}",
-                                     side_effect=True), [])
+        if op.attrs.threads:  # named barrier 1 of the block's first threads (warp roles' consumers);
+            # the intrinsic is convergent: LLVM does not copy it into divergent paths, as it may inline asm
+            self.b.call(self.declare("llvm.nvvm.barrier.cta.sync.aligned.count", VOID, [I32, I32]),
+                        [ir.Constant(I32, 1), ir.Constant(I32, op.attrs.threads)])
             return
         self.call("llvm.nvvm.barrier0", [], ty=VOID)
 
