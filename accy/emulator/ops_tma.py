@@ -141,6 +141,8 @@ def mb_waited(T, ids, mask, site, addr, arg, parity, generic, acquire=True):
             got = b.done.get(ph) or (b.done[max(b.done)] if b.done else None)
             if got is not None and ph >= 0 and acquire:
                 p.clocks.acquire(np.array([T.bt[k]]), *got)
+        if T.prof is not None and hasattr(T.prof, "barrier_wait"):  # the waiting warps' clocks join the phase's
+            T.prof.barrier_wait(T, where, np.asarray(flat, U64), line=site.line)
     return np.ones(n, bool)
 
 
