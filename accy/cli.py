@@ -379,7 +379,7 @@ def _info(ns) -> int:
         lines = [line.lstrip() for line in ptx.splitlines()]
         mma = sum(line.startswith("mma.sync") for line in lines)  # in the code, not executed
         wgmma = sum(line.startswith("wgmma.mma_async") for line in lines)
-        groups = threads // WARPGROUP_THREADS if wgmma else 0
+        groups = program_threads // WARPGROUP_THREADS if wgmma else 0  # computing ones (roles: + a producer)
         stages = stages_in_effect(program.graph_for("cuda", arch)) if program.graph.is_tile_launch else 1
         shared = used.shared_bytes + dynamic_shared_bytes(program.graph_for("cuda", arch))
         print(f"  {arch:6} {used.registers:>9} {spills:>15} {used.stack_bytes:>4} B {shared:>6} B "

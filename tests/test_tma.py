@@ -175,3 +175,107 @@ def test_a_tensor_no_map_describes_is_copied_by_cp_async(backend):
 def test_the_mma_sync_targets_keep_cp_async():
     counts = _ops(_program(MATMULS[0]).lowered(Target.nvptx("sm_90")))
     assert counts["tma_load"] == 0 and counts["async_copy"] > 0
+
+
+# -- warp roles ----------------------------------------------------------------------------------
+def test_a_pipelined_matmul_gets_a_producer_warpgroup_that_gives_its_registers_to_the_consumers():
+    graph = _program(MATMULS[0]).lowered(Target.nvptx(ARCH))  # 8 warps: 2 consumer warpgroups
+    launch = next(op for op in graph.body.walk() if op.opcode == "for_each_block")
+    assert launch.attrs.threads == (("thread", 256 + 128),)
+    roles = [op for op in graph.body.walk() if op.opcode == "if" and op.attrs.kind.value == "roles"]
+    assert len(roles) == 1
+    consumers, producer = roles[0].regions
+    assert [op.attrs.count for op in consumers.walk() if op.opcode == "setmaxnreg"] == [232]
+    assert [op.attrs.count for op in producer.walk() if op.opcode == "setmaxnreg"] == [40]
+    # the consumers' barriers wait for them alone; the producer copies, the consumers wait and release
+    assert {op.attrs.threads for op in consumers.walk() if op.opcode == "barrier"} == {256}
+    assert any(op.opcode == "tma_load" for op in producer.walk())
+    assert not any(op.opcode == "tma_load" for op in consumers.walk())
+    ptx = _program(MATMULS[0]).ptx(ARCH)
+    assert ".maxnreg 168" in ptx and "setmaxnreg.dec.sync.aligned.u32 40;" in ptx and "bar.sync \t1, 256;" in ptx
+
+
+def test_a_persistent_program_keeps_its_warps():
+    from test_persistent import matmul
+
+    graph = matmul(True, 128, 128, 64, 8, 3).lowered(Target.nvptx(ARCH))
+    assert not any(op.opcode == "setmaxnreg" for op in graph.body.walk())
+    assert any(op.opcode == "tma_load" for op in graph.body.walk())  # thread 0 copies among the consumers
+
+
+def test_without_draining_the_fold_before_the_producer_overwrites_stages_still_read(monkeypatch):
+    """Attention has two folds over one staging array: the producer must wait for the consumers
+    to release the first fold's stages before filling the second's; the emulator's race checker
+    finds the overwrite otherwise."""
+    import accy.lowering.warp_roles as warp_roles
+    from accy.emulator import RaceError
+    from accy.library.attention import ScaledDotProduct
+    from accy.library.attention_tile import AttentionTiles, scaled_dot_product_tile
+
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((2, n, 64)).astype(bf16.numpy) for n in (96, 160, 160))  # 160 keys: 2 folds
+    monkeypatch.setattr(warp_roles.WarpRoles, "_drain", lambda self: None)
+    program = scaled_dot_product_tile(ScaledDotProduct(2, 96, 160, 64, 64), bf16, AttentionTiles(64, 64, 4)).program
+    with pytest.raises(RaceError, match="overwrites the destination of an earlier TMA load"):
+        program.run(dict(dst=np.zeros_like(q), query=q, key=k, value=v), backend="ptx", arch=ARCH)
+
+
+def roles_kernel(deadlock: bool):
+    """Two roles over a 2-stage ring: warp 1 copies rows of ``x`` by TMA, warp 0 sums them; with
+    ``deadlock`` the consumer never releases a stage, so the producer's third fill waits forever."""
+
+    @kernel(out=accy.dynamic_buffer(accy.f32), x=tensor(accy.f32, 2))
+    def ring(k, p):
+        @k.for_each_block(grid=axis("b", 1), threads=axis("t", 64))
+        def body(inner, block, thread):
+            t = thread["t"]
+            stage = inner.shared(accy.f32, 2 * 8 * 4, "stage", align=128)
+            bars = inner.shared(u64, 4, "bars")
+
+            def init(i):
+                for s in range(2):
+                    i.mbarrier_init(bars, s, 1)  # full
+                    i.mbarrier_init(bars, 2 + s, 32)  # empty: the consumer warp
+
+            inner.if_(t == 0, init)
+            inner.barrier()
+
+            def consumer(i):
+                def trip(i, j, acc):
+                    i.mbarrier_wait(bars, j % 2, j // 2 % 2)
+                    got = stage[(j % 2) * 32 + t % 32]
+                    if not deadlock:
+                        i.mbarrier_arrive(bars, 2 + j % 2, 0)
+                    return acc + got
+
+                p.out[t] = i.fold_range(0, 5, 1, i.constant(0.0, accy.f32), trip)
+
+            def producer(i):
+                def fill(i):
+                    def trip(i, j):
+                        i.mbarrier_wait(bars, 2 + j % 2, (j // 2 + 1) % 2)
+                        i.mbarrier_arrive(bars, j % 2, 8 * 4 * 4)
+                        i.tma_load(stage, (j % 2) * 32, p.x, (j * 8, 0), (8, 4), bars, j % 2)
+
+                    i.for_range(0, 5, 1, trip)
+
+                i.if_(t == 32, fill)
+
+            inner.if_(t < 32, consumer, producer, roles=True)
+
+    return ring
+
+
+def test_roles_run_as_coroutines_in_the_reference_and_on_the_emulator():
+    x = np.arange(40 * 4, dtype=np.float32).reshape(40, 4)
+    want = np.array([sum(x[j * 8 + r // 4, r % 4] for j in range(5)) for r in range(32)], np.float32)
+    for backend in ("numpy", "ptx"):
+        out = np.zeros(32, np.float32)
+        roles_kernel(False).run(dict(out=out, x=x), backend=backend, **({"arch": ARCH} if backend == "ptx" else {}))
+        np.testing.assert_array_equal(out, want)
+
+
+def test_roles_that_wait_for_each_other_forever_are_named():
+    x = np.zeros((40, 4), np.float32)
+    with pytest.raises(BarrierError, match="no role can go on .* on a GPU this hangs"):
+        roles_kernel(True).run(dict(out=np.zeros(32, np.float32), x=x), backend="numpy")

@@ -207,20 +207,15 @@ class Sanitizer:
         tracker.written[elements] = True
 
     def copied(self, op: Op, elements: np.ndarray, lanes: np.ndarray) -> None:
-        """A bulk copy's writes (``tma_load``), issued by ``lanes``: a race with what other threads
-        touch unordered before it, as a store is; but seen by a thread only after its wait for
-        the copy's mbarrier phase, which the reference's order already keeps, so no later read
-        races with it here (the emulator checks those waits)."""
+        """A bulk copy's writes (``tma_load``): the elements are written (initialised), by no
+        thread this checker orders by barriers: a copy and its readers are ordered by mbarrier
+        phases, which it does not follow (the emulator's race checker does, by happens-before
+        on the asynchronous proxy)."""
         tracker = self.tracker(op)
         if tracker is None:
             return
-        shared = _memory(op)[1]
-        for table, ops, epochs, verb in ((tracker.writer, tracker.writer_op, tracker.writer_epoch, "written"),
-                                         (tracker.readers, tracker.reader_op, tracker.reader_epoch, "read"),
-                                         (tracker.atomics, tracker.atomic_op, tracker.atomic_epoch,
-                                          "updated atomically")):
-            self._conflict(op, tracker, elements, lanes, shared, "written", table, ops, epochs, verb)
         tracker.writer[elements] = -1
+        tracker.readers[:, elements] = -1
         tracker.written[elements] = True
 
     def atomic(self, op: Op, elements: np.ndarray, lanes: np.ndarray) -> None:
