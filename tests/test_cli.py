@@ -238,10 +238,15 @@ def test_info_counts_the_mma_instructions_of_a_tile_matmul(capsys):
     # 128 x 128 x 64 tiles on 8 warps, 2 x 4 of them: a warp's 64 x 32 of c, 4 row tiles x 4 column
     # tiles x 4 k-steps of m16n8k16
     assert row[0] == "sm_80" and row[10:14] == ["64", "0", "0", "3"] and row[2] == "0/0"
-    # at sm_90a: two warpgroups, each 4 k-steps of m64n128k16
+    # at sm_90a: two warpgroups, each 4 k-steps of m64n128k16, in each of the fold's two versions
+    # (by TMA, by cp.async where the launch cannot describe a tensor), fed by a producer warpgroup
     assert main(["info", f"{example}:tile_matmul_bf16", "--arch", "sm_90a"]) == 0
-    row = capsys.readouterr().out.splitlines()[2].split()
-    assert row[0] == "sm_90a" and row[10:14] == ["0", "4", "2", "3"] and row[2] == "0/0"
+    out = capsys.readouterr().out.splitlines()
+    row = out[2].split()
+    assert row[0] == "sm_90a" and row[10:14] == ["0", "8", "2", "3"] and row[2] == "0/0"
+    assert "roles: 2 consumer warpgroups at 232 registers, 1 producer warpgroup at 40" in out[3]
+    assert out[4].split() == ["a:", "TMA", "(boxes", "8x64", "swizzle", "128),", "cp.async", "where", "the",
+                              "launch", "cannot", "describe", "it"]
 
 
 def test_occupancy_follows_the_cuda_rules():

@@ -1062,6 +1062,12 @@ def _tma_load(op, types, attrs_):
     return ()
 
 
+def _thread_index(op, types, attrs_):
+    if len(types) != 1 or not types[0].is_index:
+        raise OpTypeError("setmaxnreg passes one index (the thread's) through")
+    return (types[0],)
+
+
 def _tma_ready(op, types, attrs_):
     return (boolean,)
 
@@ -1286,9 +1292,10 @@ OPS: dict[str, OpDef] = {
         _def("tma_load", _tma_load, TmaLoadAttrs, " %{shared}[$0] = %{tensor}[$2...] box {box} swizzle {swizzle} "
              "barrier %{barrier}[$1] : {dtype}", pure=False, in_blocks=True, nvptx_only=True),
         # a warpgroup's registers per thread moved to or from its block's pool (all four warps
-        # together; the reference has no registers: nothing to do there)
-        _def("setmaxnreg", _no_results, SetmaxnregAttrs, " {action} {count}", pure=False, in_blocks=True,
-             nvptx_only=True),
+        # together; the reference has no registers: nothing to do there); the thread's index
+        # passes through it, so what the code after computes from it is not computed before
+        _def("setmaxnreg", _thread_index, SetmaxnregAttrs, " {action} {count} $0 : $type", pure=False,
+             in_blocks=True, nvptx_only=True),
         _def("tma_ready", _tma_ready, TensorMapAttrs, " %{tensor} box {box} swizzle {swizzle} : {dtype}",
              nvptx_only=True),
         # the tile level: programs over a grid, each computing on whole tiles

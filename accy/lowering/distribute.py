@@ -216,7 +216,10 @@ class _Distributor:
                         self.mma.warpgroups.start()
                     roles.consumers(lambda: self.walk(region))
 
+            tid = core.tid
+
             def producer(side):
+                core.tid = tid  # (the consumers' came through their setmaxnreg)
                 core.env.clear()
                 core.env.update(before)
                 for name, arg in zip(names, region.args):

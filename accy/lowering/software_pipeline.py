@@ -5,6 +5,8 @@ their own stage of a staging array."""
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from ..dsl.ir import Op
@@ -22,8 +24,9 @@ from .warpgroups import ALIGN, aligned
 
 def stages_in_effect(graph) -> int:
     """The pipeline stages of a distributed graph's main loop (the fold with the most
-    tensor-core ops): its prologue commits the copies of the first ``stages - 1`` trips as
-    groups just before it (1: not pipelined)."""
+    tensor-core ops, the last of equals: a TMA fold's ``cp.async`` version follows it): its
+    prologue commits the copies of the first ``stages - 1`` trips as groups just before it
+    (1: not pipelined)."""
     best = (0, 1)
 
     def walk(block):
@@ -34,7 +37,7 @@ def stages_in_effect(graph) -> int:
                 commits += 1
             elif op.opcode == "fold":
                 products = sum(o.opcode in ("mma", "wgmma") for o in op.walk())
-                if products > best[0]:
+                if products >= best[0]:
                     best = (products, commits + 1)
                 commits = 0
             for region in op.regions:
@@ -76,14 +79,12 @@ def prefetchable(load: Op, region, carries: set) -> bool:
 @attrs.frozen
 class Slots:
     """A TMA fold's mbarriers: in shared array ``array``, stage ``s``'s full one at ``full + s``,
-    its empty one at ``empty + s``; ``producer``: a producer warpgroup copies by TMA (the
-    program's threads copy only what the launch could not describe, ``readies`` false)."""
+    its empty one at ``empty + s``; ``producer``: a producer warpgroup copies (warp roles)."""
 
     array: str
     full: int
     empty: int
     producer: bool
-    readies: list
 
 
 class SoftwarePipeline(Part):
@@ -171,13 +172,16 @@ class SoftwarePipeline(Part):
                       if (c := self.bulk.plan(x, rows)) is not None}
         return stages, el, size, offsets, operands, copies
 
-    def prefetch(self, region, plan, trip, stage, empty_parity=None) -> None:
+    def prefetch(self, region, plan, trip, stage, tma: bool, empty_parity=None) -> None:
         """Issue the copies of the Deferred operands of trip ``trip`` (its index) into stage
-        ``stage``; TMA's, after the stage's last readers arrived on its 'empty' mbarrier in the
-        phase of parity ``empty_parity`` (None: the stage is fresh)."""
+        ``stage``: with ``tma``, thread 0's TMA copies (none where a producer warpgroup makes
+        them) after the stage's readers arrived on its 'empty' mbarrier in the phase of parity
+        ``empty_parity`` (None: the stage is fresh); else every thread's ``cp.async``."""
         stages, el, size, offsets, operands, copies = plan
         core = self.core
         array = self.stage_array
+        if tma and self.slots.producer:
+            return
         saved = dict(core.env)
         scopes = core.scopes
         core.scopes = scopes[:1] + [{}]  # nothing recorded inside the loop body is visible here
@@ -190,15 +194,11 @@ class SoftwarePipeline(Part):
             for k, (dot, role, x, base, rows) in enumerate(operands):
                 fresh = Deferred(x.op, tuple(core.env[v] for v in x.op.operands), x.steps, x.shape, x.transposed)
                 at = core.add(core.mul(stage, size), base)
-                if k in copies:
+                if tma:
                     bulk.append((fresh, copies[k], at, rows))
                 else:
                     self.copy(fresh, array, at, rows)
-            if copies and self.slots.producer:  # the producer warpgroup copies by TMA: the others only
-                for ready, (x, _, at, rows) in zip(self.slots.readies, bulk):
-                    self.b.if_(self.b.logical_not(ready), lambda inner, x=x, at=at, rows=rows: core.within(
-                        inner, lambda: self.copy(x, array, at, rows)) and None)
-            elif copies:
+            if tma:
                 self.bulk_copies(bulk, array, stage, empty_parity)
         finally:
             core.scopes = scopes
@@ -211,40 +211,33 @@ class SoftwarePipeline(Part):
         if not staging.copy(x, array, at, rows):
             staging.fill(array, staging.load_now(x), at, rows, x.transposed, STAGED_KIND[array.dtype])
 
-    def ready(self, copies: dict):
-        """Each TMA-copied operand's ready flag, in operand order (the flags are launch-wide)."""
-        return [Traced(self.bulk.ready(c)) for _, c in sorted(copies.items())]
+    def all_ready(self, copies: dict):
+        """Whether the launch could describe every tensor the fold copies by TMA (a flag each)."""
+        b = self.b
+        readies = [Traced(self.bulk.ready(c)) for _, c in sorted(copies.items())]
+        out = readies[0]
+        for r in readies[1:]:
+            out = b.logical_and(out, r)
+        return out
 
     def bulk_copies(self, bulk: list, array, stage, empty_parity) -> None:
-        """A stage's TMA copies: thread 0 waits until the stage's readers are done with it (its
-        'empty' mbarrier), arrives on its 'full' mbarrier expecting the bytes of the operands
-        whose tensors the launch could describe, then copies them; every thread copies the
-        others with ``cp.async`` (see :mod:`.bulk_copies`)."""
-        core, b = self.core, self.b
+        """A stage's TMA copies by thread 0: it waits until the stage's readers are done with it
+        (its 'empty' mbarrier), arrives on its 'full' mbarrier expecting their bytes, then
+        copies (see :mod:`.bulk_copies`)."""
+        core = self.core
         slots = self.slots
         bars = slots.array
-        readies = [Traced(self.bulk.ready(copies)) for _, copies, _, _ in bulk]
-        expected = core.const(0)
-        for ready, (x, _, _, _) in zip(readies, bulk):
-            nbytes = x.dtype.itemsize
-            for n in x.op.result.type.shape:
-                nbytes *= n
-            expected = b.add(expected, b.select(ready, core.const(nbytes), core.const(0)))
+        expected = sum(x.dtype.itemsize * math.prod(x.op.result.type.shape) for x, _, _, _ in bulk)
 
         def issue():
             if empty_parity is not None:
                 core.record("mbarrier_wait", [core.add(stage, slots.empty), empty_parity], MbarrierAttrs(shared=bars))
             full = core.traced(core.add(stage, slots.full))
-            core.record("mbarrier_arrive", [full, expected], MbarrierAttrs(shared=bars))
-            for ready, (x, copies, at, rows) in zip(readies, bulk):
-                b_ = self.b
-                b_.if_(ready, lambda inner, x=x, copies=copies, at=at, rows=rows: core.within(
-                    inner, lambda: self.bulk.issue(x, copies, array, at, rows, bars, full)) and None)
+            core.record("mbarrier_arrive", [full, core.const(expected)], MbarrierAttrs(shared=bars))
+            for x, copies, at, rows in bulk:
+                self.bulk.issue(x, copies, array, at, rows, bars, full)
 
-        b.if_(b.eq(core.tid, 0), lambda inner: core.within(inner, issue) and None)
-        for ready, (x, _, at, rows) in zip(readies, bulk):
-            b.if_(b.logical_not(ready), lambda inner, x=x, at=at, rows=rows: core.within(
-                inner, lambda: self.copy(x, array, at, rows)) and None)
+        self.b.if_(self.b.eq(core.tid, 0), lambda inner: core.within(inner, issue) and None)
 
     def init_barriers(self, stages: int) -> None:
         """Thread 0 sets up a fold's mbarriers, between barriers (the previous fold's waits are
@@ -267,48 +260,66 @@ class SoftwarePipeline(Part):
         b.barrier()
 
     def fold(self, op: Op, start, stop, inits, layouts, plan) -> None:
-        """The fold as a software pipeline: a prologue issues the copies of the first
-        ``stages - 1`` trips; each trip waits for its own (at most ``stages - 2`` groups left in
-        flight), meets its block at a barrier (every thread's copies landed, every thread done
-        with the stage about to be refilled), issues the copies of the trip ``stages - 1`` ahead
-        into that stage, then computes from its own stage."""
+        """The fold as a software pipeline (:meth:`pipelined`); where TMA can copy every operand,
+        two versions of it, the launch's ready flags choosing: by TMA where it could describe
+        every tensor, by ``cp.async`` otherwise (so neither loop carries the other's code)."""
         stages, el, size, offsets, operands, copies = plan
         core, registers = self.core, self.registers
-        region = op.regions[0]
-        step = op.attrs.step
         array = self.stage_arrays.get(el)  # one array for every pipelined fold (they run one after another)
         if array is None:
             array, self.stage_ops[el] = core.launch.declare_scratch(el, 1, "stage")
             self.stage_arrays[el] = array
         array.count = max(array.count, stages * size)
         self.stage_array = array
-        warpgroups = any(self.dots.on_warpgroups(dot) for dot in offsets)
-        if warpgroups:
+        if any(self.dots.on_warpgroups(dot) for dot in offsets):
             self.stage_align[el] = ALIGN
-        b = self.b
-        every_operand = len(copies) == len(operands)
-        roles = self.roles if self.roles is not None and op in self.roles.folds and copies else None
-        if copies:
-            readies = self.ready(copies)
-            all_ready = readies[0]
-            for r in readies[1:]:
-                all_ready = b.logical_and(all_ready, r)
-            if roles is not None:  # set up before the roles split (warp_roles)
-                self.slots = Slots(roles.barriers[0].name, roles.full(op), roles.empty(op), True, readies)
+        flat_inits = tuple(registers.flatten(inits, layouts))
+        if copies and len(copies) == len(operands):
+            roles = self.roles if self.roles is not None and op in self.roles.folds else None
+            ready = self.all_ready(copies)
+            if roles is not None:
                 roles.plans[op] = (stages, size, array, [(x, copies[k], base, rows) for k, (_, _, x, base, rows)
-                                                         in enumerate(operands) if k in copies])
-            else:
-                self.init_barriers(stages)
-                self.slots = Slots(self.barriers[0].name, 0, stages, False, readies)
+                                                         in enumerate(operands)], ready)
+            versions = [lambda: self.pipelined(op, start, stop, flat_inits, layouts, plan, True, roles),
+                        lambda: self.pipelined(op, start, stop, flat_inits, layouts, plan, False, roles)]
+            flat = self.b.if_(ready, *(lambda inner, v=v: core.within(inner, lambda: tuple(v())) for v in versions))
+            flat = flat if isinstance(flat, tuple) else (flat,)
+        else:
+            flat = self.pipelined(op, start, stop, flat_inits, layouts, plan, False, None)
+        self.scratch.dirty = True
+        registers.unflatten(op.results, list(flat), layouts)
+
+    def pipelined(self, op: Op, start, stop, flat_inits, layouts, plan, tma: bool, roles) -> list:
+        """The fold as a software pipeline; its results, flat.  By ``cp.async``: a prologue issues
+        the copies of the first ``stages - 1`` trips; each trip waits for its own (at most
+        ``stages - 2`` groups left in flight), meets its block at a barrier (every thread's
+        copies landed, every thread done with the stage about to be refilled), issues the copies
+        of the trip ``stages - 1`` ahead into that stage, then computes from its own stage.  By
+        TMA (``tma``): each trip waits on its stage's 'full' mbarrier and, done, arrives on its
+        'empty' one, and thread 0 (or, with ``roles``, the producer warpgroup) refills a stage
+        once it is empty: no barrier a trip."""
+        stages, el, size, offsets, operands, copies = plan
+        core, registers = self.core, self.registers
+        region = op.regions[0]
+        step = op.attrs.step
+        warpgroups = any(self.dots.on_warpgroups(dot) for dot in offsets)
+        b = self.b
+        if tma and roles is not None:  # set up before the roles split (warp_roles)
+            self.slots = Slots(roles.barriers[0].name, roles.full(op), roles.empty(op), True)
+        elif tma:
+            self.init_barriers(stages)
+            self.slots = Slots(self.barriers[0].name, 0, stages, False)
         for s in range(stages - 1):
             trip = core.add(start, s * step)
-            b.if_(b.lt(trip, stop), lambda inner, s=s, trip=trip: core.within(
-                inner, lambda: self.prefetch(region, plan, trip, s)) and None)
-            b.async_commit()
+            if not (tma and self.slots.producer):
+                b.if_(b.lt(trip, stop), lambda inner, s=s, trip=trip: core.within(
+                    inner, lambda: self.prefetch(region, plan, trip, s, tma)) and None)
+            if not tma:
+                b.async_commit()
 
         def body(inner, i, carries):
             with core.region(inner):
-                if copies:
+                if tma:
                     *accs, stage, refill, parity, last_parity = carries
                 else:
                     *accs, stage, refill = carries
@@ -316,28 +327,26 @@ class SoftwarePipeline(Part):
                 # the stage carried is in [0, stages): said so, the ranges prove each access to
                 # it inside the staging array (no check per ldmatrix)
                 clamp = lambda s: b.max(b.min(s, stages - 1), 0)  # noqa: E731
-                b.async_wait(stages - 2)
-                if copies:  # the stage's TMA bytes (and its copier's arrival) have come
+                if tma:  # the stage's bytes (and its copier's arrival) have come
                     stage = clamp(stage)
                     core.record("mbarrier_wait", [core.add(stage, self.slots.full), parity],
                                 MbarrierAttrs(shared=self.slots.array))
+                else:
+                    b.async_wait(stages - 2)
                 if warpgroups:  # the copies landed are seen by the wgmma's (asynchronous) reads
                     b.fence_proxy_async()
-                if copies and every_operand:
-                    # every stage TMA fills waits for its readers on its 'empty' mbarrier: the
-                    # block meets only where some tensor is copied by every thread instead
-                    b.if_(b.logical_not(all_ready), lambda inner: core.within(inner, lambda: self.b.barrier()) and None)
-                else:
+                if not tma:
                     b.barrier()
                     self.scratch.dirty = False
-                if not copies:
                     stage = clamp(stage)
                 ahead = core.add(i, (stages - 1) * step)
                 refill = b.max(b.min(refill, stages - 1), 0)  # likewise (the stage the trip before read)
-                empty = last_parity if copies else None
-                b.if_(b.lt(ahead, stop), lambda inner: core.within(
-                    inner, lambda: self.prefetch(region, plan, ahead, refill, empty)) and None)
-                b.async_commit()
+                if not (tma and self.slots.producer):
+                    empty = last_parity if tma else None
+                    b.if_(b.lt(ahead, stop), lambda inner: core.within(
+                        inner, lambda: self.prefetch(region, plan, ahead, refill, tma, empty)) and None)
+                if not tma:
+                    b.async_commit()
                 for dot, (offset, dot_plan) in offsets.items():
                     base = core.add(core.mul(stage, size), offset)
                     self.dots.pipelined[dot] = (self.stage_array, core.add(base, dot_plan.a_base),
@@ -346,24 +355,24 @@ class SoftwarePipeline(Part):
                 registers.unflatten(region.args[1:], accs, layouts)
                 results = self.walker.walk(region)
                 b = self.b
-                if copies:  # done reading the stage (each dot waited for its wgmma)
+                if tma:  # done reading the stage (each dot waited for its wgmma)
                     core.record("mbarrier_arrive", [core.add(stage, self.slots.empty), core.const(0)],
                                 MbarrierAttrs(shared=self.slots.array))
                 wraps = b.eq(stage, stages - 1)
                 following = b.select(wraps, 0, b.add(stage, 1))
                 # a stage's mbarriers complete a phase per use: the parity waited for flips each
                 # round; the stage refilled next trip is this one, whose 'empty' phase is this parity
-                flipped = (b.select(wraps, b.sub(1, parity), parity), parity) if copies else ()
+                flipped = (b.select(wraps, b.sub(1, parity), parity), parity) if tma else ()
                 return tuple(registers.flatten(results, layouts)) + (following, stage) + flipped
 
         # the first refill's stage (stages - 1) is fresh: its 'empty' phase of parity 1, the one
         # before phase 0, counts as complete
-        carried_init = (core.const(0), core.const(stages - 1)) + ((core.const(0), core.const(1)) if copies else ())
-        flat = self.b.loop(start, stop, step, tuple(registers.flatten(inits, layouts)) + carried_init, body)
+        carried_init = (core.const(0), core.const(stages - 1)) + ((core.const(0), core.const(1)) if tma else ())
+        flat = self.b.loop(start, stop, step, flat_inits + carried_init, body)
         for dot in offsets:
             self.dots.pipelined.pop(dot, None)
-        self.b.async_wait(0)
-        if copies:  # the block meets after the fold: no thread refills a stage another still reads
+        if tma:  # the block meets after the fold: no thread refills a stage another still reads
             self.b.barrier()
-        self.scratch.dirty = True
-        registers.unflatten(op.results, flat[:-len(carried_init)], layouts)
+        else:
+            self.b.async_wait(0)
+        return list(flat[:-len(carried_init)])

@@ -20,6 +20,8 @@ the launch cannot describe is still copied by the consumers with ``cp.async``.""
 
 from __future__ import annotations
 
+import math
+
 from ..dsl.ir import Op, Value
 from ..dsl.ops import BarrierAttrs, MbarrierAttrs, MbarrierInitAttrs, RegisterAction, SetmaxnregAttrs
 from ..dsl.traced import Traced
@@ -62,7 +64,7 @@ class WarpRoles(Part):
         self.folds: dict[Op, int] = {}
         self.plans: dict[Op, tuple] = {}
         self.barriers = None  # (array, its shared op)
-        self.filled = None  # the fold the producer filled last: (op, start, stop, stages)
+        self.filled = None  # the fold the producer filled last: (op, start, stop, stages, ready)
 
     def choose(self, region, persistent: bool) -> bool:
         """Find the folds to specialise (see the module's doc); whether there are any."""
@@ -127,15 +129,19 @@ class WarpRoles(Part):
         b.barrier()
 
     def consumers(self, walk) -> None:
-        """The consumers' side: their registers taken, then ``walk()``, the program."""
-        self.core.record("setmaxnreg", [], SetmaxnregAttrs(action=RegisterAction.INC, count=registers(self.T)[1]))
+        """The consumers' side: their registers taken, then ``walk()``, the program (whose
+        thread index comes through the setmaxnreg)."""
+        core = self.core
+        core.tid = Traced(core.record("setmaxnreg", [core.tid], SetmaxnregAttrs(
+            action=RegisterAction.INC, count=registers(self.T)[1])).result)
         walk()
 
     def producer(self, region, walker) -> None:
         """The producer's side: its registers given up; its first thread computes the program's
         scalars and walks each specialised fold's trips, filling stages as they empty."""
         core = self.core
-        core.record("setmaxnreg", [], SetmaxnregAttrs(action=RegisterAction.DEC, count=PRODUCER_REGISTERS))
+        core.tid = Traced(core.record("setmaxnreg", [core.tid], SetmaxnregAttrs(
+            action=RegisterAction.DEC, count=PRODUCER_REGISTERS)).result)
         b = self.b
 
         self.filled = None
@@ -157,34 +163,38 @@ class WarpRoles(Part):
         mbarrier (stage ``s`` was filled ``ceil((trips - s) / stages)`` times)."""
         if self.filled is None:
             return
-        core, b = self.core, self.b
-        fold, start, stop, stages = self.filled
+        core = self.core
+        fold, start, stop, stages, ready = self.filled
         step = fold.attrs.step
-        trips = b.max(b.floor_div(b.add(b.sub(stop, start), step - 1), step), 0)
         bars = self.barriers[0].name
-        for s in range(stages):
-            uses = b.floor_div(b.add(trips, stages - 1 - s), stages)
-            parity = b.bitwise_and(b.sub(uses, 1), 1)
-            b.if_(b.gt(uses, 0), lambda inner, s=s, parity=parity: core.within(inner, lambda: core.record(
-                "mbarrier_wait", [core.const(self.empty(fold) + s), parity], MbarrierAttrs(shared=bars))) and None)
+
+        def drain():  # (where the fold ran by TMA: else the consumers never arrived)
+            b = self.b
+            trips = b.max(b.floor_div(b.add(b.sub(stop, start), step - 1), step), 0)
+            for s in range(stages):
+                uses = b.floor_div(b.add(trips, stages - 1 - s), stages)
+                parity = b.bitwise_and(b.sub(uses, 1), 1)
+                b.if_(b.gt(uses, 0), lambda inner, s=s, parity=parity: core.within(inner, lambda: core.record(
+                    "mbarrier_wait", [core.const(self.empty(fold) + s), parity], MbarrierAttrs(shared=bars))) and None)
+
+        self.b.if_(ready, lambda inner: core.within(inner, drain) and None)
 
     def _fill(self, fold: Op) -> None:
         """The producer's loop over ``fold``'s trips: per trip, wait until its stage is empty
         (a fresh stage's phase of parity 1 counts as complete), arrive on its full mbarrier
         expecting the bytes of the tensors the launch described, and copy them."""
         core, bulk = self.core, self.bulk
-        stages, size, array, operands = self.plans[fold]
+        stages, size, array, operands, _ = self.plans[fold]
         bars = self.barriers[0].name
         region = fold.regions[0]
         start, stop = (core.env[v] for v in fold.operands[:2])
         b = self.b
-        readies = [Traced(bulk.ready(copies)) for _, copies, _, _ in operands]
-        expected = core.const(0)
-        for ready, (x, _, _, _) in zip(readies, operands):
-            nbytes = x.dtype.itemsize
-            for n in x.op.result.type.shape:
-                nbytes *= n
-            expected = b.add(expected, b.select(ready, core.const(nbytes), core.const(0)))
+        # the consumers run this fold by TMA where the launch could describe every tensor
+        ready = None
+        for _, copies, _, _ in operands:
+            flag = Traced(bulk.ready(copies))
+            ready = flag if ready is None else b.logical_and(ready, flag)
+        expected = sum(x.dtype.itemsize * math.prod(x.op.result.type.shape) for x, _, _, _ in operands)
 
         def body(inner, j, carries):
             stage, parity = carries
@@ -193,17 +203,16 @@ class WarpRoles(Part):
                 stage = b.max(b.min(stage, stages - 1), 0)
                 core.record("mbarrier_wait", [core.add(stage, self.empty(fold)), parity], MbarrierAttrs(shared=bars))
                 full = core.add(stage, self.full(fold))
-                core.record("mbarrier_arrive", [full, expected], MbarrierAttrs(shared=bars))
+                core.record("mbarrier_arrive", [full, core.const(expected)], MbarrierAttrs(shared=bars))
                 core.env[region.args[0]] = j
-                for ready, (x, copies, base, rows) in zip(readies, operands):
-                    at = core.add(core.mul(stage, size), base)
-                    b.if_(ready, lambda inner, x=x, copies=copies, at=at, rows=rows: core.within(
-                        inner, lambda: bulk.issue(x, copies, array, at, rows, bars, full)) and None)
+                for x, copies, base, rows in operands:
+                    bulk.issue(x, copies, array, core.add(core.mul(stage, size), base), rows, bars, full)
                 wraps = b.eq(stage, stages - 1)
                 return b.select(wraps, 0, b.add(stage, 1)), b.select(wraps, b.sub(1, parity), parity)
 
-        b.loop(start, stop, fold.attrs.step, (core.const(0), core.const(1)), body)
-        self.filled = (fold, start, stop, stages)
+        b.if_(ready, lambda inner: core.within(inner, lambda: b.loop(
+            start, stop, fold.attrs.step, (core.const(0), core.const(1)), body)) and None)
+        self.filled = (fold, start, stop, stages, ready)
 
     def name_barriers(self, block) -> None:
         """The consumers' barriers wait for the consumers alone (named barrier 1)."""

@@ -69,4 +69,10 @@ class BulkCopyEmitter:
         self.lw.values[op.result] = self.lw.b.icmp_unsigned("!=", flag, ir.Constant(I32, 0))
 
     def setmaxnreg(self, op: Op) -> None:
-        self._asm(f"setmaxnreg.{op.attrs.action.value}.sync.aligned.u32 {op.attrs.count};", [], "~{memory}")
+        """The instruction, with the thread's index tied through it: what is computed from the
+        index after it stays after it (LLVM would hoist it into the registers before)."""
+        value = self.lw.value(op.operands[0])
+        ty = ir.FunctionType(value.type, [value.type])
+        self.lw.values[op.result] = self.lw.b.call(ir.InlineAsm(
+            ty, f"setmaxnreg.{op.attrs.action.value}.sync.aligned.u32 {op.attrs.count};", "=l,0,~{memory}",
+            side_effect=True), [value])

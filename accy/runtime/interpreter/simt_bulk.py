@@ -131,4 +131,5 @@ class BulkCopies:
         return {p.name: run.env[v] for p, v in zip(run.graph.scalars, run.graph.body.args)}
 
     def op_setmaxnreg(self, op: Op) -> None:
-        pass  # registers are the hardware's: the reference has none to move
+        """Registers are the hardware's: the reference has none to move; the index passes."""
+        self.interpreter.env[op.result] = self.interpreter.env[op.operands[0]]
