@@ -132,8 +132,10 @@ class WarpRoles(Part):
         """The consumers' side: their registers taken, then ``walk()``, the program (whose
         thread index comes through the setmaxnreg)."""
         core = self.core
-        core.tid = Traced(core.record("setmaxnreg", [core.tid], SetmaxnregAttrs(
-            action=RegisterAction.INC, count=registers(self.T)[1])).result)
+        kernel, consumers = registers(self.T)
+        if consumers > kernel:  # (one consumer warpgroup has the file's most already)
+            core.tid = Traced(core.record("setmaxnreg", [core.tid], SetmaxnregAttrs(
+                action=RegisterAction.INC, count=consumers)).result)
         walk()
 
     def producer(self, region, walker) -> None:
