@@ -375,4 +375,8 @@ class SoftwarePipeline(Part):
             self.b.barrier()
         else:
             self.b.async_wait(0)
+            if roles is not None:  # done with every stage: the producer waits for this before the next fold's fills
+                for s in range(stages):
+                    core.record("mbarrier_arrive", [core.const(roles.empty(op) + s), core.const(0)],
+                                MbarrierAttrs(shared=roles.barriers[0].name))
         return list(flat[:-len(carried_init)])
