@@ -37,7 +37,10 @@ def stages_in_effect(graph) -> int:
                 commits += 1
             elif op.opcode == "fold":
                 products = sum(o.opcode in ("mma", "wgmma") for o in op.walk())
-                if products >= best[0]:
+                # a loop around the main loop (a persistent block's over its programs) is none
+                outer = any(o is not op and o.opcode == "fold" and any(x.opcode in ("mma", "wgmma") for x in o.walk())
+                            for o in op.walk())
+                if products >= best[0] and not outer:
                     best = (products, commits + 1)
                 commits = 0
             for region in op.regions:
