@@ -117,3 +117,11 @@ def test_the_cpu_backends_run_a_persistent_launch_as_any_other():
 
 def test_the_sm_90a_target_knows_its_sms():
     assert Target.nvptx("sm_90a").capabilities.sms == 132 and Target.nvptx("sm_80").capabilities.sms == 108
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_stages_of_a_persistent_matmul_are_its_main_loops_not_the_loop_over_programs(arch):
+    from accy.lowering.software_pipeline import stages_in_effect
+
+    for stages in (2, 3):
+        assert stages_in_effect(matmul(True, stages=stages).graph_for("cuda", arch)) == stages

@@ -279,3 +279,38 @@ def test_roles_that_wait_for_each_other_forever_are_named():
     x = np.zeros((40, 4), np.float32)
     with pytest.raises(BarrierError, match="no role can go on .* on a GPU this hangs"):
         roles_kernel(True).run(dict(out=np.zeros(32, np.float32), x=x), backend="numpy")
+
+
+def test_a_fold_by_cp_async_is_drained_before_the_producer_fills_the_next_folds_stages():
+    """Two specialised folds over one staging array, the first's tensor no map describes: the
+    consumers copy it by cp.async while the producer, which filled nothing of it, must still wait
+    for them to be done with its stages before filling the second fold's (a race otherwise)."""
+    from accy import f32
+
+    @kernel(c=tensor(f32, 2), a=tensor(bf16, 2), b=tensor(bf16, 2), a2=tensor(bf16, 2), b2=tensor(bf16, 2))
+    def two_folds(k, p):
+        M, K = p.a.shape
+
+        @k.for_each_tile(grid=(axis("m", accy.cdiv(M, 64)), axis("n", accy.cdiv(p.b.shape[1], 64))), warps=4,
+                         num_stages=2)
+        def body(t, pid):
+            def step(x, y):
+                return lambda t, k0, acc: t.dot(x.load_tile((pid["m"] * 64, k0), (64, 32)),
+                                                y.load_tile((k0, pid["n"] * 64), (32, 64)), acc)
+
+            acc = t.fold_range(0, K, 32, t.zeros((64, 64), f32), step(p.a, p.b))
+            acc = t.fold_range(0, p.a2.shape[1], 32, acc, step(p.a2, p.b2))
+            p.c.store_tile((pid["m"] * 64, pid["n"] * 64), acc)
+
+    rng = np.random.default_rng(11)
+    a, b, a2, b2 = (rng.standard_normal(s).astype(bf16.numpy) for s in ((64, 96), (96, 64), (64, 96), (96, 64)))
+    want = a.astype(np.float64) @ b.astype(np.float64) + a2.astype(np.float64) @ b2.astype(np.float64)
+    for first, second in ((_strided(a), a2), (a, _strided(a2))):
+        for backend in ("sm_90a graph on numpy", "ptx"):
+            c = np.zeros((64, 64), np.float32)
+            args = dict(c=c, a=first, b=b, a2=second, b2=b2)
+            if backend == "ptx":
+                two_folds.run(args, backend="ptx", arch=ARCH)
+            else:
+                run_lowered(two_folds, args)
+            assert np.abs(c - want).max() <= 1e-4 * np.abs(want).max()

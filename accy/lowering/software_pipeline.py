@@ -37,7 +37,10 @@ def stages_in_effect(graph) -> int:
                 commits += 1
             elif op.opcode == "fold":
                 products = sum(o.opcode in ("mma", "wgmma") for o in op.walk())
-                if products >= best[0]:
+                # a loop around the main loop (a persistent block's over its programs) is none
+                outer = any(o is not op and o.opcode == "fold" and any(x.opcode in ("mma", "wgmma") for x in o.walk())
+                            for o in op.walk())
+                if products >= best[0] and not outer:
                     best = (products, commits + 1)
                 commits = 0
             for region in op.regions:
@@ -375,4 +378,8 @@ class SoftwarePipeline(Part):
             self.b.barrier()
         else:
             self.b.async_wait(0)
+            if roles is not None:  # done with every stage: the producer waits for this before the next fold's fills
+                for s in range(stages):
+                    core.record("mbarrier_arrive", [core.const(roles.empty(op) + s), core.const(0)],
+                                MbarrierAttrs(shared=roles.barriers[0].name))
         return list(flat[:-len(carried_init)])

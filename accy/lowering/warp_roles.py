@@ -162,7 +162,9 @@ class WarpRoles(Part):
     def _drain(self) -> None:
         """Before filling the next fold's stages (the same arrays), wait until the consumers
         released every stage of the fold filled before: each stage's last phase of its 'empty'
-        mbarrier (stage ``s`` was filled ``ceil((trips - s) / stages)`` times)."""
+        mbarrier (stage ``s`` was filled ``ceil((trips - s) / stages)`` times); where that fold
+        ran by ``cp.async`` (its tensors not described), the one phase the consumers complete
+        on each after it."""
         if self.filled is None:
             return
         core = self.core
@@ -170,7 +172,7 @@ class WarpRoles(Part):
         step = fold.attrs.step
         bars = self.barriers[0].name
 
-        def drain():  # (where the fold ran by TMA: else the consumers never arrived)
+        def drain():  # (where the fold ran by TMA)
             b = self.b
             trips = b.max(b.floor_div(b.add(b.sub(stop, start), step - 1), step), 0)
             for s in range(stages):
@@ -179,7 +181,13 @@ class WarpRoles(Part):
                 b.if_(b.gt(uses, 0), lambda inner, s=s, parity=parity: core.within(inner, lambda: core.record(
                     "mbarrier_wait", [core.const(self.empty(fold) + s), parity], MbarrierAttrs(shared=bars))) and None)
 
-        self.b.if_(ready, lambda inner: core.within(inner, drain) and None)
+        def drained():  # by cp.async, the consumers arrived once on each stage's 'empty' mbarrier after the fold
+            for s in range(stages):
+                core.record("mbarrier_wait", [core.const(self.empty(fold) + s), core.const(0)],
+                            MbarrierAttrs(shared=bars))
+
+        self.b.if_(ready, lambda inner: core.within(inner, drain) and None,
+                   lambda inner: core.within(inner, drained) and None)
 
     def _fill(self, fold: Op) -> None:
         """The producer's loop over ``fold``'s trips: per trip, wait until its stage is empty
