@@ -80,9 +80,10 @@ def kind(program) -> tuple:
 
 # The default tiling is Hopper's (sm_90a): a trip of bk=128 is four k32 fp8 wgmmas, one chunk of
 # accy.lowering.warpgroups.FP8_PROMOTION_STEPS.  Below sm_90a fp8 is widened to f16 (exactly) for
-# mma.sync, and two 128x128 operand tiles in f16 pass a program's 48 KiB of scratch: there, and in
-# PROGRAMS (which lower for every arch), K is walked 64 at a time.
-BK_BEFORE_HOPPER = 64
+# mma.sync through registers: two 128x128 operand tiles in f16 pass a program's 48 KiB of scratch,
+# and at 64 a trip the widening spills (255 registers); there, and in PROGRAMS (which lower for
+# every arch), K is walked 32 at a time.
+BK_BEFORE_HOPPER = 32
 tile_fp8_matmul = make_fp8_matmul(f8e4m3, "tensor", bf16, bk=BK_BEFORE_HOPPER)
 tile_fp8_matmul_rowcol = make_fp8_matmul(f8e4m3, "rowcol", bf16, bk=BK_BEFORE_HOPPER)
 PROGRAMS = [tile_fp8_matmul, tile_fp8_matmul_rowcol]
