@@ -315,3 +315,19 @@ def test_a_fold_by_cp_async_is_drained_before_the_producer_fills_the_next_folds_
             else:
                 run_lowered(two_folds, args)
             assert np.abs(c - want).max() <= 1e-4 * np.abs(want).max()
+
+
+@pytest.mark.full
+def test_the_hopper_bench_kernels_assemble_without_spills():
+    """Issue 35's jobs (bench.gpu_kernels.HOPPER) at sm_90a: warp roles, registers moved, no spill."""
+    from accy.codegen.nvptx import toolchain
+
+    if toolchain.find_ptxas() is None:
+        pytest.skip("no ptxas: pip install nvidia-cuda-nvcc")
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    from bench.gpu_kernels import HOPPER
+
+    for key, case in HOPPER.items():
+        ptx = case.program.ptx(ARCH)
+        used = toolchain.resources(ptx, ARCH)
+        assert used.spill_stores == used.spill_loads == 0 and "setmaxnreg.inc" in ptx, (key, used)

@@ -91,6 +91,16 @@ def distribute(graph: Graph, tensor_cores: bool = False, shared_bytes: int = STA
 
 
 GROUP = 8  # a persistent launch's programs run in runs of this many along the first grid axis
+WIDE_N = 128  # a dot wider than this holds too many accumulators for a warp-specialised program's
+#               kernel registers at two blocks an SM (ptxas refuses its wgmma at 128 registers)
+
+
+def roles_blocks(graph: Graph, threads: int) -> int:
+    """The resident blocks an SM a warp-specialised program of ``threads`` computing threads is
+    built for: as many as its threads allow (:data:`RESIDENT_THREADS`), one where a dot is wider
+    than :data:`WIDE_N`."""
+    wide = any(op.opcode == "dot" and op.result.type.shape[-1] > WIDE_N for op in graph.body.walk())
+    return 1 if wide else max(1, RESIDENT_THREADS // threads)
 
 
 def grouped_order(b, tile, extents: list) -> list:
@@ -156,7 +166,7 @@ class _Distributor:
         self.pipeline = SoftwarePipeline(core, self, registers, scratch, staging, self.mma,
                                          self.launch.attrs.num_stages, shared_bytes, bulk)
         # warp roles where a warpgroup's worth of warps computes (accy.lowering.warp_roles)
-        self.roles = WarpRoles(core, bulk, graph, self.launch.attrs.num_stages) \
+        self.roles = WarpRoles(core, bulk, graph, self.launch.attrs.num_stages, roles_blocks(graph, threads)) \
             if bulk is not None and self.launch.attrs.warps % 4 == 0 else None
         self.regions = Regions(core, self, registers, scratch, self.mma, self.pipeline)
         self.handlers = {
@@ -202,6 +212,8 @@ class _Distributor:
         roles = self.roles if self.roles is not None and self.roles.choose(region, persistent) else None
         self.pipeline.roles = roles
         extra = PRODUCER_THREADS if roles is not None else 0
+        if roles is not None:
+            resident = roles.blocks
 
         def specialised(inner, block) -> None:
             """Warp roles: the mbarriers set up, then the consumers' side and the producer's."""
@@ -264,7 +276,7 @@ class _Distributor:
         outer.for_each_block(grid=grid, threads=(axis(thread, core.T + extra),), body=program)
         core.b = outer
         block = next(o for o in reversed(outer.block.ops) if o.opcode == "for_each_block")
-        resident = max(1, RESIDENT_THREADS // (core.T + extra))
+        # (a producer warpgroup's threads share the consumers' budget: it gives its registers up)
         block.attrs = attrs.evolve(block.attrs, min_blocks=resident, unit=BlockUnit.PROGRAM)
 
     def walk(self, block) -> list:

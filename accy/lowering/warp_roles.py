@@ -34,11 +34,12 @@ PRODUCER_REGISTERS = 40
 REGISTER_FILE = 65536  # 32-bit registers per SM (and at most per block)
 
 
-def registers(consumers: int) -> tuple[int, int]:
-    """(the kernel's registers per thread, the consumers' after ``setmaxnreg``): the file shared
-    by every thread, the producer's given up to the consumers, multiples of 8 (the ISA's)."""
+def registers(consumers: int, blocks: int = 1) -> tuple[int, int]:
+    """(the kernel's registers per thread, the consumers' after ``setmaxnreg``) for ``blocks``
+    resident blocks an SM: the file shared by every thread, the producer's given up to the
+    consumers, multiples of 8 (the ISA's)."""
     threads = consumers + PRODUCER_THREADS
-    kernel = min(248, REGISTER_FILE // threads // 8 * 8)
+    kernel = min(248, REGISTER_FILE // (threads * blocks) // 8 * 8)
     pool = kernel * threads - PRODUCER_REGISTERS * PRODUCER_THREADS
     return kernel, min(248, pool // consumers // 8 * 8)
 
@@ -55,8 +56,9 @@ class WarpRoles(Part):
     """The specialised folds of one program (``folds``: each's index; the consumers' plans in
     ``plans``) and the producer's side (:meth:`producer`)."""
 
-    def __init__(self, core: Rebuild, bulk: TensorCopies, graph, num_stages: int):
+    def __init__(self, core: Rebuild, bulk: TensorCopies, graph, num_stages: int, blocks: int = 1):
         super().__init__(core)
+        self.blocks = blocks  # the resident blocks an SM the kernel's registers are shared by
         self.bulk = bulk
         # the kernel's scalars: its parameters and what its top level computes from them
         self.kernel_values = set(graph.body.args) | {r for op in graph.body.ops for r in op.results}
@@ -132,7 +134,7 @@ class WarpRoles(Part):
         """The consumers' side: their registers taken, then ``walk()``, the program (whose
         thread index comes through the setmaxnreg)."""
         core = self.core
-        kernel, consumers = registers(self.T)
+        kernel, consumers = registers(self.T, self.blocks)
         if consumers > kernel:  # (one consumer warpgroup has the file's most already)
             core.tid = Traced(core.record("setmaxnreg", [core.tid], SetmaxnregAttrs(
                 action=RegisterAction.INC, count=consumers)).result)

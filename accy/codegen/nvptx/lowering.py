@@ -302,9 +302,10 @@ class NvptxLowering(Lowering):
         # setmaxnreg moves registers between a block's warps: the ISA asks for the kernel's count
         # to be stated (.maxnreg), the register file's share of each thread
         moves = any(op.opcode == "setmaxnreg" for op in self.graph.body.walk())
+        min_blocks = launch.attrs.min_blocks or max(1, 512 // per_block)
         self._annotate(fn, tuple(self.graph.block_shape) + (1,) * (3 - len(self.graph.block_shape)),
-                       min_blocks=launch.attrs.min_blocks or max(1, 512 // per_block),
-                       max_registers=min(248, REGISTER_FILE // per_block // 8 * 8) if moves else None)
+                       min_blocks=min_blocks,
+                       max_registers=min(248, REGISTER_FILE // (per_block * min_blocks) // 8 * 8) if moves else None)
         return fn
 
     def _block_indices(self, sreg) -> list[ir.Value]:
