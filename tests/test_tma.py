@@ -331,3 +331,12 @@ def test_the_hopper_bench_kernels_assemble_without_spills():
         ptx = case.program.ptx(ARCH)
         used = toolchain.resources(ptx, ARCH)
         assert used.spill_stores == used.spill_loads == 0 and "setmaxnreg.inc" in ptx, (key, used)
+
+
+def test_a_warp_specialised_launch_narrows_its_indices_to_32_bits():
+    """setmaxnreg passes the thread's index through: its range goes with it, so the consumers'
+    index arithmetic is proved to fit 32 bits as a program's without roles is."""
+    program = _program(MATMULS[0])
+    a, b, c = (np.zeros(s, t) for s, t in (((512, 256), bf16.numpy), ((256, 512), bf16.numpy),
+                                             ((512, 512), np.float32)))
+    assert program.indices_32_bit(dict(c=c, a=a, b=b), ARCH)

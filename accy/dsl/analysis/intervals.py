@@ -233,6 +233,8 @@ class _Ranges:
             return op.attrs["value"], op.attrs["value"]
         if name == "shuffle":  # another lane's value (or its own): the value's interval holds in every lane
             return self.of(op.operands[0])
+        if name == "setmaxnreg":  # the thread's index passes through
+            return self.of(op.operands[0])
         if name == "cast":  # from an integer or bool: its value, where the new type holds all of it
             source = op.operands[0].type
             if not isinstance(source, DType) or not (source.is_int or source.is_bool):
