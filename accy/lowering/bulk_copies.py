@@ -16,11 +16,14 @@ the stage's mbarrier expecting the bytes its copies bring, so one wait serves bo
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from ..dsl.ir import Op, Value, constant_of
 from ..dsl.ops import TensorMapAttrs, TmaLoadAttrs
 from ..dsl.tensors import tensor_parameters
+from ..dsl.traced import Traced
 from ..dsl.types import index
 from .rebuild import Part, Rebuild
 from .tile_memory import Deferred
@@ -188,3 +191,16 @@ class TensorCopies(Part):
 
     def ready(self, copies: list[BoxCopy]):
         return self.b.record("tma_ready", [], copies[0].map).result
+
+    def all_ready(self, copies: list[list[BoxCopy]]):
+        """Whether the launch could describe every tensor these operands' copies read."""
+        out = None
+        for c in copies:
+            flag = Traced(self.ready(c))
+            out = flag if out is None else self.b.logical_and(out, flag)
+        return out
+
+
+def stage_bytes(operands) -> int:
+    """The bytes a stage's TMA copies bring: its operands' (Deferred) whole boxes."""
+    return sum(x.dtype.itemsize * math.prod(x.op.result.type.shape) for x in operands)

@@ -5,15 +5,12 @@ their own stage of a staging array."""
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
 from ..dsl.ir import Op
 from ..dsl.ops import MbarrierAttrs, MbarrierInitAttrs, SharedAttrs
-from ..dsl.traced import Traced
 from ..dsl.types import u64
-from .bulk_copies import TensorCopies
+from .bulk_copies import TensorCopies, stage_bytes
 from .rebuild import Part, Rebuild
 from .registers import Registers
 from .scratch import Scratch
@@ -183,8 +180,6 @@ class SoftwarePipeline(Part):
         stages, el, size, offsets, operands, copies = plan
         core = self.core
         array = self.stage_array
-        if tma and self.slots.producer:
-            return
         saved = dict(core.env)
         scopes = core.scopes
         core.scopes = scopes[:1] + [{}]  # nothing recorded inside the loop body is visible here
@@ -214,15 +209,6 @@ class SoftwarePipeline(Part):
         if not staging.copy(x, array, at, rows):
             staging.fill(array, staging.load_now(x), at, rows, x.transposed, STAGED_KIND[array.dtype])
 
-    def all_ready(self, copies: dict):
-        """Whether the launch could describe every tensor the fold copies by TMA (a flag each)."""
-        b = self.b
-        readies = [Traced(self.bulk.ready(c)) for _, c in sorted(copies.items())]
-        out = readies[0]
-        for r in readies[1:]:
-            out = b.logical_and(out, r)
-        return out
-
     def bulk_copies(self, bulk: list, array, stage, empty_parity) -> None:
         """A stage's TMA copies by thread 0: it waits until the stage's readers are done with it
         (its 'empty' mbarrier), arrives on its 'full' mbarrier expecting their bytes, then
@@ -230,7 +216,7 @@ class SoftwarePipeline(Part):
         core = self.core
         slots = self.slots
         bars = slots.array
-        expected = sum(x.dtype.itemsize * math.prod(x.op.result.type.shape) for x, _, _, _ in bulk)
+        expected = stage_bytes(x for x, _, _, _ in bulk)
 
         def issue():
             if empty_parity is not None:
@@ -279,10 +265,10 @@ class SoftwarePipeline(Part):
         flat_inits = tuple(registers.flatten(inits, layouts))
         if copies and len(copies) == len(operands):
             roles = self.roles if self.roles is not None and op in self.roles.folds else None
-            ready = self.all_ready(copies)
+            ready = self.bulk.all_ready([c for _, c in sorted(copies.items())])
             if roles is not None:
                 roles.plans[op] = (stages, size, array, [(x, copies[k], base, rows) for k, (_, _, x, base, rows)
-                                                         in enumerate(operands)], ready)
+                                                         in enumerate(operands)])
             versions = [lambda: self.pipelined(op, start, stop, flat_inits, layouts, plan, True, roles),
                         lambda: self.pipelined(op, start, stop, flat_inits, layouts, plan, False, roles)]
             flat = self.b.if_(ready, *(lambda inner, v=v: core.within(inner, lambda: tuple(v())) for v in versions))

@@ -20,13 +20,11 @@ the launch cannot describe is still copied by the consumers with ``cp.async``.""
 
 from __future__ import annotations
 
-import math
-
 from ..dsl.ir import Op, Value
 from ..dsl.ops import BarrierAttrs, MbarrierAttrs, MbarrierInitAttrs, RegisterAction, SetmaxnregAttrs
 from ..dsl.traced import Traced
 from ..dsl.types import TileType, u64
-from .bulk_copies import TensorCopies
+from .bulk_copies import TensorCopies, stage_bytes
 from .rebuild import Part, Rebuild
 
 PRODUCER_THREADS = 128  # one warpgroup
@@ -196,17 +194,14 @@ class WarpRoles(Part):
         (a fresh stage's phase of parity 1 counts as complete), arrive on its full mbarrier
         expecting the bytes of the tensors the launch described, and copy them."""
         core, bulk = self.core, self.bulk
-        stages, size, array, operands, _ = self.plans[fold]
+        stages, size, array, operands = self.plans[fold]
         bars = self.barriers[0].name
         region = fold.regions[0]
         start, stop = (core.env[v] for v in fold.operands[:2])
         b = self.b
         # the consumers run this fold by TMA where the launch could describe every tensor
-        ready = None
-        for _, copies, _, _ in operands:
-            flag = Traced(bulk.ready(copies))
-            ready = flag if ready is None else b.logical_and(ready, flag)
-        expected = sum(x.dtype.itemsize * math.prod(x.op.result.type.shape) for x, _, _, _ in operands)
+        ready = bulk.all_ready([copies for _, copies, _, _ in operands])
+        expected = stage_bytes(x for x, _, _, _ in operands)
 
         def body(inner, j, carries):
             stage, parity = carries

@@ -27,18 +27,15 @@ ALIGN = 16  # bytes: the first element's alignment and every stride's multiple
 MAX_STRIDE = 2**40
 MAX_EXTENT = 2**32
 
-_ELEMENT = {("float", 2, "bf16"): ElementType.BFLOAT16, ("float", 2, "f16"): ElementType.FLOAT16,
-            ("float", 4, None): ElementType.FLOAT32, ("float", 8, None): ElementType.FLOAT64}
+_FLOATS = {"bf16": ElementType.BFLOAT16, "f16": ElementType.FLOAT16, "f32": ElementType.FLOAT32,
+           "f64": ElementType.FLOAT64}
 _BY_SIZE = {1: ElementType.UINT8, 2: ElementType.UINT16, 4: ElementType.UINT32, 8: ElementType.UINT64}
 
 
 def element_type(dtype: DType) -> ElementType:
     """The map's element type: the float types the hardware names, any other by its width (a
     copy moves bits; fp8 moves as bytes)."""
-    if dtype.is_float and dtype.itemsize >= 2 and not dtype.name.startswith("f8"):
-        return _ELEMENT.get(("float", dtype.itemsize, dtype.name if dtype.itemsize == 2 else None),
-                            _BY_SIZE[dtype.itemsize])
-    return _BY_SIZE[dtype.itemsize]
+    return _FLOATS.get(dtype.name, _BY_SIZE[dtype.itemsize])
 
 
 def static_reason(m: TensorMapAttrs) -> str | None:
